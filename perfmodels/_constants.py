@@ -1,0 +1,142 @@
+"""Fitted constants of the roofline latency model, one set per GPU type.
+
+The constants are few and physical: efficiencies (fractions of a datasheet peak),
+latencies (seconds) and one slowdown factor. They are stored in a small TOML file
+with provenance, so a calibration can be inspected, diffed and shipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .errors import PerfModelError
+
+DEFAULT_CALIBRATION = "calibration.toml"
+
+
+@dataclass(frozen=True)
+class GpuConstants:
+    """Fitted constants of one GPU type (all dimensionless or in seconds).
+
+    Attributes
+    ----------
+    compute_efficiency : fraction of the dense fp16 tensor peak reached by GEMMs.
+    memory_efficiency : fraction of the HBM bandwidth reached by weight/KV reads.
+    allreduce_step_s : latency of one ring step of a tensor-parallel all-reduce.
+    allreduce_link_efficiency : fraction of the intra-machine link bandwidth an
+        all-reduce reaches on small passes.
+    allreduce_knee_tokens : tokens per forward pass beyond which the all-reduce of the
+        extra tokens slows down (Splitwise Sec. III: prompt throughput drops beyond
+        ~2048 batched tokens; the profiles locate the drop in communication, since it
+        grows with the tensor-parallel degree).
+    allreduce_slowdown : how many times slower the bytes beyond the knee move.
+    prefill_layer_overhead_s, decode_layer_overhead_s : fixed time per transformer
+        layer per forward pass (kernel launches, synchronisation).
+    prefill_seq_overhead_s, decode_seq_overhead_s : fixed time per sequence per pass
+        (scheduling, sampling, cache bookkeeping on the host).
+    kv_transfer_setup_s : fixed cost of one KV-cache transfer between machines.
+    calibrated_on : what the constants were fitted on, or where they were borrowed from.
+    """
+
+    compute_efficiency: float
+    memory_efficiency: float
+    allreduce_step_s: float
+    allreduce_link_efficiency: float
+    allreduce_knee_tokens: float
+    allreduce_slowdown: float
+    prefill_layer_overhead_s: float
+    decode_layer_overhead_s: float
+    prefill_seq_overhead_s: float
+    decode_seq_overhead_s: float
+    kv_transfer_setup_s: float
+    calibrated_on: str = ""
+
+    @classmethod
+    def fitted_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("calibrated_on", "kv_transfer_setup_s"))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants per GPU plus provenance.
+
+    ``borrowed`` maps an uncalibrated GPU to the calibrated GPU whose efficiencies and
+    overheads it uses (same vendor/generation); its own datasheet peaks still apply.
+    """
+
+    per_gpu: dict[str, GpuConstants]
+    borrowed: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+    holdout_mape_pct: dict[str, float] = field(default_factory=dict)
+
+    def for_gpu(self, gpu_name: str) -> GpuConstants:
+        if gpu_name in self.per_gpu:
+            return self.per_gpu[gpu_name]
+        if gpu_name in self.borrowed:
+            return self.per_gpu[self.borrowed[gpu_name]]
+        known = ", ".join(sorted(set(self.per_gpu) | set(self.borrowed)))
+        raise PerfModelError(
+            f"no latency constants for gpu '{gpu_name}': calibrate it or add it to [borrowed] "
+            f"in the calibration file (known: {known})"
+        )
+
+    def is_calibrated(self, gpu_name: str) -> bool:
+        return gpu_name in self.per_gpu
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """Read a calibration TOML (default: the one shipped with the package)."""
+    if path is None:
+        text = resources.files("perfmodels").joinpath("data", DEFAULT_CALIBRATION).read_text()
+        where = f"perfmodels/data/{DEFAULT_CALIBRATION}"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise PerfModelError(f"cannot read calibration '{path}': {exc.strerror}") from None
+        where = str(path)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PerfModelError(f"calibration '{where}' is not valid TOML: {exc}") from None
+    names = {f.name for f in dataclasses.fields(GpuConstants)}
+    per_gpu = {}
+    for gpu, table in raw.get("gpu", {}).items():
+        missing = names - set(table) - {"calibrated_on"}
+        if missing:
+            raise PerfModelError(f"calibration '{where}': gpu '{gpu}' lacks {sorted(missing)}")
+        per_gpu[gpu] = GpuConstants(**{k: table[k] for k in names if k in table})
+    meta = raw.get("meta", {})
+    return Calibration(
+        per_gpu=per_gpu,
+        borrowed=dict(raw.get("borrowed", {})),
+        source=meta.get("source", ""),
+        holdout_mape_pct=dict(meta.get("holdout_mape_pct", {})),
+    )
+
+
+def dump_calibration(cal: Calibration) -> str:
+    """Serialise a calibration to TOML text (stdlib has no TOML writer; the format is flat)."""
+    lines = ["# Fitted constants of perfmodels' roofline latency model.",
+             "# Written by `provision perf calibrate`; see perfmodels/_constants.py for meanings.", "",
+             "[meta]", f"source = {_toml_value(cal.source)}"]
+    if cal.holdout_mape_pct:
+        lines.append("[meta.holdout_mape_pct]")
+        lines += [f'"{k}" = {v:.3f}' for k, v in sorted(cal.holdout_mape_pct.items())]
+    for gpu, c in sorted(cal.per_gpu.items()):
+        lines += ["", f'[gpu."{gpu}"]']
+        lines += [f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(c).items()]
+    lines += ["", "# Uncalibrated GPUs borrow the constants of a calibrated GPU of the same generation.",
+              "[borrowed]"]
+    lines += [f'"{k}" = "{v}"' for k, v in sorted(cal.borrowed.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(float(v))

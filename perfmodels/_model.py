@@ -1,0 +1,126 @@
+"""`LatencyModel`: per-phase latency of any catalog model on any catalog GPU.
+
+Follows the estimator contract: ``__init__`` stores settings (a calibration, a
+catalog), the public methods work on arrays and never mutate state. The roofline
+physics is in `_roofline`; this module turns catalog entries into its inputs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ._constants import Calibration, load_calibration
+from ._power import clock_fraction
+from ._roofline import HardwareArrays, ModelShape, iteration_time_s, roofline_coefficients
+from .errors import PerfModelError
+
+GB = 1e9
+
+
+class LatencyModel:
+    """Calibrated roofline latency model.
+
+    Parameters
+    ----------
+    calibration : fitted constants per GPU (default: the shipped calibration).
+    catalog : a `hardware_catalog.Catalog` (default: the shipped catalog).
+
+    Models and GPUs may be given as catalog names or catalog objects.
+    """
+
+    def __init__(self, calibration: Calibration | None = None, catalog=None):
+        self.calibration = calibration if calibration is not None else load_calibration()
+        if catalog is None:
+            from hardware_catalog import load_catalog
+            catalog = load_catalog()
+        self.catalog = catalog
+
+    # -- catalog resolution -------------------------------------------------
+    def llm(self, model):
+        return self.catalog.model(model) if isinstance(model, str) else model
+
+    def gpu(self, gpu):
+        return self.catalog.gpu(gpu) if isinstance(gpu, str) else gpu
+
+    def shape(self, model) -> ModelShape:
+        return _shape_cached(self.llm(model))
+
+    def hardware(self, gpu, tp=8, power_cap=1.0) -> HardwareArrays:
+        """Hardware arrays for one GPU type, broadcast over `tp` and `power_cap` arrays."""
+        g = self.gpu(gpu)
+        tp = np.asarray(tp, dtype=float)
+        if np.any(tp < 1) or np.any(tp != np.round(tp)):
+            raise PerfModelError("tensor_parallel must be a positive integer (1, 2, 4 or 8)")
+        c = self.calibration.for_gpu(g.name)
+        return HardwareArrays(
+            peak_flops=np.asarray(g.dense_fp16_tflops * 1e12),
+            hbm_bytes_per_s=np.asarray(g.hbm_bandwidth_gb_per_s * GB),
+            hbm_capacity_bytes=np.asarray(g.hbm_capacity_gb * GB),
+            link_bytes_per_s=np.asarray(g.intra_link_bandwidth_gb_per_s * GB),
+            tp=tp,
+            clock=clock_fraction(power_cap),
+            compute_efficiency=np.asarray(c.compute_efficiency),
+            memory_efficiency=np.asarray(c.memory_efficiency),
+            allreduce_step_s=np.asarray(c.allreduce_step_s),
+            allreduce_link_efficiency=np.asarray(c.allreduce_link_efficiency),
+            allreduce_knee_tokens=np.asarray(c.allreduce_knee_tokens),
+            allreduce_slowdown=np.asarray(c.allreduce_slowdown),
+            prefill_layer_overhead_s=np.asarray(c.prefill_layer_overhead_s),
+            decode_layer_overhead_s=np.asarray(c.decode_layer_overhead_s),
+            prefill_seq_overhead_s=np.asarray(c.prefill_seq_overhead_s),
+            decode_seq_overhead_s=np.asarray(c.decode_seq_overhead_s),
+        )
+
+    # -- phase latencies ------------------------------------------------------
+    def prefill_time_s(self, model, gpu, tp, prompt_tokens, batch_size=1, power_cap=1.0):
+        """Time (s) of one prefill pass over `batch_size` prompts of `prompt_tokens` each."""
+        s = np.asarray(prompt_tokens, dtype=float)
+        b = np.asarray(batch_size, dtype=float)
+        _check_positive(s, "prompt_tokens")
+        _check_positive(b, "batch_size")
+        return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
+                                prefill_tokens=s * b, prefill_sq_tokens=s * s * b, prefill_seqs=b)
+
+    def decode_time_s(self, model, gpu, tp, batch_size, context_tokens, power_cap=1.0):
+        """Time (s) of one decode iteration of `batch_size` requests with `context_tokens` each."""
+        b = np.asarray(batch_size, dtype=float)
+        ctx = np.asarray(context_tokens, dtype=float)
+        _check_positive(b, "batch_size")
+        return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
+                                decode_batch=b, decode_context_tokens=ctx * b)
+
+    def iteration_time_s(self, model, gpu, tp=8, power_cap=1.0, **batch):
+        """Time (s) of a general (possibly mixed) pass; see `_roofline.iteration_time_s`."""
+        return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap), **batch)
+
+    def coefficients(self, model, gpu, tp=8, power_cap=1.0) -> np.ndarray:
+        """Roofline per-unit costs, shape broadcast(tp, power_cap) + (N_COEF,); see `_roofline`."""
+        return roofline_coefficients(self.shape(model), self.hardware(gpu, tp, power_cap))
+
+    # -- one request alone (the SLO reference) ---------------------------------
+    def solo_request_s(self, model, gpu, tp, prompt_tokens, output_tokens, power_cap=1.0):
+        """TTFT, TBT and E2E (s) of requests each running alone on one replica.
+
+        The first token comes out of the prefill pass; each later token takes one
+        decode iteration at batch 1 with its growing context (mean context used:
+        decode time is affine in context, so the sum equals n x the mean term).
+        """
+        s = np.asarray(prompt_tokens, dtype=float)
+        n = np.asarray(output_tokens, dtype=float)
+        ttft = self.prefill_time_s(model, gpu, tp, s, 1, power_cap)
+        mean_ctx = s + n / 2.0
+        tbt = self.decode_time_s(model, gpu, tp, 1, mean_ctx, power_cap)
+        e2e = ttft + np.maximum(n - 1.0, 0.0) * tbt
+        return ttft, tbt, e2e
+
+
+@lru_cache(maxsize=64)
+def _shape_cached(llm) -> ModelShape:
+    return ModelShape.of(llm)
+
+
+def _check_positive(x: np.ndarray, name: str) -> None:
+    if np.any(~np.isfinite(x)) or np.any(x <= 0):
+        raise PerfModelError(f"{name} must be positive (got {np.min(x):g})")

@@ -1,0 +1,195 @@
+"""Cluster designs: one frozen `Design`, or many as a struct of arrays (`DesignBatch`).
+
+A design is a pool of prompt machines and a pool of token machines (Splitwise
+families) or one pool of mixed machines (baselines), each pool with a machine type,
+a GPU power cap and a tensor-parallel degree. Machines of one design run one model
+replica each (TP = GPUs per machine by default).
+
+Families (Splitwise Sec. IV-D; CONTRACTS.md names):
+
+| family            | prompt pool          | token pool                 |
+|-------------------|----------------------|----------------------------|
+| baseline-a100     | mixed DGX-A100       | (same machines)            |
+| baseline-h100     | mixed DGX-H100       | (same machines)            |
+| splitwise-aa      | DGX-A100             | DGX-A100                   |
+| splitwise-hh      | DGX-H100             | DGX-H100                   |
+| splitwise-ha      | DGX-H100             | DGX-A100                   |
+| splitwise-hhcap   | DGX-H100             | DGX-H100, GPUs capped at 50% |
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+import pandas as pd
+
+from .errors import ProvisionerError
+
+DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughput drops beyond it
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str
+    split: bool
+    prompt_machine: str
+    token_machine: str
+    prompt_power_cap: float = 1.0
+    token_power_cap: float = 1.0
+
+
+FAMILY_SPECS = {
+    f.name: f
+    for f in (
+        FamilySpec("baseline-a100", False, "dgx-a100", "dgx-a100"),
+        FamilySpec("baseline-h100", False, "dgx-h100", "dgx-h100"),
+        FamilySpec("splitwise-aa", True, "dgx-a100", "dgx-a100"),
+        FamilySpec("splitwise-hh", True, "dgx-h100", "dgx-h100"),
+        FamilySpec("splitwise-ha", True, "dgx-h100", "dgx-a100"),
+        FamilySpec("splitwise-hhcap", True, "dgx-h100", "dgx-h100", token_power_cap=0.5),
+    )
+}
+FAMILIES = tuple(FAMILY_SPECS)
+# Heterogeneous families built from any catalog machines use these names.
+CUSTOM_SPLIT = "splitwise-custom"
+CUSTOM_BASELINE = "baseline-custom"
+
+
+def family_spec(name: str) -> FamilySpec:
+    if name in FAMILY_SPECS:
+        return FAMILY_SPECS[name]
+    near = difflib.get_close_matches(name, FAMILIES, n=1)
+    hint = f" — did you mean '{near[0]}'?" if near else ""
+    raise ProvisionerError(f"unknown design family '{name}'{hint} Known: {', '.join(FAMILIES)}")
+
+
+@dataclass(frozen=True)
+class Design:
+    """One cluster design. For a baseline, `prompt_machines` counts its mixed machines
+    and `token_machines` is 0; the token-pool fields repeat the prompt pool's."""
+
+    family: str
+    prompt_machines: int
+    token_machines: int
+    prompt_machine: str
+    token_machine: str
+    prompt_power_cap: float = 1.0
+    token_power_cap: float = 1.0
+    prompt_tp: int = 8
+    token_tp: int = 8
+    prompt_batch_cap_tokens: int = DEFAULT_PROMPT_BATCH_CAP_TOKENS
+    allow_borrow: bool = True
+
+    @property
+    def split(self) -> bool:
+        return self.token_machines > 0 or self.family.startswith("splitwise")
+
+    @property
+    def machines(self) -> int:
+        return self.prompt_machines + self.token_machines
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, *,
+                machines: int | None = None, **overrides) -> Design:
+    """A design of a named family with the family's machine types and power caps.
+
+    Baselines take `machines` (or `prompt_machines`); Splitwise families take both counts.
+    """
+    spec = family_spec(family)
+    if not spec.split:
+        prompt_machines = machines if machines is not None else prompt_machines
+        token_machines = 0
+        if prompt_machines < 1:
+            raise ProvisionerError(f"{family}: --machines must be >= 1 (got {prompt_machines})")
+    elif prompt_machines < 1 or token_machines < 1:
+        raise ProvisionerError(
+            f"{family}: --prompt-machines and --token-machines must both be >= 1 "
+            f"(got {prompt_machines} and {token_machines})")
+    d = Design(family, int(prompt_machines), int(token_machines), spec.prompt_machine,
+               spec.token_machine, spec.prompt_power_cap, spec.token_power_cap)
+    d = replace(d, **overrides) if overrides else d
+    _validate(d)
+    return d
+
+
+def _validate(d: Design) -> None:
+    for name in ("prompt_power_cap", "token_power_cap"):
+        v = getattr(d, name)
+        if not 0 < v <= 1:
+            raise ProvisionerError(f"{name.replace('_', '-')} must be in (0, 1], a fraction of rated power (got {v})")
+    if d.prompt_batch_cap_tokens < 1:
+        raise ProvisionerError("prompt-batch-cap-tokens must be >= 1")
+    for name in ("prompt_tp", "token_tp"):
+        if getattr(d, name) not in (1, 2, 4, 8):
+            raise ProvisionerError(f"{name.replace('_', '-')} must be 1, 2, 4 or 8 (got {getattr(d, name)})")
+
+
+_FIELDS = tuple(f.name for f in fields(Design))
+
+
+class DesignBatch:
+    """Many designs as a struct of arrays, shape (n_designs,) each."""
+
+    def __init__(self, columns: dict[str, np.ndarray]):
+        missing = set(_FIELDS) - set(columns)
+        if missing:
+            raise ProvisionerError(f"design batch lacks columns {sorted(missing)}")
+        n = {len(np.atleast_1d(v)) for v in columns.values()}
+        if len(n) != 1:
+            raise ProvisionerError("design batch columns have different lengths")
+        self.columns = {k: np.atleast_1d(np.asarray(columns[k])) for k in _FIELDS}
+
+    @classmethod
+    def from_designs(cls, designs) -> "DesignBatch":
+        if isinstance(designs, DesignBatch):
+            return designs
+        if isinstance(designs, Design):
+            designs = [designs]
+        designs = list(designs)
+        if not designs:
+            raise ProvisionerError("no designs to evaluate")
+        return cls({k: np.array([getattr(d, k) for d in designs]) for k in _FIELDS})
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> "DesignBatch":
+        return cls({k: frame[k].to_numpy() for k in _FIELDS})
+
+    def __len__(self) -> int:
+        return len(self.columns["family"])
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["columns"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def design(self, i: int) -> Design:
+        return Design(**{k: _scalar(self.columns[k][i]) for k in _FIELDS})
+
+    def take(self, idx) -> "DesignBatch":
+        return DesignBatch({k: v[idx] for k, v in self.columns.items()})
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns)
+
+    @property
+    def is_split(self) -> np.ndarray:
+        return self.columns["token_machines"] > 0
+
+
+def _scalar(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def grid(family: str, prompt_counts, token_counts=(0,), **overrides) -> DesignBatch:
+    """All designs of a family over a grid of machine counts (Fig. 12 style)."""
+    spec = family_spec(family)
+    if not spec.split:
+        return DesignBatch.from_designs([make_design(family, machines=int(n), **overrides) for n in prompt_counts])
+    return DesignBatch.from_designs([make_design(family, int(p), int(t), **overrides)
+                                     for p in prompt_counts for t in token_counts])

@@ -1,0 +1,106 @@
+"""Cluster simulation: score many designs against a request trace.
+
+`simulate(designs, trace, model, engine="fluid" | "des")` returns one row per design.
+Both engines implement the rules of `SEMANTICS.md`; the fluid engine (numba) is the
+fast path for search, the discrete-event engine the reference it is tested against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfmodels import LatencyModel
+
+from ..designs import Design, DesignBatch
+from ..errors import ProvisionerError
+from ..slo import SLO, SLO_REFERENCE_TP
+from ._inputs import EngineOutput, SimInputs, build_inputs
+from ._metrics import request_latencies, summarize
+
+__all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
+           "SimInputs", "EngineOutput", "build_inputs", "request_latencies"]
+
+ENGINES = ("fluid", "des")
+# A DGX idles at roughly a third of its rated power (fans, CPUs, HBM refresh, NICs);
+# drawn power rises linearly with utilization to the (capped) rated power.
+IDLE_POWER_FRACTION = 0.3
+
+
+def _engine(name: str):
+    if name == "fluid":
+        from ._fluid import run_fluid
+        return run_fluid
+    if name == "des":
+        from ._des import run_des
+        return run_des
+    raise ProvisionerError(f"unknown engine '{name}': use one of {', '.join(ENGINES)}")
+
+
+def solo_latencies(trace, llm, perf: LatencyModel, slo: SLO):
+    """(ttft, tbt, e2e) of each request alone on the SLO reference machine (s, shape (r,))."""
+    ref = perf.catalog.machine(slo.reference_machine)
+    ttft, tbt, e2e = perf.solo_request_s(llm, ref.gpu, SLO_REFERENCE_TP, trace.prompt_tokens, trace.output_tokens)
+    tbt = np.where(trace.output_tokens > 1, tbt, np.nan)
+    return ttft, tbt, e2e
+
+
+def cluster_cost_power(designs: DesignBatch, catalog):
+    """Provisioned cost ($/h) and power (kW, at the pools' caps) per design."""
+    cost = np.zeros(len(designs))
+    power = np.zeros(len(designs))
+    for count, mcol, capcol in (("prompt_machines", "prompt_machine", "prompt_power_cap"),
+                                ("token_machines", "token_machine", "token_power_cap")):
+        n = designs.columns[count].astype(float)
+        names = designs.columns[mcol]
+        for name in np.unique(names):
+            idx = names == name
+            machine = catalog.machine(str(name))
+            cost[idx] += n[idx] * machine.cost_usd_per_h
+            power[idx] += n[idx] * machine.power_w(designs.columns[capcol][idx].astype(float)) / 1e3
+    return cost, power
+
+
+def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "fluid",
+                      perf: LatencyModel | None = None):
+    """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times."""
+    batch = DesignBatch.from_designs(designs)
+    perf = perf if perf is not None else LatencyModel()
+    llm = perf.llm(model)
+    inputs = build_inputs(batch, trace, llm, perf)
+    return batch, inputs, _engine(engine)(inputs)
+
+
+def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
+             slo: SLO | None = None, perf: LatencyModel | None = None) -> pd.DataFrame:
+    """Score designs against a trace.
+
+    Parameters
+    ----------
+    designs : one `Design`, a list of them, or a `DesignBatch` of n designs.
+    trace : a `workloads.Trace` (randomness lives there: the workload's seed).
+    model : catalog model name or `LLM`.
+    engine : "fluid" (fast) or "des" (exact reference).
+    slo : latency SLOs (default: Splitwise Table VI).
+
+    Returns
+    -------
+    DataFrame with n rows: the design columns, `{ttft,tbt,e2e}_p{50,90,99}_s`,
+    `slowdown_*`, `margin_*`, `slo_met`, `binding_slo`, `throughput_rps`, pool
+    utilizations and mean decode batches, KV-transfer overhead, `cost_usd_per_h`,
+    `power_kw`, `energy_wh_per_request`.
+    """
+    slo = slo if slo is not None else SLO()
+    perf = perf if perf is not None else LatencyModel()
+    batch, inputs, out = simulate_requests(designs, trace, model, engine=engine, perf=perf)
+    llm = perf.llm(model)
+    cost, power = cluster_cost_power(batch, perf.catalog)
+    frame = batch.to_frame()
+    machines = frame[["prompt_machines", "token_machines"]].to_numpy(float)
+    makespan = np.nanmax(out.finish_s, axis=1) - trace.arrival_s[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        util = np.nan_to_num(out.busy_s.sum(axis=1) / (machines.sum(axis=1) * makespan))
+    drawn_kw = power * (IDLE_POWER_FRACTION + (1 - IDLE_POWER_FRACTION) * np.clip(util, 0, 1))
+    result = summarize(frame, out, trace, solo_latencies(trace, llm, perf, slo), slo, cost, power, drawn_kw)
+    result.insert(0, "engine", engine)
+    return result

@@ -1,0 +1,333 @@
+"""Reference discrete-event engine: every batch iteration on every machine.
+
+`run_des(inputs)` applies the rules of SEMANTICS.md exactly, one design at a time.
+A heap holds three kinds of events -- iteration ends, KV-transfer arrivals and request
+arrivals -- plus a deferred "start" event per machine (below). Per-request state lives
+in plain Python lists indexed by request (no object per request); a running set is a
+count plus a context sum, and each running request is filed under the iteration index
+at whose end it finishes, so an iteration costs O(prefills + finishers), not
+O(decode batch).
+
+Readings of SEMANTICS.md where the text leaves a choice (the fluid engine must make the
+same ones):
+
+1. Simultaneous events. All events at one time are applied before any machine starts an
+   iteration at that time: iteration ends (by machine index), then KV-transfer arrivals
+   (by request index), then request arrivals (by request index), then the starts of the
+   idle machines that have work (by machine index). So a request arriving exactly when
+   an iteration ends is routed with that iteration's prefills completed, and it can join
+   the iteration that starts at that instant.
+2. Admission (step 3) is done when a machine starts an iteration. Since a machine starts
+   at the end `e` of its previous iteration whenever it has work, this is step 3 at `e`;
+   it also covers "a decode that reaches an idle machine starts an iteration at once".
+   Admission precedes the selection of prompts, so transferred decodes get KV before
+   local prompts of the same instant.
+3. Tokens generated: the prefill generates the first token, so a running request's
+   context in its k-th decode iteration (k = 1..n-1) is `s + k` (as
+   `LatencyModel.solo_request_s` assumes: mean context s + n/2). "generated" in the
+   pending-decode count means decode tokens, so pending decode tokens are the decode
+   iterations a request still needs (`n - 1` at routing, minus one per decode iteration).
+4. KV budget of a local prompt: a prompt whose decode is local may start on a machine
+   holding no KV at all even if `s + n` exceeds `kv_cap` -- the prefill counterpart of
+   the "admitted into an empty running set" rule, so nothing deadlocks. At a start, the
+   machine holds KV only if its running set is non-empty.
+5. Requests with `n == 1` are routed like the others (their decode machine is chosen
+   and reserves `s + n` until the first token; on a local machine the prefill needs and
+   holds `s + n` KV tokens until its end). `borrowed_decodes` counts only requests with
+   `n > 1` routed to decode on a prompt machine (an `n == 1` request has no decode);
+   `borrowed_prefills` counts every prefill routed to a token machine.
+6. Pending prompt tokens of a machine drop when the prefill iteration ends (its prompts
+   are pending until their prefill has completed). Baseline routing uses
+   pending prompt + pending decode tokens of the mixed machines.
+7. The prompt batch stops at the first prompt that would break the token cap or the KV
+   budget (FCFS, no skipping ahead); the first prompt always fits the cap.
+8. `kv_visible(s, prefill_duration)` gets the duration of the whole iteration that
+   carried the prefill (other prompts and decodes included), per "with this iteration's
+   duration".
+9. Outputs: `decode_batch_time_s` sums decode batch x duration and `decode_time_s` the
+   durations of iterations with a decode batch > 0, per pool; their ratio is the
+   time-weighted mean decode batch. `busy_s` sums all iteration durations per pool.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+
+from ..errors import ProvisionerError
+from ._inputs import EngineOutput, SimInputs
+
+_END, _KV, _ARRIVAL, _START = 0, 1, 2, 3  # event kinds, in their order at equal times
+
+
+def _iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
+    """Scalar `perfmodels.time_from_coefficients` (same formula, same operation order).
+
+    `c` is a sequence of the N_COEF coefficients of one pool (layout `COEF_NAMES`).
+    """
+    tokens = prefill_tokens + decode_batch
+    compute = (c[0] * tokens + c[1] * (prefill_seqs + decode_batch) + c[2] * prefill_sq_tokens
+               + c[3] * decode_context_tokens)
+    memory = c[4] + c[5] * (decode_context_tokens + tokens)
+    knee = c[8]
+    allreduce = c[6] + c[7] * min(tokens, knee) + c[9] * max(tokens - knee, 0.0)
+    overhead = (max(c[10] if prefill_seqs > 0 else 0.0, c[11] if decode_batch > 0 else 0.0)
+                + c[12] * prefill_seqs + c[13] * decode_batch)
+    return max(compute, memory) + allreduce + overhead
+
+
+class _Machine:
+    """One replica: prompt queue, decode wait queue, running set, KV budget (tokens)."""
+
+    __slots__ = ("pool", "coef", "kv_cap", "batch_cap", "prompt_q", "wait_q", "running", "ctx",
+                 "kv_used", "busy", "start_pending", "iteration", "done_at", "prefilling",
+                 "decoding", "duration")
+
+    def __init__(self, pool, coef, kv_cap, batch_cap):
+        self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
+        self.prompt_q, self.wait_q = deque(), deque()
+        self.running = self.ctx = self.kv_used = 0   # running count, sum of contexts, KV held
+        self.busy = self.start_pending = False
+        self.iteration = 0          # index of the next iteration to end
+        self.done_at = {}           # iteration index -> requests finishing at its end
+        self.prefilling, self.decoding, self.duration = [], 0, 0.0
+
+    def join(self, r, s, n):
+        """Request r (first token out) enters the running set before iteration `self.iteration`."""
+        self.running += 1
+        self.ctx += s + 1
+        self.done_at.setdefault(self.iteration + n - 2, []).append(r)
+
+    def admit(self, S, N):
+        """Step 3: FCFS admission of the wait queue while s + n fits (or the set is empty)."""
+        wq = self.wait_q
+        while wq:
+            r = wq[0]
+            s, n = S[r], N[r]
+            if self.running and self.kv_used + s + n > self.kv_cap:
+                break
+            wq.popleft()
+            self.kv_used += s + n
+            self.join(r, s, n)
+
+    def start(self, S, N, local):
+        """Start an iteration if there is work; return its duration or None (stays idle)."""
+        self.admit(S, N)
+        batch, tokens, sq = [], 0, 0
+        pq, cap = self.prompt_q, self.batch_cap
+        while pq:
+            r = pq[0]
+            s = S[r]
+            if batch and tokens + s > cap:
+                break
+            if local[r]:
+                need = s + N[r]
+                if self.kv_used and self.kv_used + need > self.kv_cap:
+                    break
+                self.kv_used += need
+            pq.popleft()
+            batch.append(r)
+            tokens += s
+            sq += s * s
+        b = self.running
+        if not batch and not b:
+            return None
+        self.busy, self.prefilling, self.decoding = True, batch, b
+        self.duration = _iteration_s(self.coef, tokens, sq, len(batch), b, self.ctx)
+        return self.duration
+
+    def end_decodes(self, S, N):
+        """Steps 2 of an iteration end: every running request gains a token; return finishers."""
+        b = self.decoding
+        finished = self.done_at.pop(self.iteration, ()) if b else ()
+        self.iteration += 1
+        self.ctx += b
+        for r in finished:
+            held = S[r] + N[r]
+            self.ctx -= held
+            self.kv_used -= held
+        self.running -= len(finished)
+        self.busy = False
+        return finished
+
+
+class _Cluster:
+    """Machines of one design plus the scheduler's per-machine counters and routing."""
+
+    def __init__(self, inputs: SimInputs, d: int):
+        self.n_prompt, self.n_token = int(inputs.n_machines[d, 0]), int(inputs.n_machines[d, 1])
+        if self.n_prompt < 1 or self.n_token < 0:
+            raise ProvisionerError(f"design {d}: needs >= 1 prompt (or mixed) machine and >= 0 token "
+                                   f"machines (got {self.n_prompt} and {self.n_token})")
+        cap = float(inputs.batch_cap_tokens[d])
+        pools = [0] * self.n_prompt + [1] * self.n_token
+        coefs = [tuple(float(x) for x in inputs.coef[d, p]) for p in (0, 1)]
+        kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
+        self.machines = [_Machine(p, coefs[p], kv[p], cap) for p in pools]
+        self.kv_cap = [kv[p] for p in pools]
+        m = len(pools)
+        self.pending_prompt, self.pending_decode, self.reserved = [0] * m, [0] * m, [0] * m
+        self.borrow = bool(inputs.allow_borrow[d])
+        self.overload = float(inputs.overload_tokens[d])
+        self.kv_s_per_token, self.kv_setup = float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d])
+        self.n_layers, self.layerwise_min = int(inputs.n_layers), float(inputs.layerwise_min_tokens)
+        r = len(inputs.arrival_s)
+        self.S, self.N = inputs.prompt_tokens.tolist(), inputs.output_tokens.tolist()
+        self.prefill_on, self.decode_on, self.local = [0] * r, [0] * r, [False] * r
+        self.first, self.finish = [np.nan] * r, [np.nan] * r
+        self.busy_s, self.batch_time_s, self.decode_time_s = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+        self.borrowed_decodes = self.borrowed_prefills = self.kv_transfers = 0
+        self.decode_tokens = 0      # tokens generated by decode iterations (a conservation check)
+        self.kv_visible_sum = 0.0
+
+    def route(self, r):
+        """Assign request r's prefill and decode machines (SEMANTICS.md, routing); return the prefill one."""
+        s, n = self.S[r], self.N[r]
+        pp, pd, res = self.pending_prompt, self.pending_decode, self.reserved
+        if self.n_token == 0:
+            p = t = min(range(self.n_prompt), key=lambda i: pp[i] + pd[i])
+        else:
+            p = min(range(self.n_prompt), key=pp.__getitem__)
+            t = min(range(self.n_prompt, self.n_prompt + self.n_token), key=pd.__getitem__)
+            if self.borrow:
+                p, t = self._borrow(p, t, s + n, n)
+        self.prefill_on[r], self.decode_on[r], self.local[r] = p, t, p == t
+        pp[p] += s
+        pd[t] += n - 1
+        res[t] += s + n
+        return p
+
+    def _borrow(self, p, t, need, n):
+        res, cap, pp = self.reserved, self.kv_cap, self.pending_prompt
+        if res[t] + need > cap[t] and res[p] + need <= cap[p]:
+            self.borrowed_decodes += n > 1
+            return p, p
+        if pp[p] > self.overload and pp[t] < self.overload and res[t] + need <= cap[t]:
+            self.borrowed_prefills += 1
+            return t, t
+        return p, t
+
+    def start(self, m):
+        """Start an iteration on idle machine m; return its duration or None."""
+        mc = self.machines[m]
+        dur = mc.start(self.S, self.N, self.local)
+        if dur is not None:
+            pool = mc.pool
+            self.busy_s[pool] += dur
+            if mc.decoding:
+                self.decode_tokens += mc.decoding
+                self.batch_time_s[pool] += mc.decoding * dur
+                self.decode_time_s[pool] += dur
+        return dur
+
+    def end(self, m, e):
+        """Iteration end on machine m at time e; return (request, arrival time) KV transfers."""
+        mc = self.machines[m]
+        S, N, res = self.S, self.N, self.reserved
+        for r in mc.end_decodes(S, N):
+            self.finish[r] = e
+            res[m] -= S[r] + N[r]
+        self.pending_decode[m] -= mc.decoding
+        transfers = []
+        for r in mc.prefilling:
+            s, n = S[r], N[r]
+            self.pending_prompt[m] -= s
+            self.first[r] = e
+            if n == 1:
+                self.finish[r] = e
+                res[self.decode_on[r]] -= s + n
+                if self.local[r]:
+                    mc.kv_used -= s + n
+            elif self.local[r]:
+                mc.join(r, s, n)
+            else:
+                transfers.append((r, e + self._kv_visible(s, mc.duration)))
+        mc.prefilling = []
+        return transfers
+
+    def _kv_visible(self, s, prefill_s):
+        """`perfmodels.kv_transfer_time_s(mode="auto")` for one request, in scalars."""
+        total = self.kv_s_per_token * s
+        if s < self.layerwise_min:
+            visible = self.kv_setup + total
+        else:
+            last = total / self.n_layers
+            visible = self.kv_setup + last + max(total - last - prefill_s, 0.0)
+        self.kv_transfers += 1
+        self.kv_visible_sum += visible
+        return visible
+
+
+def _simulate(inputs: SimInputs, d: int) -> _Cluster:
+    """Run design d to the end of the last request; the cluster holds the results."""
+    cl = _Cluster(inputs, d)
+    machines = cl.machines
+    heap = [(t, _ARRIVAL, r) for r, t in enumerate(inputs.arrival_s.tolist())]
+    heapq.heapify(heap)
+    push, pop = heapq.heappush, heapq.heappop
+
+    def wake(m, t):
+        mc = machines[m]
+        if not mc.busy and not mc.start_pending:
+            mc.start_pending = True
+            push(heap, (t, _START, m))
+
+    while heap:
+        t, kind, i = pop(heap)
+        if kind == _END:
+            for r, at in cl.end(i, t):
+                push(heap, (at, _KV, r))
+            wake(i, t)
+        elif kind == _KV:
+            m = cl.decode_on[i]
+            machines[m].wait_q.append(i)
+            wake(m, t)
+        elif kind == _ARRIVAL:
+            m = cl.route(i)
+            machines[m].prompt_q.append(i)
+            wake(m, t)
+        else:
+            machines[i].start_pending = False
+            dur = cl.start(i)
+            if dur is not None:
+                push(heap, (t + dur, _END, i))
+    return cl
+
+
+def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutput:
+    """Simulate designs exactly, iteration by iteration.
+
+    Parameters
+    ----------
+    inputs : SimInputs for n_designs designs and n_requests requests.
+    designs : indices of the designs to simulate (default: all), in output order.
+
+    Returns
+    -------
+    EngineOutput with one row per simulated design; per-request arrays are (d, r) in
+    seconds (absolute times), pool arrays (d, 2).
+    """
+    if len(inputs.arrival_s) and (inputs.prompt_tokens.min() < 1 or inputs.output_tokens.min() < 1):
+        raise ProvisionerError("every request needs prompt_tokens >= 1 and output_tokens >= 1")
+    if np.any(np.diff(inputs.arrival_s) < 0):
+        raise ProvisionerError("arrival_s must be sorted (requests are taken in arrival order)")
+    idx = np.arange(inputs.n_designs) if designs is None else np.asarray(designs, dtype=np.int64).ravel()
+    r = len(inputs.arrival_s)
+    out = EngineOutput(
+        first_token_s=np.empty((len(idx), r)), finish_s=np.empty((len(idx), r)),
+        busy_s=np.zeros((len(idx), 2)), decode_batch_time_s=np.zeros((len(idx), 2)),
+        decode_time_s=np.zeros((len(idx), 2)), borrowed_decodes=np.zeros(len(idx), dtype=np.int64),
+        borrowed_prefills=np.zeros(len(idx), dtype=np.int64), kv_visible_s_sum=np.zeros(len(idx)),
+        kv_transfers=np.zeros(len(idx), dtype=np.int64))
+    for row, d in enumerate(idx):
+        cl = _simulate(inputs, int(d))
+        out.first_token_s[row], out.finish_s[row] = cl.first, cl.finish
+        if np.isnan(out.finish_s[row]).any():  # cannot happen: the heap runs dry only when all finished
+            raise ProvisionerError(f"design {d}: the simulation ended with unfinished requests")
+        out.busy_s[row], out.decode_batch_time_s[row], out.decode_time_s[row] = (
+            cl.busy_s, cl.batch_time_s, cl.decode_time_s)
+        out.borrowed_decodes[row], out.borrowed_prefills[row] = cl.borrowed_decodes, cl.borrowed_prefills
+        out.kv_visible_s_sum[row], out.kv_transfers[row] = cl.kv_visible_sum, cl.kv_transfers
+    return out

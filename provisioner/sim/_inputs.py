@@ -1,0 +1,111 @@
+"""Everything an engine needs, as arrays: designs x pool physics, and the requests.
+
+Both engines read only this struct, so they cannot disagree about the hardware.
+Pool 0 is the prompt pool (or a baseline's mixed pool), pool 1 the token pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodels import (LatencyModel, N_COEF, kv_capacity_tokens, kv_wire_bytes_per_s)
+from perfmodels._kv_transfer import LAYERWISE_MIN_PROMPT_TOKENS
+
+from ..designs import DesignBatch
+from ..errors import ProvisionerError
+
+# Splitwise's mixed pool: a prompt machine more than this many full batches behind
+# lends the prefill to a token machine (SEMANTICS.md, "prompt pool overloaded").
+PROMPT_OVERLOAD_BATCHES = 4.0
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """Arrays of shape (n_designs,) or (n_designs, 2 pools[, N_COEF]) and (n_requests,)."""
+
+    n_machines: np.ndarray          # (d, 2) int64: prompt (or mixed) pool, token pool
+    coef: np.ndarray                # (d, 2, N_COEF) roofline coefficients per pool
+    kv_cap_tokens: np.ndarray       # (d, 2) KV budget per machine, tokens
+    batch_cap_tokens: np.ndarray    # (d,) prompt batch cap
+    allow_borrow: np.ndarray        # (d,) bool
+    kv_s_per_token: np.ndarray      # (d,) serialized transfer seconds per prompt token
+    kv_setup_s: np.ndarray          # (d,) fixed cost per transfer
+    n_layers: int
+    layerwise_min_tokens: float
+    overload_tokens: np.ndarray     # (d,) pending prompt tokens that count as overload
+    arrival_s: np.ndarray           # (r,) float64 sorted
+    prompt_tokens: np.ndarray       # (r,) int64
+    output_tokens: np.ndarray       # (r,) int64
+
+    @property
+    def n_designs(self) -> int:
+        return len(self.batch_cap_tokens)
+
+
+def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInputs:
+    cat = perf.catalog
+    d = len(designs)
+    split = designs.is_split
+    n_machines = np.stack([designs.prompt_machines, np.where(split, designs.token_machines, 0)], axis=1)
+    coef = np.empty((d, 2, N_COEF))
+    kv_cap = np.empty((d, 2))
+    kv_s_per_token = np.empty(d)
+    kv_setup = np.empty(d)
+    pools = (("prompt_machine", "prompt_tp", "prompt_power_cap"), ("token_machine", "token_tp", "token_power_cap"))
+    # Group designs by hardware so each distinct pool is computed once (vectorized over caps).
+    for p, (mcol, tpcol, capcol) in enumerate(pools):
+        keys = np.char.add(designs.columns[mcol].astype(str), "|" + designs.columns[tpcol].astype(str))
+        for key in np.unique(keys):
+            idx = np.flatnonzero(keys == key)
+            machine = cat.machine(key.split("|")[0])
+            tp = int(key.split("|")[1])
+            if tp > machine.gpus_per_machine:
+                raise ProvisionerError(f"{tpcol.replace('_', '-')} {tp} exceeds the {machine.gpus_per_machine} "
+                                       f"GPUs of a {machine.name}")
+            gpu = cat.gpu(machine.gpu)
+            caps = designs.columns[capcol][idx].astype(float)
+            coef[idx, p] = perf.coefficients(llm, gpu, tp, caps)
+            # A machine with more GPUs than the TP degree runs several replicas; the
+            # engines model one replica per machine, so the TP degree must fill it.
+            kv_cap[idx, p] = kv_capacity_tokens(llm, gpu, tp)
+    for key in np.unique(np.char.add(designs.columns["prompt_machine"].astype(str),
+                                     "|" + designs.columns["token_machine"].astype(str))):
+        src, dst = (cat.machine(n) for n in key.split("|"))
+        idx = np.flatnonzero((designs.columns["prompt_machine"] == src.name)
+                             & (designs.columns["token_machine"] == dst.name))
+        tp = designs.columns["prompt_tp"][idx].astype(float)
+        kv_s_per_token[idx] = llm.kv_bytes_per_token / kv_wire_bytes_per_s(src, dst, tp)
+        kv_setup[idx] = perf.calibration.for_gpu(src.gpu).kv_transfer_setup_s
+    if np.any(kv_cap[:, 0] <= 0) or np.any(kv_cap[split, 1] <= 0):
+        bad = designs.design(int(np.flatnonzero((kv_cap[:, 0] <= 0) | (split & (kv_cap[:, 1] <= 0)))[0]))
+        raise ProvisionerError(f"{llm.name} weights do not fit on a {bad.prompt_machine} / {bad.token_machine} "
+                               f"replica at this TP degree: use more GPUs per replica or a smaller model")
+    batch_cap = designs.prompt_batch_cap_tokens.astype(float)
+    return SimInputs(
+        n_machines=n_machines.astype(np.int64), coef=coef, kv_cap_tokens=kv_cap,
+        batch_cap_tokens=batch_cap, allow_borrow=designs.allow_borrow.astype(bool),
+        kv_s_per_token=kv_s_per_token, kv_setup_s=kv_setup, n_layers=int(llm.n_layers),
+        layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
+        overload_tokens=PROMPT_OVERLOAD_BATCHES * batch_cap,
+        arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),
+        prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
+        output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
+    )
+
+
+@dataclass
+class EngineOutput:
+    """What an engine returns; `_metrics.summarize` turns it into the result table."""
+
+    first_token_s: np.ndarray       # (d, r) absolute time of the first token
+    finish_s: np.ndarray            # (d, r) absolute time of the last token
+    busy_s: np.ndarray              # (d, 2) machine-seconds busy per pool
+    decode_batch_time_s: np.ndarray  # (d, 2) sum over iterations of decode batch x duration
+    decode_time_s: np.ndarray       # (d, 2) machine-seconds of iterations that carried decodes
+    borrowed_decodes: np.ndarray    # (d,) decodes that ran on a prompt machine (Splitwise)
+    borrowed_prefills: np.ndarray   # (d,) prefills that ran on a token machine
+    kv_visible_s_sum: np.ndarray    # (d,) sum of visible KV-transfer delays
+    kv_transfers: np.ndarray        # (d,) number of transfers
+    aborted: np.ndarray | None = None  # (d,) bool: stopped early, certainly infeasible (fluid only)

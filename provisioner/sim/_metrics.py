@@ -1,0 +1,60 @@
+"""Per-request times -> one row per design: percentiles, slowdowns, SLO verdict, cost, power."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..slo import METRICS, PERCENTILES, SLO, evaluate_slo, slowdown_percentiles
+from ._inputs import EngineOutput
+
+
+def request_latencies(out: EngineOutput, arrival_s: np.ndarray, output_tokens: np.ndarray):
+    """TTFT, TBT, E2E (s), each (d, r); TBT is NaN for one-token requests."""
+    ttft = out.first_token_s - arrival_s
+    e2e = out.finish_s - arrival_s
+    extra = output_tokens - 1.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt = np.where(extra > 0, (e2e - ttft) / extra, np.nan)
+    return ttft, tbt, e2e
+
+
+def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: SLO,
+              cost_usd_per_h: np.ndarray, power_kw: np.ndarray, energy_power_kw: np.ndarray) -> pd.DataFrame:
+    """The result table (one row per design, units in column names).
+
+    solo : (ttft, tbt, e2e) arrays (r,) of each request alone on the SLO reference.
+    energy_power_kw : average drawn power used for energy per request (kW).
+    """
+    lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
+    cols = {}
+    slowdowns = np.empty((len(designs_frame), 3, 3))
+    for k, (name, x, ref) in enumerate(zip(METRICS, lat, solo)):
+        pct = np.nanpercentile(x, PERCENTILES, axis=1)
+        for j, p in enumerate(PERCENTILES):
+            cols[f"{name}_p{p}_s"] = pct[j]
+        slowdowns[:, k, :] = slowdown_percentiles(x, ref)
+    met, margins, binding = evaluate_slo(slowdowns, slo)
+    for k, name in enumerate(METRICS):
+        for j, p in enumerate(PERCENTILES):
+            cols[f"slowdown_{name}_p{p}"] = slowdowns[:, k, j]
+            cols[f"margin_{name}_p{p}"] = margins[:, k, j]
+    makespan = np.nanmax(out.finish_s, axis=1) - trace.arrival_s[0]
+    n = len(trace)
+    machines = designs_frame[["prompt_machines", "token_machines"]].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        util = out.busy_s / (machines * makespan[:, None])
+        mean_batch = out.decode_batch_time_s / out.decode_time_s
+    frame = designs_frame.reset_index(drop=True).copy()
+    frame = frame.assign(
+        **cols,
+        slo_met=met, binding_slo=binding, min_margin=margins.reshape(len(met), -1).min(axis=1),
+        requests=n, throughput_rps=n / makespan, makespan_s=makespan,
+        prompt_pool_utilization=util[:, 0], token_pool_utilization=util[:, 1],
+        prompt_pool_mean_decode_batch=mean_batch[:, 0], token_pool_mean_decode_batch=mean_batch[:, 1],
+        borrowed_decodes=out.borrowed_decodes, borrowed_prefills=out.borrowed_prefills,
+        kv_transfer_visible_mean_s=np.where(out.kv_transfers > 0, out.kv_visible_s_sum / np.maximum(out.kv_transfers, 1), 0.0),
+        cost_usd_per_h=cost_usd_per_h, power_kw=power_kw,
+        energy_wh_per_request=energy_power_kw * 1e3 * makespan / 3600.0 / n,
+    )
+    return frame

@@ -1,0 +1,76 @@
+"""Latency SLOs as slowdowns (Splitwise Table VI) and their evaluation.
+
+A request's slowdown for a metric is its latency divided by the latency of the same
+request alone on one DGX-A100 (same model, TP 8), from the latency model. A design
+meets the SLO when the p50/p90/p99 slowdowns of TTFT, TBT and E2E are all within
+their limits. The margin of a check is limit / observed - 1 (negative = violated);
+the binding SLO is the one with the smallest margin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ProvisionerError
+
+METRICS = ("ttft", "tbt", "e2e")
+PERCENTILES = (50, 90, 99)
+SLO_REFERENCE_MACHINE = "dgx-a100"
+SLO_REFERENCE_TP = 8
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Slowdown limits per metric at p50, p90, p99."""
+
+    ttft: tuple[float, float, float] = (2.0, 3.0, 6.0)
+    tbt: tuple[float, float, float] = (1.25, 1.5, 5.0)
+    e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
+    reference_machine: str = field(default=SLO_REFERENCE_MACHINE)
+
+    def __post_init__(self):
+        for m in METRICS:
+            limits = getattr(self, m)
+            if len(limits) != 3 or any(not np.isfinite(v) or v < 1.0 for v in limits):
+                raise ProvisionerError(
+                    f"SLO {m} limits must be three slowdowns >= 1 for p50, p90, p99 (got {limits})")
+
+    def scaled(self, factor: float) -> "SLO":
+        """Looser (factor > 1) or tighter (< 1) limits; a slowdown below 1 is impossible,
+        so limits are floored at 1 and a factor that asks for less is refused."""
+        if not np.isfinite(factor) or factor <= 0:
+            raise ProvisionerError(f"--slo-scale must be > 0 (got {factor})")
+        out = {m: tuple(max(1.0, v * factor) for v in getattr(self, m)) for m in METRICS}
+        return SLO(**out, reference_machine=self.reference_machine)
+
+    def limits(self) -> np.ndarray:
+        """Shape (3 metrics, 3 percentiles)."""
+        return np.array([getattr(self, m) for m in METRICS], dtype=float)
+
+    def check_names(self) -> list[str]:
+        return [f"{m}_p{p}" for m in METRICS for p in PERCENTILES]
+
+
+def slowdown_percentiles(latency_s: np.ndarray, solo_s: np.ndarray) -> np.ndarray:
+    """Percentiles (p50, p90, p99) of per-request slowdowns, over the last axis.
+
+    latency_s : (..., n_requests), NaN where undefined (TBT of one-token requests).
+    solo_s : (n_requests,), the same requests alone on the reference machine.
+    Returns (..., 3).
+    """
+    ratio = latency_s / solo_s
+    return np.moveaxis(np.nanpercentile(ratio, PERCENTILES, axis=-1), 0, -1)
+
+
+def evaluate_slo(slowdowns: np.ndarray, slo: SLO):
+    """Slowdowns (n, 3 metrics, 3 percentiles) -> (met (n,), margins (n, 3, 3), binding names (n,))."""
+    limits = slo.limits()
+    margins = limits / slowdowns - 1.0
+    margins = np.where(np.isfinite(margins), margins, -np.inf)
+    flat = margins.reshape(len(margins), -1)
+    met = np.all(flat >= 0.0, axis=1)
+    names = np.array(slo.check_names())
+    binding = names[np.argmin(flat, axis=1)]
+    return met, margins, binding

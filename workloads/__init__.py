@@ -1,0 +1,32 @@
+"""Workloads: request traces and arrival processes for LLM inference clusters.
+
+A :class:`Trace` holds one entry per request (arrival time in s, prompt and output
+tokens). :func:`azure_trace` loads the shipped Azure 2023 traces (CC-BY 4.0, see
+``workloads/data/SOURCE.md``), :func:`read_trace_csv` reads a CSV trace, and
+:func:`make_workload` draws a workload at a target rate:
+
+>>> from workloads import make_workload
+>>> trace = make_workload("coding", 70, duration_s=120)
+>>> len(trace), trace.rate_rps
+(8400, 70.0)
+"""
+
+from workloads._arrivals import gamma_arrivals, poisson_arrivals, replay_arrivals
+from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
+from workloads._trace import Trace
+from workloads._workload import make_workload
+from workloads.errors import TraceFormatError, UnknownWorkloadError, WorkloadError
+
+__all__ = [
+    "WORKLOAD_NAMES",
+    "Trace",
+    "TraceFormatError",
+    "UnknownWorkloadError",
+    "WorkloadError",
+    "azure_trace",
+    "gamma_arrivals",
+    "make_workload",
+    "poisson_arrivals",
+    "read_trace_csv",
+    "replay_arrivals",
+]
