@@ -166,6 +166,8 @@ class _Cluster:
         coefs = [tuple(float(x) for x in inputs.coef[d, p]) for p in (0, 1)]
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
         self.machines = [_Machine(p, coefs[p], kv[p], cap) for p in pools]
+        self.pools = pools
+        self.lent = [False] * len(pools)     # serving the other pool's phase (the mixed pool)
         self.kv_cap = [kv[p] for p in pools]
         m = len(pools)
         self.pending_prompt, self.pending_decode, self.reserved = [0] * m, [0] * m, [0] * m
@@ -189,25 +191,45 @@ class _Cluster:
         if self.n_token == 0:
             p = t = min(range(self.n_prompt), key=lambda i: pp[i] + pd[i])
         else:
-            p = min(range(self.n_prompt), key=pp.__getitem__)
-            t = min(range(self.n_prompt, self.n_prompt + self.n_token), key=pd.__getitem__)
-            if self.borrow:
-                p, t = self._borrow(p, t, s + n, n)
+            p, t = self._route_split(s + n)
+            self.borrowed_prefills += self.pools[p] == 1
+            self.borrowed_decodes += self.pools[t] == 0 and n > 1
         self.prefill_on[r], self.decode_on[r], self.local[r] = p, t, p == t
         pp[p] += s
         pd[t] += n - 1
         res[t] += s + n
         return p
 
-    def _borrow(self, p, t, need, n):
-        res, cap, pp = self.reserved, self.kv_cap, self.pending_prompt
-        if res[t] + need > cap[t] and res[p] + need <= cap[p]:
-            self.borrowed_decodes += n > 1
-            return p, p
-        if pp[p] > self.overload and pp[t] < self.overload and res[t] + need <= cap[t]:
-            self.borrowed_prefills += 1
-            return t, t
+    def _route_split(self, need):
+        """Least-loaded prefill and decode machines, lending machines to the mixed pool under overload."""
+        pools, lent, pp, pd, res, cap = self.pools, self.lent, self.pending_prompt, self.pending_decode, \
+            self.reserved, self.kv_cap
+        for m in range(len(pools)):   # a lent machine goes home once its borrowed work has drained
+            if lent[m] and ((pools[m] == 0 and res[m] == 0) or (pools[m] == 1 and pp[m] == 0)):
+                lent[m] = False
+        prefill_side = [m for m in range(len(pools)) if (pools[m] == 0) != lent[m]]
+        decode_side = [m for m in range(len(pools)) if (pools[m] == 0) == lent[m]]
+        p = min(prefill_side, key=pp.__getitem__)
+        roomy = [m for m in decode_side if res[m] + need <= cap[m]]
+        if roomy:
+            t = min(roomy, key=pd.__getitem__)
+        else:
+            t = min(decode_side, key=pd.__getitem__)
+            if self.borrow:   # token side full: a prompt machine joins the mixed pool
+                t = self._lend(0, pp, exclude=p, fallback=t)
+        if self.borrow and pp[p] > self.overload:   # prompt side overloaded: a token machine joins
+            p = self._lend(1, res, exclude=t, fallback=p)
         return p, t
+
+    def _lend(self, pool, load, exclude, fallback):
+        """Lend the least-loaded home machine of `pool` (keeping one at home); else `fallback`."""
+        home = [m for m in range(len(self.pools)) if self.pools[m] == pool and not self.lent[m]]
+        candidates = [m for m in home if m != exclude]
+        if len(home) < 2 or not candidates:
+            return fallback
+        c = min(candidates, key=load.__getitem__)
+        self.lent[c] = True
+        return c
 
     def start(self, m):
         """Start an iteration on idle machine m; return its duration or None."""
