@@ -17,6 +17,7 @@ from ._roofline import HardwareArrays, ModelShape, iteration_time_s, roofline_co
 from .errors import PerfModelError
 
 GB = 1e9
+TP_DEGREES = (1, 2, 4, 8)
 
 
 class LatencyModel:
@@ -51,8 +52,10 @@ class LatencyModel:
         """Hardware arrays for one GPU type, broadcast over `tp` and `power_cap` arrays."""
         g = self.gpu(gpu)
         tp = np.asarray(tp, dtype=float)
-        if np.any(tp < 1) or np.any(tp != np.round(tp)):
-            raise PerfModelError("tensor_parallel must be a positive integer (1, 2, 4 or 8)")
+        bad = tp[~np.isin(tp, TP_DEGREES)]
+        if bad.size:
+            # Attention heads and FFN columns split evenly over 1, 2, 4 or 8 GPUs of one machine.
+            raise PerfModelError(f"tensor_parallel must be 1, 2, 4 or 8 (got {bad.flat[0]:g})")
         c = self.calibration.for_gpu(g.name)
         return HardwareArrays(
             peak_flops=np.asarray(g.dense_fp16_tflops * 1e12),
@@ -88,6 +91,8 @@ class LatencyModel:
         b = np.asarray(batch_size, dtype=float)
         ctx = np.asarray(context_tokens, dtype=float)
         _check_positive(b, "batch_size")
+        if np.any(~np.isfinite(ctx)) or np.any(ctx < 0):
+            raise PerfModelError(f"context_tokens must be >= 0 (got {np.min(ctx):g})")
         return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
                                 decode_batch=b, decode_context_tokens=ctx * b)
 

@@ -16,7 +16,7 @@ from ..designs import Design, DesignBatch
 from ..errors import ProvisionerError
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs
-from ._metrics import request_latencies, summarize
+from ._metrics import _makespan, request_latencies, summarize
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies"]
@@ -62,17 +62,29 @@ def cluster_cost_power(designs: DesignBatch, catalog):
 
 
 def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "fluid",
-                      perf: LatencyModel | None = None):
-    """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times."""
+                      perf: LatencyModel | None = None, stop_when_infeasible: SLO | None = None):
+    """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times.
+
+    stop_when_infeasible : with the fluid engine, stop a design as soon as more than 1%
+        (+1) of its requests exceeded a p99 limit of this SLO: that p99 is then violated
+        whatever the rest of the trace does. Its unfinished requests get +inf times.
+    """
     batch = DesignBatch.from_designs(designs)
     perf = perf if perf is not None else LatencyModel()
     llm = perf.llm(model)
     inputs = build_inputs(batch, trace, llm, perf)
-    return batch, inputs, _engine(engine)(inputs)
+    if stop_when_infeasible is None or engine != "fluid":
+        return batch, inputs, _engine(engine)(inputs)
+    from ._fluid import run_fluid
+    solo = np.stack(solo_latencies(trace, llm, perf, stop_when_infeasible), axis=1)
+    late_s = np.nan_to_num(solo * stop_when_infeasible.limits()[:, -1], nan=np.inf)
+    abort_after = int(np.ceil(0.01 * len(trace))) + 1
+    return batch, inputs, run_fluid(inputs, None, late_s, abort_after)
 
 
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
-             slo: SLO | None = None, perf: LatencyModel | None = None) -> pd.DataFrame:
+             slo: SLO | None = None, perf: LatencyModel | None = None,
+             stop_infeasible: bool = False) -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -82,6 +94,9 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     model : catalog model name or `LLM`.
     engine : "fluid" (fast) or "des" (exact reference).
     slo : latency SLOs (default: Splitwise Table VI).
+    stop_infeasible : (fluid) stop a design once a p99 SLO is certainly violated; its
+        row then has `stopped_early` True, `slo_met` False and +inf percentiles where
+        the unfinished requests dominate. For search; keep False to see full metrics.
 
     Returns
     -------
@@ -92,15 +107,17 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     """
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
-    batch, inputs, out = simulate_requests(designs, trace, model, engine=engine, perf=perf)
+    batch, inputs, out = simulate_requests(designs, trace, model, engine=engine, perf=perf,
+                                           stop_when_infeasible=slo if stop_infeasible else None)
     llm = perf.llm(model)
     cost, power = cluster_cost_power(batch, perf.catalog)
     frame = batch.to_frame()
     machines = frame[["prompt_machines", "token_machines"]].to_numpy(float)
-    makespan = np.nanmax(out.finish_s, axis=1) - trace.arrival_s[0]
+    makespan = _makespan(out, trace)
     with np.errstate(invalid="ignore", divide="ignore"):
         util = np.nan_to_num(out.busy_s.sum(axis=1) / (machines.sum(axis=1) * makespan))
     drawn_kw = power * (IDLE_POWER_FRACTION + (1 - IDLE_POWER_FRACTION) * np.clip(util, 0, 1))
     result = summarize(frame, out, trace, solo_latencies(trace, llm, perf, slo), slo, cost, power, drawn_kw)
     result.insert(0, "engine", engine)
+    result["stopped_early"] = out.aborted if out.aborted is not None else False
     return result

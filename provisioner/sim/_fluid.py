@@ -442,8 +442,9 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
         np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after))
     aborted = stats[:, ST_ABORTED] > 0
-    first[aborted] = np.where(np.isnan(first[aborted]), np.inf, first[aborted])
-    finish[aborted] = np.where(np.isnan(finish[aborted]), np.inf, finish[aborted])
+    if aborted.any():
+        np.nan_to_num(first, copy=False, nan=np.inf)
+        np.nan_to_num(finish, copy=False, nan=np.inf)
     return EngineOutput(
         first_token_s=first, finish_s=finish,
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..slo import METRICS, PERCENTILES, SLO, evaluate_slo, slowdown_percentiles
+from ..slo import METRICS, PERCENTILES, SLO, evaluate_slo, row_percentiles, slowdown_percentiles
 from ._inputs import EngineOutput
 
 
@@ -30,16 +30,16 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
     cols = {}
     slowdowns = np.empty((len(designs_frame), 3, 3))
     for k, (name, x, ref) in enumerate(zip(METRICS, lat, solo)):
-        pct = np.nanpercentile(x, PERCENTILES, axis=1)
+        pct = row_percentiles(x)
         for j, p in enumerate(PERCENTILES):
-            cols[f"{name}_p{p}_s"] = pct[j]
+            cols[f"{name}_p{p}_s"] = pct[:, j]
         slowdowns[:, k, :] = slowdown_percentiles(x, ref)
     met, margins, binding = evaluate_slo(slowdowns, slo)
     for k, name in enumerate(METRICS):
         for j, p in enumerate(PERCENTILES):
             cols[f"slowdown_{name}_p{p}"] = slowdowns[:, k, j]
             cols[f"margin_{name}_p{p}"] = margins[:, k, j]
-    makespan = np.nanmax(out.finish_s, axis=1) - trace.arrival_s[0]
+    makespan = _makespan(out, trace)
     n = len(trace)
     machines = designs_frame[["prompt_machines", "token_machines"]].to_numpy(float)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -58,3 +58,9 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
         energy_wh_per_request=energy_power_kw * 1e3 * makespan / 3600.0 / n,
     )
     return frame
+
+
+def _makespan(out: EngineOutput, trace) -> np.ndarray:
+    """Seconds from the first arrival to the last finish (finite part, for stopped designs)."""
+    finish = np.where(np.isfinite(out.finish_s), out.finish_s, -np.inf)
+    return np.max(finish, axis=1) - trace.arrival_s[0]

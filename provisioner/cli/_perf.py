@@ -1,0 +1,530 @@
+"""`provision perf ...`: the latency models from the command line.
+
+- `predict` (CONTRACTS.md, command 3): prefill and decode-iteration times for a CSV of
+  configuration points.
+- `calibrate`: refit the roofline constants on measured profiles, report MAPE per
+  phase and GPU on held-out points, save the constants.
+- `plot`: model against measurements (Splitwise Fig. 5 and 6 style) as one offline HTML.
+
+The computations are plain functions (`predict_points`, `perf_plot_data`) so a notebook
+or a test gets the same numbers the commands print; plotly is imported only by `plot`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import typer
+
+import perfmodels
+from hardware_catalog import UnknownNameError, load_catalog
+from perfmodels import CalibrationReport, LatencyModel, calibrate, dump_calibration, kv_capacity_tokens
+from perfmodels._calibrate import POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS
+from perfmodels._model import TP_DEGREES
+
+from ..errors import ProvisionerError
+
+app = typer.Typer(
+    help="Latency models: predict, calibrate, plot.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+POINT_INPUT_COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size")
+OPTIONAL_INPUT_COLUMNS = ("power_cap",)
+PREDICTED_COLUMNS = ("prompt_time_ms", "token_time_ms")
+# The file `LatencyModel()` loads by default (perfmodels._constants.DEFAULT_CALIBRATION).
+DEFAULT_CALIBRATION_PATH = Path(perfmodels.__file__).resolve().parent / "data" / "calibration.toml"
+PLOT_GPUS = ("a100-80gb", "h100-80gb")
+PLOT_PROMPT_SIZE = 512  # the batch sweeps of the profiles (Splitwise Fig. 5b, 6a)
+PANELS = {
+    # panel: (phase, x column, title)
+    "prefill_vs_prompt": ("prompt_time", "prompt_size", "Prompt phase vs prompt size (batch 1)"),
+    "prefill_vs_batch": ("prompt_time", "batch_size", f"Prompt phase vs batch size (prompt {PLOT_PROMPT_SIZE})"),
+    "decode_vs_batch": ("token_time", "batch_size", f"Decode iteration vs batch size (prompt {PLOT_PROMPT_SIZE})"),
+    "decode_vs_context": ("token_time", "context_tokens", "Decode iteration vs context (batch 1)"),
+}
+
+
+# --- predict ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Points:
+    """Parsed `--points` rows: one array per column and each row's line number in the file."""
+
+    frame: pd.DataFrame      # model, hardware, gpu, tensor_parallel, prompt_size, batch_size, power_cap, line
+    has_power_cap: bool
+
+
+def predict_points(points: pd.DataFrame, perf: LatencyModel | None = None) -> pd.DataFrame:
+    """Prefill and decode-iteration times (ms) of configuration points.
+
+    Parameters
+    ----------
+    points : DataFrame with columns model, gpu (a catalog GPU name), tensor_parallel,
+        prompt_size, batch_size, power_cap (fraction of TDP); shape (n,) each.
+    perf : the latency model (default: the shipped calibration).
+
+    Returns
+    -------
+    DataFrame indexed like `points` with prompt_time_ms (one prefill pass over
+    batch_size prompts of prompt_size tokens) and token_time_ms (one decode iteration of
+    batch_size requests with prompt_size tokens of context each). One model call per
+    (model, gpu) group.
+    """
+    perf = perf if perf is not None else LatencyModel()
+    out = pd.DataFrame(index=points.index, columns=list(PREDICTED_COLUMNS), dtype=float)
+    for (model, gpu), g in points.groupby(["model", "gpu"], sort=False):
+        tp = g.tensor_parallel.to_numpy(float)
+        s = g.prompt_size.to_numpy(float)
+        b = g.batch_size.to_numpy(float)
+        cap = g.power_cap.to_numpy(float)
+        out.loc[g.index, "prompt_time_ms"] = 1e3 * perf.prefill_time_s(model, gpu, tp, s, b, cap)
+        out.loc[g.index, "token_time_ms"] = 1e3 * perf.decode_time_s(model, gpu, tp, b, s, cap)
+    return out
+
+
+@app.command("predict")
+def predict_command(
+    points: Path = typer.Option(..., "--points", help="CSV with model,hardware,tensor_parallel,prompt_size,"
+                                "batch_size and optionally power_cap (fraction of TDP)."),
+    out: Path = typer.Option(..., "--out", help="CSV to write: the input columns plus prompt_time_ms, token_time_ms."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+) -> None:
+    """Prefill and decode-iteration times (ms) for each row of a CSV."""
+    _check_out(out, force, "--out")
+    parsed = _read_points(points)
+    perf = LatencyModel()
+    df = parsed.frame
+    _warn_borrowed(perf, df.gpu.unique())
+    _warn_memory(perf.catalog, df, points)
+    times = predict_points(df, perf)
+    cols = list(POINT_INPUT_COLUMNS) + (["power_cap"] if parsed.has_power_cap else [])
+    result = pd.concat([df[cols], times], axis=1)
+    result.to_csv(out, index=False)
+    typer.echo(f"wrote {len(result)} rows to {out}")
+
+
+def _read_points(path: Path) -> _Points:
+    """Parse and validate `--points`; every error names the line (header = line 1) and column."""
+    where = f"--points {path}"
+    if not path.is_file():
+        raise ProvisionerError(f"{where}: no such file; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header, rows = None, []
+            for record in reader:
+                if not any(cell.strip() for cell in record):
+                    continue  # blank line; keep counting lines as an editor does
+                if header is None:
+                    header = [c.strip() for c in record]
+                    continue
+                rows.append((reader.line_num, record))
+    except UnicodeDecodeError:
+        raise ProvisionerError(f"{where}: not a UTF-8 text CSV file") from None
+    except csv.Error as exc:
+        raise ProvisionerError(f"{where}: not a valid CSV file ({exc})") from None
+    required = ", ".join(POINT_INPUT_COLUMNS)
+    if header is None:
+        raise ProvisionerError(f"{where}: file is empty; the header must name the columns {required}")
+    dup = sorted({c for c in header if header.count(c) > 1 and c})
+    if dup:
+        raise ProvisionerError(f"{where}: column '{dup[0]}' appears twice in the header")
+    missing = [c for c in POINT_INPUT_COLUMNS if c not in header]
+    if missing:
+        raise ProvisionerError(f"{where}: missing column{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(missing)} (required: {required}; optional: power_cap)")
+    if not rows:
+        raise ProvisionerError(f"{where}: no data rows after the header")
+    pos = {c: header.index(c) for c in (*POINT_INPUT_COLUMNS, *OPTIONAL_INPUT_COLUMNS) if c in header}
+    has_cap = "power_cap" in pos
+    cat = load_catalog()
+    records = []
+    for line, record in rows:
+        if len(record) != len(header):
+            raise ProvisionerError(f"{where}: line {line} has {len(record)} fields but the header has "
+                                   f"{len(header)}; fix the commas on that line")
+        cell = {c: record[i].strip() for c, i in pos.items()}
+        at = f"{where}: line {line}, column"
+        model = cell["model"]
+        try:
+            cat.model(model)
+        except UnknownNameError as exc:
+            raise ProvisionerError(f"{at} model: {exc}") from None
+        gpu, machine = _resolve_hardware(cat, cell["hardware"], f"{at} hardware")
+        tp = _number(cell["tensor_parallel"], f"{at} tensor_parallel")
+        if tp not in TP_DEGREES:
+            raise ProvisionerError(f"{at} tensor_parallel: must be 1, 2, 4 or 8 (got {cell['tensor_parallel']})")
+        if tp > machine.gpus_per_machine:
+            raise ProvisionerError(
+                f"{at} tensor_parallel: {tp:g} is larger than the {machine.gpus_per_machine} GPUs of one "
+                f"{machine.name} (a TP group stays inside one machine); use at most {machine.gpus_per_machine}")
+        s = _number(cell["prompt_size"], f"{at} prompt_size")
+        b = _number(cell["batch_size"], f"{at} batch_size")
+        for name, v, unit in (("prompt_size", s, "tokens per prompt"), ("batch_size", b, "requests")):
+            if not v > 0:
+                raise ProvisionerError(f"{at} {name}: must be a positive number of {unit} (got {cell[name]})")
+        cap = 1.0
+        if has_cap and cell["power_cap"]:  # an empty cell means uncapped
+            cap = _number(cell["power_cap"], f"{at} power_cap")
+            if not 0 < cap <= 1:
+                raise ProvisionerError(f"{at} power_cap: must be a fraction of rated power in (0, 1], "
+                                       f"e.g. 0.5 (got {cell['power_cap']})")
+        records.append(dict(model=model, hardware=cell["hardware"], gpu=gpu, tensor_parallel=int(tp),
+                            prompt_size=s, batch_size=b, power_cap=cap, line=line))
+    frame = pd.DataFrame.from_records(records)
+    for col in ("prompt_size", "batch_size"):  # write integers back as integers
+        if (frame[col] == np.round(frame[col])).all():
+            frame[col] = frame[col].astype(np.int64)
+    return _Points(frame, has_cap)
+
+
+def _resolve_hardware(cat, name: str, at: str):
+    """(GPU name, the machine that bounds TP) of a GPU or machine name."""
+    if name in cat.gpus:
+        return name, cat.machine_for_gpu(name)
+    if name in cat.machines:
+        machine = cat.machine(name)
+        return machine.gpu, machine
+    exc = UnknownNameError("gpu or machine", name, [*cat.gpus, *cat.machines])
+    raise ProvisionerError(f"{at}: {exc}")
+
+
+def _number(text: str, at: str) -> float:
+    if not text:
+        raise ProvisionerError(f"{at}: empty cell; give a number")
+    try:
+        v = float(text)
+    except ValueError:
+        raise ProvisionerError(f"{at}: '{text}' is not a number") from None
+    if not math.isfinite(v):
+        raise ProvisionerError(f"{at}: '{text}' is not a finite number")
+    return v
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
+def _warn_borrowed(perf: LatencyModel, gpus) -> None:
+    """One line naming the GPUs whose constants are borrowed from another GPU's calibration."""
+    borrowed = [g for g in gpus if not perf.calibration.is_calibrated(g)]
+    if borrowed:
+        pairs = ", ".join(f"{g} (from {perf.calibration.borrowed.get(g, '?')})" for g in borrowed)
+        _warn(f"latency constants of {pairs} are borrowed, not calibrated on that GPU; "
+              f"treat those times as estimates")
+
+
+def _warn_memory(cat, df: pd.DataFrame, path: Path) -> None:
+    """One line when some rows' weights plus KV cache exceed the TP group's HBM (extrapolated)."""
+    bad = np.zeros(len(df), dtype=bool)
+    for (model, gpu), g in df.groupby(["model", "gpu"], sort=False):
+        capacity = kv_capacity_tokens(cat.model(model), cat.gpu(gpu), g.tensor_parallel.to_numpy(float))
+        need = g.prompt_size.to_numpy(float) * g.batch_size.to_numpy(float)
+        bad[df.index.get_indexer(g.index)] = need > capacity
+    if bad.any():
+        first = df.loc[bad].iloc[0]
+        _warn(f"{int(bad.sum())} row(s) of {path} need more HBM than the TP group has (first: line "
+              f"{first.line}, {first.model} on {first.tensor_parallel}x {first.gpu}, "
+              f"{first.batch_size} x {first.prompt_size} tokens); their times are extrapolated")
+
+
+def _check_out(out: Path, force: bool, flag: str) -> None:
+    if out.is_dir():
+        raise ProvisionerError(f"{flag} {out} is a directory; give a file path")
+    if out.exists() and not force:
+        raise ProvisionerError(f"{flag} {out} already exists; pass --force to overwrite it or choose another path")
+    if not out.parent.is_dir():
+        raise ProvisionerError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
+
+
+# --- calibrate -------------------------------------------------------------------------
+
+
+def _read_profile(profile: Path | None) -> pd.DataFrame | None:
+    if profile is None:
+        return None
+    where = f"--profile {profile}"
+    if not profile.is_file():
+        raise ProvisionerError(f"{where}: no such file; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
+    try:
+        df = pd.read_csv(profile)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ProvisionerError(f"{where}: not a readable CSV ({' '.join(str(exc).split())})") from None
+    missing = [c for c in PROFILE_COLUMNS if c not in df.columns]
+    if missing:
+        raise ProvisionerError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                               f"(required: {', '.join(PROFILE_COLUMNS)})")
+    if df.empty:
+        raise ProvisionerError(f"{where}: no data rows after the header")
+    for col in PROFILE_COLUMNS[2:]:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = ~(values > 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ProvisionerError(f"{where}: line {i + 2}, column {col}: must be a positive number "
+                                   f"(got '{df[col].iloc[i]}')")
+        df[col] = values
+    bad_tp = ~df.tensor_parallel.isin(TP_DEGREES)
+    if bad_tp.any():
+        i = int(np.flatnonzero(bad_tp.to_numpy())[0])
+        raise ProvisionerError(f"{where}: line {i + 2}, column tensor_parallel: must be 1, 2, 4 or 8 "
+                               f"(got {df.tensor_parallel.iloc[i]:g})")
+    cat = load_catalog()
+    for col, lookup in (("model", cat.model), ("hardware", cat.gpu)):
+        for name in df[col].unique():
+            try:
+                lookup(name)
+            except UnknownNameError as exc:
+                i = int(np.flatnonzero((df[col] == name).to_numpy())[0])
+                raise ProvisionerError(f"{where}: line {i + 2}, column {col}: {exc}") from None
+    return df
+
+
+def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> CalibrationReport:
+    """`perfmodels.calibrate` with the CLI's argument checks (one-line errors)."""
+    if not 0 < holdout < 1:
+        raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an empty split's mean; reported below
+        report = calibrate(profile, holdout_fraction=holdout, seed=seed)
+    empty = report.mape[(report.mape.split == "held-out") & (report.mape.points == 0)]
+    if len(empty):
+        raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {empty.gpu.iloc[0]}; "
+                               f"use a larger fraction (e.g. 0.2)")
+    return report
+
+
+def mape_table(report: CalibrationReport) -> pd.DataFrame:
+    """One row per (gpu, phase): held-out and train MAPE (%) and point counts."""
+    m = report.mape.pivot_table(index=["gpu", "phase"], columns="split", values=["mape_pct", "points"],
+                                aggfunc="first")
+    m.columns = [f"{split}_{what}" for what, split in m.columns]
+    return m.reset_index()[["gpu", "phase", "held-out_mape_pct", "train_mape_pct",
+                            "held-out_points", "train_points"]]
+
+
+@app.command("calibrate")
+def calibrate_command(
+    profile: Path = typer.Option(None, "--profile", help="Profile CSV (default: the Llama2-70B DGX-A100/H100 "
+                                 "profiles shipped in perfmodels/data)."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of configuration points held out per GPU."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split."),
+    out: Path = typer.Option(None, "--out", help="Where to save the constants (default: the package's own "
+                             "perfmodels/data/calibration.toml, which the latency model loads)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists (not needed for the default)."),
+    max_mape: float = typer.Option(None, "--max-mape", help="Fail (exit 2, nothing saved) if any held-out "
+                                   "MAPE exceeds this percentage (for CI)."),
+) -> None:
+    """Fit the latency constants per GPU on measured profiles; print MAPE; save them."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if max_mape is not None and not max_mape > 0:
+        raise ProvisionerError(f"--max-mape must be a percentage > 0, e.g. 8 (got {max_mape:g})")
+    target = DEFAULT_CALIBRATION_PATH if out is None else out
+    if target.resolve() != DEFAULT_CALIBRATION_PATH:
+        _check_out(target, force, "--out")
+    report = run_calibration(_read_profile(profile), holdout, seed)
+    table = mape_table(report)
+
+    console = Console(width=max(Console().width, 100))
+    t = Table(title=f"MAPE of the fitted model ({holdout:.0%} of points held out, seed {seed})")
+    for col, justify in (("GPU", "left"), ("phase", "left"), ("held-out MAPE", "right"), ("train MAPE", "right"),
+                         ("held-out points", "right"), ("train points", "right")):
+        t.add_column(col, justify=justify)
+    for r in table.itertuples(index=False):
+        t.add_row(r.gpu, r.phase, f"{r[2]:.2f}%", f"{r[3]:.2f}%", str(int(r[4])), str(int(r[5])))
+    console.print(t)
+    for r in table.itertuples(index=False):  # plain lines too: greppable in CI logs
+        console.print(f"MAPE {r.gpu} {r.phase}: held-out {r[2]:.2f}%, train {r[3]:.2f}%", highlight=False)
+    console.print(f"excluded {report.excluded_rows} artifact rows where {report.excluded_rule}: "
+                  f"{report.excluded_reason}", highlight=False)
+
+    if max_mape is not None:
+        worst = table.loc[table["held-out_mape_pct"].idxmax()]
+        if worst["held-out_mape_pct"] > max_mape:
+            raise ProvisionerError(
+                f"held-out MAPE of {worst.gpu} {worst.phase} is {worst['held-out_mape_pct']:.2f}% > --max-mape "
+                f"{max_mape:g}%; constants not saved")
+    target.write_text(dump_calibration(report.calibration))
+    console.print(f"saved constants to {target}", highlight=False)
+
+
+# --- plot ------------------------------------------------------------------------------
+
+
+def perf_plot_data(report: CalibrationReport, profile: pd.DataFrame | None = None, *,
+                   holdout_fraction: float = 0.2, seed: int = 0, catalog=None,
+                   grid_points: int = 60) -> pd.DataFrame:
+    """The numbers of `provision perf plot`: measured medians and model curves, tidy.
+
+    Parameters
+    ----------
+    report : from `perfmodels.calibrate(profile, holdout_fraction=..., seed=...)`; its
+        constants draw the model curves.
+    profile : the profile it was fitted on (default: the shipped one).
+    holdout_fraction, seed : the split `calibrate` used, to mark held-out points (must
+        match the call that produced `report`).
+    grid_points : model-curve points per (panel, model, gpu, tp).
+
+    Returns
+    -------
+    DataFrame, one row per plotted point, columns: panel (a key of PANELS), phase
+    ("prompt_time" | "token_time"), model, gpu, tp, kind ("measured" | "model"),
+    split ("train" | "held-out" | "excluded" for measured points, "" for the model),
+    x (the panel's x: prompt_size, batch_size or context_tokens), prompt_size,
+    batch_size, context_tokens, time_ms (median of the repetitions for a measured
+    point), reps (repetitions; 0 for the model).
+
+    Decode times are compared at the mean context of the generation,
+    prompt_size + token_size / 2, as in `perfmodels.calibrate` (the profile's
+    token_time_ms averages the iterations of a generation whose context grows).
+    """
+    from perfmodels import shipped_profile
+    from perfmodels._calibrate import _holdout_mask
+
+    profile = shipped_profile() if profile is None else profile
+    perf = LatencyModel(report.calibration, catalog)
+    df = profile.copy()
+    excluded = df.eval(report.excluded_rule).to_numpy(bool)
+    kept = df.loc[~excluded]
+    held = pd.Series(False, index=df.index)
+    held.loc[kept.index] = _holdout_mask(kept, holdout_fraction, seed)
+    df["split"] = np.where(excluded, "excluded", np.where(held, "held-out", "train"))
+    med = (df.groupby(["model", *POINT_COLUMNS, "split"], as_index=False)
+             .agg(prompt_time_ms=("prompt_time_ms", "median"), token_time_ms=("token_time_ms", "median"),
+                  reps=("prompt_time_ms", "size")))
+    med = med.rename(columns={"hardware": "gpu", "tensor_parallel": "tp"})
+    med["context_tokens"] = med.prompt_size + med.token_size / 2.0
+
+    # The batch sweep generates one output length (128 tokens in the shipped profiles):
+    # keep that length at batch 1 too, so one decode curve has one context.
+    sweep = med.prompt_size == PLOT_PROMPT_SIZE
+    sweep_tokens = med.token_size[sweep & (med.batch_size > 1)].min()
+    slices = {
+        "prefill_vs_prompt": med.batch_size == 1,
+        "prefill_vs_batch": sweep,
+        "decode_vs_batch": sweep & (med.token_size == sweep_tokens),
+        "decode_vs_context": med.batch_size == 1,
+    }
+    parts = []
+    for panel, sel in slices.items():
+        phase, xcol, _ = PANELS[panel]
+        m = med.loc[sel].copy()
+        if m.empty:
+            continue
+        m["panel"], m["phase"], m["kind"] = panel, phase, "measured"
+        m["x"] = m[xcol].astype(float)
+        m["time_ms"] = m[f"{phase}_ms"]
+        parts.append(m)
+        for (model, gpu, tp), g in m.groupby(["model", "gpu", "tp"]):
+            lo, hi = g.x.min(), g.x.max()
+            x = np.unique(np.geomspace(lo, hi, grid_points)) if hi > lo else np.array([lo])
+            if xcol == "batch_size":
+                x = np.unique(np.concatenate([np.unique(np.round(x)), g.x.unique()]))
+            n = len(x)
+            if panel == "prefill_vs_prompt":
+                s, b, ctx = x, np.ones(n), np.full(n, np.nan)
+                t = perf.prefill_time_s(model, gpu, tp, s, b)
+            elif panel == "prefill_vs_batch":
+                s, b, ctx = np.full(n, float(PLOT_PROMPT_SIZE)), x, np.full(n, np.nan)
+                t = perf.prefill_time_s(model, gpu, tp, s, b)
+            elif panel == "decode_vs_batch":
+                ctx = np.full(n, float(g.context_tokens.iloc[0]))
+                s, b = np.full(n, float(PLOT_PROMPT_SIZE)), x
+                t = perf.decode_time_s(model, gpu, tp, b, ctx)
+            else:
+                s, b, ctx = np.full(n, np.nan), np.ones(n), x
+                t = perf.decode_time_s(model, gpu, tp, b, ctx)
+            parts.append(pd.DataFrame(dict(panel=panel, phase=phase, model=model, gpu=gpu, tp=tp, kind="model",
+                                           split="", x=x, prompt_size=s, batch_size=b, context_tokens=ctx,
+                                           time_ms=1e3 * t, reps=0)))
+    cols = ["panel", "phase", "model", "gpu", "tp", "kind", "split", "x", "prompt_size", "batch_size",
+            "context_tokens", "time_ms", "reps"]
+    data = pd.concat(parts, ignore_index=True)[cols]
+    for col in ("prompt_size", "batch_size", "context_tokens", "x", "time_ms"):
+        data[col] = data[col].astype(float)
+    data["tp"] = data.tp.astype(int)
+    return data
+
+
+def perf_figure(data: pd.DataFrame, gpus=PLOT_GPUS):
+    """A plotly figure of `perf_plot_data`: one row per panel, one column per GPU."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    gpus = [g for g in gpus if g in set(data.gpu)] or sorted(data.gpu.unique())
+    panels = [p for p in PANELS if p in set(data.panel)]
+    titles = [f"{PANELS[p][2]} — {g}" for p in panels for g in gpus]
+    fig = make_subplots(rows=len(panels), cols=len(gpus), subplot_titles=titles,
+                        horizontal_spacing=0.08, vertical_spacing=0.06)
+    colors = {1: "#7f7f7f", 2: "#1f77b4", 4: "#ff7f0e", 8: "#2ca02c"}
+    symbols = {"train": "circle", "held-out": "diamond-open", "excluded": "x"}
+    models = sorted(data.model.unique())
+    shown = set()
+    for i, panel in enumerate(panels, start=1):
+        phase, xcol, _ = PANELS[panel]
+        for j, gpu in enumerate(gpus, start=1):
+            d = data[(data.panel == panel) & (data.gpu == gpu)]
+            for (model, tp), g in d.groupby(["model", "tp"]):
+                label = f"TP {tp}" + (f" {model}" if len(models) > 1 else "")
+                color = colors.get(tp, None)
+                line = g[g.kind == "model"].sort_values("x")
+                key = (label, "model")
+                fig.add_trace(go.Scatter(
+                    x=line.x, y=line.time_ms, mode="lines", line=dict(color=color),
+                    name=f"{label} model", legendgroup=label, showlegend=key not in shown,
+                    hovertemplate=f"{label} model<br>{xcol}=%{{x:.0f}}<br>%{{y:.1f}} ms<extra></extra>"),
+                    row=i, col=j)
+                shown.add(key)
+                for split, pts in g[g.kind == "measured"].groupby("split"):
+                    key = (label, split)
+                    fig.add_trace(go.Scatter(
+                        x=pts.x, y=pts.time_ms, mode="markers",
+                        marker=dict(color=color, symbol=symbols.get(split, "circle"), size=8,
+                                    line=dict(width=1.5, color=color)),
+                        name=f"{label} measured ({split})", legendgroup=label, showlegend=key not in shown,
+                        hovertemplate=(f"{label} measured, {split}<br>{xcol}=%{{x:.0f}}<br>"
+                                       f"median %{{y:.1f}} ms<extra></extra>")),
+                        row=i, col=j)
+                    shown.add(key)
+            fig.update_xaxes(type="log", title_text=xcol.replace("_", " "), row=i, col=j)
+            fig.update_yaxes(title_text=f"{'prompt' if phase == 'prompt_time' else 'decode iteration'} time (ms)",
+                             row=i, col=j)
+    fig.update_layout(
+        height=380 * len(panels), width=1200,
+        title=("Latency model vs measured medians (markers: filled = fitted on, open diamond = held out, "
+               "x = excluded artifact; lines: model)"),
+        legend=dict(groupclick="toggleitem"))
+    return fig
+
+
+@app.command("plot")
+def plot_command(
+    out: Path = typer.Option(..., "--out", help="HTML file to write (self-contained, works offline)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    profile: Path = typer.Option(None, "--profile", help="Profile CSV (default: the shipped profiles)."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of configuration points held out per GPU."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split."),
+) -> None:
+    """Model against measurements per phase, GPU and TP degree (Splitwise Fig. 5 and 6 style)."""
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ProvisionerError(f"--out {out}: the plot is an HTML page; give a path ending in .html")
+    _check_out(out, force, "--out")
+    df = _read_profile(profile)
+    report = run_calibration(df, holdout, seed)
+    data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
+    fig = perf_figure(data)
+    fig.write_html(str(out), include_plotlyjs=True, full_html=True)
+    typer.echo(f"wrote {out} ({len(data[data.kind == 'measured'])} measured points, "
+               f"{data.panel.nunique()} panels)")
