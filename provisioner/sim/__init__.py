@@ -112,12 +112,12 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     llm = perf.llm(model)
     cost, power = cluster_cost_power(batch, perf.catalog)
     frame = batch.to_frame()
-    machines = frame[["prompt_machines", "token_machines"]].to_numpy(float)
     makespan = _makespan(out, trace)
     with np.errstate(invalid="ignore", divide="ignore"):
-        util = np.nan_to_num(out.busy_s.sum(axis=1) / (machines.sum(axis=1) * makespan))
+        util = np.nan_to_num(out.busy_s.sum(axis=1) / (inputs.n_machines.sum(axis=1) * makespan))
     drawn_kw = power * (IDLE_POWER_FRACTION + (1 - IDLE_POWER_FRACTION) * np.clip(util, 0, 1))
-    result = summarize(frame, out, trace, solo_latencies(trace, llm, perf, slo), slo, cost, power, drawn_kw)
+    result = summarize(frame, out, trace, solo_latencies(trace, llm, perf, slo), slo, cost, power, drawn_kw,
+                       inputs.n_machines)
     result.insert(0, "engine", engine)
     result["stopped_early"] = out.aborted if out.aborted is not None else False
     return result

@@ -25,7 +25,7 @@ PROMPT_OVERLOAD_BATCHES = 4.0
 class SimInputs:
     """Arrays of shape (n_designs,) or (n_designs, 2 pools[, N_COEF]) and (n_requests,)."""
 
-    n_machines: np.ndarray          # (d, 2) int64: prompt (or mixed) pool, token pool
+    n_machines: np.ndarray          # (d, 2) int64 servers (model replicas): prompt (or mixed) pool, token pool
     coef: np.ndarray                # (d, 2, N_COEF) roofline coefficients per pool
     kv_cap_tokens: np.ndarray       # (d, 2) KV budget per machine, tokens
     batch_cap_tokens: np.ndarray    # (d,) prompt batch cap
@@ -49,6 +49,7 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
     d = len(designs)
     split = designs.is_split
     n_machines = np.stack([designs.prompt_machines, np.where(split, designs.token_machines, 0)], axis=1)
+    n_machines = n_machines.astype(np.int64)
     coef = np.empty((d, 2, N_COEF))
     kv_cap = np.empty((d, 2))
     kv_s_per_token = np.empty(d)
@@ -61,15 +62,16 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
             idx = np.flatnonzero(keys == key)
             machine = cat.machine(key.split("|")[0])
             tp = int(key.split("|")[1])
-            if tp > machine.gpus_per_machine:
-                raise ProvisionerError(f"{tpcol.replace('_', '-')} {tp} exceeds the {machine.gpus_per_machine} "
-                                       f"GPUs of a {machine.name}")
+            if tp > machine.gpus_per_machine or machine.gpus_per_machine % tp:
+                raise ProvisionerError(f"{tpcol.replace('_', '-')} {tp} does not divide the {machine.gpus_per_machine} "
+                                       f"GPUs of a {machine.name}: use a divisor of {machine.gpus_per_machine}")
             gpu = cat.gpu(machine.gpu)
             caps = designs.columns[capcol][idx].astype(float)
             coef[idx, p] = perf.coefficients(llm, gpu, tp, caps)
-            # A machine with more GPUs than the TP degree runs several replicas; the
-            # engines model one replica per machine, so the TP degree must fill it.
             kv_cap[idx, p] = kv_capacity_tokens(llm, gpu, tp)
+            # A machine whose GPUs hold several TP groups runs that many independent
+            # replicas; the engines schedule replicas ("servers"), cost counts machines.
+            n_machines[idx, p] *= machine.gpus_per_machine // tp
     for key in np.unique(np.char.add(designs.columns["prompt_machine"].astype(str),
                                      "|" + designs.columns["token_machine"].astype(str))):
         src, dst = (cat.machine(n) for n in key.split("|"))

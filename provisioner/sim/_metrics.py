@@ -20,11 +20,13 @@ def request_latencies(out: EngineOutput, arrival_s: np.ndarray, output_tokens: n
 
 
 def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: SLO,
-              cost_usd_per_h: np.ndarray, power_kw: np.ndarray, energy_power_kw: np.ndarray) -> pd.DataFrame:
+              cost_usd_per_h: np.ndarray, power_kw: np.ndarray, energy_power_kw: np.ndarray,
+              servers: np.ndarray) -> pd.DataFrame:
     """The result table (one row per design, units in column names).
 
     solo : (ttft, tbt, e2e) arrays (r,) of each request alone on the SLO reference.
     energy_power_kw : average drawn power used for energy per request (kW).
+    servers : (d, 2) model replicas per pool (machines x replicas per machine).
     """
     lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
     cols = {}
@@ -41,9 +43,8 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
             cols[f"margin_{name}_p{p}"] = margins[:, k, j]
     makespan = _makespan(out, trace)
     n = len(trace)
-    machines = designs_frame[["prompt_machines", "token_machines"]].to_numpy(float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        util = out.busy_s / (machines * makespan[:, None])
+        util = out.busy_s / (servers * makespan[:, None])
         mean_batch = out.decode_batch_time_s / out.decode_time_s
     frame = designs_frame.reset_index(drop=True).copy()
     frame = frame.assign(
