@@ -272,10 +272,13 @@ def test_borrowing_only_when_allowed(perf, llm, loaded_trace, case, counter):
     assert getattr(out, counter)[0] > 0
     assert out.borrowed_decodes[1] == out.borrowed_prefills[1] == 0
     many = int(np.sum(loaded_trace.output_tokens > 1))
-    assert out.kv_transfers[1] == many
-    assert out.kv_transfers[0] < many
+    # a lent machine serves only the other phase, so prefill and decode machines always
+    # differ and every multi-token request moves its KV cache exactly once, either way
+    assert out.kv_transfers[0] == out.kv_transfers[1] == many
     # without borrowing the prompt pool never decodes and the token pool never prefills
     assert out.decode_time_s[1, 0] == 0
+    lent_pool = 0 if counter == "borrowed_decodes" else 1
+    assert out.busy_s[0, lent_pool] > 0
 
 
 # --- monotonicity ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,8 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, load_catalog
-from perfmodels import CalibrationReport, LatencyModel, calibrate, dump_calibration, kv_capacity_tokens
+from perfmodels import (Calibration, CalibrationReport, LatencyModel, calibrate, dump_calibration,
+                        kv_capacity_tokens, load_calibration)
 from perfmodels._calibrate import POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS
 from perfmodels._model import TP_DEGREES
 
@@ -43,7 +44,7 @@ PREDICTED_COLUMNS = ("prompt_time_ms", "token_time_ms")
 # The file `LatencyModel()` loads by default (perfmodels._constants.DEFAULT_CALIBRATION).
 DEFAULT_CALIBRATION_PATH = Path(perfmodels.__file__).resolve().parent / "data" / "calibration.toml"
 PLOT_GPUS = ("a100-80gb", "h100-80gb")
-PLOT_PROMPT_SIZE = 512  # the batch sweeps of the profiles (Splitwise Fig. 5b, 6a)
+PLOT_PROMPT_SIZE = 512  # prompt size of the batch sweeps in the profiles
 PANELS = {
     # panel: (phase, x column, title)
     "prefill_vs_prompt": ("prompt_time", "prompt_size", "Prompt phase vs prompt size (batch 1)"),
@@ -58,7 +59,7 @@ PANELS = {
 
 @dataclass(frozen=True)
 class _Points:
-    """Parsed `--points` rows: one array per column and each row's line number in the file."""
+    """Parsed `--points` rows (one per data line, with its line number) and whether power_cap was given."""
 
     frame: pd.DataFrame      # model, hardware, gpu, tensor_parallel, prompt_size, batch_size, power_cap, line
     has_power_cap: bool
@@ -346,9 +347,10 @@ def calibrate_command(
         t.add_row(r.gpu, r.phase, f"{r[2]:.2f}%", f"{r[3]:.2f}%", str(int(r[4])), str(int(r[5])))
     console.print(t)
     for r in table.itertuples(index=False):  # plain lines too: greppable in CI logs
-        console.print(f"MAPE {r.gpu} {r.phase}: held-out {r[2]:.2f}%, train {r[3]:.2f}%", highlight=False)
+        console.print(f"MAPE {r.gpu} {r.phase}: held-out {r[2]:.2f}%, train {r[3]:.2f}%",
+                      highlight=False, soft_wrap=True)
     console.print(f"excluded {report.excluded_rows} artifact rows where {report.excluded_rule}: "
-                  f"{report.excluded_reason}", highlight=False)
+                  f"{report.excluded_reason}", highlight=False, soft_wrap=True)
 
     if max_mape is not None:
         worst = table.loc[table["held-out_mape_pct"].idxmax()]
@@ -356,8 +358,33 @@ def calibrate_command(
             raise ProvisionerError(
                 f"held-out MAPE of {worst.gpu} {worst.phase} is {worst['held-out_mape_pct']:.2f}% > --max-mape "
                 f"{max_mape:g}%; constants not saved")
-    target.write_text(dump_calibration(report.calibration))
-    console.print(f"saved constants to {target}", highlight=False)
+    cal = report.calibration
+    if target.resolve() == DEFAULT_CALIBRATION_PATH and target.exists():
+        # The default file serves every GPU: a profile of some GPUs must not drop the others.
+        cal, kept = merge_calibration(cal, load_calibration(target))
+        if kept:
+            console.print(f"kept the constants of {', '.join(kept)} from the previous {target.name} "
+                          f"(not in the profile)", highlight=False, soft_wrap=True)
+    target.write_text(dump_calibration(cal))
+    console.print(f"saved constants to {target}", highlight=False, soft_wrap=True)
+
+
+def merge_calibration(new: Calibration, old: Calibration) -> tuple[Calibration, list[str]]:
+    """`new`, plus the GPUs only `old` has constants for (and `old`'s borrowings of them).
+
+    Returns the merged calibration and the GPU names kept from `old`.
+    """
+    kept = sorted(set(old.per_gpu) - set(new.per_gpu))
+    if not kept:
+        return new, []
+    per_gpu = {**{g: old.per_gpu[g] for g in kept}, **new.per_gpu}
+    borrowed = {g: t for g, t in old.borrowed.items() if t in kept and g not in per_gpu}
+    borrowed.update(new.borrowed)
+    mape = {k: v for k, v in old.holdout_mape_pct.items() if k.split("/")[0] in kept}
+    mape.update(new.holdout_mape_pct)
+    source = f"{new.source}; constants of {', '.join(kept)} kept from the previous file"
+    return replace(new, per_gpu=dict(sorted(per_gpu.items())), borrowed=dict(sorted(borrowed.items())),
+                   holdout_mape_pct=mape, source=source), kept
 
 
 # --- plot ------------------------------------------------------------------------------

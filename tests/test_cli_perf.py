@@ -1,0 +1,253 @@
+"""Tests of `provision perf predict|calibrate|plot`, run as a user types them.
+
+The commands run in a subprocess through the installed `provision` script (CONTRACTS.md,
+command 3); the pure functions behind them (`predict_points`, `perf_plot_data`) are
+checked in-process against `perfmodels` so the numbers, not the pixels, are tested.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodels
+from perfmodels import LatencyModel, calibrate, load_calibration, shipped_profile
+from provisioner.cli._perf import PANELS, perf_plot_data, predict_points
+
+PROVISION = shutil.which("provision") or os.path.join(os.path.dirname(sys.executable), "provision")
+CONTRACT_COLUMNS = ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size"]
+PACKAGE_CALIBRATION = Path(perfmodels.__file__).parent / "data" / "calibration.toml"
+
+POINTS = """model,hardware,tensor_parallel,prompt_size,batch_size,power_cap
+bloom-176b,h100-80gb,8,1500,1,1
+bloom-176b,dgx-a100,8,512,16,0.5
+llama2-70b,a100-80gb,4,2048,4,1.0
+llama2-70b,h200-141gb,8,128,32,0.7
+bloom-176b,h100-80gb,2,1500,8,
+"""
+
+
+def provision(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([PROVISION, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def assert_user_error(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 2, one line on stderr starting with `error:`, no traceback."""
+    assert "Traceback" not in r.stderr + r.stdout, r.stderr
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def points_csv(tmp_path) -> Path:
+    path = tmp_path / "points.csv"
+    path.write_text(POINTS)
+    return path
+
+
+# --- predict ---------------------------------------------------------------------------
+
+
+def test_predict_writes_the_contract_columns_and_the_model_values(tmp_path, points_csv):
+    r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = pd.read_csv(tmp_path / "out.csv")
+    assert list(out.columns) == [*CONTRACT_COLUMNS, "power_cap", "prompt_time_ms", "token_time_ms"]
+    assert list(out.hardware) == ["h100-80gb", "dgx-a100", "a100-80gb", "h200-141gb", "h100-80gb"]
+    assert list(out.power_cap) == [1.0, 0.5, 1.0, 0.7, 1.0]  # an empty cell is uncapped
+    model = LatencyModel()
+    gpu = out.hardware.replace({"dgx-a100": "a100-80gb"})
+    for i, row in out.iterrows():
+        args = (row.model, gpu[i], row.tensor_parallel)
+        assert row.prompt_time_ms == pytest.approx(
+            1e3 * model.prefill_time_s(*args, row.prompt_size, row.batch_size, row.power_cap), rel=1e-12)
+        assert row.token_time_ms == pytest.approx(
+            1e3 * model.decode_time_s(*args, row.batch_size, row.prompt_size, row.power_cap), rel=1e-12)
+    # One warning line each: h200-141gb borrows h100-80gb's constants; BLOOM's 352 GB of
+    # weights do not fit on 2 H100s (line 6), so that row is an extrapolation.
+    warnings = r.stderr.strip().splitlines()
+    assert len(warnings) == 2 and all(ln.startswith("warning: ") for ln in warnings), r.stderr
+    assert "h200-141gb" in warnings[0] and "borrowed" in warnings[0]
+    assert "line 6" in warnings[1] and "HBM" in warnings[1]
+
+
+def test_predict_without_power_cap_column(tmp_path):
+    (tmp_path / "p.csv").write_text("model,hardware,tensor_parallel,prompt_size,batch_size\n"
+                                    "llama2-70b,h100-80gb,8,512,1\n")
+    r = provision("perf", "predict", "--points", "p.csv", "--out", "o.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # calibrated GPU, fits in memory: nothing to warn about
+    out = pd.read_csv(tmp_path / "o.csv")
+    assert list(out.columns) == [*CONTRACT_COLUMNS, "prompt_time_ms", "token_time_ms"]
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("edit,needles", [
+    (lambda t: _edit(t, ",batch_size,", ","), ["missing column batch_size", "model, hardware, tensor_parallel"]),
+    (lambda t: _edit(t, "dgx-a100", "h100"), ["line 3", "hardware", "unknown", "did you mean", "h100-80gb"]),
+    (lambda t: _edit(t, "bloom-176b,h100-80gb,8", "bloom,h100-80gb,8"), ["line 2", "model", "bloom-176b"]),
+    (lambda t: _edit(t, ",0.5\n", ",1.5\n"), ["line 3", "power_cap", "(0, 1]"]),
+    (lambda t: _edit(t, ",2048,", ",-2048,"), ["line 4", "prompt_size"]),
+    (lambda t: _edit(t, ",128,32,", ",128,many,"), ["line 5", "batch_size", "'many' is not a number"]),
+    (lambda t: _edit(t, "a100-80gb,4,", "a100-80gb,3,"), ["line 4", "tensor_parallel", "1, 2, 4 or 8"]),
+    (lambda t: t + "llama-30b,a6000-4x,8,512,1,1\n", ["line 7", "tensor_parallel", "4 GPUs"]),
+], ids=["missing column", "unknown hardware", "unknown model", "power cap 1.5", "negative tokens",
+        "non-numeric", "tp 3", "tp above machine"])
+def test_predict_bad_points_are_one_line_errors(tmp_path, points_csv, edit, needles):
+    points_csv.write_text(edit(POINTS))
+    r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", cwd=tmp_path)
+    assert_user_error(r, *needles)
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_predict_refuses_to_overwrite_without_force(tmp_path, points_csv):
+    (tmp_path / "out.csv").write_text("keep me\n")
+    r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", cwd=tmp_path)
+    assert_user_error(r, "already exists", "--force")
+    assert (tmp_path / "out.csv").read_text() == "keep me\n"
+    r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert len(pd.read_csv(tmp_path / "out.csv")) == 5
+
+
+def test_predict_points_groups_by_model_and_gpu():
+    points = pd.DataFrame(dict(model=["llama2-70b", "bloom-176b", "llama2-70b"], gpu=["h100-80gb"] * 3,
+                               tensor_parallel=[8, 8, 4], prompt_size=[512, 1500, 128], batch_size=[1, 2, 64],
+                               power_cap=[1.0, 1.0, 0.5]), index=[10, 11, 12])
+    out = predict_points(points)
+    assert list(out.index) == [10, 11, 12]
+    m = LatencyModel()
+    assert out.loc[12, "prompt_time_ms"] == pytest.approx(1e3 * m.prefill_time_s("llama2-70b", "h100-80gb", 4, 128, 64, 0.5))
+    assert out.loc[11, "token_time_ms"] == pytest.approx(1e3 * m.decode_time_s("bloom-176b", "h100-80gb", 8, 2, 1500))
+
+
+# --- calibrate -------------------------------------------------------------------------
+
+
+def test_calibrate_prints_mape_per_gpu_and_the_exclusion(tmp_path):
+    before = PACKAGE_CALIBRATION.read_bytes()
+    (tmp_path / "tmp").mkdir()
+    r = provision("perf", "calibrate", "--out", "tmp/cal.toml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for gpu in ("a100-80gb", "h100-80gb"):
+        for phase in ("prompt_time", "token_time"):
+            assert re.search(rf"MAPE {gpu} {phase}: held-out \d+\.\d\d%, train \d+\.\d\d%", r.stdout), r.stdout
+    assert "excluded 10 artifact rows where batch_size == 64 and tensor_parallel == 2" in r.stdout
+    saved = load_calibration(tmp_path / "tmp" / "cal.toml")
+    shipped = load_calibration()
+    assert saved.per_gpu.keys() == shipped.per_gpu.keys()
+    for gpu in saved.per_gpu:
+        assert saved.per_gpu[gpu].compute_efficiency == pytest.approx(shipped.per_gpu[gpu].compute_efficiency, rel=0.01)
+    assert PACKAGE_CALIBRATION.read_bytes() == before  # the package's default was not touched
+    # An existing file that is not the package's own needs --force.
+    assert_user_error(provision("perf", "calibrate", "--out", "tmp/cal.toml", cwd=tmp_path), "--force")
+
+
+def test_calibrate_max_mape_fails_and_saves_nothing(tmp_path):
+    r = provision("perf", "calibrate", "--out", "cal.toml", "--max-mape", "1", cwd=tmp_path)
+    assert_user_error(r, "--max-mape", "not saved")
+    assert not (tmp_path / "cal.toml").exists()
+
+
+def test_calibrate_bad_profile_is_a_one_line_error(tmp_path, points_csv):
+    r = provision("perf", "calibrate", "--profile", points_csv, "--out", "cal.toml", cwd=tmp_path)
+    assert_user_error(r, "--profile", "missing columns", "token_time_ms")
+
+
+def test_refreshing_the_default_from_some_gpus_keeps_the_others(tmp_path, monkeypatch):
+    # In-process on a copy of the package's file: the default --out is overwritten without
+    # --force, but a profile of the H100 alone must not drop the A100's constants.
+    from typer.testing import CliRunner
+
+    from provisioner.cli import _perf
+
+    default = tmp_path / "calibration.toml"
+    default.write_bytes(PACKAGE_CALIBRATION.read_bytes())
+    monkeypatch.setattr(_perf, "DEFAULT_CALIBRATION_PATH", default.resolve())
+    profile = shipped_profile()
+    profile[profile.hardware == "h100-80gb"].to_csv(tmp_path / "h100.csv", index=False)
+    r = CliRunner().invoke(_perf.app, ["calibrate", "--profile", str(tmp_path / "h100.csv")])
+    assert r.exit_code == 0, r.output
+    assert "kept the constants of a100-80gb" in r.output
+    cal, shipped = load_calibration(default), load_calibration()
+    assert cal.per_gpu["a100-80gb"] == shipped.per_gpu["a100-80gb"]
+    assert cal.per_gpu["h100-80gb"].compute_efficiency == pytest.approx(
+        shipped.per_gpu["h100-80gb"].compute_efficiency, rel=0.1)
+    assert cal.borrowed == shipped.borrowed
+    assert set(cal.holdout_mape_pct) == set(shipped.holdout_mape_pct)
+    assert "kept from the previous file" in cal.source
+
+
+# --- plot ------------------------------------------------------------------------------
+
+
+def test_plot_writes_a_self_contained_html(tmp_path):
+    r = provision("perf", "plot", "--out", "perf.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "perf.html").read_text()
+    assert len(html.encode()) > 1_000_000  # plotly.js is inlined
+    assert "plotly" in html
+    assert not re.search(r"<script[^>]*\bsrc=[\"'][^\"']*cdn\.", html)
+    assert_user_error(provision("perf", "plot", "--out", "perf.html", cwd=tmp_path), "already exists", "--force")
+
+
+@pytest.fixture(scope="module")
+def plot_data():
+    report = calibrate()
+    return report, perf_plot_data(report)
+
+
+def test_plot_data_measured_points_are_profile_medians(plot_data):
+    _, data = plot_data
+    profile = shipped_profile()
+    measured = data[data.kind == "measured"]
+    assert set(measured.panel) == set(PANELS)
+    assert set(measured.gpu) == {"a100-80gb", "h100-80gb"} and set(measured.tp) == {2, 4, 8}
+    p = measured[(measured.panel == "prefill_vs_batch") & (measured.gpu == "h100-80gb") & (measured.tp == 4)
+                 & (measured.batch_size == 16)]
+    rows = profile[(profile.hardware == "h100-80gb") & (profile.tensor_parallel == 4)
+                   & (profile.prompt_size == 512) & (profile.batch_size == 16)]
+    assert len(p) == 1 and p.time_ms.iloc[0] == pytest.approx(rows.prompt_time_ms.median())
+    # Decode is compared at the mean context of the generation: prompt + output / 2.
+    d = measured[measured.panel == "decode_vs_context"]
+    assert np.all(d.x == d.context_tokens)
+    assert np.all(d.reps >= 5)
+
+
+def test_plot_data_marks_held_out_and_excluded_points(plot_data):
+    report, data = plot_data
+    measured = data[data.kind == "measured"]
+    key = ["gpu", "tp", "prompt_size", "batch_size", "context_tokens"]
+    held = measured[measured.split == "held-out"].drop_duplicates(key)
+    expected = report.mape[(report.mape.split == "held-out") & (report.mape.phase == "prompt_time")]
+    assert held.groupby("gpu").size().to_dict() == dict(zip(expected.gpu, expected.points))
+    excluded = measured[measured.split == "excluded"]
+    assert len(excluded) and np.all((excluded.batch_size == 64) & (excluded.tp == 2))
+
+
+def test_plot_data_model_curves_are_the_latency_model(plot_data):
+    report, data = plot_data
+    model = LatencyModel(report.calibration)
+    curves = data[data.kind == "model"]
+    for panel in PANELS:
+        c = curves[(curves.panel == panel) & (curves.gpu == "a100-80gb") & (curves.tp == 8)]
+        assert len(c) > 5 and np.all(np.diff(c.time_ms.to_numpy()) >= 0)  # x ascending, time monotone
+        if panel.startswith("prefill"):
+            t = model.prefill_time_s("llama2-70b", "a100-80gb", 8, c.prompt_size.to_numpy(), c.batch_size.to_numpy())
+        else:
+            t = model.decode_time_s("llama2-70b", "a100-80gb", 8, c.batch_size.to_numpy(), c.context_tokens.to_numpy())
+        assert c.time_ms.to_numpy() == pytest.approx(1e3 * t)
