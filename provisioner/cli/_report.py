@@ -1,0 +1,38 @@
+"""`provision report`: render a saved provisioning result (JSON) as one HTML file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ..errors import ProvisionerError
+
+
+def report_command(
+    result_json: Path = typer.Argument(..., help="A result saved from `provision ... --json` (RESULT_SCHEMA.md)."),
+    out: Path = typer.Option(..., "--out", help="The HTML file to write (self-contained, works offline)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    baseline: str = typer.Option(None, "--baseline",
+                                 help="Family the summary bars are normalized to (default baseline-h100)."),
+) -> None:
+    from reports import write_report
+
+    result = load_result(result_json)
+    path = write_report(result, out, force=force, baseline=baseline)
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def load_result(path: Path) -> dict:
+    """Read a result JSON file; a missing file or bad JSON is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProvisionerError(f"result file '{path}' does not exist (save one with `provision ... --json > {path}`)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ProvisionerError(
+            f"'{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except UnicodeDecodeError:
+        raise ProvisionerError(f"'{path}' is not a UTF-8 JSON text file") from None

@@ -1,0 +1,56 @@
+"""HTML reports of provisioning results (provisioner/RESULT_SCHEMA.md).
+
+Public surface:
+
+- `report_data(result)`: every table and curve the report draws (`ReportData`), as
+  numbers — heatmap grids per family, the Pareto frontier, latency-vs-load curves of
+  the answers, summary bars normalized to a baseline, workload CDFs, latency-model
+  curves with their calibration points.
+- `build_report_html(result)`: one self-contained HTML page (plotly.js inlined once).
+- `write_report(result, path)`: write it, refusing to overwrite unless `force`.
+
+plotly is imported only when figures are drawn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from provisioner.errors import ProvisionerError
+
+from ._data import ReportData, report_data
+
+__all__ = ["build_report_html", "write_report", "report_data", "ReportData"]
+
+
+def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:
+    """The report of a provisioning result as one HTML document (str).
+
+    result : the result dict, its JSON text, or an object with `.to_json()`.
+    perf : `perfmodels.LatencyModel` (default: the shipped calibration).
+    baseline : family the summary bars are normalized to (default baseline-h100).
+    """
+    from ._figures import figures
+    from ._html import render_page
+
+    data = report_data(result, perf=perf, baseline=baseline)
+    return render_page(data, figures(data))
+
+
+def write_report(result, path, *, force: bool = False, perf=None, baseline: str | None = None) -> Path:
+    """Write the HTML report to `path` and return it.
+
+    Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ProvisionerError(f"report path '{path}' is a directory; give a file name such as {path / 'report.html'}")
+    if path.exists() and not force:
+        raise ProvisionerError(f"'{path}' exists; pass --force (force=True) to overwrite it")
+    html = build_report_html(result, perf=perf, baseline=baseline)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise ProvisionerError(f"cannot write the report to '{path}': {exc.strerror or exc}") from None
+    return path
