@@ -62,24 +62,29 @@ def cluster_cost_power(designs: DesignBatch, catalog):
 
 
 def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "fluid",
-                      perf: LatencyModel | None = None, stop_when_infeasible: SLO | None = None):
+                      perf: LatencyModel | None = None, slo: SLO | None = None,
+                      stop_infeasible: bool = False):
     """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times.
 
-    stop_when_infeasible : with the fluid engine, stop a design as soon as more than 1%
-        (+1) of its requests exceeded a p99 limit of this SLO: that p99 is then violated
+    slo : the SLO whose reference machine defines slowdowns (default: Table VI).
+    stop_infeasible : with the fluid engine, stop a design as soon as more than 1%
+        (+1) of its requests exceeded a p99 limit of `slo`: that p99 is then violated
         whatever the rest of the trace does. Its unfinished requests get +inf times.
     """
     batch = DesignBatch.from_designs(designs)
     perf = perf if perf is not None else LatencyModel()
     llm = perf.llm(model)
     inputs = build_inputs(batch, trace, llm, perf)
-    if stop_when_infeasible is None or engine != "fluid":
+    if engine != "fluid":
         return batch, inputs, _engine(engine)(inputs)
     from ._fluid import run_fluid
-    solo = np.stack(solo_latencies(trace, llm, perf, stop_when_infeasible), axis=1)
-    late_s = np.nan_to_num(solo * stop_when_infeasible.limits()[:, -1], nan=np.inf)
+    slo = slo if slo is not None else SLO()
+    solo = np.stack(solo_latencies(trace, llm, perf, slo), axis=1)
+    if not stop_infeasible:
+        return batch, inputs, run_fluid(inputs, solo_s=solo)
+    late_s = np.nan_to_num(solo * slo.limits()[:, -1], nan=np.inf)
     abort_after = int(np.ceil(0.01 * len(trace))) + 1
-    return batch, inputs, run_fluid(inputs, None, late_s, abort_after)
+    return batch, inputs, run_fluid(inputs, None, late_s, abort_after, solo_s=solo)
 
 
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
@@ -107,8 +112,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     """
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
-    batch, inputs, out = simulate_requests(designs, trace, model, engine=engine, perf=perf,
-                                           stop_when_infeasible=slo if stop_infeasible else None)
+    batch, inputs, out = simulate_requests(designs, trace, model, engine=engine, perf=perf, slo=slo,
+                                           stop_infeasible=stop_infeasible)
     llm = perf.llm(model)
     cost, power = cluster_cost_power(batch, perf.catalog)
     frame = batch.to_frame()

@@ -284,6 +284,11 @@ def _schedule(m, sim):
     nxt = now + (sim[16][m, 0] - i0) / rate
     if work_at < INF:
         k = math.ceil(i0 + (work_at - now) * rate - 1e-7)
+        if k <= i0 and work_at > now + 1e-12:
+            # Work due a hair after this boundary (within the 1e-7-iteration tolerance) is not
+            # admitted at `now` (`_start` admits up to now + 1e-12): wait for the next boundary,
+            # else the machine is rescheduled at `now` forever.
+            k = i0 + 1
         nxt = min(nxt, now + (k - i0) / rate)
     _set_next(m, nxt, next_s, sim[23], sim[24])
 
@@ -424,23 +429,30 @@ def _start(m, t, sim):
 
 
 def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.ndarray | None = None,
-              abort_after: int = 0) -> EngineOutput:
+              abort_after: int = 0, solo_s: np.ndarray | None = None) -> EngineOutput:
     """Simulate the designs of `inputs` (all, or the given indices) with the fluid engine.
 
     late_s : (r, 3) TTFT, TBT, E2E thresholds (s) per request; with `abort_after` > 0 a
         design stops once that many requests exceeded one of them — its p99 for that
         metric is then above the threshold whatever happens next. Requests it did not
         finish get +inf times and `aborted` is set.
+    solo_s : (r, 3) TTFT, TBT, E2E of each request alone (the SLO reference); when
+        given, latency and slowdown percentiles are computed inside the kernel, per
+        design in parallel (the numpy route over a (designs x requests) table is
+        memory-bound and took as long as the simulation on the Fig. 12 space).
     """
     idx = np.arange(inputs.n_designs) if designs is None else np.asarray(designs, dtype=np.int64)
+    r = len(inputs.arrival_s)
     if late_s is None:
-        late_s = np.full((len(inputs.arrival_s), 3), np.inf)
-    first, finish, stats = _run_batch(
+        late_s = np.full((r, 3), np.inf)
+    want_pct = solo_s is not None
+    solo = np.ascontiguousarray(solo_s if want_pct else np.ones((r, 3)), dtype=np.float64)
+    first, finish, stats, pct = _run_batch(
         inputs.n_machines[idx], inputs.coef[idx], inputs.kv_cap_tokens[idx], inputs.batch_cap_tokens[idx],
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
-        np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after))
+        np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), solo, want_pct)
     aborted = stats[:, ST_ABORTED] > 0
     if aborted.any():
         np.nan_to_num(first, copy=False, nan=np.inf)
@@ -450,19 +462,76 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],
         decode_time_s=stats[:, [ST_DT0, ST_DT1]], borrowed_decodes=stats[:, ST_BORROW_D],
         borrowed_prefills=stats[:, ST_BORROW_P], kv_visible_s_sum=stats[:, ST_KV_SUM],
-        kv_transfers=stats[:, ST_KV_N], aborted=aborted)
+        kv_transfers=stats[:, ST_KV_N], aborted=aborted,
+        latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
 
 
 @njit(parallel=True, cache=True)
 def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
-               layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after):
+               layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, solo, want_pct):
     D = n_machines.shape[0]
     R = arrival.shape[0]
     first = np.full((D, R), np.nan)
     finish = np.full((D, R), np.nan)
     stats = np.zeros((D, N_STATS))
+    pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
     for i in prange(D):
         _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
                          kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
                          s_arr, n_arr, late_s, abort_after, first[i], finish[i], stats[i])
-    return first, finish, stats
+        if want_pct:
+            _design_percentiles(first[i], finish[i], arrival, n_arr, solo, pct[i])
+    return first, finish, stats, pct
+
+
+@njit(cache=True)
+def _design_percentiles(first, finish, arrival, n_arr, solo, out):
+    """p50/p90/p99 of TTFT, TBT, E2E and of their slowdowns for one design.
+
+    Same definition as numpy's default (linear interpolation); requests a stopped design
+    never finished count as +inf; TBT covers requests with more than one token.
+    """
+    R = arrival.shape[0]
+    lat = np.empty((3, R))
+    slow = np.empty((3, R))
+    n_tbt = 0
+    for r in range(R):
+        f = first[r] if np.isfinite(first[r]) else INF
+        e = finish[r] if np.isfinite(finish[r]) else INF
+        ttft = f - arrival[r]
+        e2e = e - arrival[r]
+        lat[0, r] = ttft
+        lat[2, r] = e2e
+        slow[0, r] = ttft / solo[r, 0]
+        slow[2, r] = e2e / solo[r, 2]
+        if n_arr[r] > 1:
+            tbt = (e2e - ttft) / (n_arr[r] - 1.0) if e < INF else INF
+            lat[1, n_tbt] = tbt
+            slow[1, n_tbt] = tbt / solo[r, 1]
+            n_tbt += 1
+    for k in range(3):
+        n = R if k != 1 else n_tbt
+        _percentiles_into(lat[k, :n], out[0, k])
+        _percentiles_into(slow[k, :n], out[1, k])
+
+
+@njit(cache=True)
+def _percentiles_into(a, out):
+    n = a.shape[0]
+    if n == 0:
+        out[:] = np.nan
+        return
+    pos = np.array([0.5, 0.9, 0.99]) * (n - 1)
+    kth = np.empty(6, np.int64)
+    for j in range(3):
+        kth[2 * j] = int(math.floor(pos[j]))
+        kth[2 * j + 1] = min(int(math.floor(pos[j])) + 1, n - 1)
+    part = np.partition(a, kth)
+    for j in range(3):
+        lo = part[kth[2 * j]]
+        hi = part[kth[2 * j + 1]]
+        frac = pos[j] - kth[2 * j]
+        if hi == INF:
+            out[j] = INF if (frac > 0 or lo == INF) else lo
+        else:
+            out[j] = lo + (hi - lo) * frac

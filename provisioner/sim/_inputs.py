@@ -111,3 +111,5 @@ class EngineOutput:
     kv_visible_s_sum: np.ndarray    # (d,) sum of visible KV-transfer delays
     kv_transfers: np.ndarray        # (d,) number of transfers
     aborted: np.ndarray | None = None  # (d,) bool: stopped early, certainly infeasible (fluid only)
+    latency_pct_s: np.ndarray | None = None  # (d, 3 metrics, 3 percentiles), when the engine computed them
+    slowdown_pct: np.ndarray | None = None   # (d, 3, 3) percentiles of per-request slowdowns

@@ -16,6 +16,7 @@ def request_latencies(out: EngineOutput, arrival_s: np.ndarray, output_tokens: n
     extra = output_tokens - 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
         tbt = np.where(extra > 0, (e2e - ttft) / extra, np.nan)
+    tbt = np.where((extra > 0) & np.isinf(e2e), np.inf, tbt)   # never finished (stopped design)
     return ttft, tbt, e2e
 
 
@@ -28,14 +29,11 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
     energy_power_kw : average drawn power used for energy per request (kW).
     servers : (d, 2) model replicas per pool (machines x replicas per machine).
     """
-    lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
+    latency_pct, slowdowns = _percentiles(out, trace, solo)
     cols = {}
-    slowdowns = np.empty((len(designs_frame), 3, 3))
-    for k, (name, x, ref) in enumerate(zip(METRICS, lat, solo)):
-        pct = row_percentiles(x)
+    for k, name in enumerate(METRICS):
         for j, p in enumerate(PERCENTILES):
-            cols[f"{name}_p{p}_s"] = pct[:, j]
-        slowdowns[:, k, :] = slowdown_percentiles(x, ref)
+            cols[f"{name}_p{p}_s"] = latency_pct[:, k, j]
     met, margins, binding = evaluate_slo(slowdowns, slo)
     for k, name in enumerate(METRICS):
         for j, p in enumerate(PERCENTILES):
@@ -59,6 +57,17 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
         energy_wh_per_request=energy_power_kw * 1e3 * makespan / 3600.0 / n,
     )
     return frame
+
+
+def _percentiles(out: EngineOutput, trace, solo):
+    """(latency percentiles (d, 3, 3) in s, slowdown percentiles (d, 3, 3)), from the
+    engine when it computed them, else from the per-request times."""
+    if out.latency_pct_s is not None and out.slowdown_pct is not None:
+        return out.latency_pct_s, out.slowdown_pct
+    lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
+    latency_pct = np.stack([row_percentiles(x) for x in lat], axis=1)
+    slowdowns = np.stack([slowdown_percentiles(x, ref) for x, ref in zip(lat, solo)], axis=1)
+    return latency_pct, slowdowns
 
 
 def _makespan(out: EngineOutput, trace) -> np.ndarray:
