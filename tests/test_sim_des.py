@@ -173,7 +173,7 @@ def test_transferred_decode_waits_for_kv(perf, llm):
 
 CASES = {
     "baseline": dict(family="baseline-h100", machines=3),
-    "split-borrow": dict(family="splitwise-hh", prompt_machines=3, token_machines=1),
+    "split-borrow": dict(family="splitwise-hh", prompt_machines=8, token_machines=1),  # prompt slack, token side full
     "split-noborrow": dict(family="splitwise-hh", prompt_machines=3, token_machines=1, allow_borrow=False),
     "split-ha": dict(family="splitwise-ha", prompt_machines=2, token_machines=2),
     "prompt-overload": dict(family="splitwise-aa", prompt_machines=1, token_machines=3),

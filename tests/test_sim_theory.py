@@ -2,13 +2,10 @@
 
 - M/M/1 prompt pool: mean wait = Pollaczek-Khinchine (exact, with the integer rounding
   of the sizes), per-request waits = Lindley's recursion.
-- M/M/c prompt pool (c = 2, 4): the engines route to the least *pending prompt tokens*,
-  and a prompt counts as pending with its full size until its prefill ends (SEMANTICS.md
-  "Pending prompt tokens"; `_des.py` reading 6). That is join-the-shortest-workload with
-  the running prompt's *size* instead of its *remaining* work, so it is not a central
-  FCFS queue and Erlang C does not hold: the waits match an independent recursion of
-  that rule exactly, and exceed a central FCFS queue's (Erlang C) by 4-26 % (the xfail
-  below documents the gap; it would pass if routing used the remaining work).
+- M/M/c prompt pool (c = 2, 4): the engines route to the least pending prompt *work*
+  (a prompt in flight counts only with its remaining share; SEMANTICS.md), which is the
+  least-work-left rule: each request waits exactly as in a central FCFS queue in front of
+  c servers (Kiefer-Wolfowitz recursion), so the mean wait is Erlang C's.
 - Little's law on the decode (token) pool; conservation of requests and decode tokens.
 - Monotonicity in machines and load, in the regime where it must hold (see the section).
 """
@@ -17,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -122,29 +118,6 @@ def _lindley(arrival, service):
     return w
 
 
-def _pending_size_routing(arrival, service, sizes, c):
-    """Independent recursion of the SEMANTICS.md rule for one-token requests, batch cap 1:
-    route to the machine with the least pending prompt tokens (a prompt is pending, with
-    its full size, until its prefill ends; an end at the arrival instant counts as done),
-    ties to the lowest index; each machine serves its FCFS queue."""
-    jobs = [deque() for _ in range(c)]     # (end time, size) of unfinished prompts
-    pending = [0] * c
-    free_at = [0.0] * c
-    wait = np.empty(len(arrival))
-    for i, (a, x, s) in enumerate(zip(arrival.tolist(), service.tolist(), sizes.tolist())):
-        for m in range(c):
-            q = jobs[m]
-            while q and q[0][0] <= a:
-                pending[m] -= q.popleft()[1]
-        m = min(range(c), key=lambda j: pending[j])
-        start = max(a, free_at[m])
-        free_at[m] = start + x
-        jobs[m].append((free_at[m], s))
-        pending[m] += s
-        wait[i] = start - a
-    return wait
-
-
 def _central_fcfs(arrival, service, c):
     """Kiefer-Wolfowitz: a central FCFS queue in front of c servers (the M/M/c of Erlang C)."""
     free = [0.0] * c
@@ -181,11 +154,13 @@ def test_single_machine_waits_follow_lindley(perf, llm, engine):
 
 
 @pytest.mark.parametrize("c", [2, 4])
-def test_multi_machine_waits_follow_the_pending_size_rule(perf, llm, engine, c):
+def test_multi_machine_waits_equal_a_central_fcfs_queue(perf, llm, engine, c):
+    """Least pending work left = the server that frees first: request by request, the
+    waits are those of one FCFS queue in front of c servers."""
     inputs = _prompt_pool(perf, llm, c, 0.7, 20_000, seed=c)
     out = ENGINES[engine](inputs)
-    want = _pending_size_routing(inputs.arrival_s, K * inputs.prompt_tokens, inputs.prompt_tokens, c)
-    np.testing.assert_allclose(_waits(inputs, out), want, rtol=0, atol=1e-7)
+    want = _central_fcfs(inputs.arrival_s, K * inputs.prompt_tokens, c)
+    np.testing.assert_allclose(_waits(inputs, out), want, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("c", [2, 4])
@@ -202,10 +177,6 @@ def test_central_fcfs_reference_matches_erlang_c(c, rho):
     assert wait.mean() == pytest.approx(_erlang_c_wait(c, lam_hat, service.mean(), 1 - P_GEOM), rel=0.05)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "routing counts a running prompt's full size as pending (SEMANTICS.md), not its remaining "
-    "work, so c > 1 machines are not a central FCFS queue: mean wait above a central FCFS queue "
-    "on the same sample by +11 % (c=2) and +26 % (c=4) at rho 0.5, +4 % and +12 % at rho 0.8"))
 @pytest.mark.parametrize("c", [2, 4])
 def test_multi_machine_mean_wait_matches_erlang_c(perf, llm, engine, c):
     rho = 0.5

@@ -33,8 +33,8 @@ ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, 
 N_STATS = 14
 # Float state per machine.
 F_NOW, F_ITER, F_RATE, F_END, F_LEN, F_SUM_S, F_SUM_JOIN, F_KV_USED, F_RESERVED, F_PEND_P, \
-    F_DEC_ASSIGNED = range(11)
-N_F = 11
+    F_DEC_ASSIGNED, F_BATCH_TOK = range(12)
+N_F = 12
 # Integer state per machine.
 I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT = range(9)
 N_I = 9
@@ -177,11 +177,21 @@ def _decode_progress(m, t, fs, st):
     return fs[m, F_DEC_ASSIGNED] - (st[m, I_RUN] * it - fs[m, F_SUM_JOIN])
 
 
+@njit(cache=True, inline="always")
+def _prompt_work(m, t, fs, st):
+    """Pending prompt tokens of machine m at t, less the done share of the batch in flight."""
+    w = fs[m, F_PEND_P]
+    if st[m, I_PREFILL] == 1 and fs[m, F_LEN] > 0:
+        done = (t - (fs[m, F_END] - fs[m, F_LEN])) / fs[m, F_LEN]
+        w -= fs[m, F_BATCH_TOK] * min(max(done, 0.0), 1.0)
+    return w
+
+
 @njit(cache=True, _nrt=False)
 def _least_loaded_mixed(t, n0, fs, st):
     best, best_load = 0, INF
     for m in range(n0):
-        load = fs[m, F_PEND_P] + _decode_progress(m, t, fs, st)
+        load = _prompt_work(m, t, fs, st) + _decode_progress(m, t, fs, st)
         if load < best_load - EPS:
             best, best_load = m, load
     return best
@@ -189,47 +199,78 @@ def _least_loaded_mixed(t, n0, fs, st):
 
 @njit(cache=True, _nrt=False)
 def _route_split(t, need, M, allow_borrow, overload, kv_cap, fs, st):
-    """Prefill and decode machines of a request (SEMANTICS.md, routing with the mixed pool)."""
-    # lent machines whose borrowed work has drained go home
-    for m in range(M):
+    """Prefill and decode machines of a request (SEMANTICS.md): least-loaded home machines;
+    lent machines (the mixed pool) only when no home machine can take the work."""
+    for m in range(M):   # lent machines whose borrowed work has drained go home
         if st[m, I_LENT] == 1:
             if st[m, I_POOL] == 0 and fs[m, F_RESERVED] <= EPS:
                 st[m, I_LENT] = 0
             elif st[m, I_POOL] == 1 and fs[m, F_PEND_P] <= EPS:
                 st[m, I_LENT] = 0
-    p, p_load = -1, INF
-    t_room, t_room_load = -1, INF
-    t_any, t_any_load = -1, INF
     home0 = 0
     home1 = 0
+    p, p_work = -1, INF
     for m in range(M):
-        pool = st[m, I_POOL]
-        lent = st[m, I_LENT]
-        home0 += pool == 0 and lent == 0
-        home1 += pool == 1 and lent == 0
-        if (pool == 0) == (lent == 0):      # serves prefills
-            if fs[m, F_PEND_P] < p_load - EPS:
-                p, p_load = m, fs[m, F_PEND_P]
-        else:                               # serves decodes
-            load = _decode_progress(m, t, fs, st)
-            if load < t_any_load - EPS:
-                t_any, t_any_load = m, load
-            if fs[m, F_RESERVED] + need <= kv_cap[pool] and load < t_room_load - EPS:
-                t_room, t_room_load = m, load
-    d = t_room
+        if st[m, I_LENT] == 0:
+            if st[m, I_POOL] == 0:
+                home0 += 1
+                w = _prompt_work(m, t, fs, st)
+                if w < p_work - EPS:
+                    p, p_work = m, w
+            else:
+                home1 += 1
+    # decode: a home token machine with room, else a lent prompt machine with room, else lend one
+    d = _least_decode(t, need, M, kv_cap, fs, st, 1, 0, True)
+    token_room = d >= 0
+    prompt_slack = p_work <= overload     # lending never starves the prompt side
+    if d < 0 and prompt_slack:
+        d = _least_decode(t, need, M, kv_cap, fs, st, 0, 1, True)
     if d < 0:
-        d = t_any
-        if allow_borrow and home0 >= 2:     # token side full: lend a prompt machine
-            c = _least(M, fs, st, 0, F_PEND_P, p)
+        d = _least_decode(t, need, M, kv_cap, fs, st, 1, 0, False)
+        if allow_borrow and home0 >= 2 and prompt_slack:
+            d = _lend_least_work(t, M, fs, st, p)
+    # prefill: the home prompt machine unless overloaded; then a lent token machine below the
+    # threshold, else lend one
+    if allow_borrow and p_work > overload:
+        c, c_work = -1, INF
+        for m in range(M):
+            if st[m, I_POOL] == 1 and st[m, I_LENT] == 1:
+                w = _prompt_work(m, t, fs, st)
+                if w < c_work - EPS:
+                    c, c_work = m, w
+        if c >= 0 and c_work <= overload:
+            p = c
+        elif home1 >= 2 and token_room:   # never starve the token side
+            c = _least(M, fs, st, 1, F_RESERVED, d)
             if c >= 0:
                 st[c, I_LENT] = 1
-                d = c
-    if allow_borrow and p_load > overload and home1 >= 2:   # prompt side overloaded: lend a token machine
-        c = _least(M, fs, st, 1, F_RESERVED, d)
-        if c >= 0:
-            st[c, I_LENT] = 1
-            p = c
+                p = c
     return p, d
+
+
+@njit(cache=True, inline="always")
+def _least_decode(t, need, M, kv_cap, fs, st, pool, lent, need_room):
+    best, best_load = -1, INF
+    for m in range(M):
+        if st[m, I_POOL] == pool and st[m, I_LENT] == lent:
+            if need_room and fs[m, F_RESERVED] + need > kv_cap[pool]:
+                continue
+            load = _decode_progress(m, t, fs, st)
+            if load < best_load - EPS:
+                best, best_load = m, load
+    return best
+
+
+@njit(cache=True, inline="always")
+def _lend_least_work(t, M, fs, st, exclude):
+    best, best_w = -1, INF
+    for m in range(M):
+        if st[m, I_POOL] == 0 and st[m, I_LENT] == 0 and m != exclude:
+            w = _prompt_work(m, t, fs, st)
+            if w < best_w - EPS:
+                best, best_w = m, w
+    st[best, I_LENT] = 1
+    return best
 
 
 @njit(cache=True, inline="always")
@@ -420,6 +461,7 @@ def _start(m, t, sim):
     ctx = fs[m, F_SUM_S] + b * fs[m, F_ITER] - fs[m, F_SUM_JOIN]
     if k > 0:
         st[m, I_BATCH] = k
+        fs[m, F_BATCH_TOK] = tokens
         dur = iter_time(coef[pm], tokens, sq, k, b, ctx)
         st[m, I_PREFILL] = 1
         fs[m, F_END] = t + dur
