@@ -36,7 +36,7 @@ FIXTURE_GRIDS = {
     "baseline-h100": (range(70, 111, 5),),
     "splitwise-aa": (range(40, 64, 4), range(8, 22, 3)),
     "splitwise-hh": (range(20, 36, 2), range(1, 9)),
-    "splitwise-ha": (range(20, 36, 2), range(1, 9)),
+    "splitwise-ha": (range(20, 36, 2), range(8, 22, 3)),  # A100 token machines: more of them
     "splitwise-hhcap": (range(20, 36, 2), range(1, 9)),
 }
 MAX_REPORT_BYTES = 10 * 1024 * 1024
@@ -274,11 +274,16 @@ def test_load_curves_p50_nondecreasing_in_load(data):
     # sampling noise of traces drawn at different rates. TBT is not checked: once a
     # split design's prompt pool saturates it throttles what reaches the token pool,
     # whose decode batches (and TBT) then shrink.
+    # Past overload (a median slowdown beyond 5x, the loosest p99 limit) the mixed pool lends
+    # token machines to the swamped prompt side, and medians of a finite trace follow those
+    # transients; the step-by-step check stops at the first overloaded load.
     c = data.load_curves
     for (fam, m), g in c[(c.percentile == "p50") & c.metric.isin(["ttft", "e2e"])].groupby(["family", "metric"]):
         y = g.sort_values("rps").slowdown.to_numpy()
         assert np.all(np.isfinite(y)), (fam, m, y)
-        assert np.all(y[1:] >= 0.9 * np.maximum.accumulate(y)[:-1]), (fam, m, y)
+        over = np.flatnonzero(y > 5.0)
+        head = y[: over[0] + 1] if over.size else y
+        assert np.all(head[1:] >= 0.9 * np.maximum.accumulate(head)[:-1]), (fam, m, y)
         assert y[-1] >= y[0], (fam, m, y)
 
 

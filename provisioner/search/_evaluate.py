@@ -1,0 +1,104 @@
+"""The one evaluation path: every searcher scores designs through `Evaluator.__call__`.
+
+An evaluator holds the question (trace, model, SLO, latency model) and turns a batch of
+designs into one batched `simulate` call. It remembers what it has scored (so a design a
+searcher asks about twice costs nothing the second time) and keeps the log of scored
+rows that the result reports as `evaluated`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..designs import DesignBatch, _FIELDS
+from ..sim import simulate
+
+# Columns of a scored row that the search and the result need (the rest is dropped
+# from the log to keep it small).
+LOG_COLUMNS = (*_FIELDS, "slo_met", "binding_slo", "min_margin", "stopped_early", "cost_usd_per_h", "power_kw",
+               "throughput_rps", "requests",
+               *(f"slowdown_{m}_p{p}" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)))
+
+
+def design_keys(batch: DesignBatch) -> list[tuple]:
+    """Hashable identity of each design of a batch (power caps rounded to 1e-6)."""
+    cols = []
+    for k in _FIELDS:
+        v = batch.columns[k]
+        cols.append(np.round(v.astype(float), 6) if k.endswith("power_cap") else v)
+    return [tuple(_py(c[i]) for c in cols) for i in range(len(batch))]
+
+
+def _py(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+class Evaluator:
+    """Score designs against one trace with the fluid (or discrete-event) engine.
+
+    Parameters
+    ----------
+    trace : workloads.Trace the designs are scored on.
+    model : catalog model name.
+    slo : the SLO the verdicts use.
+    perf : the latency model (shared, so the catalog is read once).
+    engine : "fluid" for search, "des" for verification.
+    stop_infeasible : stop a design as soon as a p99 SLO is certainly violated (fluid).
+    on_evaluate : called with the number of new designs after each batch (progress bars).
+
+    Attributes
+    ----------
+    evaluations : designs simulated so far (cache hits not counted).
+    log : list of scored frames, each with the columns of `LOG_COLUMNS` plus `rps`.
+    """
+
+    def __init__(self, trace, model: str, slo, perf, *, engine: str = "fluid", stop_infeasible: bool = True,
+                 on_evaluate: Callable[[int], None] | None = None):
+        self.trace = trace
+        self.model = model
+        self.slo = slo
+        self.perf = perf
+        self.engine = engine
+        self.stop_infeasible = stop_infeasible
+        self.on_evaluate = on_evaluate
+        self.evaluations = 0
+        self.log: list[pd.DataFrame] = []
+        self._cache: dict[tuple, dict] = {}
+
+    @property
+    def rps(self) -> float:
+        return float(self.trace.rate_rps)
+
+    def __call__(self, designs) -> pd.DataFrame:
+        """One row per design (in order), from one batched simulation of the new ones."""
+        batch = DesignBatch.from_designs(designs)
+        keys = design_keys(batch)
+        first_index: dict[tuple, int] = {}
+        for i, k in enumerate(keys):
+            first_index.setdefault(k, i)
+        todo = [i for k, i in first_index.items() if k not in self._cache]
+        if todo:
+            with warnings.catch_warnings():
+                # Early-stopped designs have +inf latencies; numpy warns on their percentiles.
+                warnings.simplefilter("ignore", RuntimeWarning)
+                frame = simulate(batch.take(np.asarray(todo)), self.trace, self.model, engine=self.engine,
+                                 slo=self.slo, perf=self.perf,
+                                 stop_infeasible=self.stop_infeasible and self.engine == "fluid")
+            frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
+            self.log.append(frame)
+            for i, rec in zip(todo, frame.to_dict("records")):
+                self._cache[keys[i]] = rec
+            self.evaluations += len(todo)
+            if self.on_evaluate is not None:
+                self.on_evaluate(len(todo))
+        return pd.DataFrame([self._cache[k] for k in keys])
+
+    def scored(self) -> pd.DataFrame:
+        """Every design scored so far (one row each)."""
+        if not self.log:
+            return pd.DataFrame(columns=[*LOG_COLUMNS, "rps"])
+        return pd.concat(self.log, ignore_index=True)

@@ -1,0 +1,132 @@
+"""`provision --goal ...` as a user types it (the console script, in a subprocess).
+
+CONTRACTS.md: `provision --goal cost --rps 70` with `--design` (repeatable), `--json`
+printing {"goal", "constraint", "best": [...], "winner"}; bad input is one line
+`error: ...` on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROVISION = str(Path(sys.executable).with_name("provision"))
+
+
+def run(*args, timeout=240):
+    return subprocess.run([PROVISION, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def assert_user_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for n in needles:
+        assert n in lines[0]
+
+
+def test_fig12_splitwise_hh_json():
+    """Splitwise Fig. 12: cost-optimal Splitwise-HH at 70 rps was 27 prompt + 3 token DGX-H100
+    (30 machines). Ours must be within 20% of that machine count, verified by the DES."""
+    proc = run("--goal", "cost", "--rps", "70", "--design", "splitwise-hh", "--json")
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["goal"] == "cost" and obj["constraint"] == {"rps": 70.0}
+    assert obj["question"]["model"] == "bloom-176b" and obj["question"]["workload"] == "coding"
+    (best,) = obj["best"]
+    d = best["design"]
+    assert d["family"] == "splitwise-hh" and d["prompt_gpu"] == d["token_gpu"] == "h100-80gb"
+    assert best["feasible"] is True and best["slo"]["met"] is True
+    machines = d["prompt_machines"] + d["token_machines"]
+    assert abs(machines - 30) <= 0.2 * 30
+    assert d["prompt_machines"] > d["token_machines"]
+    assert best["cost_usd_per_h"] == pytest.approx(38.0 * machines)
+    assert best["verification"]["engine"] == "des" and best["verification"]["met"] is True
+    assert 0 <= best["lower_bound"] <= best["cost_usd_per_h"]
+    assert best["gap_to_bound_pct"] >= 0 and best["evaluations"] > 0
+    for m in ("ttft", "tbt", "e2e"):
+        assert set(best["slo"]["slowdown"][m]) == {"p50", "p90", "p99"}
+    assert obj["winner"] == best
+    assert obj["evaluated"] and all(r["family"] == "splitwise-hh" for r in obj["evaluated"])
+    assert len(obj["evaluated"]) == best["evaluations"]
+
+
+def test_table_output_and_power_goal():
+    proc = run("--goal", "power", "--rps", "6", "--design", "splitwise-hh", "--design", "splitwise-hhcap",
+               "--duration", "30", "--no-verify")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "least provisioned kW" in out and "splitwise-hhcap" in out and "winner:" in out
+    assert "TTFT" in out and "gap" in out
+
+
+def test_throughput_goal_json():
+    proc = run("--goal", "throughput", "--power-budget-kw", "70", "--design", "splitwise-hh", "--duration", "30",
+               "--no-verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["constraint"] == {"power_budget_kw": 70.0}
+    best = obj["best"][0]
+    assert best["sustainable_rps"] > 0 and best["power_kw"] <= 70.0
+    assert best["lower_bound"] >= best["sustainable_rps"]
+
+
+def test_no_options_prints_help():
+    proc = run()
+    assert proc.returncode == 0
+    assert "--goal" in proc.stdout and "simulate" in proc.stdout
+
+
+def test_subcommands_still_work():
+    proc = run("simulate", "--design", "splitwise-hh", "--prompt-machines", "3", "--token-machines", "1",
+               "--rps", "4", "--duration", "20", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["design"]["family"] == "splitwise-hh"
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--goal", "cost", "--rps", "0"], ["--rps must be > 0"]),
+    (["--goal", "cost", "--rps", "-5"], ["--rps must be > 0"]),
+    (["--goal", "cost"], ["--rps"]),
+    (["--rps", "70"], ["--goal is required"]),
+    (["--goal", "throughput"], ["exactly one budget"]),
+    (["--goal", "throughput", "--power-budget-kw", "0"], ["--power-budget-kw must be > 0"]),
+    (["--goal", "throughput", "--cost-budget-usd-per-h", "-1"], ["--cost-budget-usd-per-h must be > 0"]),
+    (["--goal", "cost", "--rps", "70", "--design", "splitwise-xx"], ["splitwise-xx", "did you mean 'splitwise-"]),
+    (["--goal", "cost", "--rps", "70", "--model", "blom-176b"], ["blom-176b", "bloom-176b"]),
+    (["--goal", "cost", "--rps", "70", "--workload", "/nonexistent/trace.csv"], ["cannot read trace"]),
+    (["--goal", "cost", "--rps", "70", "--prompt-machine-types", "dgx-h10"], ["dgx-h10", "dgx-h100"]),
+    (["--goal", "cost", "--rps", "70", "--design", "baseline-a100", "--slo-scale", "0.5"],
+     ["no machine can meet the SLO"]),
+    (["--goal", "speed", "--rps", "70"], ["--goal must be one of"]),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needles):
+    assert_user_error(run(*args), *needles)
+
+
+def test_unreadable_trace_file(tmp_path):
+    bad = tmp_path / "trace.csv"
+    bad.write_text("this,is,not\na,trace,at all\n")
+    assert_user_error(run("--goal", "cost", "--rps", "5", "--workload", str(bad)), "trace")
+
+
+def test_existing_report_needs_force(tmp_path):
+    out = tmp_path / "report.html"
+    out.write_text("keep me")
+    assert_user_error(run("--goal", "cost", "--rps", "5", "--report", str(out)), "--force")
+    assert out.read_text() == "keep me"
+
+
+def test_report_is_written(tmp_path):
+    pytest.importorskip("reports")
+    out = tmp_path / "report.html"
+    proc = run("--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--duration", "30", "--no-verify",
+               "--report", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and out.stat().st_size > 1000

@@ -1,0 +1,263 @@
+"""provisioner.search: the searchers agree, the bound bounds, and answers move the right way.
+
+Small questions (BLOOM-176B, coding, a few requests/s on 30-s traces) keep this file
+fast; the Fig. 12 scale runs in benchmarks/search.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from perfmodels import LatencyModel
+
+from provisioner.errors import ProvisionerError
+from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, capacity_bound, exhaustive_search,
+                                family_space, provision, staircase_search, sustainable_rps)
+from provisioner.slo import SLO
+
+SMALL = dict(workload="coding", model="bloom-176b", duration_s=30.0, seed=0)
+QUICK = dict(SMALL, verify=False)
+PROPERTY = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def perf():
+    return LatencyModel()
+
+
+def _cost(result, family="splitwise-hh"):
+    fr = result.family(family)
+    return float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
+
+
+# -- traces -----------------------------------------------------------------------------------
+def test_load_scaled_traces_are_nested():
+    traces = LoadScaledTraces("coding", 30.0, seed=3)
+    lo, hi = traces.at(5.0), traces.at(8.0)
+    assert len(lo) < len(hi)
+    # the same requests, sooner, plus more of them
+    np.testing.assert_array_equal(lo.prompt_tokens, hi.prompt_tokens[:len(lo)])
+    np.testing.assert_allclose(lo.arrival_s * 5.0 / 8.0, hi.arrival_s[:len(lo)])
+    again = LoadScaledTraces("coding", 30.0, seed=3).at(8.0)
+    np.testing.assert_array_equal(again.arrival_s, hi.arrival_s)
+
+
+# -- enumeration ------------------------------------------------------------------------------
+def test_frontier_search_decides_every_cell_like_exhaustive_simulation(perf):
+    space = family_space("splitwise-hh", max_prompt=8, max_token=4)
+    ev = Evaluator(LoadScaledTraces("coding", 30.0, 0).at(8.0), "bloom-176b", SLO(), perf)
+    frame = exhaustive_search(space, ev)
+    truth = frame["slo_met"].to_numpy(bool).reshape(8, 4)
+    simulated = ev.evaluations
+    sc = staircase_search(space, ev, per_round=4)
+    assert (sc.verdicts() == truth.astype(np.int8)).all()
+    assert sc.violations == 0
+    assert truth.any() and not truth.all()
+    # the frontier search with a cost objective finds the same cheapest design with fewer simulations
+    cost = lambda p, t: 38.0 * (np.asarray(p) + np.asarray(t))  # noqa: E731
+    fresh = Evaluator(ev.trace, "bloom-176b", SLO(), perf)
+    best = staircase_search(space, fresh, objective=cost, decide_all=False, per_round=4)
+    p, t = np.meshgrid(np.arange(1, 9), np.arange(1, 5), indexing="ij")
+    assert min(cost(*c) for c in best.frontier()) == cost(p, t)[truth].min()
+    assert fresh.evaluations < simulated
+
+
+def test_enumerate_and_frontier_agree():
+    auto = provision(ProvisionRequest(goal="cost", rps=8, families=("splitwise-hh", "baseline-h100"), **QUICK))
+    enum = provision(ProvisionRequest(goal="cost", rps=8, families=("splitwise-hh", "baseline-h100"),
+                                      searcher="enumerate", **QUICK))
+    for f in ("splitwise-hh", "baseline-h100"):
+        assert _cost(auto, f) == _cost(enum, f)
+        assert auto.family(f).evaluations <= enum.family(f).evaluations
+    assert auto.family("splitwise-hh").searcher == "ilp+enumeration"
+    assert enum.family("splitwise-hh").searcher == "enumeration"
+
+
+# -- the integer program's bound -------------------------------------------------------------
+@pytest.mark.parametrize("family,goal", [("splitwise-hh", "cost"), ("splitwise-ha", "cost"),
+                                         ("baseline-a100", "cost"), ("splitwise-hhcap", "power")])
+def test_bound_never_exceeds_the_verified_optimum(family, goal):
+    req = ProvisionRequest(goal=goal, rps=6, families=(family,), verify=True, verify_duration_s=45.0,
+                           verify_seeds=(1,), **SMALL)
+    fr = provision(req).family(family)
+    assert fr.feasible and fr.verification["met"]
+    key = "cost_usd_per_h" if goal == "cost" else "power_kw"
+    assert fr.lower_bound <= fr.row[key] + 1e-6
+    assert fr.gap_to_bound_pct == pytest.approx((fr.row[key] - fr.lower_bound) / fr.row[key] * 100)
+
+
+def test_throughput_bound_is_above_the_sustained_load():
+    req = ProvisionRequest(goal="throughput", power_budget_kw=70.0, families=("splitwise-hh", "baseline-h100"),
+                           **QUICK)
+    res = provision(req)
+    for fr in res.families:
+        assert fr.feasible
+        assert fr.row["power_kw"] <= 70.0 + 1e-9
+        assert fr.sustainable_rps <= fr.lower_bound
+    assert res.winner_family == "splitwise-hh"
+
+
+@PROPERTY
+@given(rps=st.sampled_from([3.0, 5.0, 8.0, 12.0]), family=st.sampled_from(["splitwise-hh", "splitwise-aa"]))
+def test_bound_below_search_optimum(rps, family, perf):
+    res = provision(ProvisionRequest(goal="cost", rps=rps, families=(family,), **QUICK), perf=perf)
+    fr = res.family(family)
+    assert fr.feasible and fr.lower_bound <= fr.row["cost_usd_per_h"] + 1e-6
+
+
+# -- monotone answers ---------------------------------------------------------------------------
+@PROPERTY
+@given(rps=st.sampled_from([4.0, 7.0, 10.0]), scales=st.lists(st.sampled_from([0.8, 1.0, 1.3, 1.8]),
+                                                              min_size=2, max_size=2, unique=True))
+def test_a_looser_slo_never_raises_the_optimal_cost(rps, scales, perf):
+    tight, loose = sorted(scales)
+    costs = [_cost(provision(ProvisionRequest(goal="cost", rps=rps, families=("splitwise-hh",), slo_scale=s,
+                                              **QUICK), perf=perf)) for s in (tight, loose)]
+    assert costs[1] <= costs[0]
+
+
+@PROPERTY
+@given(rates=st.lists(st.sampled_from([3.0, 5.0, 7.0, 9.0, 12.0]), min_size=2, max_size=2, unique=True))
+def test_a_higher_rate_never_lowers_the_optimal_cost(rates, perf):
+    low, high = sorted(rates)
+    costs = [_cost(provision(ProvisionRequest(goal="cost", rps=r, families=("splitwise-hh",), **QUICK), perf=perf))
+             for r in (low, high)]
+    assert costs[0] <= costs[1]
+
+
+def test_sustainable_rps_is_vectorized_and_monotone_in_machines(perf):
+    space = family_space("splitwise-hh")
+    designs = space.designs([2, 4, 6], [1, 1, 2])
+    traces = LoadScaledTraces("coding", 30.0, 0)
+    calls = []
+
+    def evaluate_at(batch, trace):
+        calls.append(len(batch))
+        return Evaluator(trace, "bloom-176b", SLO(), perf)(batch)
+
+    rps, hi = sustainable_rps(designs, traces, evaluate_at, rps_lo=4.0, rps_hi=16.0, rel_tol=0.02,
+                              return_bracket=True)
+    assert np.all(np.isfinite(rps)) and np.all(np.diff(rps) >= 0)
+    assert np.all(hi <= rps * 1.02 + 1e-9)
+    assert max(calls) > 1  # designs at the same load share one simulation
+    for d, (r, h) in enumerate(zip(rps, hi)):
+        one = designs.take(np.array([d]))
+        assert Evaluator(traces.at(r), "bloom-176b", SLO(), perf)(one)["slo_met"].all()
+        assert not Evaluator(traces.at(h), "bloom-176b", SLO(), perf)(one)["slo_met"].all()
+
+
+# -- optuna ---------------------------------------------------------------------------------------
+def _custom(seed, trials=12, search_tp=True):
+    return ProvisionRequest(goal="cost", rps=6, families=("splitwise-custom",),
+                            prompt_machine_types=("dgx-h100", "hgx-h200"), token_machine_types=("dgx-a100", "hgx-h200"),
+                            searcher="optuna", n_trials=trials, trial_batch=4, sampler_seed=seed,
+                            search_tp=search_tp, **QUICK)
+
+
+def test_optuna_batched_ask_tell_is_reproducible(perf):
+    a = provision(_custom(1), perf=perf)
+    b = provision(_custom(1), perf=perf)
+    ta = a.family("splitwise-custom").details["bayes"].trials
+    tb = b.family("splitwise-custom").details["bayes"].trials
+    assert len(ta) == 12
+    assert ta.drop(columns=["evaluations"]).equals(tb.drop(columns=["evaluations"]))
+    assert _cost(a, "splitwise-custom") == _cost(b, "splitwise-custom")
+    c = provision(_custom(2), perf=perf).family("splitwise-custom").details["bayes"].trials
+    assert not ta[["prompt_power_cap", "token_power_cap"]].equals(c[["prompt_power_cap", "token_power_cap"]])
+
+
+def test_optuna_matches_enumeration_on_a_small_mixed_space(perf):
+    res = provision(_custom(0, search_tp=False), perf=perf)
+    best = _cost(res, "splitwise-custom")
+    assert res.family("splitwise-custom").searcher == "optuna"
+    # Enumeration: every pair of machine types at full power (a lower cap never lowers the
+    # cost and never speeds a machine up), each pair's count grid decided exactly.
+    enumerated = []
+    for pm in ("dgx-h100", "hgx-h200"):
+        for tm in ("dgx-a100", "hgx-h200"):
+            req = ProvisionRequest(goal="cost", rps=6, families=("splitwise-custom",), prompt_machine_types=(pm,),
+                                   token_machine_types=(tm,), power_cap_range=(1.0, 1.0), searcher="enumerate",
+                                   search_tp=False, **QUICK)
+            r = provision(req, perf=perf)
+            assert r.family("splitwise-custom").searcher == "enumeration"
+            enumerated.append(_cost(r, "splitwise-custom"))
+    assert best <= min(enumerated) * 1.02
+
+
+def test_optuna_searches_tensor_parallelism_where_it_fits(perf):
+    """BLOOM-176B (329 GB) fits an HGX-H200 (8 x 141 GB) at TP 4 or 8, a DGX-H100 only at TP 8."""
+    res = provision(_custom(0, trials=16), perf=perf)
+    trials = res.family("splitwise-custom").details["bayes"].trials
+    assert set(trials["prompt_tp"]) <= {4, 8}
+    assert 4 in set(trials.loc[trials.prompt_machine == "hgx-h200", "prompt_tp"])
+    assert set(trials.loc[trials.prompt_machine == "dgx-h100", "prompt_tp"]) == {8}
+
+
+# -- results and errors ---------------------------------------------------------------------------
+def test_result_json_follows_the_schema():
+    res = provision(ProvisionRequest(goal="cost", rps=6, families=("splitwise-hh", "baseline-a100"), **QUICK))
+    obj = res.to_json()
+    assert set(obj) >= {"goal", "constraint", "question", "best", "winner", "evaluated", "elapsed_s"}
+    assert obj["constraint"] == {"rps": 6.0}
+    assert [b["design"]["family"] for b in obj["best"]] == ["splitwise-hh", "baseline-a100"]
+    for b in obj["best"]:
+        assert {"feasible", "reason", "sustainable_rps", "lower_bound", "gap_to_bound_pct", "searcher",
+                "evaluations", "verification", "slo", "ttft_ms", "cost_usd_per_h"} <= set(b)
+        assert set(b["slo"]["slowdown"]) == {"ttft", "tbt", "e2e"}
+    assert obj["winner"]["design"]["family"] == res.winner_family
+    assert len(obj["evaluated"]) == sum(fr.evaluations for fr in res.families)
+    reports = pytest.importorskip("reports._schema")
+    reports.validate_result(obj)
+
+
+def test_a_family_with_nothing_feasible_says_what_binds():
+    res = provision(ProvisionRequest(goal="cost", rps=12, families=("splitwise-hh",), max_machines=2, **QUICK))
+    fr = res.family("splitwise-hh")
+    assert not fr.feasible and res.winner is None
+    assert "binds" in fr.reason and "more machines" in fr.reason and "--slo-scale" in fr.reason
+    assert res.to_json()["winner"] is None
+
+
+def test_a_budget_that_buys_nothing_says_so():
+    res = provision(ProvisionRequest(goal="throughput", cost_budget_usd_per_h=50.0,
+                                     families=("splitwise-hh",), **QUICK))
+    fr = res.family("splitwise-hh")
+    assert not fr.feasible and "budget" in fr.reason and fr.row is None
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(goal="cost"), "--rps"),
+    (dict(goal="cost", rps=0), "--rps must be > 0"),
+    (dict(goal="throughput"), "exactly one budget"),
+    (dict(goal="throughput", power_budget_kw=10, cost_budget_usd_per_h=10), "exactly one budget"),
+    (dict(goal="throughput", power_budget_kw=-1), "must be > 0"),
+    (dict(goal="speed", rps=1), "--goal must be one of"),
+    (dict(goal="cost", rps=1, families=("splitwise-xx",)), "did you mean 'splitwise-"),
+    (dict(goal="cost", rps=1, searcher="grid"), "--searcher"),
+])
+def test_request_validation(kwargs, match):
+    with pytest.raises(ProvisionerError, match=match):
+        ProvisionRequest(**kwargs)
+
+
+def test_an_slo_no_machine_meets_is_an_error():
+    with pytest.raises(ProvisionerError, match="no machine can meet the SLO"):
+        provision(ProvisionRequest(goal="cost", rps=5, families=("baseline-a100",), slo_scale=0.5, **QUICK))
+
+
+def test_capacity_bound_is_infeasible_without_options():
+    from provisioner.search import Demand
+    tr = LoadScaledTraces("coding", 30.0, 0).at(5.0)
+    with pytest.raises(ProvisionerError):
+        capacity_bound([], None, Demand.from_trace(tr), goal="cost", rps=5.0)
+
+
+def test_exhaustive_simulates_every_cell_and_agrees():
+    ex = provision(ProvisionRequest(goal="cost", rps=8, families=("splitwise-hh",), searcher="exhaustive",
+                                    max_machines=6, **QUICK))
+    auto = provision(ProvisionRequest(goal="cost", rps=8, families=("splitwise-hh",), max_machines=6, **QUICK))
+    assert ex.family("splitwise-hh").evaluations == 36
+    assert len(ex.evaluated) == 36
+    assert _cost(ex) == _cost(auto)
