@@ -117,7 +117,7 @@ def fig12(perf, exhaustive: bool) -> tuple[list[str], dict]:
              f"{'PASS' if t_stair <= 5 else 'FAIL'}); monotonicity contradictions: {sc.violations}.",
              f"- Cheapest feasible on the search trace: ${best:.0f}/h = {int(best / 38)} machines, e.g. "
              + ", ".join(f"{p}P+{t}T" for p, t in optimal[:7]) + ".",
-             f"- Frontier (least prompt machines per token count): "
+             "- Frontier (least prompt machines per token count): "
              + ", ".join(f"{p}P+{t}T" for p, t in sc.frontier()[:10]) + ", ..."]
     out = {"t_stair": t_stair, "evals": sc.evaluations, "best_machines": int(best / 38), "frontier": sc.frontier()}
     if exhaustive:

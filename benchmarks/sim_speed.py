@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     llm = perf.llm(MODEL)
 
     t0 = time.perf_counter()
-    first = simulate(space, trace, MODEL, perf=perf, slo=slo, stop_infeasible=True)
+    simulate(space, trace, MODEL, perf=perf, slo=slo, stop_infeasible=True)
     t_first = time.perf_counter() - t0
     print(f"  first call: {t_first:.2f} s", flush=True)
     rows = []

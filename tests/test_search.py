@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perfmodels import LatencyModel
 
 from provisioner.errors import ProvisionerError
 from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, capacity_bound, exhaustive_search,
@@ -20,11 +19,6 @@ from provisioner.slo import SLO
 SMALL = dict(workload="coding", model="bloom-176b", duration_s=30.0, seed=0)
 QUICK = dict(SMALL, verify=False)
 PROPERTY = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture(scope="module")
-def perf():
-    return LatencyModel()
 
 
 def _cost(result, family="splitwise-hh"):

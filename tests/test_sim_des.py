@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from perfmodels import LatencyModel, N_COEF, kv_transfer_time_s, kv_wire_bytes_per_s, time_from_coefficients
+from perfmodels import N_COEF, kv_transfer_time_s, kv_wire_bytes_per_s, time_from_coefficients
 from provisioner.designs import DesignBatch, make_design
 from provisioner.errors import ProvisionerError
 from provisioner.sim import _des
@@ -21,16 +21,6 @@ from provisioner.sim._inputs import build_inputs
 from workloads import make_workload
 
 MODEL = "bloom-176b"
-
-
-@pytest.fixture(scope="module")
-def perf():
-    return LatencyModel()
-
-
-@pytest.fixture(scope="module")
-def llm(perf):
-    return perf.catalog.model(MODEL)
 
 
 def _trace(arrival_s, prompt_tokens, output_tokens):

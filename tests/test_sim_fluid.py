@@ -12,7 +12,6 @@ import sys
 import numpy as np
 import pytest
 
-from perfmodels import LatencyModel
 from provisioner.designs import make_design
 from provisioner.sim import simulate, simulate_requests, solo_latencies
 from provisioner.slo import SLO
@@ -21,11 +20,6 @@ from workloads import make_workload
 MODEL = "bloom-176b"
 TOL = {50: 0.05, 90: 0.10, 99: 0.20}   # the tolerances (median over designs)
 METRICS = ("ttft", "tbt", "e2e")
-
-
-@pytest.fixture(scope="module")
-def perf():
-    return LatencyModel()
 
 
 # One small design per family at 0.6-0.9 x its saturation rate (benchmarks/fidelity.py),

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from perfmodels import LatencyModel, kv_transfer_time_s, kv_wire_bytes_per_s, time_from_coefficients
+from perfmodels import kv_transfer_time_s, kv_wire_bytes_per_s, time_from_coefficients
 from provisioner.designs import DesignBatch, make_design
 from provisioner.sim import simulate
 from provisioner.sim._des import _simulate, run_des
@@ -30,16 +30,6 @@ from workloads import Trace, make_workload
 
 MODEL = "bloom-176b"
 ENGINES = {"fluid": run_fluid, "des": run_des}
-
-
-@pytest.fixture(scope="module")
-def perf():
-    return LatencyModel()
-
-
-@pytest.fixture(scope="module")
-def llm(perf):
-    return perf.catalog.model(MODEL)
 
 
 @pytest.fixture(params=sorted(ENGINES))
