@@ -16,15 +16,12 @@ from ..designs import Design, DesignBatch
 from ..errors import ProvisionerError
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs
-from ._metrics import _makespan, request_latencies, summarize
+from ._metrics import request_latencies, summarize
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies"]
 
 ENGINES = ("fluid", "des")
-# A DGX idles at roughly a third of its rated power (fans, CPUs, HBM refresh, NICs);
-# drawn power rises linearly with utilization to the (capped) rated power.
-IDLE_POWER_FRACTION = 0.3
 
 
 def _engine(name: str):
@@ -71,20 +68,26 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
         (+1) of its requests exceeded a p99 limit of `slo`: that p99 is then violated
         whatever the rest of the trace does. Its unfinished requests get +inf times.
     """
-    batch = DesignBatch.from_designs(designs)
     perf = perf if perf is not None else LatencyModel()
-    llm = perf.llm(model)
+    batch, inputs, out, _ = _run(designs, trace, perf.llm(model), perf, engine,
+                                 slo if slo is not None else SLO(), stop_infeasible)
+    return batch, inputs, out
+
+
+def _run(designs, trace, llm, perf, engine, slo, stop_infeasible):
+    """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e))."""
+    batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf)
+    solo = solo_latencies(trace, llm, perf, slo)
     if engine != "fluid":
-        return batch, inputs, _engine(engine)(inputs)
+        return batch, inputs, _engine(engine)(inputs), solo
     from ._fluid import run_fluid
-    slo = slo if slo is not None else SLO()
-    solo = np.stack(solo_latencies(trace, llm, perf, slo), axis=1)
+    solo_s = np.stack(solo, axis=1)
     if not stop_infeasible:
-        return batch, inputs, run_fluid(inputs, solo_s=solo)
-    late_s = np.nan_to_num(solo * slo.limits()[:, -1], nan=np.inf)
+        return batch, inputs, run_fluid(inputs, solo_s=solo_s), solo
+    late_s = np.nan_to_num(solo_s * slo.limits()[:, -1], nan=np.inf)
     abort_after = int(np.ceil(0.01 * len(trace))) + 1
-    return batch, inputs, run_fluid(inputs, None, late_s, abort_after, solo_s=solo)
+    return batch, inputs, run_fluid(inputs, None, late_s, abort_after, solo_s=solo_s), solo
 
 
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
@@ -112,17 +115,9 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     """
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
-    batch, inputs, out = simulate_requests(designs, trace, model, engine=engine, perf=perf, slo=slo,
-                                           stop_infeasible=stop_infeasible)
-    llm = perf.llm(model)
+    batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible)
     cost, power = cluster_cost_power(batch, perf.catalog)
-    frame = batch.to_frame()
-    makespan = _makespan(out, trace)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        util = np.nan_to_num(out.busy_s.sum(axis=1) / (inputs.n_machines.sum(axis=1) * makespan))
-    drawn_kw = power * (IDLE_POWER_FRACTION + (1 - IDLE_POWER_FRACTION) * np.clip(util, 0, 1))
-    result = summarize(frame, out, trace, solo_latencies(trace, llm, perf, slo), slo, cost, power, drawn_kw,
-                       inputs.n_machines)
+    result = summarize(batch.to_frame(), out, trace, solo, slo, cost, power, inputs.n_machines)
     result.insert(0, "engine", engine)
     result["stopped_early"] = out.aborted if out.aborted is not None else False
     return result

@@ -20,13 +20,18 @@ def request_latencies(out: EngineOutput, arrival_s: np.ndarray, output_tokens: n
     return ttft, tbt, e2e
 
 
+# A DGX idles at roughly a third of its rated power (fans, CPUs, HBM refresh, NICs);
+# drawn power rises linearly with utilization to the (capped) rated power.
+IDLE_POWER_FRACTION = 0.3
+
+
 def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: SLO,
-              cost_usd_per_h: np.ndarray, power_kw: np.ndarray, energy_power_kw: np.ndarray,
-              servers: np.ndarray) -> pd.DataFrame:
+              cost_usd_per_h: np.ndarray, power_kw: np.ndarray, servers: np.ndarray) -> pd.DataFrame:
     """The result table (one row per design, units in column names).
 
     solo : (ttft, tbt, e2e) arrays (r,) of each request alone on the SLO reference.
-    energy_power_kw : average drawn power used for energy per request (kW).
+    power_kw : provisioned power (kW); energy per request uses the power drawn at the
+        cluster's utilization.
     servers : (d, 2) model replicas per pool (machines x replicas per machine).
     """
     latency_pct, slowdowns = _percentiles(out, trace, solo)
@@ -43,7 +48,9 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
     n = len(trace)
     with np.errstate(invalid="ignore", divide="ignore"):
         util = out.busy_s / (servers * makespan[:, None])
+        cluster_util = np.nan_to_num(out.busy_s.sum(axis=1) / (servers.sum(axis=1) * makespan))
         mean_batch = out.decode_batch_time_s / out.decode_time_s
+    drawn_kw = power_kw * (IDLE_POWER_FRACTION + (1 - IDLE_POWER_FRACTION) * np.clip(cluster_util, 0, 1))
     frame = designs_frame.reset_index(drop=True).copy()
     frame = frame.assign(
         **cols,
@@ -54,7 +61,7 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
         borrowed_decodes=out.borrowed_decodes, borrowed_prefills=out.borrowed_prefills,
         kv_transfer_visible_mean_s=np.where(out.kv_transfers > 0, out.kv_visible_s_sum / np.maximum(out.kv_transfers, 1), 0.0),
         cost_usd_per_h=cost_usd_per_h, power_kw=power_kw,
-        energy_wh_per_request=energy_power_kw * 1e3 * makespan / 3600.0 / n,
+        energy_wh_per_request=drawn_kw * 1e3 * makespan / 3600.0 / n,
     )
     return frame
 
