@@ -55,8 +55,17 @@ def design_result_json(row, *, workload: str, model: str, rps: float, catalog=No
     return obj
 
 
+def json_safe(x):
+    """A JSON-safe copy of nested dicts/lists: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return _py(x)
+
+
 def _py(v):
-    if isinstance(v, (np.generic,)):
+    if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, float) and not np.isfinite(v):
         return None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 
 import typer
 
 from workloads import make_workload
 
 from ..errors import ProvisionerError
+from ..results import json_safe
 
 WORKLOAD_HELP = "'coding', 'conversation', or a path to a CSV trace (canonical, Azure or SplitwiseSim header)."
 DEFAULT_MODEL = "bloom-176b"
@@ -28,17 +28,4 @@ def load_workload(workload: str, rps: float, duration_s: float, seed: int, arriv
 
 
 def echo_json(obj) -> None:
-    typer.echo(json.dumps(_clean(obj), indent=2))
-
-
-def _clean(x):
-    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    typer.echo(json.dumps(json_safe(obj), indent=2))
