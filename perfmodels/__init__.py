@@ -11,7 +11,7 @@ Public surface:
 - power: `clock_fraction`.
 """
 
-from ._calibrate import CalibrationReport, calibrate, shipped_profile, with_constants
+from ._calibrate import CalibrationReport, calibrate, shipped_profile
 from ._constants import Calibration, GpuConstants, dump_calibration, load_calibration
 from ._kv_transfer import LAYERWISE_MIN_PROMPT_TOKENS, kv_transfer_time_s, kv_wire_bytes_per_s
 from ._memory import (HBM_UTILIZATION, fits_in_memory, kv_cache_bytes, kv_capacity_tokens,
@@ -24,7 +24,7 @@ from .errors import PerfModelError
 
 __all__ = [
     "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate",
-    "shipped_profile", "with_constants", "load_calibration", "dump_calibration",
+    "shipped_profile", "load_calibration", "dump_calibration",
     "kv_cache_bytes", "kv_capacity_tokens", "max_decode_batch", "weight_bytes_per_gpu",
     "fits_in_memory", "HBM_UTILIZATION", "kv_transfer_time_s", "kv_wire_bytes_per_s",
     "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "HardwareArrays", "ModelShape",

@@ -13,7 +13,7 @@ held-out MAPE printed by `provision perf calibrate` describes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
@@ -169,10 +169,3 @@ def _mape_rows(catalog, gpu_name, constants, g):
                              points=int(g.loc[mask, POINT_COLUMNS].drop_duplicates().shape[0]),
                              rows=int(mask.sum())))
     return rows
-
-
-def with_constants(cal: Calibration, gpu_name: str, **changes) -> Calibration:
-    """A copy of `cal` with some constants of one GPU changed (for what-if studies)."""
-    per_gpu = dict(cal.per_gpu)
-    per_gpu[gpu_name] = replace(cal.for_gpu(gpu_name), **changes)
-    return replace(cal, per_gpu=per_gpu)

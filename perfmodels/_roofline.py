@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._power import clock_fraction
 
 ALLREDUCES_PER_LAYER = 2
 
@@ -161,9 +160,3 @@ def iteration_time_s(
     """
     return time_from_coefficients(roofline_coefficients(m, hw), prefill_tokens, prefill_sq_tokens,
                                   prefill_seqs, decode_batch, decode_context_tokens)
-
-
-def with_clock(hw: HardwareArrays, power_cap) -> HardwareArrays:
-    """The same hardware under a power cap (fraction of TDP, array_like)."""
-    from dataclasses import replace
-    return replace(hw, clock=clock_fraction(power_cap))
