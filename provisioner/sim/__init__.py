@@ -74,8 +74,10 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     return batch, inputs, out
 
 
-def _run(designs, trace, llm, perf, engine, slo, stop_infeasible):
-    """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e))."""
+def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True):
+    """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e)).
+
+    keep_requests : False lets the fluid engine return only per-design figures."""
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf)
     solo = solo_latencies(trace, llm, perf, slo)
@@ -83,11 +85,12 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible):
         return batch, inputs, _engine(engine)(inputs), solo
     from ._fluid import run_fluid
     solo_s = np.stack(solo, axis=1)
-    if not stop_infeasible:
-        return batch, inputs, run_fluid(inputs, solo_s=solo_s), solo
-    late_s = np.nan_to_num(solo_s * slo.limits()[:, -1], nan=np.inf)
-    abort_after = int(np.ceil(0.01 * len(trace))) + 1
-    return batch, inputs, run_fluid(inputs, None, late_s, abort_after, solo_s=solo_s), solo
+    late_s, abort_after = None, 0
+    if stop_infeasible:
+        late_s = np.nan_to_num(solo_s * slo.limits()[:, -1], nan=np.inf)
+        abort_after = int(np.ceil(0.01 * len(trace))) + 1
+    out = run_fluid(inputs, None, late_s, abort_after, solo_s=solo_s, keep_requests=keep_requests)
+    return batch, inputs, out, solo
 
 
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
@@ -115,7 +118,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     """
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
-    batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible)
+    batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
+                                    keep_requests=False)
     cost, power = cluster_cost_power(batch, perf.catalog)
     result = summarize(batch.to_frame(), out, trace, solo, slo, cost, power, inputs.n_machines)
     result.insert(0, "engine", engine)

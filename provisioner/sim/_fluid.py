@@ -29,12 +29,12 @@ from ._inputs import EngineOutput, SimInputs
 
 # Per-design statistics columns.
 ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, ST_KV_SUM, ST_KV_N, ST_LATE_TTFT, \
-    ST_LATE_TBT, ST_LATE_E2E, ST_ABORTED = range(14)
-N_STATS = 14
+    ST_LATE_TBT, ST_LATE_E2E, ST_ABORTED, ST_LAST_FINISH = range(15)
+N_STATS = 15
 # Float state per machine.
 F_NOW, F_ITER, F_RATE, F_END, F_LEN, F_SUM_S, F_SUM_JOIN, F_KV_USED, F_RESERVED, F_PEND_P, \
-    F_DEC_ASSIGNED, F_BATCH_TOK = range(12)
-N_F = 12
+    F_DEC_ASSIGNED, F_BATCH_TOK, F_INV_LEN = range(13)
+N_F = 13
 # Integer state per machine.
 I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT = range(9)
 N_I = 9
@@ -44,15 +44,27 @@ _INTERLEAVE = 16   # stride of the design interleaving that balances prange's bl
 
 
 @njit(cache=True, inline="always")
+def _fmax(a, b):
+    """max of two floats, inlined: numba's builtin max is an out-of-line call, which cost
+    about 10% of the kernel in the routing scans (perf, 2026-11-22)."""
+    return a if a >= b else b
+
+
+@njit(cache=True, inline="always")
+def _fmin(a, b):
+    return a if a <= b else b
+
+
+@njit(cache=True, inline="always")
 def iter_time(c, n_p, sq, seqs, b, ctx):
     """Scalar twin of perfmodels.time_from_coefficients (same formula)."""
     tokens = n_p + b
     compute = c[0] * tokens + c[1] * (seqs + b) + c[2] * sq + c[3] * ctx
     memory = c[4] + c[5] * (ctx + tokens)
-    allreduce = c[6] + c[7] * min(tokens, c[8]) + c[9] * max(tokens - c[8], 0.0)
+    allreduce = c[6] + c[7] * _fmin(tokens, c[8]) + c[9] * _fmax(tokens - c[8], 0.0)
     lo = c[10] if seqs > 0 else 0.0
     ld = c[11] if b > 0 else 0.0
-    return max(compute, memory) + allreduce + max(lo, ld) + c[12] * seqs + c[13] * b
+    return _fmax(compute, memory) + allreduce + _fmax(lo, ld) + c[12] * seqs + c[13] * b
 
 
 # ---------------------------------------------------------------- binary heaps (one row per machine)
@@ -123,13 +135,27 @@ def _simulate_design(n0, n1, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_tok
     tree_m = np.zeros(2 * leaves, np.int64)
     for m in range(leaves):
         tree_m[leaves + m] = m
+    for i in range(leaves - 1, 0, -1):
+        tree_m[i] = tree_m[2 * i]   # all times +inf: each node's winner is its lowest machine
     sim = (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-           arrival, late_s, tree_t, tree_m)
+           arrival, late_s, tree_t, tree_m, np.zeros(1, np.int64))
+    _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim)
+
+
+# The event loop runs without reference counting (`_nrt=False`): in a function that may
+# allocate, numba increfs and decrefs every array it takes out of `sim` on each use, which
+# cost 15% of the kernel when this loop lived in `_simulate_design`.
+@njit(cache=True, _nrt=False)
+def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
+    """Route each request at its arrival, after every machine event due before it."""
+    (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
+     arrival, late_s, tree_t, tree_m, lent) = sim   # lent: [number of lent machines]
     for r in range(R):
         t = arrival[r]
-        _run_until(t, M, sim)
-        if abort_after > 0 and max(stats[ST_LATE_TTFT], stats[ST_LATE_TBT], stats[ST_LATE_E2E]) >= abort_after:
+        _run_until(t, sim)
+        if abort_after > 0 and _fmax(_fmax(stats[ST_LATE_TTFT], stats[ST_LATE_TBT]), stats[ST_LATE_E2E]) >= abort_after:
             stats[ST_ABORTED] = 1.0
             return
         need = s_arr[r] + n_arr[r]
@@ -137,7 +163,7 @@ def _simulate_design(n0, n1, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_tok
             p = _least_loaded_mixed(t, n0, fs, st)
             d = p
         else:
-            p, d = _route_split(t, need, M, allow_borrow, overload, kv_cap, fs, st)
+            p, d = _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent)
             if st[p, I_POOL] == 1:
                 stats[ST_BORROW_P] += 1
             if st[d, I_POOL] == 0 and n_arr[r] > 1:
@@ -153,11 +179,11 @@ def _simulate_design(n0, n1, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_tok
             req[st[p, I_QTAIL], 0] = r
         st[p, I_QTAIL] = r
         _schedule(p, sim)
-    _run_until(INF, M, sim)
+    _run_until(INF, sim)
 
 
-@njit(cache=True, _nrt=False)
-def _run_until(t, M, sim):
+@njit(cache=True, inline="always")
+def _run_until(t, sim):
     """Process every machine event up to time t, in time order."""
     tree_t, tree_m = sim[23], sim[24]
     while True:
@@ -182,9 +208,9 @@ def _decode_progress(m, t, fs, st):
 def _prompt_work(m, t, fs, st):
     """Pending prompt tokens of machine m at t, less the done share of the batch in flight."""
     w = fs[m, F_PEND_P]
-    if st[m, I_PREFILL] == 1 and fs[m, F_LEN] > 0:
-        done = (t - (fs[m, F_END] - fs[m, F_LEN])) / fs[m, F_LEN]
-        w -= fs[m, F_BATCH_TOK] * min(max(done, 0.0), 1.0)
+    if st[m, I_PREFILL] == 1:
+        done = (t - (fs[m, F_END] - fs[m, F_LEN])) * fs[m, F_INV_LEN]
+        w -= fs[m, F_BATCH_TOK] * _fmin(_fmax(done, 0.0), 1.0)
     return w
 
 
@@ -199,62 +225,74 @@ def _least_loaded_mixed(t, n0, fs, st):
 
 
 @njit(cache=True, _nrt=False)
-def _route_split(t, need, M, allow_borrow, overload, kv_cap, fs, st):
+def _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent):
     """Prefill and decode machines of a request (SEMANTICS.md): least-loaded home machines;
     lent machines (the mixed pool) only when no home machine can take the work."""
-    for m in range(M):   # lent machines whose borrowed work has drained go home
-        if st[m, I_LENT] == 1:
-            if st[m, I_POOL] == 0 and fs[m, F_RESERVED] <= EPS:
-                st[m, I_LENT] = 0
-            elif st[m, I_POOL] == 1 and fs[m, F_PEND_P] <= EPS:
-                st[m, I_LENT] = 0
+    if lent[0] > 0:
+        for m in range(M):   # lent machines whose borrowed work has drained go home
+            if st[m, I_LENT] == 1:
+                if m < n0 and fs[m, F_RESERVED] <= EPS:
+                    st[m, I_LENT] = 0
+                    lent[0] -= 1
+                elif m >= n0 and fs[m, F_PEND_P] <= EPS:
+                    st[m, I_LENT] = 0
+                    lent[0] -= 1
+    p, p_work = -1, INF
+    for m in range(n0):
+        if st[m, I_LENT] == 0:
+            w = _prompt_work(m, t, fs, st)
+            if w < p_work - EPS:
+                p, p_work = m, w
     home0 = 0
     home1 = 0
-    p, p_work = -1, INF
-    for m in range(M):
-        if st[m, I_LENT] == 0:
-            if st[m, I_POOL] == 0:
-                home0 += 1
-                w = _prompt_work(m, t, fs, st)
-                if w < p_work - EPS:
-                    p, p_work = m, w
-            else:
-                home1 += 1
+    if lent[0] == 0:
+        home0 = n0
+        home1 = M - n0
+    else:
+        for m in range(M):
+            if st[m, I_LENT] == 0:
+                if m < n0:
+                    home0 += 1
+                else:
+                    home1 += 1
     # decode: a home token machine with room, else a lent prompt machine with room, else lend one
-    d = _least_decode(t, need, M, kv_cap, fs, st, 1, 0, True)
+    d = _least_decode(t, need, n0, M, kv_cap[1], fs, st, 0, True)
     token_room = d >= 0
     prompt_slack = p_work <= overload     # lending never starves the prompt side
-    if d < 0 and prompt_slack:
-        d = _least_decode(t, need, M, kv_cap, fs, st, 0, 1, True)
+    if d < 0 and prompt_slack and lent[0] > 0:
+        d = _least_decode(t, need, 0, n0, kv_cap[0], fs, st, 1, True)
     if d < 0:
-        d = _least_decode(t, need, M, kv_cap, fs, st, 1, 0, False)
+        d = _least_decode(t, need, n0, M, kv_cap[1], fs, st, 0, False)
         if allow_borrow and home0 >= 2 and prompt_slack:
-            d = _lend_least_work(t, M, fs, st, p)
+            d = _lend_least_work(t, n0, fs, st, p)
+            lent[0] += 1
     # prefill: the home prompt machine unless overloaded; then a lent token machine below the
     # threshold, else lend one
     if allow_borrow and p_work > overload:
         c, c_work = -1, INF
-        for m in range(M):
-            if st[m, I_POOL] == 1 and st[m, I_LENT] == 1:
-                w = _prompt_work(m, t, fs, st)
-                if w < c_work - EPS:
-                    c, c_work = m, w
+        if lent[0] > 0:
+            for m in range(n0, M):
+                if st[m, I_LENT] == 1:
+                    w = _prompt_work(m, t, fs, st)
+                    if w < c_work - EPS:
+                        c, c_work = m, w
         if c >= 0 and c_work <= overload:
             p = c
         elif home1 >= 2 and token_room:   # never starve the token side
-            c = _least(M, fs, st, 1, F_RESERVED, d)
+            c = _least(n0, M, fs, st, F_RESERVED, d)
             if c >= 0:
                 st[c, I_LENT] = 1
+                lent[0] += 1
                 p = c
     return p, d
 
 
 @njit(cache=True, inline="always")
-def _least_decode(t, need, M, kv_cap, fs, st, pool, lent, need_room):
+def _least_decode(t, need, lo, hi, cap, fs, st, lent, need_room):
     best, best_load = -1, INF
-    for m in range(M):
-        if st[m, I_POOL] == pool and st[m, I_LENT] == lent:
-            if need_room and fs[m, F_RESERVED] + need > kv_cap[pool]:
+    for m in range(lo, hi):
+        if st[m, I_LENT] == lent:
+            if need_room and fs[m, F_RESERVED] + need > cap:
                 continue
             load = _decode_progress(m, t, fs, st)
             if load < best_load - EPS:
@@ -263,10 +301,10 @@ def _least_decode(t, need, M, kv_cap, fs, st, pool, lent, need_room):
 
 
 @njit(cache=True, inline="always")
-def _lend_least_work(t, M, fs, st, exclude):
+def _lend_least_work(t, n0, fs, st, exclude):
     best, best_w = -1, INF
-    for m in range(M):
-        if st[m, I_POOL] == 0 and st[m, I_LENT] == 0 and m != exclude:
+    for m in range(n0):
+        if st[m, I_LENT] == 0 and m != exclude:
             w = _prompt_work(m, t, fs, st)
             if w < best_w - EPS:
                 best, best_w = m, w
@@ -275,28 +313,38 @@ def _lend_least_work(t, M, fs, st, exclude):
 
 
 @njit(cache=True, inline="always")
-def _least(M, fs, st, pool, col, exclude):
+def _least(lo, hi, fs, st, col, exclude):
     best, best_v = -1, INF
-    for m in range(M):
-        if st[m, I_POOL] == pool and st[m, I_LENT] == 0 and m != exclude and fs[m, col] < best_v - EPS:
+    for m in range(lo, hi):
+        if st[m, I_LENT] == 0 and m != exclude and fs[m, col] < best_v - EPS:
             best, best_v = m, fs[m, col]
     return best
 
 
 @njit(cache=True, inline="always")
 def _set_next(m, t, next_s, tree_t, tree_m):
-    """Set machine m's next event time and update the tournament tree above it."""
+    """Set machine m's next event time and update the tournament tree above it.
+
+    A node holds the earliest (time, machine) of its subtree, ties to the lower machine.
+    Walking up, the candidate only meets the sibling subtree's winner, whose address is
+    known in advance, so the loads do not wait on the comparisons."""
     next_s[m] = t
     i = tree_t.shape[0] // 2 + m
     tree_t[i] = t
-    i >>= 1
-    while i >= 1:
-        a = 2 * i
-        if tree_t[a + 1] < tree_t[a]:
-            a += 1
-        tree_t[i] = tree_t[a]
-        tree_m[i] = tree_m[a]
+    cur_t = t
+    cur_m = m
+    while i > 1:
+        sib = i ^ 1
+        sib_t = tree_t[sib]
+        sib_m = tree_m[sib]
+        if sib_t < cur_t or (sib_t == cur_t and sib_m < cur_m):
+            cur_t = sib_t
+            cur_m = sib_m
         i >>= 1
+        if tree_t[i] == cur_t and tree_m[i] == cur_m:
+            break   # this node is unchanged, so are all above it
+        tree_t[i] = cur_t
+        tree_m[i] = cur_m
 
 
 @njit(cache=True, inline="always")
@@ -313,11 +361,11 @@ def _schedule(m, sim):
     work_at = INF
     h = st[m, I_QHEAD]
     if h >= 0 and (req[h, 1] != m or s_arr[h] + n_arr[h] <= room or not running):
-        work_at = max(now, sim[21][h])   # an idle machine's clock is its last event
+        work_at = _fmax(now, sim[21][h])   # an idle machine's clock is its last event
     if st[m, I_WAIT] > 0:
         h = wait_val[m, 0]
         if req[h, 2] == m or s_arr[h] + n_arr[h] <= room or not running:
-            work_at = min(work_at, max(wait_key[m, 0], now))
+            work_at = _fmin(work_at, _fmax(wait_key[m, 0], now))
     if not running:
         _set_next(m, work_at, next_s, sim[23], sim[24])
         return
@@ -331,7 +379,7 @@ def _schedule(m, sim):
             # admitted at `now` (`_start` admits up to now + 1e-12): wait for the next boundary,
             # else the machine is rescheduled at `now` forever.
             k = i0 + 1
-        nxt = min(nxt, now + (k - i0) / rate)
+        nxt = _fmin(nxt, now + (k - i0) / rate)
     _set_next(m, nxt, next_s, sim[23], sim[24])
 
 
@@ -339,7 +387,7 @@ def _schedule(m, sim):
 def _step(m, e, sim):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
     if st[m, I_PREFILL] == 1:
         dur = fs[m, F_LEN]
@@ -378,7 +426,7 @@ def _step(m, e, sim):
                     vis = kv_setup + total
                 else:
                     last = total / n_layers
-                    vis = kv_setup + last + max(total - last - dur, 0.0)
+                    vis = kv_setup + last + _fmax(total - last - dur, 0.0)
                 stats[ST_KV_SUM] += vis
                 stats[ST_KV_N] += 1
                 _push(wait_key, wait_val, st, I_WAIT, d, e + vis, r)
@@ -423,7 +471,7 @@ def _finish_due(m, e, sim):
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
     (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
     cap = kv_cap[pm]
     fs[m, F_NOW] = t
@@ -467,12 +515,13 @@ def _start(m, t, sim):
         st[m, I_PREFILL] = 1
         fs[m, F_END] = t + dur
         fs[m, F_LEN] = dur
+        fs[m, F_INV_LEN] = 1.0 / dur    # routing reads the progress of every prompt machine
     elif b > 0:
         fs[m, F_RATE] = 1.0 / iter_time(coef[pm], 0.0, 0.0, 0.0, b, ctx)
 
 
 def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.ndarray | None = None,
-              abort_after: int = 0, solo_s: np.ndarray | None = None) -> EngineOutput:
+              abort_after: int = 0, solo_s: np.ndarray | None = None, keep_requests: bool = True) -> EngineOutput:
     """Simulate the designs of `inputs` (all, or the given indices) with the fluid engine.
 
     late_s : (r, 3) TTFT, TBT, E2E thresholds (s) per request; with `abort_after` > 0 a
@@ -483,103 +532,171 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         given, latency and slowdown percentiles are computed inside the kernel, per
         design in parallel (the numpy route over a (designs x requests) table is
         memory-bound and took as long as the simulation on the Fig. 12 space).
+    keep_requests : return each request's first-token and finish times, a (designs x
+        requests) table (215 MB for the Fig. 12 space); False needs `solo_s`, and the
+        engine then keeps only the percentiles and the makespan.
     """
+    if not keep_requests and solo_s is None:
+        raise ValueError("run_fluid: keep_requests=False needs solo_s, else nothing would be returned")
     idx = np.arange(inputs.n_designs) if designs is None else np.asarray(designs, dtype=np.int64)
-    # prange splits the designs into one contiguous block per thread; a design space is
-    # ordered by machine counts, so the feasible (long-running) designs sit together and
-    # one thread would get most of them. A fixed interleaving balances the threads.
-    order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
     r = len(inputs.arrival_s)
     if late_s is None:
         late_s = np.full((r, 3), np.inf)
     want_pct = solo_s is not None
-    solo = np.ascontiguousarray(solo_s if want_pct else np.ones((r, 3)), dtype=np.float64)
+    inv_solo = 1.0 / np.ascontiguousarray(solo_s if want_pct else np.ones((r, 3)), dtype=np.float64)
+    n_machines = inputs.n_machines[idx]
+    # prange gives each thread one contiguous block of iterations (numba's OpenMP layer
+    # ignores parallel_chunksize). A design space is ordered by machine counts, so the
+    # long-running feasible designs sit together; a fixed interleaving spreads them.
+    order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
     first, finish, stats, pct = _run_batch(
-        inputs.n_machines[idx], inputs.coef[idx], inputs.kv_cap_tokens[idx], inputs.batch_cap_tokens[idx],
+        n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx], inputs.batch_cap_tokens[idx],
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
-        np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), solo, want_pct, order)
-    aborted = stats[:, ST_ABORTED] > 0
-    if aborted.any():
-        np.nan_to_num(first, copy=False, nan=np.inf)
-        np.nan_to_num(finish, copy=False, nan=np.inf)
+        np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), inv_solo, want_pct,
+        keep_requests, order)
     return EngineOutput(
-        first_token_s=first, finish_s=finish,
+        first_token_s=first if keep_requests else None, finish_s=finish if keep_requests else None,
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],
         decode_time_s=stats[:, [ST_DT0, ST_DT1]], borrowed_decodes=stats[:, ST_BORROW_D],
         borrowed_prefills=stats[:, ST_BORROW_P], kv_visible_s_sum=stats[:, ST_KV_SUM],
-        kv_transfers=stats[:, ST_KV_N], aborted=aborted,
+        kv_transfers=stats[:, ST_KV_N], aborted=stats[:, ST_ABORTED] > 0,
+        makespan_s=stats[:, ST_LAST_FINISH] - inputs.arrival_s[0],
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
 
 
 @njit(parallel=True, cache=True)
 def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
-               layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, solo, want_pct, order):
+               layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
+               keep_requests, order):
     D = n_machines.shape[0]
     R = arrival.shape[0]
-    first = np.full((D, R), np.nan)
-    finish = np.full((D, R), np.nan)
+    kept = D if keep_requests else 0
+    first = np.empty((kept, R))
+    finish = np.empty((kept, R))
     stats = np.zeros((D, N_STATS))
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
     for j in prange(D):
         i = order[j]   # visiting order only; design i's results stay in row i
+        if keep_requests:
+            first_i, finish_i = first[i], finish[i]
+        else:
+            first_i, finish_i = np.empty(R), np.empty(R)
+        first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
+        finish_i[:] = INF
         _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
                          kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                         s_arr, n_arr, late_s, abort_after, first[i], finish[i], stats[i])
+                         s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
+        stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
         if want_pct:
-            _design_percentiles(first[i], finish[i], arrival, n_arr, solo, pct[i])
+            _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
     return first, finish, stats, pct
 
 
 @njit(cache=True)
-def _design_percentiles(first, finish, arrival, n_arr, solo, out):
-    """p50/p90/p99 of TTFT, TBT, E2E and of their slowdowns for one design.
-
-    Same definition as numpy's default (linear interpolation); requests a stopped design
-    never finished count as +inf; TBT covers requests with more than one token.
-    """
-    R = arrival.shape[0]
-    lat = np.empty((3, R))
-    slow = np.empty((3, R))
-    n_tbt = 0
-    for r in range(R):
-        f = first[r] if np.isfinite(first[r]) else INF
-        e = finish[r] if np.isfinite(finish[r]) else INF
-        ttft = f - arrival[r]
-        e2e = e - arrival[r]
-        lat[0, r] = ttft
-        lat[2, r] = e2e
-        slow[0, r] = ttft / solo[r, 0]
-        slow[2, r] = e2e / solo[r, 2]
-        if n_arr[r] > 1:
-            tbt = (e2e - ttft) / (n_arr[r] - 1.0) if e < INF else INF
-            lat[1, n_tbt] = tbt
-            slow[1, n_tbt] = tbt / solo[r, 1]
-            n_tbt += 1
-    for k in range(3):
-        n = R if k != 1 else n_tbt
-        _percentiles_into(lat[k, :n], out[0, k])
-        _percentiles_into(slow[k, :n], out[1, k])
+def _max_finite(a):
+    """Largest finite value of a (-inf if none)."""
+    best = -INF
+    for x in a:
+        if x < INF and x > best:
+            best = x
+    return best
 
 
 @njit(cache=True)
-def _percentiles_into(a, out):
-    n = a.shape[0]
+def _design_percentiles(first, finish, arrival, n_arr, inv_solo, out):
+    """p50/p90/p99 of TTFT, TBT, E2E and of their slowdowns for one design.
+
+    Same definition as numpy's default (linear interpolation); requests a stopped design
+    never finished count as +inf; TBT covers requests with more than one token. Only
+    finite values are stored and ranked: a stopped design is mostly +inf, and ranking
+    those cost as much as simulating it.
+    """
+    R = arrival.shape[0]
+    finite = np.empty((6, R))          # ttft, tbt, e2e (s), then the same as slowdowns
+    n_finite = np.zeros(3, np.int64)
+    n_all = np.zeros(3, np.int64)
+    for r in range(R):
+        ttft = first[r] - arrival[r]
+        e2e = finish[r] - arrival[r]
+        tbt = (e2e - ttft) / (n_arr[r] - 1.0) if n_arr[r] > 1 else 0.0
+        for k in range(3):
+            if k == 1 and n_arr[r] <= 1:
+                continue
+            n_all[k] += 1
+            done = first[r] < INF if k == 0 else finish[r] < INF
+            if done:
+                value = ttft if k == 0 else (tbt if k == 1 else e2e)
+                finite[k, n_finite[k]] = value
+                finite[k + 3, n_finite[k]] = value * inv_solo[r, k]
+                n_finite[k] += 1
+    for k in range(3):
+        _percentiles_into(finite[k], n_finite[k], n_all[k], out[0, k])
+        _percentiles_into(finite[k + 3], n_finite[k], n_all[k], out[1, k])
+
+
+@njit(cache=True)
+def _percentiles_into(a, n_finite, n, out):
+    """p50, p90, p99 (numpy's linear interpolation) of n values: a[:n_finite] and
+    n - n_finite times +inf. Reorders a[:n_finite] in place.
+
+    Each order statistic is selected in the part of `a` above the previous one, so the
+    six selections cost about two passes over `a` (np.partition redoes each from scratch).
+    """
     if n == 0:
         out[:] = np.nan
         return
-    pos = np.array([0.5, 0.9, 0.99]) * (n - 1)
-    kth = np.empty(6, np.int64)
-    for j in range(3):
-        kth[2 * j] = int(math.floor(pos[j]))
-        kth[2 * j + 1] = min(int(math.floor(pos[j])) + 1, n - 1)
-    part = np.partition(a, kth)
-    for j in range(3):
-        lo = part[kth[2 * j]]
-        hi = part[kth[2 * j + 1]]
-        frac = pos[j] - kth[2 * j]
-        if hi == INF:
-            out[j] = INF if (frac > 0 or lo == INF) else lo
+    lo = 0
+    for j, q in enumerate((0.5, 0.9, 0.99)):
+        pos = q * (n - 1)
+        k = int(math.floor(pos))
+        k1 = k + 1 if k + 1 < n else n - 1
+        below, lo = _ranked(a, n_finite, k, lo)
+        above, lo = _ranked(a, n_finite, k1, lo)
+        frac = pos - k
+        if above == INF:
+            out[j] = INF if (frac > 0 or below == INF) else below
         else:
-            out[j] = lo + (hi - lo) * frac
+            out[j] = below + (above - below) * frac
+
+
+@njit(cache=True, inline="always")
+def _ranked(a, n_finite, k, lo):
+    """(value of rank k, new lo): selects in a[lo:n_finite], everything below lo is settled."""
+    if k >= n_finite:
+        return INF, lo
+    if k >= lo:
+        _select(a, lo, n_finite - 1, k)
+        lo = k + 1
+    return a[k], lo
+
+
+@njit(cache=True)
+def _select(a, lo, hi, k):
+    """Reorder a[lo:hi + 1] so that a[k] is its (k - lo)-th smallest, smaller ones before it
+    and larger ones after (Hoare's quickselect, median-of-three pivot)."""
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        x, y, z = a[lo], a[mid], a[hi]
+        if x > y:
+            x, y = y, x
+        if y > z:
+            y = z if x <= z else x
+        pivot = y
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return

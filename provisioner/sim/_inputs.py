@@ -101,8 +101,8 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
 class EngineOutput:
     """What an engine returns; `_metrics.summarize` turns it into the result table."""
 
-    first_token_s: np.ndarray       # (d, r) absolute time of the first token
-    finish_s: np.ndarray            # (d, r) absolute time of the last token
+    first_token_s: np.ndarray | None  # (d, r) absolute time of the first token (None: not kept)
+    finish_s: np.ndarray | None       # (d, r) absolute time of the last token (None: not kept)
     busy_s: np.ndarray              # (d, 2) machine-seconds busy per pool
     decode_batch_time_s: np.ndarray  # (d, 2) sum over iterations of decode batch x duration
     decode_time_s: np.ndarray       # (d, 2) machine-seconds of iterations that carried decodes
@@ -111,5 +111,6 @@ class EngineOutput:
     kv_visible_s_sum: np.ndarray    # (d,) sum of visible KV-transfer delays
     kv_transfers: np.ndarray        # (d,) number of transfers
     aborted: np.ndarray | None = None  # (d,) bool: stopped early, certainly infeasible (fluid only)
+    makespan_s: np.ndarray | None = None     # (d,) first arrival to last finish, when the engine computed it
     latency_pct_s: np.ndarray | None = None  # (d, 3 metrics, 3 percentiles), when the engine computed them
     slowdown_pct: np.ndarray | None = None   # (d, 3, 3) percentiles of per-request slowdowns

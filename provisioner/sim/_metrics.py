@@ -79,5 +79,7 @@ def _percentiles(out: EngineOutput, trace, solo):
 
 def _makespan(out: EngineOutput, trace) -> np.ndarray:
     """Seconds from the first arrival to the last finish (finite part, for stopped designs)."""
+    if out.makespan_s is not None:
+        return out.makespan_s
     finish = np.where(np.isfinite(out.finish_s), out.finish_s, -np.inf)
     return np.max(finish, axis=1) - trace.arrival_s[0]
