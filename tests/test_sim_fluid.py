@@ -11,9 +11,12 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from provisioner.designs import make_design
 from provisioner.sim import simulate, simulate_requests, solo_latencies
+from provisioner.sim._fluid import _percentiles_into
 from provisioner.slo import SLO
 from workloads import make_workload
 
@@ -195,3 +198,26 @@ def test_fluid_terminates_when_work_is_due_just_after_a_boundary():
             "assert np.isfinite(out.finish_s).all()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.floats(-1.0, 1e4, allow_nan=False) | st.sampled_from([0.0, 1.5, 2.0]),
+                       min_size=0, max_size=400),
+       n_inf=st.integers(0, 60))
+def test_kernel_percentiles_are_numpys(values, n_inf):
+    """The engine's own p50/p90/p99 (radix select over the finite values, the rest +inf)
+    equal numpy's linear interpolation; where numpy gives NaN from inf - inf, the rank
+    below is taken when the position is exact and +inf otherwise."""
+    finite = np.array(values, dtype=float)
+    everything = np.concatenate([finite, np.full(n_inf, np.inf)])
+    out = np.empty(3)
+    _percentiles_into(finite.copy(), len(finite), len(everything), out)
+    if len(everything) == 0:
+        assert np.isnan(out).all()
+        return
+    with np.errstate(invalid="ignore"):
+        expected = np.percentile(everything, [50, 90, 99])
+    pos = np.array([0.5, 0.9, 0.99]) * (len(everything) - 1)
+    below = np.sort(everything)[np.floor(pos).astype(int)]
+    expected = np.where(np.isnan(expected), np.where(pos == np.floor(pos), below, np.inf), expected)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)

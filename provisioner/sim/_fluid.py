@@ -639,37 +639,98 @@ def _design_percentiles(first, finish, arrival, n_arr, inv_solo, out):
 @njit(cache=True)
 def _percentiles_into(a, n_finite, n, out):
     """p50, p90, p99 (numpy's linear interpolation) of n values: a[:n_finite] and
-    n - n_finite times +inf. Reorders a[:n_finite] in place.
-
-    Each order statistic is selected in the part of `a` above the previous one, so the
-    six selections cost about two passes over `a` (np.partition redoes each from scratch).
-    """
+    n - n_finite times +inf. Reorders a[:n_finite]."""
     if n == 0:
         out[:] = np.nan
         return
-    lo = 0
+    pos = np.empty(3)
+    ranks = np.empty(6, np.int64)
     for j, q in enumerate((0.5, 0.9, 0.99)):
-        pos = q * (n - 1)
-        k = int(math.floor(pos))
-        k1 = k + 1 if k + 1 < n else n - 1
-        below, lo = _ranked(a, n_finite, k, lo)
-        above, lo = _ranked(a, n_finite, k1, lo)
-        frac = pos - k
+        pos[j] = q * (n - 1)
+        k = int(math.floor(pos[j]))
+        ranks[2 * j] = k
+        ranks[2 * j + 1] = k + 1 if k + 1 < n else n - 1
+    wanted = np.unique(ranks)      # ascending
+    wanted = wanted[wanted < n_finite]  # the others are +inf
+    found = np.empty(wanted.shape[0])
+    _ranked_values(a, n_finite, wanted, found)
+    values = np.full(6, INF)
+    for i in range(6):
+        for w in range(wanted.shape[0]):
+            if wanted[w] == ranks[i]:
+                values[i] = found[w]
+    for j in range(3):
+        below, above = values[2 * j], values[2 * j + 1]
+        frac = pos[j] - ranks[2 * j]
         if above == INF:
             out[j] = INF if (frac > 0 or below == INF) else below
         else:
             out[j] = below + (above - below) * frac
 
 
-@njit(cache=True, inline="always")
-def _ranked(a, n_finite, k, lo):
-    """(value of rank k, new lo): selects in a[lo:n_finite], everything below lo is settled."""
-    if k >= n_finite:
-        return INF, lo
-    if k >= lo:
-        _select(a, lo, n_finite - 1, k)
-        lo = k + 1
-    return a[k], lo
+_BUCKET_BITS = 11
+
+
+@njit(cache=True)
+def _ranked_values(a, n, ranks, out):
+    """out[j] = the ranks[j]-th smallest of a[:n] (ranks strictly ascending, each < n).
+    Reorders a.
+
+    A radix select: the bit patterns of non-negative floats sort like the floats, so one
+    histogram of the top bits of (bits - min bits) finds each rank's bucket, and only those
+    buckets' few elements are ranked. It has no data-dependent branches to mispredict,
+    which made quickselect cost ~0.1 ms per array (14% of the Fig. 12 run).
+    """
+    if ranks.shape[0] == 0:
+        return
+    bits = a[:n].view(np.int64)
+    lo_b = bits[0]
+    hi_b = bits[0]
+    for i in range(1, n):
+        x = bits[i]
+        lo_b = x if x < lo_b else lo_b
+        hi_b = x if x > hi_b else hi_b
+    if lo_b < 0:   # a negative value (or -0.0): bit patterns do not sort, select instead
+        lo = 0
+        for j in range(ranks.shape[0]):
+            if ranks[j] >= lo:
+                _select(a, lo, n - 1, ranks[j])
+                lo = ranks[j] + 1
+            out[j] = a[ranks[j]]
+        return
+    shift = 0
+    while ((hi_b - lo_b) >> shift) >= (1 << _BUCKET_BITS):
+        shift += 1
+    below = np.zeros((1 << _BUCKET_BITS) + 1, np.int64)   # below[b]: elements in buckets < b
+    for i in range(n):
+        below[((bits[i] - lo_b) >> shift) + 1] += 1
+    for b in range(1, below.shape[0]):
+        below[b] += below[b - 1]
+    # gather the elements of the buckets holding the ranks, one segment per bucket
+    slot = np.full(1 << _BUCKET_BITS, -1, np.int64)
+    bucket = np.empty(ranks.shape[0], np.int64)
+    start = np.zeros(ranks.shape[0] + 1, np.int64)
+    n_seg = 0
+    for j in range(ranks.shape[0]):
+        b = np.searchsorted(below, ranks[j], side="right") - 1
+        bucket[j] = b
+        if slot[b] < 0:
+            slot[b] = n_seg
+            start[n_seg + 1] = start[n_seg] + below[b + 1] - below[b]
+            n_seg += 1
+    fill = start[:n_seg].copy()
+    gathered = np.empty(start[n_seg])
+    for i in range(n):
+        s = slot[(bits[i] - lo_b) >> shift]
+        if s >= 0:
+            gathered[fill[s]] = a[i]
+            fill[s] += 1
+    for j in range(ranks.shape[0]):
+        s = slot[bucket[j]]
+        segment = gathered[start[s]:start[s + 1]]
+        k = ranks[j] - below[bucket[j]]
+        _select(segment, 0, segment.shape[0] - 1, k)
+        out[j] = segment[k]
 
 
 @njit(cache=True)
