@@ -261,8 +261,7 @@ def _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent):
     if d < 0:
         d = _least_decode(t, need, n0, M, kv_cap[1], fs, st, 0, False)
         if allow_borrow and home0 >= 2 and prompt_slack:
-            d = _lend_least_work(t, n0, fs, st, p)
-            lent[0] += 1
+            d = _lend(_least_prompt_work(t, n0, fs, st, p), st, lent)
     # prefill: the home prompt machine unless overloaded; then a lent token machine below the
     # threshold, else lend one
     if allow_borrow and p_work > overload:
@@ -278,9 +277,7 @@ def _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent):
         elif home1 >= 2 and token_room:   # never starve the token side
             c = _least(n0, M, fs, st, F_RESERVED, d)
             if c >= 0:
-                st[c, I_LENT] = 1
-                lent[0] += 1
-                p = c
+                p = _lend(c, st, lent)
     return p, d
 
 
@@ -298,15 +295,23 @@ def _least_decode(t, need, lo, hi, cap, fs, st, lent, need_room):
 
 
 @njit(cache=True, inline="always")
-def _lend_least_work(t, n0, fs, st, exclude):
+def _least_prompt_work(t, n0, fs, st, exclude):
     best, best_w = -1, INF
     for m in range(n0):
         if st[m, I_LENT] == 0 and m != exclude:
             w = _prompt_work(m, t, fs, st)
             if w < best_w - EPS:
                 best, best_w = m, w
-    st[best, I_LENT] = 1
     return best
+
+
+@njit(cache=True, inline="always")
+def _lend(m, st, lent):
+    """Lend machine m to the other pool; `lent` counts lent machines so routing can skip
+    the lent-machine scans when there are none."""
+    st[m, I_LENT] = 1
+    lent[0] += 1
+    return m
 
 
 @njit(cache=True, inline="always")
@@ -692,7 +697,7 @@ _BUCKET_BITS = 11
 @njit(cache=True)
 def _ranked_values(a, n, ranks, out):
     """out[j] = the ranks[j]-th smallest of a[:n] (ranks strictly ascending, each < n).
-    Reorders a.
+    May reorder a.
 
     A radix select: the bit patterns of non-negative floats sort like the floats, so one
     histogram of the top bits of (bits - min bits) finds each rank's bucket, and only those
