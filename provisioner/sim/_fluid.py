@@ -25,6 +25,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ._inputs import EngineOutput, SimInputs
 
 # Per-design statistics columns.
