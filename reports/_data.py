@@ -400,18 +400,17 @@ def summary_bars(result: dict, baseline: str | None = None) -> tuple[pd.DataFram
 
 # --------------------------------------------------------------------------- workload
 def question_trace(result: dict, rps: float | None = None, duration_s: float | None = None):
-    """The question's workload re-drawn (same workload, arrival process and seed)."""
-    from workloads import make_workload
+    """The question's trace rebuilt by the one generator (same workload, arrival process, seed,
+    window and file), at `rps` (default: the question's) over `duration_s` (default: its window)."""
+    from workloads import TraceGenerator
 
     q = result["question"]
     rps = goal_rps(result) if rps is None else rps
     if not (math.isfinite(rps) and rps > 0):
         raise ProvisionerError("the result names no request rate (constraint.rps, best[].rps)")
     duration = num(q.get("duration_s", 120.0)) if duration_s is None else duration_s
-    arrival = q.get("arrival") or "poisson"
     cv = num(q.get("cv", 2.0))
-    return make_workload(q["workload"], rps, duration_s=duration, arrival=arrival,
-                         cv=cv if math.isfinite(cv) else 2.0, seed=q["seed"])
+    return TraceGenerator.from_json({**q, "duration_s": duration, "cv": cv if math.isfinite(cv) else 2.0}).at(rps)
 
 
 def token_cdfs(trace, max_points: int = 400) -> pd.DataFrame:
