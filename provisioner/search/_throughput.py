@@ -3,8 +3,8 @@
 Traces at different loads come from `workloads.TraceGenerator`: one unit-rate stream of
 requests per workload, arrival process and seed, with time divided by the load. A trace
 at a higher load therefore holds the same requests, sooner, plus more of them — so the
-only thing that changes with the load is the load, which is what makes "more load never helps" testable and the bisection
-reproducible.
+only thing that changes with the load is the load, which is what makes "more load never
+helps" testable and the bisection reproducible.
 
 Bisection is on the logarithm of the load. `max_sustainable_rps` answers the goal
 throughput question for a set of candidate designs (the best of a family within a
