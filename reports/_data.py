@@ -150,8 +150,9 @@ def question_rows(result: dict) -> list[tuple[str, str]]:
     rows = [
         ("goal", f"{goal}: {goal_text}"),
         ("constraint", cons_text or "none"),
-        ("workload", f"{q['workload']}, {q.get('arrival', 'poisson')} arrivals, "
-                     f"{num(q.get('duration_s', math.nan)):g} s trace"),
+        ("workload", f"{q['workload']}, {q.get('arrival', 'poisson')} arrivals"
+                     + (f" time-scaled from the file's {num(q.get('native_rps')):.4g} req/s" if q.get("rescaled") else "")
+                     + f", {num(q.get('duration_s', math.nan)):g} s trace"),
         ("model", str(q["model"])),
         ("SLOs", f"{slo_text} (slowdown vs. the request alone on a {slo.reference_machine}; "
                  f"scale {num(q.get('slo_scale', 1.0)):g})"),
