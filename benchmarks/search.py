@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from perfmodels import LatencyModel
-from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, exhaustive_search, family_space,
-                                provision, staircase_search)
+from provisioner.search import (Evaluator, ProvisionRequest, exhaustive_search, family_space, provision,
+                                staircase_search)
 from provisioner.search._space import FamilySpace, PoolSpace
 from provisioner.slo import SLO
+from workloads import TraceGenerator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import machine_info  # noqa: E402
@@ -102,7 +103,7 @@ def design_text(d: dict) -> str:
 def fig12(perf, exhaustive: bool) -> tuple[list[str], dict]:
     log("1. Fig. 12 enumeration (Splitwise-HH, 40 x 40, 70 rps)")
     space = family_space("splitwise-hh", max_prompt=40, max_token=40)
-    trace = LoadScaledTraces("coding", 120.0, 0).at(70.0)
+    trace = TraceGenerator("coding", 120.0, 0).at(70.0)
     ev = Evaluator(trace, MODEL, SLO(), perf)
     t0 = time.perf_counter()
     sc = staircase_search(space, ev)

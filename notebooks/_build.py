@@ -83,8 +83,9 @@ pd.set_option("display.width", 160)
 ## 1. Load a workload
 
 `make_workload` draws `RPS x DURATION_S` requests: sizes (prompt and output tokens) resampled
-jointly from the shipped Azure trace, Poisson arrivals at exactly the requested rate. The
-seed fixes both.
+jointly from the shipped Azure trace, Poisson arrivals at the requested rate. The seed fixes
+both. It is the trace the search scores at that rate (one generator, `workloads.TraceGenerator`,
+draws every trace); a CSV path instead replays the file request by request.
 """),
     code('''
 trace = make_workload(WORKLOAD, RPS, duration_s=DURATION_S, seed=SEED)
@@ -223,8 +224,8 @@ import plotly.express as px
 
 from perfmodels import LatencyModel
 from provisioner import SLO, grid, make_design, simulate
-from provisioner.search import LoadScaledTraces, ProvisionRequest, provision, sustainable_rps
-from workloads import azure_trace, make_workload
+from provisioner.search import ProvisionRequest, provision, sustainable_rps
+from workloads import TraceGenerator, azure_trace, make_workload
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 160)
@@ -304,7 +305,7 @@ PAPER_ISO_POWER = {  # SW Sec. VI, coding
     "splitwise-aa": make_design("splitwise-aa", 55, 15),
     "splitwise-hh": make_design("splitwise-hh", 35, 5),
 }
-traces = LoadScaledTraces("coding", DURATION_S, seed=SEED)
+traces = TraceGenerator("coding", DURATION_S, seed=SEED)   # nested across rates
 designs = list(PAPER_ISO_POWER.values())
 evaluate = lambda d, t: simulate(d, t, MODEL, slo=slo, perf=perf, stop_infeasible=True)
 rps = sustainable_rps(designs, traces, evaluate, rps_lo=20.0, rps_hi=80.0)

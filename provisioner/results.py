@@ -41,10 +41,13 @@ def latency_json(row) -> dict:
     return out
 
 
-def design_result_json(row, *, workload: str, model: str, rps: float, catalog=None) -> dict:
-    """`provision simulate --json` (CONTRACTS.md)."""
+def design_result_json(row, *, workload: str, model: str, rps: float, catalog=None, trace: dict | None = None) -> dict:
+    """`provision simulate --json` (CONTRACTS.md); `trace`: `TraceGenerator.to_json(rps)`, what
+    rebuilds the trace the row was scored on (adds `workload_sha256` and `trace`)."""
     obj = {"design": design_json(row, catalog), "workload": str(workload), "model": str(model),
            "rps": float(rps), "requests": int(row["requests"])}
+    if trace is not None:
+        obj.update(workload_sha256=trace["workload_sha256"], trace={**trace, "requests": int(row["requests"])})
     obj.update(latency_json(row))
     obj.update(cost_usd_per_h=_py(row["cost_usd_per_h"]), power_kw=_py(row["power_kw"]),
                throughput_rps=_py(row["throughput_rps"]),
@@ -70,3 +73,79 @@ def _py(v):
     if isinstance(v, float) and not np.isfinite(v):
         return None
     return v
+
+
+# --------------------------------------------------------------------------- re-scoring
+def rescoring_question(result: dict, family: str | None = None):
+    """What `provision simulate --from-result` needs to re-score one answer of a result.
+
+    Returns (Design, workloads.TraceGenerator, rps, model, SLO): the family's reported
+    design (default: the winner's), the generator of the search trace the answer was found
+    on (workload, arrival, window, seed, cv; a file must still have the recorded SHA-256),
+    the load of that answer, the model and the effective SLO of the question.
+    """
+    from workloads import TraceGenerator
+
+    from .errors import ProvisionerError
+
+    entry = _family_entry(result, family)
+    q = result["question"]
+    try:
+        traces = TraceGenerator.from_json(q)
+    except KeyError as exc:
+        raise ProvisionerError(f"result JSON key 'question.{exc.args[0]}' is missing; give the output of "
+                               f"`provision --json`") from None
+    rps = entry.get("rps")
+    if not isinstance(rps, (int, float)) or not rps > 0:
+        raise ProvisionerError(f"result JSON best[].rps of {entry['design']['family']} is {rps!r}; "
+                               f"it needs the load the answer was found at")
+    return design_from_json(entry["design"]), traces, float(rps), str(q["model"]), slo_from_question(q)
+
+
+def _family_entry(result: dict, family: str | None) -> dict:
+    from .errors import ProvisionerError
+
+    best = [b for b in result.get("best") or [] if isinstance(b, dict) and isinstance(b.get("design"), dict)]
+    names = [str(b["design"].get("family")) for b in best]
+    if family is None:
+        winner = result.get("winner")
+        if not isinstance(winner, dict):
+            raise ProvisionerError(f"the result has no winner (no feasible family); choose one with --family "
+                                   f"({', '.join(names) or 'none in the result'})")
+        family = str(winner["design"]["family"])
+    if family not in names:
+        raise ProvisionerError(f"--family {family} is not in the result; use one of {', '.join(names)}")
+    entry = best[names.index(family)]
+    if entry["design"].get("prompt_machines") is None:
+        raise ProvisionerError(f"the result has no design for {family} ({entry.get('reason') or 'none scored'}); "
+                               f"choose another --family")
+    return entry
+
+
+def design_from_json(obj: dict):
+    """The `Design` of a result's "design" object (`design_json`'s inverse)."""
+    from .designs import Design
+    from .errors import ProvisionerError
+
+    try:
+        return Design(family=str(obj["family"]), prompt_machines=int(obj["prompt_machines"]),
+                      token_machines=int(obj.get("token_machines") or 0), prompt_machine=str(obj["prompt_machine"]),
+                      token_machine=str(obj["token_machine"]), prompt_power_cap=float(obj["prompt_power_cap"]),
+                      token_power_cap=float(obj["token_power_cap"]), prompt_tp=int(obj["prompt_tp"]),
+                      token_tp=int(obj["token_tp"]), prompt_batch_cap_tokens=int(obj["prompt_batch_cap_tokens"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProvisionerError(f"result JSON design of {obj.get('family')} is incomplete ({exc!r}); give the "
+                               f"output of `provision --json`") from None
+
+
+def slo_from_question(q: dict):
+    """The effective SLO of a result's question: `slo` limits times `slo_scale`."""
+    from .errors import ProvisionerError
+    from .slo import SLO
+
+    try:
+        slo = SLO(**{m: tuple(float(v) for v in q["slo"][m]) for m in METRICS if m in (q.get("slo") or {})})
+        scale = float(q.get("slo_scale", 1.0))
+    except (TypeError, ValueError) as exc:
+        raise ProvisionerError(f"result JSON key 'question.slo' is malformed: {exc}") from None
+    return slo.scaled(scale) if scale != 1.0 else slo

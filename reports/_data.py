@@ -150,8 +150,9 @@ def question_rows(result: dict) -> list[tuple[str, str]]:
     rows = [
         ("goal", f"{goal}: {goal_text}"),
         ("constraint", cons_text or "none"),
-        ("workload", f"{q['workload']}, {q.get('arrival', 'poisson')} arrivals, "
-                     f"{num(q.get('duration_s', math.nan)):g} s trace"),
+        ("workload", f"{q['workload']}, {q.get('arrival', 'poisson')} arrivals"
+                     + (f" time-scaled from the file's {num(q.get('native_rps')):.4g} req/s" if q.get("rescaled") else "")
+                     + f", {num(q.get('duration_s', math.nan)):g} s trace"),
         ("model", str(q["model"])),
         ("SLOs", f"{slo_text} (slowdown vs. the request alone on a {slo.reference_machine}; "
                  f"scale {num(q.get('slo_scale', 1.0)):g})"),
@@ -400,18 +401,17 @@ def summary_bars(result: dict, baseline: str | None = None) -> tuple[pd.DataFram
 
 # --------------------------------------------------------------------------- workload
 def question_trace(result: dict, rps: float | None = None, duration_s: float | None = None):
-    """The question's workload re-drawn (same workload, arrival process and seed)."""
-    from workloads import make_workload
+    """The question's trace rebuilt by the one generator (same workload, arrival process, seed,
+    window and file), at `rps` (default: the question's) over `duration_s` (default: its window)."""
+    from workloads import TraceGenerator
 
     q = result["question"]
     rps = goal_rps(result) if rps is None else rps
     if not (math.isfinite(rps) and rps > 0):
         raise ProvisionerError("the result names no request rate (constraint.rps, best[].rps)")
     duration = num(q.get("duration_s", 120.0)) if duration_s is None else duration_s
-    arrival = q.get("arrival") or "poisson"
     cv = num(q.get("cv", 2.0))
-    return make_workload(q["workload"], rps, duration_s=duration, arrival=arrival,
-                         cv=cv if math.isfinite(cv) else 2.0, seed=q["seed"])
+    return TraceGenerator.from_json({**q, "duration_s": duration, "cv": cv if math.isfinite(cv) else 2.0}).at(rps)
 
 
 def token_cdfs(trace, max_points: int = 400) -> pd.DataFrame:

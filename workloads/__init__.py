@@ -3,7 +3,8 @@
 A :class:`Trace` holds one entry per request (arrival time in s, prompt and output
 tokens). :func:`azure_trace` loads the shipped Azure 2023 traces (CC-BY 4.0, see
 ``workloads/data/SOURCE.md``), :func:`read_trace_csv` reads a CSV trace, and
-:func:`make_workload` draws a workload at a target rate:
+:class:`TraceGenerator` draws every trace the project simulates (nested across rates),
+and :func:`make_workload` is its trace at one rate:
 
 >>> from workloads import make_workload
 >>> trace = make_workload("coding", 70, duration_s=120)
@@ -12,18 +13,22 @@ tokens). :func:`azure_trace` loads the shipped Azure 2023 traces (CC-BY 4.0, see
 """
 
 from workloads._arrivals import gamma_arrivals, poisson_arrivals, replay_arrivals
+from workloads._generate import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
 from workloads._workload import make_workload
 from workloads.errors import TraceFormatError, UnknownWorkloadError, WorkloadError
 
 __all__ = [
+    "ARRIVAL_PROCESSES",
+    "TraceGenerator",
     "WORKLOAD_NAMES",
     "Trace",
     "TraceFormatError",
     "UnknownWorkloadError",
     "WorkloadError",
     "azure_trace",
+    "default_arrival",
     "gamma_arrivals",
     "make_workload",
     "poisson_arrivals",

@@ -6,25 +6,46 @@ import json
 
 import typer
 
-from workloads import make_workload
+from workloads import TraceGenerator, default_arrival
 
 from ..errors import ProvisionerError
 from ..results import json_safe
 
 WORKLOAD_HELP = "'coding', 'conversation', or a path to a CSV trace (canonical, Azure or SplitwiseSim header)."
+ARRIVAL_HELP = ("replay (a CSV trace's own arrivals and sizes, request by request; the default for a CSV path), "
+                "poisson (the default for coding/conversation) or gamma (bursty, --cv).")
+CV_HELP = "Coefficient of variation of the gamma arrival gaps (--arrival gamma)."
 DEFAULT_MODEL = "bloom-176b"
 DEFAULT_WORKLOAD = "coding"
 DEFAULT_DURATION_S = 120.0
 
 
-def load_workload(workload: str, rps: float, duration_s: float, seed: int, arrival: str = "poisson",
-                  cv: float = 2.0):
-    """The request trace a command runs on (validated, one-line errors)."""
-    if not rps > 0:
+def trace_generator(workload: str, arrival: str | None, rps: float | None, duration_s: float | None, seed: int,
+                    cv: float = 2.0) -> TraceGenerator:
+    """The trace generator a command runs on (validated, one-line errors).
+
+    A replayed trace with no --duration is used whole; with no --rps, at its own rate.
+    Drawn arrivals (poisson, gamma) default to a 120-s window.
+    """
+    if rps is not None and not rps > 0:
         raise ProvisionerError(f"--rps must be > 0 requests per second (got {rps:g})")
-    if not duration_s > 0:
+    if duration_s is not None and not duration_s > 0:
         raise ProvisionerError(f"--duration must be > 0 seconds (got {duration_s:g})")
-    return make_workload(workload, rps, duration_s=duration_s, arrival=arrival, cv=cv, seed=seed)
+    arrival = arrival or default_arrival(workload)
+    if duration_s is None and arrival != "replay":
+        duration_s = DEFAULT_DURATION_S
+    return TraceGenerator(workload, duration_s, seed, arrival=arrival, cv=cv, rps=rps)
+
+
+def replay_note(traces: TraceGenerator, rps: float | None, requests: int) -> str | None:
+    """One line saying what a replay did to the file (None for drawn arrivals)."""
+    if traces.arrival != "replay":
+        return None
+    what = (f"time-scaled from its own {traces.native_rps:.4g} to {rps:g} req/s" if traces.rescaled(rps)
+            else f"at its own {traces.native_rps:.4g} req/s")
+    sha = f" (sha256 {traces.sha256[:12]})" if traces.sha256 else ""
+    return (f"replayed trace {traces.to_json()['workload']}{sha}: {requests} requests in a "
+            f"{traces.duration_s:.4g}-s window, {what}")
 
 
 def echo_json(obj) -> None:

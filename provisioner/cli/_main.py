@@ -13,13 +13,15 @@ import typer
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
-from ._common import DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
+                      echo_json, replay_note)
 
 
 def main_command(
     ctx: typer.Context,
     goal: str = typer.Option(None, "--goal", help="cost | power (at --rps) or throughput (within a budget)."),
-    rps: float = typer.Option(None, "--rps", help="Load to serve, requests/s (goals cost and power)."),
+    rps: float = typer.Option(None, "--rps", help="Load to serve, requests/s (goals cost and power; a replayed "
+                                                  "trace is time-scaled to it, default its own rate)."),
     power_budget_kw: float = typer.Option(None, "--power-budget-kw", help="Iso-power budget, provisioned kW."),
     cost_budget_usd_per_h: float = typer.Option(None, "--cost-budget-usd-per-h", help="Iso-cost budget, $/h."),
     workload: str = typer.Option(DEFAULT_WORKLOAD, "--workload", help=WORKLOAD_HELP),
@@ -31,7 +33,11 @@ def main_command(
     json_out: bool = typer.Option(False, "--json", help="Print the result JSON (RESULT_SCHEMA.md) on stdout."),
     report: Path = typer.Option(None, "--report", help="Also write the HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
-    duration: float = typer.Option(DEFAULT_DURATION_S, "--duration", help="Search trace length (s)."),
+    duration: float = typer.Option(None, "--duration", help=f"Search trace length (s; default "
+                                                            f"{DEFAULT_DURATION_S:g}; a replayed trace: the "
+                                                            f"whole file)."),
+    arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
+    cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
     searcher: str = typer.Option("auto", "--searcher",
                                  help="auto | enumerate (decide every grid cell) | exhaustive (simulate every "
@@ -73,7 +79,8 @@ def main_command(
         families = (*(families or ()), CUSTOM_SPLIT)
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
-        workload=workload, model=model, families=families or FAMILIES, duration_s=duration, seed=seed,
+        workload=workload, model=model, families=families or FAMILIES, seed=seed, arrival=arrival, cv=cv,
+        duration_s=duration if duration is not None or _replays(workload, arrival) else DEFAULT_DURATION_S,
         slo_scale=slo_scale, searcher=searcher, verify=verify, verify_duration_s=verify_duration,
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
@@ -90,6 +97,10 @@ def main_command(
     from rich.console import Console
     console = Console()
     result.render_table(console)
+    note = replay_note(request.traces(), request.rps, len(request.traces().at(request.rps))) \
+        if request.rps is not None else None
+    if note:
+        console.print(note)
     if report is not None:
         console.print(f"report: {report}")
 
@@ -98,6 +109,11 @@ def _all_defaults(ctx: typer.Context) -> bool:
     """True when the user gave no option at all (then the command prints its help)."""
     sources = (ctx.get_parameter_source(p.name) for p in ctx.command.params)
     return all(s is None or s.name in ("DEFAULT", "DEFAULT_MAP") for s in sources)
+
+
+def _replays(workload: str, arrival: str | None) -> bool:
+    from workloads import default_arrival
+    return (arrival or default_arrival(workload)) == "replay"
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:

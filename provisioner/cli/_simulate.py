@@ -1,36 +1,83 @@
-"""`provision simulate`: score one design (CONTRACTS.md, command 2)."""
+"""`provision simulate`: score one design (CONTRACTS.md, command 2), or re-score an answer
+of `provision --json` on the trace it was found on (`--from-result`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 from ..designs import family_spec, make_design
+from ..errors import ProvisionerError
 from ..results import design_result_json
 from ..sim import ENGINES, simulate
 from ..slo import SLO
-from ._common import (DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
-                      load_workload)
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
+                      replay_note, trace_generator)
+
+DEFAULT_RPS = 70.0
+# Flags that describe the design or the trace: --from-result takes them from the result.
+QUESTION_FLAGS = ("design", "prompt_machines", "token_machines", "machines", "workload", "rps", "model", "duration",
+                  "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale")
 
 
 def simulate_command(
-    design: str = typer.Option(..., "--design", help="Design family, e.g. splitwise-hh or baseline-a100."),
+    ctx: typer.Context,
+    design: str = typer.Option(None, "--design", help="Design family, e.g. splitwise-hh or baseline-a100."),
     prompt_machines: int = typer.Option(0, "--prompt-machines", help="Prompt machines (Splitwise families)."),
     token_machines: int = typer.Option(0, "--token-machines", help="Token machines (Splitwise families)."),
     machines: int = typer.Option(0, "--machines", help="Machines of a baseline family."),
     workload: str = typer.Option(DEFAULT_WORKLOAD, "--workload", help=WORKLOAD_HELP),
-    rps: float = typer.Option(70.0, "--rps", help="Request rate (requests/s)."),
+    rps: float = typer.Option(None, "--rps", help="Request rate (requests/s; default 70). With a replayed trace: "
+                                                  "rescale its time to this mean rate (default: its own)."),
     model: str = typer.Option(DEFAULT_MODEL, "--model", help="Catalog model name."),
-    duration: float = typer.Option(DEFAULT_DURATION_S, "--duration", help="Trace length (s)."),
+    duration: float = typer.Option(None, "--duration", help="Trace length (s; default 120). With a replayed "
+                                                            "trace: the window from its first arrival (default: "
+                                                            "the whole file)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workload's random draws."),
+    arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
+    cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     engine: str = typer.Option("fluid", "--engine", help="fluid (fast) or des (exact reference)."),
     prompt_power_cap: float = typer.Option(None, "--prompt-power-cap", help="GPU power cap of the prompt pool, fraction of TDP."),
     token_power_cap: float = typer.Option(None, "--token-power-cap", help="GPU power cap of the token pool, fraction of TDP."),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
+    from_result: Path = typer.Option(None, "--from-result", help="Re-score an answer of `provision --json` "
+                                                                 "(saved to this file) on the trace it was found on."),
+    family: str = typer.Option(None, "--family", help="With --from-result: the family whose answer to re-score "
+                                                      "(default: the winner)."),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
 ) -> None:
     if engine not in ENGINES:
-        from ..errors import ProvisionerError
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
+    if from_result is not None:
+        given = [p for p in QUESTION_FLAGS if ctx.get_parameter_source(p).name not in ("DEFAULT", "DEFAULT_MAP")]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise ProvisionerError(f"--from-result takes the design and the trace from the result; drop {flag}")
+        from ..results import rescoring_question
+        d, traces, rps, model, slo = rescoring_question(_read_result(from_result), family)
+        workload = traces.to_json()["workload"]
+    else:
+        if family is not None:
+            raise ProvisionerError("--family goes with --from-result; to score a design give --design FAMILY")
+        if design is None:
+            raise ProvisionerError("--design is required (a family such as splitwise-hh), or --from-result RESULT.json")
+        d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap)
+        traces = trace_generator(workload, arrival, rps, duration, seed, cv)
+        if rps is None and traces.arrival != "replay":
+            rps = DEFAULT_RPS
+        slo = SLO().scaled(slo_scale)
+    trace = traces.at(rps)
+    rps = float(rps if rps is not None else traces.native_rps)
+    row = simulate(d, trace, model, engine=engine, slo=slo).iloc[0]
+    obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
+    if json_out:
+        echo_json(obj)
+        return
+    _print_summary(obj, row, replay_note(traces, rps, len(trace)))
+
+
+def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap):
     spec = family_spec(design)
     overrides = {}
     if prompt_power_cap is not None:
@@ -38,19 +85,29 @@ def simulate_command(
     if token_power_cap is not None:
         overrides["token_power_cap"] = token_power_cap
     if spec.split:
-        d = make_design(design, prompt_machines, token_machines, **overrides)
-    else:
-        d = make_design(design, machines=machines or prompt_machines, **overrides)
-    trace = load_workload(workload, rps, duration, seed)
-    row = simulate(d, trace, model, engine=engine, slo=SLO().scaled(slo_scale)).iloc[0]
-    obj = design_result_json(row, workload=workload, model=model, rps=rps)
-    if json_out:
-        echo_json(obj)
-        return
-    _print_summary(obj, row)
+        return make_design(design, prompt_machines, token_machines, **overrides)
+    return make_design(design, machines=machines or prompt_machines, **overrides)
 
 
-def _print_summary(obj: dict, row) -> None:
+def _read_result(path: Path) -> dict:
+    import json
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProvisionerError(f"--from-result: cannot read '{path}' ({exc.strerror or exc})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProvisionerError(f"--from-result: '{path}' is not JSON ({exc.msg} at line {exc.lineno}); give the "
+                               f"output of `provision --json`") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("question"), dict) or "best" not in obj:
+        raise ProvisionerError(f"--from-result: '{path}' has no 'question' and 'best'; give the output of "
+                               f"`provision --json`")
+    return obj
+
+
+def _print_summary(obj: dict, row, note: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -69,6 +126,8 @@ def _print_summary(obj: dict, row) -> None:
         table.add_row(m.upper(), *cells)
     console = Console()
     console.print(table)
+    if note:
+        console.print(note)
     verdict = "meets every SLO" if obj["slo"]["met"] else f"violates the SLOs (binding: {row.binding_slo})"
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")

@@ -138,7 +138,7 @@ def fixed_space(space: FamilySpace, hw: dict, max_prompt: int, max_token: int) -
                          max_machines=int(max_machines))
     token = pool("token", max_token) if space.token is not None else None
     return FamilySpace(space.family, pool("prompt", max_prompt), token, (int(hw["prompt_batch_cap_tokens"]),),
-                       label=space.label)
+                       label=space.label, catalog=space.catalog)
 
 
 def type_seeds(space: FamilySpace) -> list[dict]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ from ._ilp import CapacityBound, capacity_bound, gap_pct, pool_options
 from ._request import ProvisionRequest
 from ._result import FamilyResult, ProvisionResult
 from ._space import FamilySpace, count_bound, family_space
-from ._throughput import MIN_REQUESTS, LoadScaledTraces, max_sustainable_rps
+from ._throughput import MIN_REQUESTS, max_sustainable_rps
 from ._verify import verify_candidates
 
 MAX_EXPANSIONS = 2              # count bounds double at most this often before giving up
@@ -100,7 +101,7 @@ class _Context:
         self.slo = request.effective_slo
         # Every trace of the search comes from one unit-rate stream per seed (`_throughput.py`):
         # a higher load holds the same requests, sooner, plus more of them.
-        self.scaled = LoadScaledTraces(request.workload, request.duration_s, request.seed)
+        self.scaled = request.traces()
         if request.goal == "throughput":
             self.trace = None
             sample = self.scaled.at(max(1.0, 2000.0 / request.duration_s))
@@ -200,7 +201,7 @@ class _Context:
             tp = tuple((m, tp_options(self.perf, self.llm, m)) for m in machines) if req.search_tp else ()
             kwargs = dict(prompt_machines=req.prompt_machine_types, token_machines=req.token_machine_types,
                           power_cap=req.power_cap_range, prompt_batch_caps=req.prompt_batch_caps, tp=tp)
-        sp = family_space(family, **kwargs)
+        sp = replace(family_space(family, **kwargs), catalog=self.perf.catalog)
         if bounds is not None:
             return sp.with_bounds(*bounds)
         return sp.with_bounds(*self.count_bounds(sp))
@@ -388,7 +389,7 @@ class _Context:
         screen = [ev] + [self.evaluator(tr, [0]) for tr in verify_traces]
         self.progress.start(f"{family}: verify (DES)", None)
         out = verify_candidates(cand, objective, screen, traces=verify_traces, seeds=seeds, model=req.model,
-                                slo=self.slo, rps=rps, duration_s=req.verification_duration_s,
+                                slo=self.slo, rps=rps, duration_s=req.verification_duration_s, perf=self.perf,
                                 on_progress=lambda: self.progress.advance(1))
         if out.index is None:
             if out.last_failure is not None:
@@ -406,8 +407,7 @@ class _Context:
 
     def verification_traces(self, rps: float) -> list:
         req = self.req
-        return [LoadScaledTraces(req.workload, req.verification_duration_s, s).at(rps)
-                for s in req.verification_seeds]
+        return [req.traces(req.verification_duration_s, s).at(rps) for s in req.verification_seeds]
 
     def _final_row(self, design, trace) -> pd.Series:
         """The reported design scored in full (no early stop), for every metric of the result."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec
 from ..errors import ProvisionerError
@@ -30,17 +33,22 @@ class ProvisionRequest:
         `power_budget_kw` or `cost_budget_usd_per_h`; Splitwise Sec. IV-D).
     rps : target load (goals cost and power), requests/s.
     power_budget_kw, cost_budget_usd_per_h : the budget of goal throughput (exactly one).
+        Goals cost and power with a replayed trace and no `rps`: the trace's own rate.
     workload : "coding", "conversation" or a CSV trace path.
     model : catalog model name.
     families : design families to search (CONTRACTS.md names, or "splitwise-custom" /
         "baseline-custom" with `prompt_machine_types` / `token_machine_types`).
-    duration_s, seed : the search trace.
+    duration_s, seed : the search trace (`workloads.TraceGenerator`); `duration_s` None
+        (replay only): the whole trace once at `rps`. Resolved to seconds on construction.
+    arrival : "replay", "poisson" or "gamma" (default: replay for a CSV path, Poisson for
+        a shipped name); cv : coefficient of variation of the gamma gaps.
     slo, slo_scale : the SLO (Splitwise Table VI) and a factor on every limit.
     searcher : "auto" (frontier enumeration for fixed-hardware families, optuna for
         custom ones), "enumerate" (decide every cell of the count grid), "exhaustive"
         (simulate every cell), "optuna".
     verify : re-check finalists with the DES on `verify_seeds` traces of
-        `verify_duration_s` (default 2 x duration_s and seeds seed+1, seed+2).
+        `verify_duration_s` (default 2 x duration_s and seeds seed+1, seed+2). A replay
+        has no random draws: it is re-checked on itself (default: the search window, one run).
     prompt_machine_types, token_machine_types : machine types of the custom families.
     power_cap_range : (low, high) GPU power-cap range searched by the custom families.
     prompt_batch_caps : prompt batch caps (tokens) the custom families may choose from.
@@ -59,8 +67,10 @@ class ProvisionRequest:
     workload: str = "coding"
     model: str = "bloom-176b"
     families: tuple[str, ...] = FAMILIES
-    duration_s: float = 120.0
+    duration_s: float | None = 120.0
     seed: int = 0
+    arrival: str | None = None
+    cv: float = 2.0
     slo: SLO = field(default_factory=SLO)
     slo_scale: float = 1.0
     searcher: str = "auto"
@@ -80,6 +90,7 @@ class ProvisionRequest:
     def __post_init__(self):
         if self.goal not in GOALS:
             raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{self.goal}')")
+        self._resolve_trace()
         if self.goal in ("cost", "power"):
             if self.rps is None:
                 raise ProvisionerError(f"--goal {self.goal} needs --rps, the load to serve (requests/s)")
@@ -95,7 +106,6 @@ class ProvisionRequest:
                 raise ProvisionerError("--goal throughput finds the highest sustainable rps; drop --rps")
             _positive("--power-budget-kw" if self.power_budget_kw is not None else "--cost-budget-usd-per-h",
                       budgets[0])
-        _positive("--duration", self.duration_s)
         if not math.isfinite(self.slo_scale) or self.slo_scale <= 0:
             raise ProvisionerError(f"--slo-scale must be > 0 (got {self.slo_scale:g})")
         if self.searcher not in SEARCHERS:
@@ -118,8 +128,40 @@ class ProvisionRequest:
             raise ProvisionerError("--trials and the trial batch must be >= 1")
         if any(int(c) < 1 for c in self.prompt_batch_caps):
             raise ProvisionerError("prompt batch caps must be >= 1 token")
+
+    def _resolve_trace(self) -> None:
+        """Default the arrival process, read the trace, fill `duration_s` (and a replay's `rps`)."""
         if isinstance(self.workload, (str, os.PathLike)) and str(self.workload).strip() == "":
             raise ProvisionerError("--workload is empty: use coding, conversation or a CSV path")
+        arrival = self.arrival if self.arrival is not None else default_arrival(self.workload)
+        if arrival not in ARRIVAL_PROCESSES:
+            raise ProvisionerError(f"--arrival must be one of {', '.join(ARRIVAL_PROCESSES)} (got '{arrival}')")
+        if self.duration_s is None and arrival != "replay":
+            raise ProvisionerError(f"--duration is needed with {arrival} arrivals (seconds, e.g. 120)")
+        if self.duration_s is not None:
+            _positive("--duration", self.duration_s)
+        if self.rps is not None and self.goal in ("cost", "power"):
+            _positive("--rps", self.rps)
+        object.__setattr__(self, "arrival", arrival)
+        if not (math.isfinite(float(self.cv)) and self.cv > 0):
+            raise ProvisionerError(f"--cv must be > 0 (got {self.cv})")
+        traces = self.traces()
+        object.__setattr__(self, "duration_s", traces.duration_s)
+        if self.rps is None and arrival == "replay" and self.goal in ("cost", "power"):
+            object.__setattr__(self, "rps", traces.native_rps)
+
+    def traces(self, duration_s: float | None = None, seed: int | None = None) -> TraceGenerator:
+        """The trace generator of the search (default) or of a verification window and seed."""
+        if duration_s is None and seed is None:
+            return self._search_traces
+        # The source trace, already read (a file is read and hashed once per request).
+        return TraceGenerator(self._search_traces.source, duration_s or self.duration_s,
+                              self.seed if seed is None else seed, arrival=self.arrival, cv=self.cv)
+
+    @cached_property
+    def _search_traces(self) -> TraceGenerator:
+        return TraceGenerator(self.workload, self.duration_s, self.seed, arrival=self.arrival, cv=self.cv,
+                              rps=self.rps if self.goal in ("cost", "power") else None)
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -128,10 +170,13 @@ class ProvisionRequest:
 
     @property
     def verification_duration_s(self) -> float:
-        return float(self.verify_duration_s or DEFAULT_VERIFY_FACTOR * self.duration_s)
+        factor = 1.0 if self.arrival == "replay" else DEFAULT_VERIFY_FACTOR
+        return float(self.verify_duration_s or factor * self.duration_s)
 
     @property
     def verification_seeds(self) -> tuple[int, ...]:
+        if self.arrival == "replay":
+            return (self.seed,)     # a replay draws nothing: other seeds give the same trace
         return tuple(self.verify_seeds) if self.verify_seeds else tuple(self.seed + k for k in range(1, DEFAULT_VERIFY_SEEDS + 1))
 
     @property

@@ -38,11 +38,12 @@ class FamilyResult:
     details: dict = field(default_factory=dict, repr=False)
     elapsed_s: float | None = None
 
-    def to_json(self, workload: str, model: str, catalog=None) -> dict:
+    def to_json(self, workload: str, model: str, catalog=None, traces=None) -> dict:
+        """`traces`: the search's `workloads.TraceGenerator` (adds the `trace` block)."""
         if self.row is not None:
-            obj = design_result_json(self.row, workload=workload, model=model,
-                                     rps=float(self.rps if self.rps is not None else self.row.get("rps", np.nan)),
-                                     catalog=catalog)
+            rps = float(self.rps if self.rps is not None else self.row.get("rps", np.nan))
+            obj = design_result_json(self.row, workload=workload, model=model, rps=rps, catalog=catalog,
+                                     trace=None if traces is None else traces.to_json(rps))
         else:
             obj = _empty_design_json(self.family, workload, model)
         obj.update(feasible=bool(self.feasible), reason=self.reason, sustainable_rps=_num(self.sustainable_rps),
@@ -164,7 +165,7 @@ class ProvisionResult:
         """The RESULT_SCHEMA.md object (NaN/inf as None)."""
         req = self.request
         workload = str(req.workload)
-        best = [fr.to_json(workload, req.model, self._catalog) for fr in self.families]
+        best = [fr.to_json(workload, req.model, self._catalog, req.traces()) for fr in self.families]
         winner = None
         if self.winner_family is not None:
             winner = best[[fr.family for fr in self.families].index(self.winner_family)]
@@ -193,8 +194,11 @@ class ProvisionResult:
             mach = catalog.machine(m)
             cat_json[m] = {"cost_usd_per_h": float(mach.cost_usd_per_h), "cost_option": mach.default_cost_option,
                            "rated_power_kw": float(mach.rated_power_w) / 1e3}
+        trace = req.traces().to_json(req.rps)
         return {"workload": str(req.workload), "model": req.model, "duration_s": float(req.duration_s),
-                "seed": int(req.seed), "arrival": "poisson", "families": list(req.families),
+                "seed": int(req.seed), "arrival": req.arrival, "cv": trace["cv"],
+                "workload_sha256": trace["workload_sha256"], "native_rps": trace["native_rps"],
+                "rescaled": trace["rescaled"], "families": list(req.families),
                 "slo": {m: list(getattr(slo, m)) for m in METRICS}, "slo_scale": float(req.slo_scale),
                 "searcher": req.searcher, "verify": bool(req.verify),
                 "verify_duration_s": req.verification_duration_s if req.verify else None,
@@ -247,7 +251,7 @@ class ProvisionResult:
             console.print("[bold red]no family has a feasible design[/]")
         else:
             fr = self.family(self.winner_family)
-            console.print(f"[bold green]winner: {fr.family}[/] — {_design_text(fr.row).replace(chr(10), ' ')}, "
+            console.print(f"[bold green]winner: {fr.family}[/] — {_design_text(fr.row, self._catalog).replace(chr(10), ' ')}, "
                           f"${fr.row['cost_usd_per_h']:.1f}/h, {fr.row['power_kw']:.1f} kW"
                           + (f", {fr.sustainable_rps:.1f} req/s sustained" if fr.sustainable_rps else "")
                           + f"  ({self.elapsed_s:.1f} s)")
@@ -259,7 +263,7 @@ class ProvisionResult:
         if r is None:
             return [fr.family + " ✗", "-", "-", "-", "-", _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations), ver]
         rps = fr.sustainable_rps if fr.sustainable_rps is not None else fr.rps
-        return [fr.family + ("" if fr.feasible else " ✗"), _design_text(r), f"{r['cost_usd_per_h']:.0f}",
+        return [fr.family + ("" if fr.feasible else " ✗"), _design_text(r, self._catalog), f"{r['cost_usd_per_h']:.0f}",
                 f"{r['power_kw']:.0f}", _fmt(rps, ".1f"), _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations),
                 ver]
 
@@ -277,11 +281,12 @@ class ProvisionResult:
         return cells
 
 
-def _design_text(r) -> str:
+def _design_text(r, cat=None) -> str:
     """Compact, two lines: '25P h100', '+8T h100@0.5' (machine names without the dgx-/hgx-
-    prefix; '/tp4' when a machine runs several replicas)."""
-    from hardware_catalog import load_catalog
-    cat = load_catalog()
+    prefix; '/tp4' when a machine runs several replicas); `cat`: the call's catalog."""
+    if cat is None:
+        from hardware_catalog import load_catalog
+        cat = load_catalog()
 
     def pool(n, m, cap, tp, tag):
         name = str(m).removeprefix("dgx-").removeprefix("hgx-")

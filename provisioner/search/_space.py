@@ -75,6 +75,7 @@ class FamilySpace:
     token: PoolSpace | None
     prompt_batch_caps: tuple[int, ...] = (DEFAULT_PROMPT_BATCH_CAP_TOKENS,)
     label: str = field(default="", compare=False)
+    catalog: object = field(default=None, compare=False, repr=False)   # resolves TP 0; default: shipped
 
     @property
     def split(self) -> bool:
@@ -128,6 +129,7 @@ class FamilySpace:
         ptp = col(prompt_tp, self.prompt.choices[0][1], np.int64)
         ttp = ptp.copy() if self.token is None else col(token_tp, tok.choices[0][1], np.int64)
         if np.any(ptp == 0) or np.any(ttp == 0):
+            catalog = catalog if catalog is not None else self.catalog
             if catalog is None:
                 from hardware_catalog import load_catalog
                 catalog = load_catalog()

@@ -1,11 +1,10 @@
 """Sustainable throughput: the highest load at which a design meets every SLO.
 
-Traces at different loads come from one unit-rate Poisson stream: request i arrives at
-U_i / rps, where U is the cumulative sum of seeded exponential gaps and the request
-sizes are drawn once per index. A trace at a higher load therefore holds the same
-requests, sooner, plus more of them — so the only thing that changes with the load is
-the load, which is what makes "more load never helps" testable and the bisection
-reproducible.
+Traces at different loads come from `workloads.TraceGenerator`: one unit-rate stream of
+requests per workload, arrival process and seed, with time divided by the load. A trace
+at a higher load therefore holds the same requests, sooner, plus more of them — so the
+only thing that changes with the load is the load, which is what makes "more load never
+helps" testable and the bisection reproducible.
 
 Bisection is on the logarithm of the load. `max_sustainable_rps` answers the goal
 throughput question for a set of candidate designs (the best of a family within a
@@ -20,59 +19,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from workloads import Trace, make_workload
+from workloads import TraceGenerator
 
 from ..designs import DesignBatch
-from ..errors import ProvisionerError
 
 MIN_REQUESTS = 20          # a trace shorter than this says nothing about p99
 DEFAULT_REL_TOL = 0.01     # bisection stops when hi / lo <= 1 + rel_tol
 
 
-class LoadScaledTraces:
-    """Traces of one workload at any rate, nested across rates (see the module docstring).
-
-    Parameters
-    ----------
-    workload : "coding", "conversation", a CSV path, or a Trace (sizes drawn from it).
-    duration_s : window of every trace (s).
-    seed : randomness of the sizes and of the unit-rate arrivals.
-    """
-
-    def __init__(self, workload, duration_s: float, seed: int = 0):
-        if not duration_s > 0:
-            raise ProvisionerError(f"duration must be > 0 seconds (got {duration_s:g})")
-        self.workload = workload
-        self.duration_s = float(duration_s)
-        self.seed = int(seed)
-        self._n = 0
-        self._unit = None
-        self._sizes = None
-
-    def _grow(self, n: int) -> None:
-        if n <= self._n:
-            return
-        n = max(n, 2 * self._n, 1024)
-        # Both draws are prefix-stable: a longer stream starts with the shorter one.
-        sizes = make_workload(self.workload, 1.0, duration_s=float(n), seed=self.seed)
-        gaps = np.random.default_rng([self.seed, 0x5CA1E]).standard_exponential(n)
-        self._unit = np.cumsum(gaps) - gaps[0]
-        self._sizes = (sizes.prompt_tokens, sizes.output_tokens, sizes.name)
-        self._n = n
-
-    def at(self, rps: float) -> Trace:
-        """The trace at `rps` requests/s: the first round(rps x duration_s) requests of the
-        stream, arriving at U_i / rps (as `make_workload`, the count is exact, so
-        `rate_rps` is the requested rate; the last arrivals may fall slightly past the window)."""
-        if not (np.isfinite(rps) and rps > 0):
-            raise ProvisionerError(f"rps must be > 0 (got {rps:g})")
-        k = int(round(rps * self.duration_s))
-        if k < 1:
-            raise ProvisionerError(f"{rps:g} rps over {self.duration_s:g} s is less than one request; "
-                                   f"use a higher rate or a longer duration")
-        self._grow(k)
-        prompt, output, name = self._sizes
-        return Trace(self._unit[:k] / rps, prompt[:k], output[:k], name, self.duration_s)
+# The search's traces come from the one trace generator (nested across rates).
+LoadScaledTraces = TraceGenerator
 
 
 def _geo_mid(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

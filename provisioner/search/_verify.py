@@ -61,26 +61,27 @@ def _finite(v):
     return v if np.isfinite(v) else None
 
 
-def _des_one(design, trace, model, slo):
+def _des_one(design, trace, model, slo, perf):
     """One DES run (a joblib task: module-level so it pickles)."""
     from ..sim import simulate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return simulate(design, trace, model, engine="des", slo=slo)
+        return simulate(design, trace, model, engine="des", slo=slo, perf=perf)
 
 
 def des_check(design, traces: list, seeds: tuple[int, ...], model: str, slo, *, rps: float,
-              duration_s: float, n_jobs: int | None = None) -> Verification:
-    """Run the DES on every trace (in parallel) and summarize the worst case."""
+              duration_s: float, perf, n_jobs: int | None = None) -> Verification:
+    """Run the DES on every trace (in parallel) and summarize the worst case; `perf` is the
+    search's latency model (the only source of hardware data of the call)."""
     from joblib import Parallel, delayed
 
     # One process per trace even beyond the core count: equal-length tasks finish together
     # (3 traces on 2 cores take 1.5x one run instead of 2x).
     n_jobs = n_jobs if n_jobs is not None else min(len(traces), max(2, os.cpu_count() or 1), 8)
     if n_jobs > 1 and len(traces) > 1:
-        frames = Parallel(n_jobs=n_jobs)(delayed(_des_one)(design, tr, model, slo) for tr in traces)
+        frames = Parallel(n_jobs=n_jobs)(delayed(_des_one)(design, tr, model, slo, perf) for tr in traces)
     else:
-        frames = [_des_one(design, tr, model, slo) for tr in traces]
+        frames = [_des_one(design, tr, model, slo, perf) for tr in traces]
     rows = pd.concat(frames, ignore_index=True).assign(seed=list(seeds))
     worst = rows[SLOWDOWN_COLUMNS].to_numpy(float).max(axis=0).reshape(3, 3)
     worst_row = rows.loc[rows["min_margin"].idxmin()]
@@ -100,7 +101,7 @@ class VerifyOutcome:
 
 
 def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
-                      traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float,
+                      traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float, perf,
                       chunk: int = 24, max_des: int = 3, n_jobs: int | None = None,
                       on_progress=None) -> VerifyOutcome:
     """Walk candidates in increasing objective until one passes the DES on every trace.
@@ -111,6 +112,7 @@ def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: li
     screen : fluid evaluators, one per trace the candidate must pass (search trace and
         verification traces).
     traces, seeds : the verification traces for the DES (and their seeds).
+    perf : the latency model of the search (the screen's evaluators use it too).
     max_des : give up after this many DES failures.
     """
     screened = 0
@@ -138,7 +140,7 @@ def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: li
         order = np.lexsort((-margin[ok], np.round(objective[passing], 9)))
         for i in passing[order]:
             v = des_check(candidates.design(int(i)), traces, seeds, model, slo, rps=rps, duration_s=duration_s,
-                          n_jobs=n_jobs)
+                          perf=perf, n_jobs=n_jobs)
             des_runs += 1
             if on_progress is not None:
                 on_progress()

@@ -1,0 +1,134 @@
+"""An answer can be reproduced from what the result records, and one latency model per call.
+
+`provision simulate --from-result RESULT.json [--family F]` rebuilds the trace the search
+found each answer on (workload, arrival process, window, seed, cv, file hash) and re-scores
+the family's design on it: the percentiles must equal the answer's exactly (fluid engine).
+The latency model `provision(perf=...)` is given is the only one of the call, including the
+discrete-event re-check of the finalists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfmodels import LatencyModel
+from perfmodels._constants import load_calibration
+from provisioner import simulate
+from provisioner.designs import FAMILIES
+from provisioner.results import design_from_json
+from provisioner.search import ProvisionRequest, provision
+
+PROVISION = str(Path(sys.executable).with_name("provision"))
+SCORED_KEYS = ("design", "requests", "rps", "ttft_ms", "tbt_ms", "e2e_ms", "slo", "cost_usd_per_h", "power_kw",
+               "throughput_rps", "energy_wh_per_request", "trace")
+
+
+@pytest.fixture(scope="module")
+def cli():
+    """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
+    from typer.testing import CliRunner
+
+    from provisioner.cli import _register, app
+
+    if not app.registered_commands:
+        _register()
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    return run
+
+
+def _assert_rescored_equal(cli, tmp_path, result_text: str, families) -> dict:
+    path = tmp_path / "result.json"
+    path.write_text(result_text)
+    result = json.loads(result_text)
+    by_family = {b["design"]["family"]: b for b in result["best"]}
+    for family in families:
+        again = json.loads(cli("simulate", "--from-result", path, "--family", family, "--json"))
+        for key in SCORED_KEYS:
+            assert again[key] == by_family[family][key], (family, key)
+    return result
+
+
+def test_every_familys_answer_is_reproduced_from_the_result(cli, tmp_path):
+    text = cli("--goal", "cost", "--rps", "8", "--duration", "20", "--no-verify", "--json")
+    result = _assert_rescored_equal(cli, tmp_path, text, FAMILIES)
+    assert [b["design"]["family"] for b in result["best"]] == list(FAMILIES)
+    q = result["question"]
+    assert (q["arrival"], q["duration_s"], q["seed"], q["cv"], q["workload_sha256"]) == ("poisson", 20.0, 0, 2.0, None)
+    winner = json.loads(cli("simulate", "--from-result", tmp_path / "result.json", "--json"))
+    assert winner["design"] == result["winner"]["design"] and winner["e2e_ms"] == result["winner"]["e2e_ms"]
+
+
+def test_throughput_answers_are_reproduced_at_their_own_load(cli, tmp_path):
+    text = cli("--goal", "throughput", "--power-budget-kw", "60", "--design", "splitwise-aa", "--design",
+               "baseline-a100", "--duration", "20", "--no-verify", "--json")
+    result = _assert_rescored_equal(cli, tmp_path, text, ("splitwise-aa", "baseline-a100"))
+    assert all(b["rps"] == b["sustainable_rps"] for b in result["best"] if b["feasible"])
+
+
+def test_a_replayed_file_is_searched_verified_and_reproduced(cli, tmp_path):
+    rng = np.random.default_rng(5)
+    arrival = np.cumsum(rng.exponential(0.2, 150))
+    rows = [f"{a!r},{int(p)},{int(o)}" for a, p, o in
+            zip(arrival.tolist(), rng.integers(50, 1500, 150), rng.integers(2, 200, 150))]
+    trace = tmp_path / "prod.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    text = cli("--goal", "cost", "--rps", "8", "--workload", trace, "--design", "splitwise-hh", "--model",
+               "llama2-70b", "--json")
+    result = _assert_rescored_equal(cli, tmp_path, text, ("splitwise-hh",))
+    (best,) = result["best"]
+    q = result["question"]
+    assert q["arrival"] == "replay" and q["rescaled"] is True and len(q["workload_sha256"]) == 64
+    assert best["requests"] == 150 and best["trace"]["requests"] == 150      # the whole file, time-scaled
+    assert best["verification"]["seeds"] == [0] and best["verification"]["duration_s"] == q["duration_s"]
+    # the file changed: the answer can no longer be reproduced, and the user is told why
+    trace.write_text(trace.read_text().replace("\n", "\n0.0,1,1\n", 1))
+    proc = subprocess.run([PROVISION, "simulate", "--from-result", tmp_path / "result.json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "SHA-256" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_from_result_refuses_conflicting_flags_and_unknown_families(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"question": {"workload": "coding"}, "best": [], "winner": None}))
+    for args, words in ((["--workload", "coding"], "drop --workload"), ([], "no winner")):
+        proc = subprocess.run([PROVISION, "simulate", "--from-result", path, *args], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def _slow_h100() -> LatencyModel:
+    """The shipped model with H100 GEMMs at 60% of their calibrated efficiency."""
+    cal = load_calibration()
+    h100 = cal.per_gpu["h100-80gb"]
+    slow = dataclasses.replace(h100, compute_efficiency=0.6 * h100.compute_efficiency)
+    return LatencyModel(calibration=dataclasses.replace(cal, per_gpu={**cal.per_gpu, "h100-80gb": slow}))
+
+
+def test_verification_uses_the_calls_latency_model():
+    perf = _slow_h100()
+    request = ProvisionRequest(goal="cost", rps=6.0, families=("splitwise-hh",), duration_s=20.0,
+                               verify_duration_s=20.0, verify_seeds=(1,))
+    result = provision(request, perf=perf)
+    (fr,) = result.families
+    assert fr.feasible and fr.verification is not None
+    design = design_from_json(fr.to_json("coding", request.model)["design"])
+    trace = request.traces(20.0, 1).at(6.0)
+    ws = fr.verification["worst_slowdown"]
+    mine = simulate(design, trace, request.model, engine="des", perf=perf).iloc[0]
+    shipped = simulate(design, trace, request.model, engine="des").iloc[0]
+    assert ws["ttft"]["p99"] == pytest.approx(mine["slowdown_ttft_p99"], rel=1e-12)
+    assert ws["ttft"]["p50"] == pytest.approx(mine["slowdown_ttft_p50"], rel=1e-12)
+    assert abs(mine["slowdown_ttft_p50"] / shipped["slowdown_ttft_p50"] - 1) > 0.05   # the test can tell them apart

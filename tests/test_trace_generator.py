@@ -1,0 +1,187 @@
+"""The one trace generator (`workloads.TraceGenerator`) and trace replay.
+
+Every path that simulates draws its trace here: the search (nested across rates, which
+its bisection relies on), verification, `provision simulate`, the report. A CSV trace is
+replayed request by request by default; `--rps` rescales its time and `--duration` cuts a
+window from its first arrival.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workloads import TraceGenerator, WorkloadError, azure_trace, make_workload, read_trace_csv
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLITWISE_TRACES = ROOT.parent / "shared" / "validation" / "splitwise_sim_llama" / "traces"
+PROVISION = str(Path(sys.executable).with_name("provision"))
+HEADER = "request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size"
+
+
+def _write_trace(path: Path, arrival_s, prompt, output) -> Path:
+    rows = [f"{i},2,0,{float(a)!r},1,{int(p)},{int(o)}" for i, (a, p, o) in enumerate(zip(arrival_s, prompt, output))]
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    return path
+
+
+@pytest.fixture
+def small_trace(tmp_path):
+    rng = np.random.default_rng(11)
+    arrival = 0.25 + np.cumsum(rng.exponential(0.1, 300))     # ~10 req/s over ~30 s, first at 0.25 s
+    return _write_trace(tmp_path / "mine.csv", arrival, rng.integers(10, 3000, 300), rng.integers(1, 300, 300))
+
+
+@pytest.fixture(scope="module")
+def cli():
+    """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
+    from typer.testing import CliRunner
+
+    from provisioner.cli import _register, app
+
+    if not app.registered_commands:
+        _register()
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    return run
+
+
+# --- nested across rates: the same requests sooner, plus more ------------------------------
+
+@pytest.mark.parametrize("arrival", ["poisson", "gamma", "replay"])
+def test_a_higher_load_is_the_same_requests_sooner_plus_more(arrival):
+    gen = TraceGenerator("conversation", 60.0, 5, arrival=arrival)
+    lo, hi = gen.at(4.0), gen.at(9.0)
+    assert len(hi) > len(lo)
+    np.testing.assert_allclose(hi.arrival_s[:len(lo)], lo.arrival_s * 4.0 / 9.0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(hi.prompt_tokens[:len(lo)], lo.prompt_tokens)
+    np.testing.assert_array_equal(hi.output_tokens[:len(lo)], lo.output_tokens)
+
+
+def test_make_workload_is_the_generators_trace():
+    gen = TraceGenerator("coding", 30.0, 3)
+    again = make_workload("coding", 8.0, duration_s=30.0, seed=3)
+    assert gen.at(8.0).arrival_s.tobytes() == again.arrival_s.tobytes()
+    assert gen.at(8.0).prompt_tokens.tobytes() == again.prompt_tokens.tobytes()
+
+
+def test_gamma_is_burstier_than_poisson_with_the_same_sizes():
+    poisson = TraceGenerator("coding", 600.0, 2, arrival="poisson").at(20.0)
+    gamma = TraceGenerator("coding", 600.0, 2, arrival="gamma", cv=3.0).at(20.0)
+    np.testing.assert_array_equal(poisson.prompt_tokens, gamma.prompt_tokens)
+    cv = lambda t: np.diff(t.arrival_s).std() / np.diff(t.arrival_s).mean()   # noqa: E731
+    assert cv(poisson) == pytest.approx(1.0, abs=0.1) and cv(gamma) == pytest.approx(3.0, rel=0.2)
+
+
+# --- replay ---------------------------------------------------------------------------------
+
+def test_a_csv_path_is_replayed_request_by_request(small_trace):
+    src = read_trace_csv(small_trace)
+    gen = TraceGenerator(small_trace, None)
+    assert gen.arrival == "replay" and len(gen.sha256) == 64
+    trace = gen.at()
+    assert len(trace) == len(src) == 300
+    np.testing.assert_array_equal(trace.arrival_s, src.arrival_s - src.arrival_s[0])
+    np.testing.assert_array_equal(trace.prompt_tokens, src.prompt_tokens)
+    assert trace.rate_rps == pytest.approx(gen.native_rps)
+    assert not gen.rescaled(None) and not gen.rescaled(gen.native_rps)
+
+
+def test_replay_rps_rescales_time_and_duration_cuts_a_window(small_trace):
+    src = read_trace_csv(small_trace)
+    native = TraceGenerator(small_trace, None).native_rps
+    whole = TraceGenerator(small_trace, None, rps=2 * native)
+    fast = whole.at(2 * native)
+    assert whole.rescaled(2 * native) and len(fast) == len(src)      # the whole file, twice as fast
+    np.testing.assert_allclose(fast.arrival_s, (src.arrival_s - src.arrival_s[0]) / 2, rtol=1e-12)
+    window = TraceGenerator(small_trace, 10.0).at()                   # own rate, first 10 s
+    assert len(window) == np.count_nonzero(src.arrival_s - src.arrival_s[0] < 10.0)
+    np.testing.assert_array_equal(window.prompt_tokens, src.prompt_tokens[:len(window)])
+    wrapped = TraceGenerator(small_trace, 100.0).at()                 # longer than the file: wraps
+    assert len(src) < len(wrapped) and wrapped.arrival_s[-1] < 100.0
+    np.testing.assert_array_equal(wrapped.prompt_tokens, src.prompt_tokens[np.arange(len(wrapped)) % len(src)])
+
+
+def test_replay_of_a_shipped_name_rescales_the_azure_trace():
+    base = azure_trace("coding")
+    trace = TraceGenerator("coding", 120.0, arrival="replay").at(70.0)
+    np.testing.assert_array_equal(trace.prompt_tokens, base.prompt_tokens[:len(trace)])
+    assert len(trace) == pytest.approx(8400, rel=0.15)
+
+
+def test_to_json_rebuilds_the_trace_and_refuses_a_changed_file(small_trace):
+    gen = TraceGenerator(small_trace, 20.0, 4, rps=15.0)
+    obj = json.loads(json.dumps(gen.to_json(15.0)))
+    assert obj["rescaled"] is True and obj["arrival"] == "replay"
+    again = TraceGenerator.from_json(obj).at(obj["rps"])
+    assert again.arrival_s.tobytes() == gen.at(15.0).arrival_s.tobytes()
+    small_trace.write_text(small_trace.read_text().replace(",1,", ",1,1", 1))
+    with pytest.raises(WorkloadError, match="SHA-256") as info:
+        TraceGenerator.from_json(obj)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(arrival="uniform"), "arrival must be one of replay, poisson, gamma"),
+    (dict(duration_s=None, arrival="poisson"), "duration_s must be"),
+    (dict(seed=-1), "seed must be an integer >= 0"),
+    (dict(cv=0.0, arrival="gamma"), "cv must be"),
+])
+def test_bad_generator_parameters_are_one_line_workload_errors(kwargs, words):
+    with pytest.raises(WorkloadError, match=words) as info:
+        TraceGenerator("coding", **{"duration_s": 60.0, **kwargs})
+    assert "\n" not in str(info.value)
+
+
+def test_a_trace_without_a_rate_cannot_be_replayed(tmp_path):
+    path = _write_trace(tmp_path / "one.csv", [1.0], [100], [10])
+    with pytest.raises(WorkloadError, match="two distinct arrival times"):
+        TraceGenerator(path, None)
+
+
+# --- the shared SplitwiseSim traces, through the CLI ----------------------------------------
+
+def _data_rows(path: Path) -> int:
+    lines = path.read_text().splitlines()
+    return sum(1 for line in lines[1:] if line.strip())
+
+
+@pytest.mark.skipif(not SPLITWISE_TRACES.is_dir(), reason=f"{SPLITWISE_TRACES} (shared validation data) absent")
+def test_simulate_replays_each_splitwisesim_trace_exactly_and_reproducibly(cli):
+    paths = sorted(SPLITWISE_TRACES.glob("*.csv"))
+    assert len(paths) >= 6
+    for path in paths:
+        args = ["simulate", "--design", "splitwise-hh", "--prompt-machines", "12", "--token-machines", "4",
+                "--model", "llama2-70b", "--workload", str(path), "--json"]
+        first, again = cli(*args), cli(*args)
+        assert first == again                                   # byte-identical output
+        obj = json.loads(first)
+        assert obj["requests"] == _data_rows(path)
+        assert obj["trace"]["arrival"] == "replay" and obj["trace"]["rescaled"] is False
+        assert obj["workload_sha256"] == obj["trace"]["workload_sha256"] and len(obj["workload_sha256"]) == 64
+        assert obj["rps"] == pytest.approx(obj["requests"] / 120.0, rel=0.01)
+    # and as typed, in two processes
+    args[args.index("--workload") + 1] = str(paths[-1])
+    runs = [subprocess.run([PROVISION, *args], capture_output=True, timeout=300) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout and json.loads(runs[0].stdout)["requests"] == _data_rows(paths[-1])
+
+
+def test_simulate_says_when_a_replay_is_rescaled(cli, small_trace):
+    obj = json.loads(cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1",
+                         "--model", "llama2-70b", "--workload", str(small_trace), "--rps", "20", "--duration", "5",
+                         "--json"))
+    assert obj["rps"] == 20.0 and obj["trace"]["rescaled"] is True and obj["trace"]["duration_s"] == 5.0
+    assert obj["requests"] == len(TraceGenerator(small_trace, 5.0).at(20.0))
+    text = cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1",
+               "--model", "llama2-70b", "--workload", str(small_trace), "--rps", "20", "--duration", "5")
+    assert "time-scaled from its own" in " ".join(text.split()) and "to 20 req/s" in " ".join(text.split())

@@ -1,0 +1,233 @@
+"""The one trace generator: every trace the project simulates is drawn here.
+
+A :class:`TraceGenerator` holds a workload (a shipped name, a CSV file or a
+:class:`Trace`), an arrival process, a window and a seed, and returns the trace at any
+request rate. Traces are *nested across rates*: each process defines one unit-rate
+stream of requests, and the trace at ``rps`` is that stream with time divided by
+``rps``, cut to the window. A higher load therefore holds the same requests, sooner,
+plus more of them: the only thing that changes with the load is the load (the search's
+bisection on the rate relies on it).
+
+- ``poisson`` and ``gamma``: request sizes are drawn jointly, with replacement, from the
+  source's requests; unit-rate gaps are exponential (or gamma with coefficient of
+  variation ``cv``), the first arrival at 0. The trace at ``rps`` holds exactly
+  ``round(rps * duration_s)`` requests (its last arrivals may fall slightly past the
+  window). Both processes draw the same sizes.
+- ``replay``: the source's own requests in order, its arrival times shifted to start at
+  0 and scaled by ``native_rps / rps`` (``native_rps``: the inverse mean gap of the
+  file). The trace holds the requests that arrive within the window; a window longer
+  than the file wraps around (copies shifted by the file's span plus one mean gap). No
+  window (``duration_s=None``) means the whole file once; with neither a rate nor a
+  window, the file is replayed exactly as recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+import numpy as np
+
+from workloads._arrivals import _check_positive as _check_value
+from workloads._readers import _ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
+from workloads._trace import Trace
+from workloads.errors import UnknownWorkloadError, WorkloadError
+
+__all__ = ["ARRIVAL_PROCESSES", "TraceGenerator", "check_positive", "default_arrival"]
+
+ARRIVAL_PROCESSES: tuple[str, ...] = ("replay", "poisson", "gamma")
+_ARRIVAL_KEYS = {"poisson": 0x5CA1E, "gamma": 0x6A33A}   # independent arrival streams per seed
+_WINDOW_REL_TOL = 1e-12   # an arrival within this fraction of the window's end is past it
+
+
+def default_arrival(workload) -> str:
+    """``"poisson"`` for a shipped name, ``"replay"`` for a CSV path or a Trace."""
+    return "poisson" if _shipped_name(workload) is not None else "replay"
+
+
+class TraceGenerator:
+    """Traces of one workload at any rate, nested across rates (see the module docstring).
+
+    Parameters
+    ----------
+    workload : "coding", "conversation" (aliases "code", "conv"), a CSV path or a Trace.
+    duration_s : window of every trace (s), > 0. None only with ``replay``: the whole
+        file once at the reference rate ``rps``.
+    seed : int; fixes the sizes and arrivals of ``poisson`` and ``gamma``.
+    arrival : "replay", "poisson" or "gamma"; default :func:`default_arrival`.
+    cv : coefficient of variation of the ``gamma`` gaps, > 0.
+    rps : reference rate (requests/s) that resolves ``duration_s=None`` for a replay;
+        default the file's own rate.
+
+    Raises
+    ------
+    ValueError : a bad parameter, in one line naming it and the fix.
+    UnknownWorkloadError, TraceFormatError : the workload cannot be read.
+    """
+
+    def __init__(self, workload, duration_s: float | None = 120.0, seed=0, *, arrival: str | None = None,
+                 cv: float = 2.0, rps: float | None = None):
+        self.arrival = default_arrival(workload) if arrival is None else arrival
+        if self.arrival not in ARRIVAL_PROCESSES:
+            raise WorkloadError(f"arrival must be one of {', '.join(ARRIVAL_PROCESSES)}, got {arrival!r}")
+        check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
+        if rps is not None:
+            check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+        self.workload = workload
+        self.source = _source_trace(workload)
+        self.sha256 = _file_sha256(workload)
+        self.seed = _int_seed(seed)
+        self.cv = float(cv)
+        self.native_rps = _native_rps(self.source) if self.arrival == "replay" else None
+        if duration_s is None:
+            if self.arrival != "replay":
+                raise WorkloadError(f"duration_s must be a number of seconds > 0 for {self.arrival} arrivals, "
+                                 f"got None; give the window length, e.g. 120")
+            duration_s = len(self.source) / (rps or self.native_rps)
+        check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
+        self.duration_s = float(duration_s)
+        self._n = 0
+        self._unit = self._sizes = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def at(self, rps: float | None = None) -> Trace:
+        """The trace at ``rps`` requests/s (None: a replay's own rate); window ``duration_s``."""
+        if rps is None:
+            if self.arrival != "replay":
+                raise WorkloadError(f"rps must be given for {self.arrival} arrivals; give the mean request rate")
+            rps = self.native_rps
+        check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+        if self.arrival == "replay":
+            return self._replay(float(rps))
+        k = round(rps * self.duration_s)
+        if k < 1:
+            raise WorkloadError(f"too few requests: rps * duration_s = {rps * self.duration_s:g} rounds to 0 "
+                             f"requests; raise rps or duration_s")
+        self._grow(k)
+        return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
+
+    def rescaled(self, rps: float | None) -> bool:
+        """Whether the trace at ``rps`` moves a replayed file's arrivals in time."""
+        return self.arrival == "replay" and rps is not None and float(rps) != self.native_rps
+
+    def to_json(self, rps: float | None = None) -> dict:
+        """Everything needed to rebuild the trace at ``rps`` (see :meth:`from_json`)."""
+        return {"workload": str(os.fspath(self.workload)) if not isinstance(self.workload, Trace) else self.name,
+                "workload_sha256": self.sha256, "arrival": self.arrival,
+                "rps": None if rps is None else float(rps), "duration_s": self.duration_s, "seed": self.seed,
+                "cv": self.cv, "native_rps": self.native_rps, "rescaled": self.rescaled(rps)}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> TraceGenerator:
+        """The generator a :meth:`to_json` object (or a result's ``question``) describes.
+
+        Refuses, in one line, a trace file whose SHA-256 differs from the recorded one.
+        """
+        gen = cls(obj["workload"], obj.get("duration_s", 120.0), obj.get("seed", 0),
+                  arrival=obj.get("arrival") or "poisson", cv=obj.get("cv") or 2.0)
+        want = obj.get("workload_sha256")
+        if want and gen.sha256 != want:
+            raise WorkloadError(f"trace file '{obj['workload']}' has SHA-256 {gen.sha256[:12]}..., not the recorded "
+                             f"{want[:12]}...: it changed since the result was written; give the original file")
+        return gen
+
+    # -- poisson and gamma: one unit-rate stream per seed ------------------------------
+    def _grow(self, n: int) -> None:
+        if n <= self._n:
+            return
+        n = max(n, 2 * self._n, 1024)
+        # Both draws are prefix-stable: a longer stream starts with the shorter one.
+        size_rng = np.random.default_rng(self.seed).spawn(2)[0]
+        rows = size_rng.integers(0, len(self.source), size=n)
+        rng = np.random.default_rng([self.seed, _ARRIVAL_KEYS[self.arrival]])
+        if self.arrival == "poisson":
+            gaps = rng.standard_exponential(n)
+        else:
+            gaps = rng.gamma(1.0 / self.cv**2, self.cv**2, size=n)
+        self._unit = np.cumsum(gaps) - gaps[0]
+        self._sizes = (self.source.prompt_tokens[rows], self.source.output_tokens[rows])
+        self._n = n
+
+    # -- replay ------------------------------------------------------------------------
+    def _replay(self, rps: float) -> Trace:
+        src = self.source
+        m = len(src)
+        offset_s = src.arrival_s - src.arrival_s[0]
+        period_s = m / self.native_rps           # the file's span plus one mean gap
+        factor = self.native_rps / rps           # exactly 1.0 at the file's own rate
+        window_s = self.duration_s / factor * (1.0 - _WINDOW_REL_TOL)   # in the file's own seconds
+        copies = max(1, math.ceil(window_s / period_s))
+        pos = (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel()
+        k = int(np.searchsorted(pos, window_s, side="left"))
+        if k < 1:
+            raise WorkloadError(f"no request of trace '{self.name}' arrives in a {self.duration_s:g}-s window at "
+                             f"{rps:g} req/s; use a longer duration_s")
+        rows = np.arange(k) % m
+        return Trace(pos[:k] * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
+                     self.duration_s)
+
+
+def _shipped_name(workload) -> str | None:
+    if isinstance(workload, str) and workload.strip().lower() in _ALIASES:
+        return _ALIASES[workload.strip().lower()]
+    return None
+
+
+def _source_trace(workload) -> Trace:
+    """The trace that request sizes (and replayed arrivals) come from."""
+    if isinstance(workload, Trace):
+        return workload
+    if _shipped_name(workload) is not None:
+        return azure_trace(workload)
+    if isinstance(workload, os.PathLike) or (isinstance(workload, str) and _looks_like_path(workload)):
+        return read_trace_csv(workload)
+    raise UnknownWorkloadError(f"unknown workload {workload!r}; use one of {', '.join(WORKLOAD_NAMES)} "
+                               f"or a path to a CSV trace")
+
+
+def _looks_like_path(text: str) -> bool:
+    return os.path.exists(text) or text.lower().endswith(".csv") or os.sep in text or "/" in text
+
+
+def _file_sha256(workload) -> str | None:
+    if isinstance(workload, Trace) or _shipped_name(workload) is not None:
+        return None
+    digest = hashlib.sha256()
+    with open(os.fspath(workload), "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _native_rps(trace: Trace) -> float:
+    """The inverse mean gap of a recorded trace (what replay rescales from)."""
+    span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    if len(trace) < 2 or not span_s > 0:
+        raise WorkloadError(f"trace '{trace.name}' has no rate to replay ({len(trace)} request(s) over "
+                         f"{span_s:g} s); it needs two distinct arrival times, or use arrival='poisson'")
+    return (len(trace) - 1) / span_s
+
+
+def _int_seed(seed) -> int:
+    """An int seed; a Generator or SeedSequence gives one draw, None fresh entropy."""
+    if isinstance(seed, (bool, np.bool_)):
+        raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}")
+    if isinstance(seed, (int, np.integer)):
+        if seed < 0:
+            raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}")
+        return int(seed)
+    if seed is None or isinstance(seed, (np.random.Generator, np.random.SeedSequence)):
+        return int(np.random.default_rng(seed).integers(2**63))
+    raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}")
+
+
+def check_positive(name: str, value: object, meaning: str) -> None:
+    """As `_arrivals._check_positive`, raising a WorkloadError (a ValueError the CLI prints)."""
+    try:
+        _check_value(name, value, meaning)
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
