@@ -9,6 +9,7 @@ from ..results import design_result_json
 from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
+                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
                       load_workload)
 
 
@@ -27,6 +28,8 @@ def simulate_command(
     token_power_cap: float = typer.Option(None, "--token-power-cap", help="GPU power cap of the token pool, fraction of TDP."),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
+    latency_profile: str = latency_profile_option(),
+    latency_interp: str = latency_interp_option(),
 ) -> None:
     if engine not in ENGINES:
         from ..errors import ProvisionerError
@@ -41,13 +44,22 @@ def simulate_command(
         d = make_design(design, prompt_machines, token_machines, **overrides)
     else:
         d = make_design(design, machines=machines or prompt_machines, **overrides)
+    perf = load_latency_model(latency_profile, latency_interp)
     trace = load_workload(workload, rps, duration, seed)
-    row = simulate(d, trace, model, engine=engine, slo=SLO().scaled(slo_scale)).iloc[0]
+    row = simulate(d, trace, model, engine=engine, slo=SLO().scaled(slo_scale), perf=perf).iloc[0]
     obj = design_result_json(row, workload=workload, model=model, rps=rps)
+    if perf is not None:
+        obj["latency_model"] = latency_model_json(perf, model, _pools(d, perf), trace.prompt_tokens)
     if json_out:
         echo_json(obj)
         return
     _print_summary(obj, row)
+
+
+def _pools(d, perf):
+    """(gpu, tp) of the design's pools."""
+    cat = perf.catalog
+    return [(cat.machine(d.prompt_machine).gpu, d.prompt_tp), (cat.machine(d.token_machine).gpu, d.token_tp)]
 
 
 def _print_summary(obj: dict, row) -> None:
