@@ -6,7 +6,8 @@ request (the file's own arrivals and sizes) through our engines, with two latenc
 
 - `roofline`: the shipped calibrated roofline (what `provision` uses by default);
 - `profile`: `--latency-profile llama2-70b_dgx.csv --latency-interp splitwisesim`,
-  SplitwiseSim's own interpolation of the same measurements.
+  SplitwiseSim's own interpolation of the same measurements;
+- `grid`: the same profile with our default interpolation (`--latency-interp grid`).
 
 Latencies are computed with SplitwiseSim's conventions so the ratios compare like with
 like: TBT = (E2E - TTFT) / output tokens over all requests, percentiles by linear
@@ -46,13 +47,15 @@ PROFILE = SHARED / "data" / "profiles" / "llama2-70b_dgx.csv"
 CACHE = HERE / "results" / "vs_splitwisesim.json"
 REPORT = HERE / "results" / "vs_splitwisesim.md"
 MODEL = "llama2-70b"
-MODES = ("roofline", "profile")
+MODES = ("roofline", "profile", "grid")
 METRICS = ("ttft", "tbt", "e2e")
 PCTS = (50, 90, 99)
 
 
 def latency_model(mode: str):
-    return LatencyModel() if mode == "roofline" else load_profile_model(PROFILE, "splitwisesim")
+    if mode == "roofline":
+        return LatencyModel()
+    return load_profile_model(PROFILE, "splitwisesim" if mode == "profile" else "grid")
 
 
 def design_of(run) -> object:
