@@ -12,7 +12,7 @@ import numpy as np
 
 from ._model import LatencyModel, _check_positive
 from ._profile import INTERPS, Profile, pack_table, read_profile
-from ._profile_eval import KIND_GRID, N_COEF, profile_iteration_s
+from ._profile_eval import HEADER, KIND_GRID, N_COEF, profile_iteration_s
 from ._roofline import time_from_coefficients
 from .errors import PerfModelError
 
@@ -144,14 +144,15 @@ class ProfileLatencyModel(LatencyModel):
                 notes.append(f"the profile has no {llm.name} on {gpu} at TP {tp}: that pool uses the roofline")
                 continue
             na, nb = int(table[3]), int(table[4])
+            axis = table[HEADER:]   # grid: prompt axis then batch axis; splitwisesim: batch-token knots
             if table[0] == KIND_GRID:
-                s_max, b_max = table[5 + na - 1], table[5 + na + nb - 1]
+                s_max, b_max = axis[na - 1], axis[na + nb - 1]
                 beyond = 0.0 if prompt_tokens is None else float(np.mean(np.asarray(prompt_tokens) > s_max))
-                notes.append(f"{llm.name} on {gpu} TP {tp}: measured prompts {table[5]:g}-{s_max:g} tokens, batches "
-                             f"{table[5 + na]:g}-{b_max:g}; outside that range (here {100 * beyond:.1f}% of prompts, "
+                notes.append(f"{llm.name} on {gpu} TP {tp}: measured prompts {axis[0]:g}-{s_max:g} tokens, batches "
+                             f"{axis[na]:g}-{b_max:g}; outside that range (here {100 * beyond:.1f}% of prompts, "
                              f"and any decode batch above {b_max:g}) the roofline is used")
             else:
-                notes.append(f"{llm.name} on {gpu} TP {tp}: measured batch tokens {table[5]:g}-{table[5 + na - 1]:g}; "
+                notes.append(f"{llm.name} on {gpu} TP {tp}: measured batch tokens {axis[0]:g}-{axis[na - 1]:g}; "
                              f"beyond them times are extrapolated linearly, as SplitwiseSim does")
         return notes
 

@@ -189,3 +189,16 @@ def test_cli_simulate_with_a_profile_says_where_it_falls_back(tmp_path):
     assert "llama2-70b/h100-80gb/tp8" in lm["measured"] and lm["fallbacks"]
     assert r.stderr.count("warning: latency profile:") == len(lm["fallbacks"])
     assert obj["requests"] > 0
+
+
+def test_perf_plot_draws_the_profile_model(sws):
+    from perfmodels import calibrate
+    from provisioner.cli._perf import perf_plot_data
+    from provisioner.cli._perf_profile import profile_curves
+
+    data = perf_plot_data(calibrate(holdout_fraction=0.2, seed=0), grid_points=8)
+    drawn = profile_curves(data, sws)
+    line = drawn[(drawn.kind == "model") & (drawn.panel == "prefill_vs_batch") & (drawn.gpu == H100) & (drawn.tp == 8)]
+    np.testing.assert_allclose(line.time_ms, 1e3 * sws.prefill_time_s(LLAMA, H100, 8, 512, line.batch_size.to_numpy()))
+    measured = drawn.kind == "measured"
+    assert drawn[measured].time_ms.equals(data[measured].time_ms)   # the measurements are untouched
