@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -141,8 +142,14 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{cpu}, {os.cpu_count()} cores (load average {load}), Python {platform.python_version()}, "
+            f"commit {commit}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
 if __name__ == "__main__":

@@ -147,10 +147,12 @@ class ProfileLatencyModel(LatencyModel):
             axis = table[HEADER:]   # grid: prompt axis then batch axis; splitwisesim: batch-token knots
             if table[0] == KIND_GRID:
                 s_max, b_max = axis[na - 1], axis[na + nb - 1]
-                beyond = 0.0 if prompt_tokens is None else float(np.mean(np.asarray(prompt_tokens) > s_max))
+                here = ""
+                if prompt_tokens is not None:
+                    here = f"here {100 * float(np.mean(np.asarray(prompt_tokens) > s_max)):.1f}% of prompts, and "
                 notes.append(f"{llm.name} on {gpu} TP {tp}: measured prompts {axis[0]:g}-{s_max:g} tokens, batches "
-                             f"{axis[na]:g}-{b_max:g}; outside that range (here {100 * beyond:.1f}% of prompts, "
-                             f"and any decode batch above {b_max:g}) the roofline is used")
+                             f"{axis[na]:g}-{b_max:g}; outside that range ({here}any decode batch above {b_max:g}) "
+                             f"the roofline is used")
             else:
                 notes.append(f"{llm.name} on {gpu} TP {tp}: measured batch tokens {axis[0]:g}-{axis[na - 1]:g}; "
                              f"beyond them times are extrapolated linearly, as SplitwiseSim does")
