@@ -202,3 +202,13 @@ def test_perf_plot_draws_the_profile_model(sws):
     np.testing.assert_allclose(line.time_ms, 1e3 * sws.prefill_time_s(LLAMA, H100, 8, 512, line.batch_size.to_numpy()))
     measured = drawn.kind == "measured"
     assert drawn[measured].time_ms.equals(data[measured].time_ms)   # the measurements are untouched
+
+
+def test_cli_provision_searches_with_the_profile(tmp_path):
+    r = _provision("--goal", "cost", "--rps", "6", "--design", "splitwise-hh", "--model", LLAMA, "--duration", "20",
+                   "--no-verify", "--latency-profile", PROFILE, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["latency_model"]["interp"] == "grid" and obj["latency_model"]["fallbacks"]
+    assert "warning: latency profile: llama2-70b on h100-80gb TP 8" in r.stderr
+    assert obj["best"][0]["feasible"]
