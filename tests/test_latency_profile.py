@@ -212,3 +212,15 @@ def test_cli_provision_searches_with_the_profile(tmp_path):
     assert obj["latency_model"]["interp"] == "grid" and obj["latency_model"]["fallbacks"]
     assert "warning: latency profile: llama2-70b on h100-80gb TP 8" in r.stderr
     assert obj["best"][0]["feasible"]
+
+
+def test_a_one_point_profile(tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text(GOOD.rsplit("\n", 2)[0] + "\n")   # the header and one measurement
+    grid = load_profile_model(path, "grid")
+    assert grid.prefill_time_s(LLAMA, H100, 8, 512, 1) == pytest.approx(0.0538, rel=1e-12)
+    assert grid.prefill_time_s(LLAMA, H100, 8, 600, 1) == LatencyModel().prefill_time_s(LLAMA, H100, 8, 600, 1)
+    with pytest.raises(PerfModelError, match="needs two or more"):
+        load_profile_model(path, "splitwisesim")
+    with pytest.raises(PerfModelError, match="--latency-interp must be one of grid, splitwisesim"):
+        load_profile_model(path, "cubic")
