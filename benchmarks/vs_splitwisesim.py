@@ -102,9 +102,15 @@ def run_chunk(runs: pd.DataFrame, engine: str, modes) -> None:
                 entry = splitwisesim_metrics(out.first_token_s[0], out.finish_s[0], trace, solo, slo)
                 entry.update(requests=len(trace), wall_s=time.perf_counter() - t0)
                 cache[f"{r.run_id}|{mode}|{engine}"] = entry
-                CACHE.write_text(json.dumps(cache, indent=1))
+                _save(cache)
                 print(f"{r.run_id:24s} {mode:8s} {engine:5s} {entry['wall_s']:6.1f} s  "
                       f"e2e p99 {entry['e2e'][2]:.2f} s (theirs {r.e2e_p99_s:.2f})", flush=True)
+
+
+def _save(cache: dict) -> None:
+    """One line per (run, mode, engine), sorted, so a rerun diffs line by line."""
+    lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(cache.items())]
+    CACHE.write_text("{\n" + ",\n".join(lines) + "\n}\n")
 
 
 def _select(runs: pd.DataFrame, spec: str | None) -> pd.DataFrame:
