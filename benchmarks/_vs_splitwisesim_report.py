@@ -91,10 +91,13 @@ def _markdown(table: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     for row in table.itertuples():
         r = info.loc[row.run_id]
         pt = f"{r.prompt_machines}+{r.token_machines}" if r.token_machines else f"{r.prompt_machines}"
-        cells = [f"{getattr(row, c):.2f}" for c in COLS]
-        cells = [f"**{c}**" if abs(float(c) - 1) > 0.25 and col.endswith("99") else c for c, col in zip(cells, COLS)]
+        cells = []
+        for col in COLS:
+            v = getattr(row, col)
+            cells.append(f"**{v:.2f}**" if col.endswith("99") and abs(v - 1) > 0.25 else f"{v:.2f}")
         verdict = f"{'Y' if row.ours_meets else 'n'}/{'Y' if row.theirs_meets else 'n'}"
-        lines.append("| " + " | ".join([row.run_id, r.system, pt, r.trace.replace("_2min", ""), *cells, verdict]) + " |")
+        trace = r.trace.replace("_2min", "")
+        lines.append("| " + " | ".join([row.run_id, r.system, pt, trace, *cells, verdict]) + " |")
     return lines
 
 
