@@ -9,6 +9,8 @@ Public surface:
 - memory: `kv_cache_bytes`, `kv_capacity_tokens`, `max_decode_batch`, `weight_bytes_per_gpu`.
 - KV transfer: `kv_transfer_time_s`, `kv_wire_bytes_per_s`.
 - power: `clock_fraction`.
+- measured profiles: `load_profile_model` / `ProfileLatencyModel` (a `LatencyModel` that
+  interpolates measured times, roofline where unmeasured), `read_profile`.
 """
 
 from ._calibrate import CalibrationReport, calibrate, shipped_profile
@@ -18,6 +20,9 @@ from ._memory import (HBM_UTILIZATION, fits_in_memory, kv_cache_bytes, kv_capaci
                       max_decode_batch, weight_bytes_per_gpu)
 from ._model import LatencyModel
 from ._power import clock_fraction
+from ._profile import INTERPS, Profile, read_profile
+from ._profile_eval import profile_iteration_s
+from ._profile_model import ProfileLatencyModel, load_profile_model
 from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, iteration_time_s,
                         roofline_coefficients, time_from_coefficients)
 from .errors import PerfModelError
@@ -30,4 +35,5 @@ __all__ = [
     "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "HardwareArrays", "ModelShape",
     "iteration_time_s", "PerfModelError", "COEF_NAMES", "N_COEF",
     "roofline_coefficients", "time_from_coefficients",
+    "ProfileLatencyModel", "load_profile_model", "read_profile", "Profile", "INTERPS", "profile_iteration_s",
 ]

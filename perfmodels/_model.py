@@ -13,7 +13,7 @@ import numpy as np
 
 from ._constants import Calibration, load_calibration
 from ._power import clock_fraction
-from ._roofline import HardwareArrays, ModelShape, iteration_time_s, roofline_coefficients
+from ._roofline import N_COEF, HardwareArrays, ModelShape, iteration_time_s, roofline_coefficients
 from .errors import PerfModelError
 
 GB = 1e9
@@ -30,6 +30,8 @@ class LatencyModel:
 
     Models and GPUs may be given as catalog names or catalog objects.
     """
+
+    n_coef = N_COEF   # length of the vectors `coefficients` returns (the simulator's per-pool layout)
 
     def __init__(self, calibration: Calibration | None = None, catalog=None):
         self.calibration = calibration if calibration is not None else load_calibration()

@@ -50,3 +50,36 @@ def replay_note(traces: TraceGenerator, rps: float | None, requests: int) -> str
 
 def echo_json(obj) -> None:
     typer.echo(json.dumps(json_safe(obj), indent=2))
+
+
+# -- measured-profile latency models (every command that simulates) ---------------
+def latency_profile_option():
+    return typer.Option(None, "--latency-profile", metavar="PATH.csv",
+                        help="Measured prefill and decode-iteration times (SplitwiseSim's perf_model.csv "
+                             "columns); interpolated per model, GPU and TP, the roofline where unmeasured.")
+
+
+def latency_interp_option():
+    return typer.Option(None, "--latency-interp",
+                        help="How --latency-profile is interpolated: grid (default; prompt tokens x batch "
+                             "size) or splitwisesim (SplitwiseSim's own rule, to reproduce its numbers).")
+
+
+def load_latency_model(profile, interp: str | None):
+    """The LatencyModel of a command: the roofline (None) or a fitted profile model."""
+    if profile is None:
+        if interp is not None:
+            raise ProvisionerError("--latency-interp needs --latency-profile PATH.csv (the measurements to "
+                                   "interpolate)")
+        return None
+    from perfmodels import load_profile_model
+    return load_profile_model(profile, interp or "grid")
+
+
+def latency_model_json(perf, model: str, pools, prompt_tokens=None) -> dict:
+    """Warn (stderr, one line each) where the run leaves the profile; return the JSON's
+    `latency_model` object."""
+    notes = perf.fallbacks(model, pools, prompt_tokens)
+    for note in notes:
+        typer.echo(f"warning: latency profile: {note}", err=True)
+    return {**perf.describe(), "fallbacks": notes}

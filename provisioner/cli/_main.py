@@ -14,7 +14,8 @@ import typer
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
-                      echo_json, replay_note)
+                      echo_json, latency_interp_option, latency_model_json, latency_profile_option,
+                      load_latency_model, replay_note)
 
 
 def main_command(
@@ -58,6 +59,8 @@ def main_command(
                                                                   "from a capacity estimate)."),
     trials: int = typer.Option(48, "--trials", help="Optuna trials (hardware choices) for spaces too wide to "
                                                     "enumerate."),
+    latency_profile: str = latency_profile_option(),
+    latency_interp: str = latency_interp_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -85,9 +88,13 @@ def main_command(
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials)
+    perf = load_latency_model(latency_profile, latency_interp)
+    latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:
-        result = provision(request, progress=progress)
+        result = provision(request, progress=progress, perf=perf)
     obj = result.to_json()
+    if latency is not None:
+        obj["latency_model"] = latency
     if report is not None:
         from reports import write_report
         write_report(obj, report, force=force)
@@ -114,6 +121,18 @@ def _all_defaults(ctx: typer.Context) -> bool:
 def _replays(workload: str, arrival: str | None) -> bool:
     from workloads import default_arrival
     return (arrival or default_arrival(workload)) == "replay"
+
+
+def _family_pools(request, perf) -> list[tuple[str, int]]:
+    """(gpu, tp) of every pool the search may simulate (whole-machine TP)."""
+    from ..designs import FAMILY_SPECS
+    machines = []
+    for f in request.families:
+        spec = FAMILY_SPECS.get(f)
+        machines += [spec.prompt_machine, spec.token_machine] if spec else []
+    machines += list(request.prompt_machine_types or ()) + list(request.token_machine_types or ())
+    cat = perf.catalog
+    return [(cat.machine(m).gpu, cat.machine(m).gpus_per_machine) for m in dict.fromkeys(machines)]
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:

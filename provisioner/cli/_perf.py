@@ -543,6 +543,10 @@ def plot_command(
     profile: Path = typer.Option(None, "--profile", help="Profile CSV (default: the shipped profiles)."),
     holdout: float = typer.Option(0.2, "--holdout", help="Fraction of configuration points held out per GPU."),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split."),
+    latency_interp: str = typer.Option(None, "--latency-interp",
+                                       help="Draw the measured-profile model instead of the roofline: grid or "
+                                            "splitwisesim (as --latency-profile does on the commands that "
+                                            "simulate)."),
 ) -> None:
     """Model against measurements per phase, GPU and TP degree (Splitwise Fig. 5 and 6 style)."""
     if out.suffix.lower() not in (".html", ".htm"):
@@ -551,7 +555,15 @@ def plot_command(
     df = _read_profile(profile)
     report = run_calibration(df, holdout, seed)
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
+    if latency_interp is not None:
+        from perfmodels import load_profile_model
+        from ._perf_profile import profile_curves
+        path = profile or Path(perfmodels.__file__).resolve().parent / "data" / "llama2-70b_dgx.csv"
+        data = profile_curves(data, load_profile_model(path, latency_interp))
     fig = perf_figure(data)
+    if latency_interp is not None:
+        fig.update_layout(title=f"Measured-profile model (--latency-interp {latency_interp}, lines) vs measured "
+                                "medians (markers); the roofline where the profile does not cover a point")
     fig.write_html(str(out), include_plotlyjs=True, full_html=True)
     typer.echo(f"wrote {out} ({len(data[data.kind == 'measured'])} measured points, "
                f"{data.panel.nunique()} panels)")

@@ -13,6 +13,7 @@ from ..results import design_result_json
 from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
+                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
@@ -46,6 +47,8 @@ def simulate_command(
     family: str = typer.Option(None, "--family", help="With --from-result: the family whose answer to re-score "
                                                       "(default: the winner)."),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
+    latency_profile: str = latency_profile_option(),
+    latency_interp: str = latency_interp_option(),
 ) -> None:
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
@@ -55,8 +58,11 @@ def simulate_command(
             flag = "--" + given[0].replace("_", "-")
             raise ProvisionerError(f"--from-result takes the design and the trace from the result; drop {flag}")
         from ..results import rescoring_question
-        d, traces, rps, model, slo = rescoring_question(_read_result(from_result), family)
+        result = _read_result(from_result)
+        d, traces, rps, model, slo = rescoring_question(result, family)
         workload = traces.to_json()["workload"]
+        if latency_profile is None:
+            latency_profile, latency_interp = _recorded_profile(result, latency_interp)
     else:
         if family is not None:
             raise ProvisionerError("--family goes with --from-result; to score a design give --design FAMILY")
@@ -69,8 +75,11 @@ def simulate_command(
         slo = SLO().scaled(slo_scale)
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
-    row = simulate(d, trace, model, engine=engine, slo=slo).iloc[0]
+    perf = load_latency_model(latency_profile, latency_interp)
+    row = simulate(d, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
+    if perf is not None:
+        obj["latency_model"] = latency_model_json(perf, model, _pools(d, perf), trace.prompt_tokens)
     if json_out:
         echo_json(obj)
         return
@@ -105,6 +114,33 @@ def _read_result(path: Path) -> dict:
         raise ProvisionerError(f"--from-result: '{path}' has no 'question' and 'best'; give the output of "
                                f"`provision --json`")
     return obj
+
+
+def _print_summary(obj: dict, row, note: str | None) -> None:
+
+
+def _recorded_profile(result: dict, interp: str | None):
+    """The measured profile an answer was found with (its file must be unchanged)."""
+    recorded = result.get("latency_model")
+    if not isinstance(recorded, dict) or recorded.get("kind") != "profile":
+        return None, interp
+    import hashlib
+    path = Path(str(recorded.get("profile")))
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ProvisionerError(f"--from-result: the answer used the latency profile '{path}', which cannot be read "
+                               f"({exc.strerror or exc}); pass --latency-profile PATH.csv") from None
+    if digest != recorded.get("sha256"):
+        raise ProvisionerError(f"--from-result: the latency profile '{path}' changed since the answer was found "
+                               f"(SHA-256 differs); restore it or pass --latency-profile PATH.csv")
+    return str(path), interp or recorded.get("interp")
+
+
+def _pools(d, perf):
+    """(gpu, tp) of the design's pools."""
+    cat = perf.catalog
+    return [(cat.machine(d.prompt_machine).gpu, d.prompt_tp), (cat.machine(d.token_machine).gpu, d.token_tp)]
 
 
 def _print_summary(obj: dict, row, note: str | None) -> None:

@@ -56,6 +56,8 @@ from collections import deque
 
 import numpy as np
 
+from perfmodels import N_COEF, profile_iteration_s
+
 from ..errors import ProvisionerError
 from ._inputs import EngineOutput, SimInputs
 
@@ -65,8 +67,14 @@ _END, _KV, _ARRIVAL, _START = 0, 1, 2, 3  # event kinds, in their order at equal
 def _iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
     """Scalar `perfmodels.time_from_coefficients` (same formula, same operation order).
 
-    `c` is a sequence of the N_COEF coefficients of one pool (layout `COEF_NAMES`).
+    `c` is a sequence of the N_COEF coefficients of one pool (layout `COEF_NAMES`),
+    followed for a measured-profile model by its table (looked up first).
     """
+    if len(c) > N_COEF:
+        t = profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch,
+                                decode_context_tokens)
+        if t > 0.0:
+            return t
     tokens = prefill_tokens + decode_batch
     compute = (c[0] * tokens + c[1] * (prefill_seqs + decode_batch) + c[2] * prefill_sq_tokens
                + c[3] * decode_context_tokens)

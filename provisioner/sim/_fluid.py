@@ -25,6 +25,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from perfmodels import N_COEF, profile_iteration_s
+
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ._inputs import EngineOutput, SimInputs
 
@@ -59,7 +61,12 @@ def _fmin(a, b):
 
 @njit(cache=True, inline="always")
 def iter_time(c, n_p, sq, seqs, b, ctx):
-    """Scalar twin of perfmodels.time_from_coefficients (same formula)."""
+    """Scalar twin of perfmodels.time_from_coefficients (same formula); a vector longer
+    than the roofline's carries a measured-profile table, looked up first."""
+    if c.shape[0] > N_COEF:
+        t = profile_iteration_s(c, n_p, sq, seqs, b, ctx)
+        if t > 0.0:
+            return t
     tokens = n_p + b
     compute = c[0] * tokens + c[1] * (seqs + b) + c[2] * sq + c[3] * ctx
     memory = c[4] + c[5] * (ctx + tokens)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import (LatencyModel, N_COEF, kv_capacity_tokens, kv_wire_bytes_per_s)
+from perfmodels import LatencyModel, kv_capacity_tokens, kv_wire_bytes_per_s
 from perfmodels._kv_transfer import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
@@ -26,7 +26,8 @@ class SimInputs:
     """Arrays of shape (n_designs,) or (n_designs, 2 pools[, N_COEF]) and (n_requests,)."""
 
     n_machines: np.ndarray          # (d, 2) int64 servers (model replicas): prompt (or mixed) pool, token pool
-    coef: np.ndarray                # (d, 2, N_COEF) roofline coefficients per pool
+    coef: np.ndarray                # (d, 2, perf.n_coef) latency vector per pool: N_COEF roofline
+                                    # coefficients, then a measured-profile table if any
     kv_cap_tokens: np.ndarray       # (d, 2) KV budget per machine, tokens
     batch_cap_tokens: np.ndarray    # (d,) prompt batch cap
     allow_borrow: np.ndarray        # (d,) bool
@@ -50,7 +51,7 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
     split = designs.is_split
     n_machines = np.stack([designs.prompt_machines, np.where(split, designs.token_machines, 0)], axis=1)
     n_machines = n_machines.astype(np.int64)
-    coef = np.empty((d, 2, N_COEF))
+    coef = np.empty((d, 2, perf.n_coef))
     kv_cap = np.empty((d, 2))
     kv_s_per_token = np.empty(d)
     kv_setup = np.empty(d)

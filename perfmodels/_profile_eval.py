@@ -1,0 +1,143 @@
+"""Iteration time from a measured-profile coefficient vector: the one scalar rule.
+
+A profile model's coefficient vector is the roofline's `N_COEF` coefficients (the
+fallback) followed by a table (layout below, written by `_profile.pack_table`). Both
+simulator engines call `profile_iteration_s` (the fluid engine compiles it with numba,
+the discrete-event engine runs it as Python), and `ProfileLatencyModel` loops it over
+arrays, so all three agree to the last bit. It returns -1.0 where the table does not
+cover the iteration; the caller then uses the roofline coefficients.
+
+Layout after the roofline coefficients (offset `N_COEF`):
+    [kind, prefill_scale, decode_scale, na, nb, data...]
+- kind 1 (`grid`): data = prompt axis (na), batch axis (nb), prefill ms (na x nb,
+  row-major by prompt), decode ms (na x nb); NaN marks an unmeasured cell.
+- kind 2 (`splitwisesim`): data = prefill knots x (na), y (na), decode knots x (nb), y (nb),
+  in batch tokens and ms; linear between knots and extrapolated beyond, as
+  SplitwiseSim's `interp1d(fill_value="extrapolate")`.
+- kind 0: no table for this pool (the roofline is used).
+The scales carry a power cap (the profiles are measured uncapped): the roofline's
+capped/uncapped time ratio of each phase.
+
+The functions are `register_jitable`: plain Python when called from Python, compiled
+into the caller inside numba code. numba's cache does not track that dependency, so
+after editing this file clear the kernel cache (`provisioner.sim._jit.jit_cache_dir()`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba.extending import register_jitable
+
+from ._roofline import N_COEF
+
+KIND_NONE, KIND_GRID, KIND_SPLITWISESIM = 0, 1, 2
+HEADER = 5
+# SplitwiseSim costs an iteration mixing prompts and decodes as the prefill of all its
+# tokens times this factor (performance_model.py, get_iteration_duration).
+SPLITWISESIM_MIXED_FACTOR = 1.1
+
+
+@register_jitable
+def _bracket(c, lo, n, x):
+    """Index i of axis c[lo:lo+n] with axis[i] <= x <= axis[i+1] (0 for a one-point axis
+    equal to x), or -1 when x is outside the axis."""
+    if x < c[lo] or x > c[lo + n - 1]:
+        return -1
+    i = 0
+    while i < n - 2 and c[lo + i + 1] < x:
+        i += 1
+    return i
+
+
+@register_jitable
+def _frac(c, lo, n, i, x):
+    if n == 1:
+        return 0.0
+    return (x - c[lo + i]) / (c[lo + i + 1] - c[lo + i])
+
+
+@register_jitable
+def _bilinear(c, pa, na, ba, nb, vals, x, y):
+    """Bilinear interpolation of the na x nb table at c[vals] over axes c[pa], c[ba];
+    -1.0 outside the axes or next to an unmeasured (NaN) cell."""
+    i = _bracket(c, pa, na, x)
+    j = _bracket(c, ba, nb, y)
+    if i < 0 or j < 0:
+        return -1.0
+    fx = _frac(c, pa, na, i, x)
+    fy = _frac(c, ba, nb, j, y)
+    i1 = i + 1 if na > 1 else i
+    j1 = j + 1 if nb > 1 else j
+    v00 = c[vals + i * nb + j]
+    v01 = c[vals + i * nb + j1]
+    v10 = c[vals + i1 * nb + j]
+    v11 = c[vals + i1 * nb + j1]
+    v = (v00 * (1.0 - fx) * (1.0 - fy) + v01 * (1.0 - fx) * fy
+         + v10 * fx * (1.0 - fy) + v11 * fx * fy)
+    if math.isnan(v):
+        return -1.0
+    return v
+
+
+@register_jitable
+def _lerp_extrapolate(c, xs, ys, n, x):
+    """Piecewise-linear y(x) through n knots, extended linearly beyond both ends."""
+    i = 0
+    while i < n - 2 and c[xs + i + 1] < x:
+        i += 1
+    x0 = c[xs + i]
+    y0 = c[ys + i]
+    return y0 + (c[ys + i + 1] - y0) * (x - x0) / (c[xs + i + 1] - x0)
+
+
+@register_jitable
+def profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
+    """Time (s) of one forward pass from a profile vector, or -1.0 (use the roofline).
+
+    grid: a prefill of k prompts is looked up at (mean prompt tokens, k); a decode of b
+    requests at (mean context, b); a mixed pass costs the larger of its prefill (decode
+    tokens counted as extra prompt tokens) and its decode. splitwisesim: SplitwiseSim's
+    rule (module docstring). `prefill_sq_tokens` is unused: the table holds attention.
+    """
+    o = N_COEF
+    kind = c[o]
+    if kind == KIND_NONE:
+        return -1.0
+    prefill_scale = c[o + 1]
+    decode_scale = c[o + 2]
+    na = int(c[o + 3])
+    nb = int(c[o + 4])
+    data = o + HEADER
+    if kind == KIND_GRID:
+        pa = data
+        ba = pa + na
+        pv = ba + nb
+        dv = pv + na * nb
+        t_ms = 0.0
+        if prefill_seqs > 0:
+            t_ms = _bilinear(c, pa, na, ba, nb, pv, (prefill_tokens + decode_batch) / prefill_seqs, prefill_seqs)
+            if t_ms < 0:
+                return -1.0
+            t_ms *= prefill_scale
+        if decode_batch > 0:
+            d_ms = _bilinear(c, pa, na, ba, nb, dv, decode_context_tokens / decode_batch, decode_batch)
+            if d_ms < 0:
+                return -1.0
+            d_ms *= decode_scale
+            t_ms = t_ms if t_ms >= d_ms else d_ms
+    else:
+        px = data
+        py = px + na
+        dx = py + na
+        dy = dx + nb
+        if prefill_seqs > 0 and decode_batch > 0:
+            t_ms = (_lerp_extrapolate(c, px, py, na, prefill_tokens + decode_batch)
+                    * SPLITWISESIM_MIXED_FACTOR * prefill_scale)
+        elif prefill_seqs > 0:
+            t_ms = _lerp_extrapolate(c, px, py, na, prefill_tokens) * prefill_scale
+        else:
+            t_ms = _lerp_extrapolate(c, dx, dy, nb, decode_batch) * decode_scale
+    if t_ms <= 0:
+        return -1.0
+    return t_ms * 1e-3

@@ -1,0 +1,165 @@
+"""`ProfileLatencyModel`: measured prefill and decode times, the roofline where unmeasured.
+
+A drop-in `LatencyModel` (same methods, same `perf` parameter everywhere: simulator,
+search, SLO references, verification). `fit(profile)` builds one table per measured
+(model, GPU, TP); `coefficients` returns the roofline coefficients followed by that
+table, so the simulator engines evaluate it through the same vector (SEMANTICS.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._model import LatencyModel, _check_positive
+from ._profile import INTERPS, Profile, pack_table, read_profile
+from ._profile_eval import HEADER, KIND_GRID, N_COEF, profile_iteration_s
+from ._roofline import time_from_coefficients
+from .errors import PerfModelError
+
+# Where the power-cap slowdown of each phase is read off the roofline (the profiles are
+# measured uncapped): a 2048-token prefill and a 32-request decode at 1024 tokens of context.
+CAP_PREFILL_TOKENS, CAP_DECODE_BATCH, CAP_DECODE_CONTEXT = 2048.0, 32.0, 1024.0
+
+
+class ProfileLatencyModel(LatencyModel):
+    """Latency model interpolating measured profiles.
+
+    Parameters
+    ----------
+    interp : "grid" (bilinear over prompt tokens x batch size, per phase; the roofline
+        outside the measured range) or "splitwisesim" (SplitwiseSim's rule: one
+        piecewise-linear function of batch tokens per phase, extrapolated).
+    calibration, catalog : of the roofline used where the profile has no measurement.
+
+    Attributes (after `fit`)
+    ----------
+    profile_ : the `Profile` fitted on.
+    tables_ : {(model, gpu, tp): table vector (layout in `_profile_eval`)}.
+    n_coef : length of the vectors `coefficients` returns.
+    """
+
+    def __init__(self, interp: str = "grid", calibration=None, catalog=None):
+        if interp not in INTERPS:
+            raise PerfModelError(f"--latency-interp must be one of {', '.join(INTERPS)} (got '{interp}')")
+        super().__init__(calibration, catalog)
+        self.interp = interp
+
+    def fit(self, profile: Profile) -> "ProfileLatencyModel":
+        self.profile_ = profile
+        self.tables_ = {key: pack_table(profile, profile.rows(*key), self.interp) for key in profile.keys()}
+        self.n_coef = N_COEF + max(len(t) for t in self.tables_.values())
+        return self
+
+    # -- coefficient vectors ---------------------------------------------------
+    def table(self, model, gpu, tp) -> np.ndarray | None:
+        """The table of one (model, GPU, TP), or None when the profile lacks it."""
+        return self.tables_.get((self.llm(model).name, self.gpu(gpu).name, int(tp)))
+
+    def coefficients(self, model, gpu, tp=8, power_cap=1.0) -> np.ndarray:
+        """Roofline coefficients then the table, shape broadcast(tp, power_cap) + (n_coef,)."""
+        tp_b, cap_b = np.broadcast_arrays(np.asarray(tp), np.asarray(power_cap, dtype=float))
+        shape = tp_b.shape
+        tp_f, cap_f = tp_b.ravel(), cap_b.ravel()
+        out = np.zeros((tp_f.size, self.n_coef))
+        out[:, :N_COEF] = super().coefficients(model, gpu, tp_f, cap_f)
+        for t in np.unique(tp_f):
+            table = self.table(model, gpu, t)
+            if table is None:
+                continue
+            sel = tp_f == t
+            out[sel, N_COEF:N_COEF + len(table)] = table
+            out[sel, N_COEF + 1], out[sel, N_COEF + 2] = self._cap_scales(model, gpu, t, cap_f[sel])
+        return out.reshape(shape + (self.n_coef,))
+
+    def _cap_scales(self, model, gpu, tp, caps):
+        """Roofline capped/uncapped time of a prefill and of a decode iteration."""
+        prefill = super().prefill_time_s(model, gpu, tp, CAP_PREFILL_TOKENS, 1, caps)
+        decode = super().decode_time_s(model, gpu, tp, CAP_DECODE_BATCH, CAP_DECODE_CONTEXT, caps)
+        return (prefill / super().prefill_time_s(model, gpu, tp, CAP_PREFILL_TOKENS, 1, 1.0),
+                decode / super().decode_time_s(model, gpu, tp, CAP_DECODE_BATCH, CAP_DECODE_CONTEXT, 1.0))
+
+    # -- phase latencies (arrays) ---------------------------------------------
+    def iteration_time_s(self, model, gpu, tp=8, power_cap=1.0, *, prefill_tokens=0.0, prefill_sq_tokens=0.0,
+                         prefill_seqs=0.0, decode_batch=0.0, decode_context_tokens=0.0):
+        """Time (s) of one pass: the table where it covers the pass, else the roofline."""
+        args = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+            power_cap, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens)))
+        caps, batch = args[0], args[1:]
+        out = np.empty(caps.shape)
+        for cap in np.unique(caps):
+            sel = caps == cap
+            vec = self.coefficients(model, gpu, tp, cap)
+            parts = [a[sel] for a in batch]
+            t = np.array([profile_iteration_s(vec, *point) for point in zip(*parts)])
+            roof = t < 0
+            if roof.any():
+                t[roof] = time_from_coefficients(vec[:N_COEF], *(a[roof] for a in parts))
+            out[sel] = t
+        return out
+
+    def prefill_time_s(self, model, gpu, tp, prompt_tokens, batch_size=1, power_cap=1.0):
+        s = np.asarray(prompt_tokens, dtype=float)
+        b = np.asarray(batch_size, dtype=float)
+        _check_positive(s, "prompt_tokens")
+        _check_positive(b, "batch_size")
+        return self.iteration_time_s(model, gpu, tp, power_cap, prefill_tokens=s * b, prefill_sq_tokens=s * s * b,
+                                     prefill_seqs=b)
+
+    def decode_time_s(self, model, gpu, tp, batch_size, context_tokens, power_cap=1.0):
+        b = np.asarray(batch_size, dtype=float)
+        ctx = np.asarray(context_tokens, dtype=float)
+        _check_positive(b, "batch_size")
+        if np.any(~np.isfinite(ctx)) or np.any(ctx < 0):
+            raise PerfModelError(f"context_tokens must be >= 0 (got {np.min(ctx):g})")
+        return self.iteration_time_s(model, gpu, tp, power_cap, decode_batch=b, decode_context_tokens=ctx * b)
+
+    def solo_request_s(self, model, gpu, tp, prompt_tokens, output_tokens, power_cap=1.0):
+        """TTFT, TBT, E2E (s) of requests alone. With `splitwisesim`, SplitwiseSim's
+        reference: the decode looked up at batch tokens = the prompt size."""
+        if self.interp == "grid" or self.table(model, gpu, tp) is None:
+            return super().solo_request_s(model, gpu, tp, prompt_tokens, output_tokens, power_cap)
+        s = np.asarray(prompt_tokens, dtype=float)
+        n = np.asarray(output_tokens, dtype=float)
+        ttft = self.prefill_time_s(model, gpu, tp, s, 1, power_cap)
+        tbt = self.iteration_time_s(model, gpu, tp, power_cap, decode_batch=s, decode_context_tokens=s * s)
+        return ttft, tbt, ttft + np.maximum(n - 1.0, 0.0) * tbt
+
+    # -- what the user is told -------------------------------------------------
+    def describe(self) -> dict:
+        """The `latency_model` object of the JSON outputs."""
+        p = self.profile_
+        return {"kind": "profile", "interp": self.interp, "profile": p.source, "sha256": p.sha256,
+                "measured": [f"{m}/{g}/tp{t}" for m, g, t in self.tables_]}
+
+    def fallbacks(self, model, pools, prompt_tokens=None) -> list[str]:
+        """One line per way the runs of `model` on `pools` [(gpu, tp), ...] leave the profile.
+
+        prompt_tokens : the trace's prompt sizes, to count the prompts beyond the table.
+        """
+        notes = []
+        llm = self.llm(model)
+        for gpu, tp in dict.fromkeys((self.gpu(g).name, int(t)) for g, t in pools):
+            table = self.table(llm, gpu, tp)
+            if table is None:
+                notes.append(f"the profile has no {llm.name} on {gpu} at TP {tp}: that pool uses the roofline")
+                continue
+            na, nb = int(table[3]), int(table[4])
+            axis = table[HEADER:]   # grid: prompt axis then batch axis; splitwisesim: batch-token knots
+            if table[0] == KIND_GRID:
+                s_max, b_max = axis[na - 1], axis[na + nb - 1]
+                here = ""
+                if prompt_tokens is not None:
+                    here = f"here {100 * float(np.mean(np.asarray(prompt_tokens) > s_max)):.1f}% of prompts, and "
+                notes.append(f"{llm.name} on {gpu} TP {tp}: measured prompts {axis[0]:g}-{s_max:g} tokens, batches "
+                             f"{axis[na]:g}-{b_max:g}; outside that range ({here}any decode batch above {b_max:g}) "
+                             f"the roofline is used")
+            else:
+                notes.append(f"{llm.name} on {gpu} TP {tp}: measured batch tokens {axis[0]:g}-{axis[na - 1]:g}; "
+                             f"beyond them times are extrapolated linearly, as SplitwiseSim does")
+        return notes
+
+
+def load_profile_model(path, interp: str = "grid", calibration=None, catalog=None) -> ProfileLatencyModel:
+    """Read a profile CSV and fit a `ProfileLatencyModel` on it (errors name file, line, field)."""
+    model = ProfileLatencyModel(interp, calibration, catalog)
+    return model.fit(read_profile(path, model.catalog))

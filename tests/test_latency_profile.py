@@ -1,0 +1,226 @@
+"""Measured-profile latency models (`--latency-profile`, `perfmodels.ProfileLatencyModel`).
+
+The shared Llama2-70B profile is the oracle: the grid model must return its measured
+means at measured points, the splitwisesim model SplitwiseSim's medians, interpolation
+and 1.1x mixed rule; both engines must evaluate the same vectors; a malformed file must
+be refused with one line naming file, line and field.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodels
+from perfmodels import LatencyModel, PerfModelError, load_profile_model
+from provisioner import make_design, simulate
+from workloads import Trace
+
+# The shipped copy of ../shared/data/profiles/llama2-70b_dgx.csv (SplitwiseSim's measurements).
+PROFILE = Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv"
+PROVISION = shutil.which("provision") or os.path.join(os.path.dirname(sys.executable), "provision")
+LLAMA, H100, A100 = "llama2-70b", "h100-80gb", "a100-80gb"
+GOOD = ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\n"
+        "llama2-70b,h100-80gb,8,512,1,128,53.8,30.5\n"
+        "llama2-70b,h100-80gb,8,1024,1,128,77.9,29.7\n")
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    return pd.read_csv(PROFILE)
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return load_profile_model(PROFILE, "grid")
+
+
+@pytest.fixture(scope="module")
+def sws():
+    return load_profile_model(PROFILE, "splitwisesim")
+
+
+def _cell(rows, gpu, s, b, col, how="mean"):
+    sel = rows[(rows.hardware == gpu) & (rows.tensor_parallel == 8) & (rows.prompt_size == s) & (rows.batch_size == b)]
+    return getattr(sel[col], how)()
+
+
+# -- the two interpolation rules -----------------------------------------------------------
+def test_grid_returns_the_measured_means(grid, rows):
+    for gpu in (H100, A100):
+        for s, b in ((128, 1), (2048, 1), (8192, 1), (512, 8), (512, 64)):
+            assert grid.prefill_time_s(LLAMA, gpu, 8, s, b) * 1e3 == pytest.approx(
+                _cell(rows, gpu, s, b, "prompt_time_ms"), rel=1e-12)
+            assert grid.decode_time_s(LLAMA, gpu, 8, b, s) * 1e3 == pytest.approx(
+                _cell(rows, gpu, s, b, "token_time_ms"), rel=1e-12)
+
+
+def test_grid_interpolates_between_and_fills_the_cross_by_the_product_rule(grid, rows):
+    lo, hi = (_cell(rows, H100, s, 1, "prompt_time_ms") for s in (2048, 4096))
+    assert grid.prefill_time_s(LLAMA, H100, 8, 3072, 1) * 1e3 == pytest.approx((lo + hi) / 2, rel=1e-12)
+    # (4096, 8) is not measured: t(4096, 1) x t(512, 8) / t(512, 1)
+    expect = (_cell(rows, H100, 4096, 1, "prompt_time_ms") * _cell(rows, H100, 512, 8, "prompt_time_ms")
+              / _cell(rows, H100, 512, 1, "prompt_time_ms"))
+    assert grid.prefill_time_s(LLAMA, H100, 8, 4096, 8) * 1e3 == pytest.approx(expect, rel=1e-12)
+
+
+def test_grid_falls_back_to_the_roofline_outside_the_measurements(grid):
+    roof = LatencyModel()
+    for args in ((LLAMA, H100, 8, 9000, 1), (LLAMA, H100, 8, 100, 1), ("bloom-176b", H100, 8, 2048, 1),
+                 (LLAMA, "l40s", 8, 2048, 1)):
+        assert grid.prefill_time_s(*args) == roof.prefill_time_s(*args)
+    assert grid.decode_time_s(LLAMA, H100, 8, 65, 1000) == roof.decode_time_s(LLAMA, H100, 8, 65, 1000)
+    notes = grid.fallbacks(LLAMA, [(H100, 8), (H100, 8), ("l40s", 8)], prompt_tokens=[100, 600, 9000, 20000])
+    assert len(notes) == 2 and "50.0% of prompts" in notes[0] and "no llama2-70b on l40s" in notes[1]
+
+
+def test_splitwisesim_rule(sws, rows):
+    sel = rows[(rows.hardware == H100) & (rows.tensor_parallel == 8)]
+    x = sel.prompt_size * sel.batch_size
+    med = sel.assign(x=x).groupby("x")[["prompt_time_ms", "token_time_ms"]].median()
+    # a prefill at measured batch tokens: the median; between two: linear
+    assert sws.prefill_time_s(LLAMA, H100, 8, 4096, 1) * 1e3 == pytest.approx(med.prompt_time_ms[4096], rel=1e-12)
+    assert sws.prefill_time_s(LLAMA, H100, 8, 3072, 1) * 1e3 == pytest.approx(
+        med.prompt_time_ms[[2048, 4096]].mean(), rel=1e-12)
+    # a decode of b requests is looked up at batch tokens b, extrapolated below 128
+    slope = (med.token_time_ms[256] - med.token_time_ms[128]) / 128
+    assert sws.decode_time_s(LLAMA, H100, 8, 10, 5000) * 1e3 == pytest.approx(
+        med.token_time_ms[128] + slope * (10 - 128), rel=1e-12)
+    # a mixed pass: prefill lookup at all its tokens x 1.1
+    mixed = sws.iteration_time_s(LLAMA, H100, 8, prefill_tokens=2000, prefill_sq_tokens=4e6, prefill_seqs=1,
+                                 decode_batch=48, decode_context_tokens=48 * 900)
+    assert mixed == pytest.approx(1.1 * sws.prefill_time_s(LLAMA, H100, 8, 2048, 1), rel=1e-12)
+    # SplitwiseSim's SLO reference: TBT = decode lookup at batch tokens = prompt size
+    ttft, tbt, e2e = sws.solo_request_s(LLAMA, A100, 8, np.array([1024]), np.array([11]))
+    assert tbt[0] == pytest.approx(float(sws.decode_time_s(LLAMA, A100, 8, 1024, 0)), rel=1e-12)
+    assert e2e[0] == pytest.approx(ttft[0] + 10 * tbt[0], rel=1e-12)
+
+
+def test_a_power_cap_scales_the_measurements_like_the_roofline(grid):
+    roof = LatencyModel()
+    ratio = roof.prefill_time_s(LLAMA, H100, 8, 2048, 1, 0.5) / roof.prefill_time_s(LLAMA, H100, 8, 2048, 1, 1.0)
+    assert ratio > 1.1
+    assert grid.prefill_time_s(LLAMA, H100, 8, 1024, 1, 0.5) == pytest.approx(
+        ratio * grid.prefill_time_s(LLAMA, H100, 8, 1024, 1, 1.0), rel=1e-12)
+
+
+# -- both engines evaluate the same vectors ----------------------------------------------
+def _one_request(s, n):
+    return Trace(arrival_s=[0.0], prompt_tokens=[s], output_tokens=[n], name="one", duration_s=1.0)
+
+
+@pytest.mark.parametrize("engine", ["fluid", "des"])
+def test_engines_use_the_table(engine, sws, grid):
+    """One request alone: TTFT is the prefill lookup; E2E adds n - 1 decode lookups at batch 1."""
+    trace = _one_request(3000, 5)
+    for perf in (grid, sws):
+        row = simulate(make_design("splitwise-hh", 1, 1), trace, LLAMA, engine=engine, perf=perf).iloc[0]
+        assert row.ttft_p50_s == pytest.approx(float(perf.prefill_time_s(LLAMA, H100, 8, 3000, 1)), rel=1e-12)
+        decode = float(perf.decode_time_s(LLAMA, H100, 8, 1, 3001))   # grid: flat enough in context
+        assert row.tbt_p50_s > decode * 0.99
+
+
+def test_engines_agree_and_the_roofline_fallback_is_exact(sws):
+    rng = np.random.default_rng(0)
+    n = 300
+    trace = Trace(arrival_s=np.sort(rng.uniform(0, 30, n)), prompt_tokens=rng.integers(50, 4000, n),
+                  output_tokens=rng.integers(1, 200, n), name="t", duration_s=30.0)
+    designs = [make_design("splitwise-hh", 2, 1), make_design("baseline-h100", machines=3)]
+    fluid = simulate(designs, trace, LLAMA, perf=sws)
+    des = simulate(designs, trace, LLAMA, perf=sws, engine="des")
+    cols = [f"{m}_p{p}_s" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]
+    np.testing.assert_allclose(fluid[cols].to_numpy(), des[cols].to_numpy(), rtol=0.1)
+    # a model the profile lacks runs on the roofline, bit for bit
+    unmeasured = simulate(designs, trace, "llama-13b", perf=sws)
+    roof = simulate(designs, trace, "llama-13b")
+    assert unmeasured[cols].equals(roof[cols])
+
+
+# -- malformed profiles --------------------------------------------------------------------
+@pytest.mark.parametrize("text, needles", [
+    (GOOD.replace(",token_time_ms", ""), ["line 1", "missing column 'token_time_ms'"]),
+    (GOOD.replace("53.8", "0"), ["line 2", "'prompt_time_ms'", "positive"]),
+    (GOOD.replace("29.7", "-3"), ["line 3", "'token_time_ms'", "positive"]),
+    (GOOD.replace("h100-80gb,8,1024", "h900,8,1024"), ["line 3", "'hardware'", "unknown 'h900'"]),
+    (GOOD.replace("77.9", "fast"), ["line 3", "'prompt_time_ms'", "must be a number"]),
+    (GOOD.replace("llama2-70b,h100-80gb,8,512", "llama2-70b,h100-80gb,3,512"), ["line 2", "'tensor_parallel'"]),
+])
+def test_malformed_profiles_are_refused(tmp_path, text, needles):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(PerfModelError) as err:
+        load_profile_model(path)
+    for needle in needles + [str(path)]:
+        assert needle in str(err.value)
+
+
+def _provision(*args, cwd):
+    return subprocess.run([PROVISION, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_refuses_a_malformed_profile_with_one_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(GOOD.replace("h100-80gb,8,1024", "h900,8,1024"))
+    for cmd in (["simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1"],
+                ["--goal", "cost", "--rps", "5"]):
+        r = _provision(*cmd, "--latency-profile", path, cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "line 3" in lines[0] and "hardware" in lines[0]
+    r = _provision("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1",
+                   "--latency-interp", "splitwisesim", cwd=tmp_path)
+    assert r.returncode == 2 and "--latency-interp needs --latency-profile" in r.stderr
+
+
+def test_cli_simulate_with_a_profile_says_where_it_falls_back(tmp_path):
+    r = _provision("simulate", "--design", "splitwise-hh", "--prompt-machines", "3", "--token-machines", "1",
+                   "--model", LLAMA, "--rps", "8", "--duration", "20", "--latency-profile", PROFILE,
+                   "--latency-interp", "splitwisesim", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    lm = obj["latency_model"]
+    assert lm["kind"] == "profile" and lm["interp"] == "splitwisesim" and len(lm["sha256"]) == 64
+    assert "llama2-70b/h100-80gb/tp8" in lm["measured"] and lm["fallbacks"]
+    assert r.stderr.count("warning: latency profile:") == len(lm["fallbacks"])
+    assert obj["requests"] > 0
+
+
+def test_perf_plot_draws_the_profile_model(sws):
+    from perfmodels import calibrate
+    from provisioner.cli._perf import perf_plot_data
+    from provisioner.cli._perf_profile import profile_curves
+
+    data = perf_plot_data(calibrate(holdout_fraction=0.2, seed=0), grid_points=8)
+    drawn = profile_curves(data, sws)
+    line = drawn[(drawn.kind == "model") & (drawn.panel == "prefill_vs_batch") & (drawn.gpu == H100) & (drawn.tp == 8)]
+    np.testing.assert_allclose(line.time_ms, 1e3 * sws.prefill_time_s(LLAMA, H100, 8, 512, line.batch_size.to_numpy()))
+    measured = drawn.kind == "measured"
+    assert drawn[measured].time_ms.equals(data[measured].time_ms)   # the measurements are untouched
+
+
+def test_cli_provision_searches_with_the_profile(tmp_path):
+    r = _provision("--goal", "cost", "--rps", "6", "--design", "splitwise-hh", "--model", LLAMA, "--duration", "20",
+                   "--no-verify", "--latency-profile", PROFILE, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["latency_model"]["interp"] == "grid" and obj["latency_model"]["fallbacks"]
+    assert "warning: latency profile: llama2-70b on h100-80gb TP 8" in r.stderr
+    assert obj["best"][0]["feasible"]
+
+
+def test_a_one_point_profile(tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text(GOOD.rsplit("\n", 2)[0] + "\n")   # the header and one measurement
+    grid = load_profile_model(path, "grid")
+    assert grid.prefill_time_s(LLAMA, H100, 8, 512, 1) == pytest.approx(0.0538, rel=1e-12)
+    assert grid.prefill_time_s(LLAMA, H100, 8, 600, 1) == LatencyModel().prefill_time_s(LLAMA, H100, 8, 600, 1)
+    with pytest.raises(PerfModelError, match="needs two or more"):
+        load_profile_model(path, "splitwisesim")
+    with pytest.raises(PerfModelError, match="--latency-interp must be one of grid, splitwisesim"):
+        load_profile_model(path, "cubic")
