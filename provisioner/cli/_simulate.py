@@ -116,9 +116,6 @@ def _read_result(path: Path) -> dict:
     return obj
 
 
-def _print_summary(obj: dict, row, note: str | None) -> None:
-
-
 def _recorded_profile(result: dict, interp: str | None):
     """The measured profile an answer was found with (its file must be unchanged)."""
     recorded = result.get("latency_model")
