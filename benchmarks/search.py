@@ -34,10 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from perfmodels import LatencyModel
-from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, exhaustive_search, family_space,
-                                provision, staircase_search)
-from provisioner.search._space import FamilySpace, PoolSpace
-from provisioner.slo import SLO
+from provisioner import SLO
+from provisioner.search import (Evaluator, FamilySpace, LoadScaledTraces, PoolSpace, ProvisionRequest, SearchProblem,
+                                exhaustive_search, family_space, provision, staircase_search)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import machine_info  # noqa: E402
@@ -159,18 +158,17 @@ def full_default(extra: list[str], label: str) -> tuple[dict, float]:
 # -- 3. optuna vs enumeration ------------------------------------------------------------------
 def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
     log("3. optuna vs enumeration (3 machine types per pool, TP where it fits, caps 0.4-1.0, 70 rps)")
-    from provisioner.search._provision import Progress, _Context
 
     base = ProvisionRequest(goal="cost", rps=70, families=("splitwise-custom",), prompt_machine_types=TYPES,
                             token_machine_types=TYPES, power_cap_range=(0.4, 1.0), searcher="optuna", verify=False)
-    ctx = _Context(base, perf, perf.llm(MODEL), Progress())
-    space = ctx.space("splitwise-custom")
+    problem = SearchProblem(base, perf)
+    space = problem.space("splitwise-custom")
     cost = {m: perf.catalog.machine(m).cost_usd_per_h for m in TYPES}
     # Enumeration. For the cost goal a cap below 1 never lowers the cost (a machine costs
     # the same at any cap) and never speeds a machine up, so each pair of (machine type,
     # TP) choices is enumerated at full power; its count grid is decided exactly by the
     # frontier search.
-    ev = Evaluator(ctx.trace, MODEL, SLO(), perf)
+    ev = Evaluator(problem.trace, MODEL, SLO(), perf)
     t0 = time.perf_counter()
     per_pair = {}
     for (pm, ptp), (tm, ttp) in itertools.product(space.prompt.choices, space.token.choices):
@@ -204,7 +202,7 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
         el = time.perf_counter() - t0
         fr = res.family("splitwise-custom")
         c = float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
-        trials = fr.details["bayes"].trials
+        trials = fr.bayes.trials
         hit = trials.index[trials["value"] <= opt * 1.02 + 1e-9]
         rows.append({"seed": s, "cost": c, "gap_pct": (c - opt) / opt * 100, "evals": fr.evaluations,
                      "design": f"{int(fr.row['prompt_machines'])}P {fr.row['prompt_machine']}/tp"
@@ -217,19 +215,13 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
     ok = within >= 0.9 * seeds and max_evals <= 0.1 * need_frontier
 
     # Ablation: TPE alone, without the designed first batch (random start, same budget).
-    import provisioner.search._bayes as bayes_mod
-    saved = bayes_mod.type_seeds
-    bayes_mod.type_seeds = lambda space: []
     ablation = []
-    try:
-        for s in range(seeds):
-            res = provision(base.replace(sampler_seed=s), perf=perf)
-            fr = res.family("splitwise-custom")
-            c = float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
-            ablation.append({"gap_pct": (c - opt) / opt * 100, "evals": fr.evaluations})
-            log(f"   ablation seed {s}: ${c:.1f}/h ({ablation[-1]['gap_pct']:+.2f}%), {fr.evaluations} simulations")
-    finally:
-        bayes_mod.type_seeds = saved
+    for s in range(seeds):
+        res = provision(base.replace(sampler_seed=s, optuna_designed_start=False), perf=perf)
+        fr = res.family("splitwise-custom")
+        c = float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
+        ablation.append({"gap_pct": (c - opt) / opt * 100, "evals": fr.evaluations})
+        log(f"   ablation seed {s}: ${c:.1f}/h ({ablation[-1]['gap_pct']:+.2f}%), {fr.evaluations} simulations")
     a_within, a_max = summary(ablation)
 
     def name(m, tp):
@@ -250,7 +242,7 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
         f"({100 * max_evals / need_plain:.3f}% of the plain one). Target: >= 9/10 seeds and <= 10%: "
         f"{'PASS' if ok else 'FAIL'}.",
         f"- The first batch of trials holds every pair of (machine, TP) choices at full power (a designed start, "
-        f"`_bayes.type_seeds`), which is where the optimum is found (column 'first trial within 2%'); TPE then "
+        f"`optuna_designed_start`), which is where the optimum is found (column 'first trial within 2%'); TPE then "
         f"explores the caps. Ablation, TPE from a random start with the same budget: within 2% in "
         f"**{a_within} of {seeds}** seeds, at most {a_max} simulations.",
         "",

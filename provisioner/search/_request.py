@@ -50,6 +50,8 @@ class ProvisionRequest:
     sampler_seed : seed of optuna's TPE sampler (default: `seed`).
     search_tp : custom families also choose the tensor-parallel degree per pool among those
         that fit the model (a machine then runs GPUs / TP replicas); else TP = the machine.
+    optuna_designed_start : optuna's first batch holds every (machine type, TP) combination
+        at full power (False: TPE's own random start, for ablations).
     """
 
     goal: str
@@ -76,6 +78,7 @@ class ProvisionRequest:
     trial_batch: int = 6
     sampler_seed: int | None = None
     search_tp: bool = True
+    optuna_designed_start: bool = True
 
     def __post_init__(self):
         if self.goal not in GOALS:

@@ -21,6 +21,10 @@ class FamilyResult:
         no design could be scored, e.g. a budget that buys no machine).
     feasible : met every SLO and passed the DES re-check (when verification is on).
     staircase : the frontier search's verdicts (grid families), for heatmaps.
+    bound : the integer program's `CapacityBound` (None when no search ran).
+    bayes : optuna's `BayesOutcome` (its `trials` table) when optuna searched.
+    candidates : designs the budget affords that were raced (goal throughput).
+    evaluated : every design this family's search scored on the search trace(s).
     """
 
     family: str
@@ -35,8 +39,11 @@ class FamilyResult:
     evaluations: int = 0
     verification: dict | None = None
     staircase: object = field(default=None, repr=False)
-    details: dict = field(default_factory=dict, repr=False)
     elapsed_s: float | None = None
+    bound: object = field(default=None, repr=False)
+    bayes: object = field(default=None, repr=False)
+    candidates: int | None = None
+    evaluated: pd.DataFrame | None = field(default=None, repr=False)
 
     def to_json(self, workload: str, model: str, catalog=None) -> dict:
         if self.row is not None:
