@@ -8,6 +8,8 @@ Public surface:
   curves with their calibration points.
 - `build_report_html(result)`: one self-contained HTML page (plotly.js inlined once).
 - `write_report(result, path)`: write it, refusing to overwrite unless `force`.
+- `perf_plot_data(report)`, `perf_figure(data)`: the latency model against its
+  calibration measurements (`provision perf plot`), as a table and a figure.
 
 plotly is imported only when figures are drawn.
 """
@@ -19,8 +21,10 @@ from pathlib import Path
 from provisioner.errors import ProvisionerError
 
 from ._data import ReportData, report_data
+from ._perf import PANELS, perf_figure, perf_plot_data
 
-__all__ = ["build_report_html", "write_report", "report_data", "ReportData"]
+__all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure",
+           "PANELS"]
 
 
 def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:

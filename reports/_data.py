@@ -513,7 +513,7 @@ def latency_model_curves(perf=None, models_gpus: list[tuple[str, str]] = ()) -> 
       `excluded` marking the rows left out of the fit (a known artifact).
     `models_gpus` adds curves (TP 8) for the question's model on its GPUs.
     """
-    from perfmodels import LatencyModel, shipped_profile
+    from perfmodels import LatencyModel, calibration_artifacts, shipped_profile
 
     perf = LatencyModel() if perf is None else perf
     prof = shipped_profile()
@@ -527,7 +527,9 @@ def latency_model_curves(perf=None, models_gpus: list[tuple[str, str]] = ()) -> 
     points = pd.concat([prefill_pts, decode_pts], ignore_index=True).rename(
         columns={"hardware": "gpu", "tensor_parallel": "tp"})
     points["model"] = PROFILE_MODEL
-    points["excluded"] = (points.phase == "decode") & (points.x == 64) & (points.tp == 2)
+    # Prefill points are at batch 1; a decode point's x is its batch size.
+    points["excluded"] = calibration_artifacts(pd.DataFrame({
+        "batch_size": np.where(points.phase == "decode", points.x, 1), "tensor_parallel": points.tp}))
     points = points[["phase", "model", "gpu", "tp", "x", "time_ms", "excluded"]]
 
     # Curves pass through every measured x, so model and measurement compare point by point.

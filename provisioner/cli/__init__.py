@@ -33,9 +33,16 @@ def _register() -> None:
     app.command("report", help="Render a saved provisioning result (JSON) as an HTML report.")(_report.report_command)
 
 
+def get_app() -> typer.Typer:
+    """The `provision` typer app with every command registered (for typer's CliRunner)."""
+    if not app.registered_commands:
+        _register()
+    return app
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    _register()
+    get_app()
     try:
         app(args=argv, standalone_mode=True)
     except USER_ERRORS as exc:
