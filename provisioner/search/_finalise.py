@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..designs import DesignBatch
+from ..results import json_number
 from ..slo import PERCENTILES
 from ._evaluate import Evaluator
 from ._ilp import CapacityBound
@@ -93,7 +94,7 @@ def infeasible(problem: SearchProblem, family: str, counter: list, bound: Capaci
     if reason is None:
         reason = _binding_reason(problem, full, design, req.rps if rps is None else rps)
     fr = FamilyResult(family, False, full, req.rps if rps is None else rps, reason=reason,
-                      lower_bound=finite(bound.value) if bound is not None else None, searcher=searcher,
+                      lower_bound=json_number(bound.value) if bound is not None else None, searcher=searcher,
                       evaluations=counter[0], verification=verification,
                       evaluated=evaluated if evaluated is not None else pd.DataFrame())
     problem.progress.done()
@@ -108,11 +109,3 @@ def _binding_reason(problem: SearchProblem, full: pd.Series, design, rps: float)
             if design.token_machines else f"{design.prompt_machines} machines")
     return (f"{b} binds: slowdown {full[f'slowdown_{b}']:.2f}x > {lim:g}x even with {size} at {rps:g} req/s; "
             f"relax with more machines (--max-machines), a looser SLO (--slo-scale) or a lower load")
-
-
-def finite(v):
-    """float(v), or None for None, NaN and infinities."""
-    if v is None:
-        return None
-    v = float(v)
-    return v if np.isfinite(v) else None

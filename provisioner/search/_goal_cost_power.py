@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from ..designs import DesignBatch
+from ..results import json_number
 from ._bayes import BayesOutcome, bayes_search
 from ._enumerate import Staircase, exhaustive_search, staircase_search
 from ._evaluate import Evaluator
-from ._finalise import choose, finite, infeasible
+from ._finalise import choose, infeasible
 from ._ilp import CapacityBound, gap_pct
 from ._problem import SearchProblem, objective_key
 from ._result import FamilyResult
@@ -60,8 +61,8 @@ def least_objective_family(problem: SearchProblem, family: str) -> FamilyResult:
                           evaluated=ev.scored(), reason=choice.reason, verification=choice.verification)
     row = problem.final_row(choice.design, problem.trace)
     value = float(row[key])
-    fr = FamilyResult(family, True, row, req.rps, lower_bound=finite(bound.value),
-                      gap_to_bound_pct=finite(gap_pct(value, bound.value)), searcher=searcher,
+    fr = FamilyResult(family, True, row, req.rps, lower_bound=json_number(bound.value),
+                      gap_to_bound_pct=json_number(gap_pct(value, bound.value)), searcher=searcher,
                       evaluations=counter[0], verification=choice.verification, staircase=found.staircase,
                       bound=bound, bayes=found.bayes, evaluated=ev.scored())
     problem.progress.done()

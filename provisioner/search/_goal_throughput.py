@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from ..designs import DesignBatch
+from ..results import json_number
 from ._evaluate import Evaluator
-from ._finalise import Choice, choose, finite, infeasible
+from ._finalise import Choice, choose, infeasible
 from ._ilp import gap_pct
 from ._problem import SearchProblem
 from ._result import FamilyResult
@@ -54,7 +55,7 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     if cand is None or not len(cand):
         return FamilyResult(family, False, None, None, reason=(
             f"the budget of {problem.budget_text()} does not buy the smallest {family} design "
-            f"({problem.smallest_text(space)}); raise the budget"), lower_bound=finite(bound.value),
+            f"({problem.smallest_text(space)}); raise the budget"), lower_bound=json_number(bound.value),
             searcher=searcher)
     evs = _Evaluators(problem)
     hi = bound.value if bound.feasible else 100.0
@@ -81,8 +82,8 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     else:
         choice = Choice(alive.design(0), None, None)
     row = problem.final_row(choice.design, problem.scaled.at(rps))
-    fr = FamilyResult(family, True, row, rps, sustainable_rps=rps, lower_bound=finite(bound.value),
-                      gap_to_bound_pct=finite(gap_pct(rps, bound.value)), searcher=searcher,
+    fr = FamilyResult(family, True, row, rps, sustainable_rps=rps, lower_bound=json_number(bound.value),
+                      gap_to_bound_pct=json_number(gap_pct(rps, bound.value)), searcher=searcher,
                       evaluations=evs.counter[0], verification=choice.verification, bound=bound,
                       candidates=len(cand), evaluated=evs.scored())
     problem.progress.done()
