@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ._errors import USER_ERRORS, fail
+from ._errors import USER_ERRORS, cli_message, fail
 
 app = typer.Typer(
     name="provision",
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except USER_ERRORS as exc:
-        fail(str(exc))
+        fail(cli_message(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

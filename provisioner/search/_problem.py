@@ -125,7 +125,7 @@ class SearchProblem:
             return (f"{self.llm.name} does not fit in the memory of a {fams} machine: use machines with more "
                     f"GPU memory")
         return (f"no machine can meet the SLO even alone on an idle machine ({best}), so no number of machines "
-                f"helps: loosen it (--slo-scale > 1) or use faster machines")
+                f"helps: loosen it (slo_scale > 1) or use faster machines")
 
     def _solo_violation(self, pm: str, pcap: float, tm: str, tcap: float) -> str | None:
         """The first percentile a prompt machine `pm` + token machine `tm` violate with

@@ -40,7 +40,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
     problem = SearchProblem(request, perf, progress)
     unreachable = {f: problem.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
-        raise ProvisionerError(next(iter(unreachable.values())))
+        raise ProvisionerError(next(iter(unreachable.values())), params=("slo_scale",))
     search = max_throughput_family if request.goal == "throughput" else least_objective_family
     results = []
     for family in request.families:
