@@ -28,7 +28,7 @@ import numpy as np
 from perfmodels import LatencyModel
 from provisioner.designs import DesignBatch, grid, make_design
 from provisioner.sim import simulate, solo_latencies
-from provisioner.sim._inputs import build_inputs
+from provisioner.sim import build_inputs
 from provisioner.slo import SLO
 from workloads import make_workload
 
@@ -55,8 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    from provisioner.sim._fluid import run_fluid   # noqa: import after argparse (numba)
-    from provisioner.sim._des import run_des
+    from provisioner.sim.testing import run_des, run_fluid   # noqa: import after argparse (numba)
 
     import numba
     threads = numba.get_num_threads()

@@ -118,7 +118,7 @@ def test_predict_bad_points_are_one_line_errors(tmp_path, points_csv, edit, need
 def test_predict_refuses_to_overwrite_without_force(tmp_path, points_csv):
     (tmp_path / "out.csv").write_text("keep me\n")
     r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", cwd=tmp_path)
-    assert_user_error(r, "already exists", "--force")
+    assert_user_error(r, "exists; pass --force")
     assert (tmp_path / "out.csv").read_text() == "keep me\n"
     r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", "--force", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -204,7 +204,7 @@ def test_plot_writes_a_self_contained_html(tmp_path):
     assert len(html.encode()) > 1_000_000  # plotly.js is inlined
     assert "plotly" in html
     assert not re.search(r"<script[^>]*\bsrc=[\"'][^\"']*cdn\.", html)
-    assert_user_error(provision("perf", "plot", "--out", "perf.html", cwd=tmp_path), "already exists", "--force")
+    assert_user_error(provision("perf", "plot", "--out", "perf.html", cwd=tmp_path), "exists; pass --force")
 
 
 @pytest.fixture(scope="module")

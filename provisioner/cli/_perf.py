@@ -30,6 +30,7 @@ from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyM
 from reports import perf_figure, perf_plot_data
 
 from ..errors import ProvisionerError
+from ..files import check_new_file
 
 app = typer.Typer(
     help="Latency models: predict, calibrate, plot.",
@@ -200,10 +201,7 @@ def _warn_memory(cat, df: pd.DataFrame, path: Path) -> None:
 
 
 def _check_out(out: Path, force: bool, flag: str) -> None:
-    if out.is_dir():
-        raise ProvisionerError(f"{flag} {out} is a directory; give a file path")
-    if out.exists() and not force:
-        raise ProvisionerError(f"{flag} {out} already exists; pass --force to overwrite it or choose another path")
+    check_new_file(out, force=force, name=flag, force_hint="--force")
     if not out.parent.is_dir():
         raise ProvisionerError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
 
