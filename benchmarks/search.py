@@ -155,21 +155,13 @@ def full_default(extra: list[str], label: str) -> tuple[dict, float]:
     return obj, elapsed
 
 
-# -- 3. optuna vs enumeration ------------------------------------------------------------------
-def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
-    log("3. optuna vs enumeration (3 machine types per pool, TP where it fits, caps 0.4-1.0, 70 rps)")
-
-    base = ProvisionRequest(goal="cost", rps=70, families=("splitwise-custom",), prompt_machine_types=TYPES,
-                            token_machine_types=TYPES, power_cap_range=(0.4, 1.0), searcher="optuna", verify=False)
-    problem = SearchProblem(base, perf)
-    space = problem.space("splitwise-custom")
+def enumerate_pairs(perf, problem: SearchProblem, space: FamilySpace) -> dict:
+    """(pm, ptp, tm, ttp) -> ((least cost, p, t), simulations) for every pair of (machine
+    type, TP) choices. For the cost goal a cap below 1 never lowers the cost (a machine
+    costs the same at any cap) and never speeds a machine up, so each pair is enumerated
+    at full power; its count grid is decided exactly by the frontier search."""
     cost = {m: perf.catalog.machine(m).cost_usd_per_h for m in TYPES}
-    # Enumeration. For the cost goal a cap below 1 never lowers the cost (a machine costs
-    # the same at any cap) and never speeds a machine up, so each pair of (machine type,
-    # TP) choices is enumerated at full power; its count grid is decided exactly by the
-    # frontier search.
     ev = Evaluator(problem.trace, MODEL, SLO(), perf)
-    t0 = time.perf_counter()
     per_pair = {}
     for (pm, ptp), (tm, ttp) in itertools.product(space.prompt.choices, space.token.choices):
         sp = FamilySpace("splitwise-custom", PoolSpace((pm,), (1.0, 1.0), ((pm, (ptp,)),), max_machines=80),
@@ -179,6 +171,19 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
         fr = sc.frontier()
         best = min((p * cost[pm] + t * cost[tm], p, t) for p, t in fr) if fr else (np.inf, 0, 0)
         per_pair[(pm, ptp, tm, ttp)] = (best, sc.evaluations)
+    return per_pair
+
+
+# -- 3. optuna vs enumeration ------------------------------------------------------------------
+def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
+    log("3. optuna vs enumeration (3 machine types per pool, TP where it fits, caps 0.4-1.0, 70 rps)")
+
+    base = ProvisionRequest(goal="cost", rps=70, families=("splitwise-custom",), prompt_machine_types=TYPES,
+                            token_machine_types=TYPES, power_cap_range=(0.4, 1.0), searcher="optuna", verify=False)
+    problem = SearchProblem(base, perf)
+    space = problem.space("splitwise-custom")
+    t0 = time.perf_counter()
+    per_pair = enumerate_pairs(perf, problem, space)
     t_enum = time.perf_counter() - t0
     opt_key = min(per_pair, key=lambda k: per_pair[k][0][0])
     (opt, opt_p, opt_t), _ = per_pair[opt_key]

@@ -82,27 +82,7 @@ def perf_plot_data(report: CalibrationReport, profile: pd.DataFrame | None = Non
         m["time_ms"] = m[f"{phase}_ms"]
         parts.append(m)
         for (model, gpu, tp), g in m.groupby(["model", "gpu", "tp"]):
-            lo, hi = g.x.min(), g.x.max()
-            x = np.unique(np.geomspace(lo, hi, grid_points)) if hi > lo else np.array([lo])
-            if xcol == "batch_size":
-                x = np.unique(np.concatenate([np.unique(np.round(x)), g.x.unique()]))
-            n = len(x)
-            if panel == "prefill_vs_prompt":
-                s, b, ctx = x, np.ones(n), np.full(n, np.nan)
-                t = perf.prefill_time_s(model, gpu, tp, s, b)
-            elif panel == "prefill_vs_batch":
-                s, b, ctx = np.full(n, float(PLOT_PROMPT_SIZE)), x, np.full(n, np.nan)
-                t = perf.prefill_time_s(model, gpu, tp, s, b)
-            elif panel == "decode_vs_batch":
-                ctx = np.full(n, float(g.context_tokens.iloc[0]))
-                s, b = np.full(n, float(PLOT_PROMPT_SIZE)), x
-                t = perf.decode_time_s(model, gpu, tp, b, ctx)
-            else:
-                s, b, ctx = np.full(n, np.nan), np.ones(n), x
-                t = perf.decode_time_s(model, gpu, tp, b, ctx)
-            parts.append(pd.DataFrame(dict(panel=panel, phase=phase, model=model, gpu=gpu, tp=tp, kind="model",
-                                           split="", x=x, prompt_size=s, batch_size=b, context_tokens=ctx,
-                                           time_ms=1e3 * t, reps=0)))
+            parts.append(_model_curve(perf, panel, model, gpu, tp, g, grid_points))
     cols = ["panel", "phase", "model", "gpu", "tp", "kind", "split", "x", "prompt_size", "batch_size",
             "context_tokens", "time_ms", "reps"]
     data = pd.concat(parts, ignore_index=True)[cols]
@@ -110,6 +90,32 @@ def perf_plot_data(report: CalibrationReport, profile: pd.DataFrame | None = Non
         data[col] = data[col].astype(float)
     data["tp"] = data.tp.astype(int)
     return data
+
+
+def _model_curve(perf: LatencyModel, panel: str, model: str, gpu: str, tp: int, g: pd.DataFrame,
+                 grid_points: int) -> pd.DataFrame:
+    """The model's curve of one panel over the x range of its measured points `g`."""
+    phase, xcol, _ = PANELS[panel]
+    lo, hi = g.x.min(), g.x.max()
+    x = np.unique(np.geomspace(lo, hi, grid_points)) if hi > lo else np.array([lo])
+    if xcol == "batch_size":
+        x = np.unique(np.concatenate([np.unique(np.round(x)), g.x.unique()]))
+    n = len(x)
+    if panel == "prefill_vs_prompt":
+        s, b, ctx = x, np.ones(n), np.full(n, np.nan)
+        t = perf.prefill_time_s(model, gpu, tp, s, b)
+    elif panel == "prefill_vs_batch":
+        s, b, ctx = np.full(n, float(PLOT_PROMPT_SIZE)), x, np.full(n, np.nan)
+        t = perf.prefill_time_s(model, gpu, tp, s, b)
+    elif panel == "decode_vs_batch":
+        ctx = np.full(n, float(g.context_tokens.iloc[0]))
+        s, b = np.full(n, float(PLOT_PROMPT_SIZE)), x
+        t = perf.decode_time_s(model, gpu, tp, b, ctx)
+    else:
+        s, b, ctx = np.full(n, np.nan), np.ones(n), x
+        t = perf.decode_time_s(model, gpu, tp, b, ctx)
+    return pd.DataFrame(dict(panel=panel, phase=phase, model=model, gpu=gpu, tp=tp, kind="model", split="", x=x,
+                             prompt_size=s, batch_size=b, context_tokens=ctx, time_ms=1e3 * t, reps=0))
 
 
 def perf_figure(data: pd.DataFrame, gpus=PLOT_GPUS):

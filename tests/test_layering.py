@@ -113,3 +113,15 @@ def test_the_scan_sees_lazy_and_relative_imports(tmp_path):
         (tmp_path / top).mkdir()
     bad = upward_imports(tmp_path)
     assert bad == ["perfmodels/_x.py:2 (perfmodels) imports provisioner (provisioner, a higher layer)"]
+
+
+@pytest.mark.parametrize("package", ["hardware_catalog", "workloads", "perfmodels", "provisioner", "provisioner.sim",
+                                     "provisioner.search", "provisioner.cli", "reports"])
+def test_each_package_lists_its_public_api(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    assert module.__all__, f"{package}/__init__.py has no __all__"
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert not missing, f"{package}.__all__ names what it does not define: {missing}"
+    assert not [n for n in module.__all__ if n.startswith("_")]

@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from workloads._arrivals import (RngLike, _check_positive, _request_count, gamma_arrivals,
+from workloads._arrivals import (RngLike, check_positive, request_count, gamma_arrivals,
                                  poisson_arrivals, replay_arrivals)
-from workloads._readers import _ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
+from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
 from workloads.errors import UnknownWorkloadError
 
@@ -65,8 +65,8 @@ def make_workload(workload: str | os.PathLike[str] | Trace, rps: float, *,
     TraceFormatError
         If the CSV trace cannot be read.
     """
-    n = _request_count(rps, duration_s)
-    _check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
+    n = request_count(rps, duration_s)
+    check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
     if arrival not in ARRIVAL_PROCESSES:
         raise ValueError(f"arrival must be one of {', '.join(ARRIVAL_PROCESSES)}, "
                          f"got {arrival!r}")
@@ -87,7 +87,7 @@ def _source_trace(workload: str | os.PathLike[str] | Trace) -> Trace:
     """The trace that request sizes (and replayed arrivals) come from."""
     if isinstance(workload, Trace):
         return workload
-    if isinstance(workload, str) and workload.strip().lower() in _ALIASES:
+    if isinstance(workload, str) and workload.strip().lower() in WORKLOAD_ALIASES:
         return azure_trace(workload)
     if isinstance(workload, os.PathLike) or (
             isinstance(workload, str) and _looks_like_path(workload)):

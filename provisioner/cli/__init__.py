@@ -13,6 +13,8 @@ import typer
 
 from ._errors import USER_ERRORS, cli_message, fail
 
+__all__ = ["app", "get_app", "main"]
+
 app = typer.Typer(
     name="provision",
     help="Capacity planning for LLM inference clusters (Splitwise-style phase splitting).",
