@@ -15,6 +15,7 @@ from provisioner.slo import METRICS, PERCENTILES
 
 from ._base import (CURVE_DURATION_S, LOAD_FACTORS, PROFILE_DECODE_PROMPT_TOKENS, PROFILE_MODEL,
                     PROFILE_OUTPUT_TOKENS, design_label, goal_rps, is_feasible, slo_of)
+from ._perf import profile_medians
 from ._schema import num
 
 
@@ -137,12 +138,12 @@ def latency_model_curves(perf=None, models_gpus: list[tuple[str, str]] = ()) -> 
 
     perf = LatencyModel() if perf is None else perf
     prof = shipped_profile()
-    prof = prof[prof.model == PROFILE_MODEL]
-    prefill_pts = (prof[(prof.batch_size == 1) & (prof.token_size == PROFILE_OUTPUT_TOKENS)]
-                   .groupby(["hardware", "tensor_parallel", "prompt_size"], as_index=False).prompt_time_ms.median()
+    med = profile_medians(prof[prof.model == PROFILE_MODEL])
+    prefill = med[(med.batch_size == 1) & (med.token_size == PROFILE_OUTPUT_TOKENS)]
+    prefill_pts = (prefill[["hardware", "tensor_parallel", "prompt_size", "prompt_time_ms"]]
                    .rename(columns={"prompt_size": "x", "prompt_time_ms": "time_ms"}).assign(phase="prefill"))
-    decode_pts = (prof[(prof.prompt_size == PROFILE_DECODE_PROMPT_TOKENS) & (prof.token_size == PROFILE_OUTPUT_TOKENS)]
-                  .groupby(["hardware", "tensor_parallel", "batch_size"], as_index=False).token_time_ms.median()
+    decode = med[(med.prompt_size == PROFILE_DECODE_PROMPT_TOKENS) & (med.token_size == PROFILE_OUTPUT_TOKENS)]
+    decode_pts = (decode[["hardware", "tensor_parallel", "batch_size", "token_time_ms"]]
                   .rename(columns={"batch_size": "x", "token_time_ms": "time_ms"}).assign(phase="decode"))
     points = pd.concat([prefill_pts, decode_pts], ignore_index=True).rename(
         columns={"hardware": "gpu", "tensor_parallel": "tp"})

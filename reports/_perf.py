@@ -20,6 +20,14 @@ PANELS = {
 }
 
 
+def profile_medians(profile: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Median prompt_time_ms and token_time_ms of each configuration point of a profile
+    (model and POINT_COLUMNS, plus `extra` columns), with its repetitions (`reps`)."""
+    return (profile.groupby(["model", *POINT_COLUMNS, *extra], as_index=False)
+            .agg(prompt_time_ms=("prompt_time_ms", "median"), token_time_ms=("token_time_ms", "median"),
+                 reps=("prompt_time_ms", "size")))
+
+
 def perf_plot_data(report: CalibrationReport, profile: pd.DataFrame | None = None, *,
                    holdout_fraction: float = 0.2, seed: int = 0, catalog=None,
                    grid_points: int = 60) -> pd.DataFrame:
@@ -55,9 +63,7 @@ def perf_plot_data(report: CalibrationReport, profile: pd.DataFrame | None = Non
     held = pd.Series(False, index=df.index)
     held.loc[kept.index] = holdout_mask(kept, holdout_fraction, seed)
     df["split"] = np.where(excluded, "excluded", np.where(held, "held-out", "train"))
-    med = (df.groupby(["model", *POINT_COLUMNS, "split"], as_index=False)
-             .agg(prompt_time_ms=("prompt_time_ms", "median"), token_time_ms=("token_time_ms", "median"),
-                  reps=("prompt_time_ms", "size")))
+    med = profile_medians(df, ("split",))
     med = med.rename(columns={"hardware": "gpu", "tensor_parallel": "tp"})
     med["context_tokens"] = med.prompt_size + med.token_size / 2.0
 
