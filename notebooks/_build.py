@@ -1,8 +1,9 @@
-"""Build the notebooks of this folder from the cell sources below (run: python notebooks/_build.py).
+"""Build the notebooks of this folder from their cell sources (run: python notebooks/_build.py).
 
-The .ipynb files are generated, without outputs, so that a review reads this file and
-the notebooks never drift from it (tests/test_notebooks.py checks they are up to date
-and executes them). Edit here, then rebuild.
+capacity_planning.ipynb's cells are below; reproduce_splitwise.ipynb's are in
+`_reproduce_splitwise.py`. The .ipynb files are generated, without outputs, so that a
+review reads the sources and the notebooks never drift from them (tests/test_notebooks.py
+checks they are up to date and executes them). Edit the sources, then rebuild.
 """
 
 from __future__ import annotations
