@@ -197,7 +197,7 @@ def _load_cells(filename: str) -> list:
     spec = importlib.util.spec_from_file_location(f"notebooks_{Path(filename).stem}", HERE / filename)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.cells(md, code)
+    return [md(text) if kind == "md" else code(text, *tags) for kind, text, *tags in module.CELLS]
 
 
 REPRODUCE_SPLITWISE = _load_cells("_reproduce_splitwise.py")

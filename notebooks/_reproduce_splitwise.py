@@ -1,10 +1,10 @@
-"""Cell sources of reproduce_splitwise.ipynb (built by `_build.py`: edit here, then rebuild)."""
+"""Cell sources of reproduce_splitwise.ipynb (built by `_build.py`: edit here, then rebuild).
 
+CELLS: one (kind, source, *tags) per cell, kind "md" or "code".
+"""
 
-def cells(md, code) -> list:
-    """The notebook's cells, made with `_build.md` and `_build.code`."""
-    return [
-    md("""
+CELLS = [
+    ("md", """
 # Splitwise's provisioning results, beside ours
 
 Patel et al., "Splitwise: Efficient Generative LLM Inference Using Phase Splitting", ISCA 2024
@@ -17,8 +17,8 @@ of `provisioner/sim/SEMANTICS.md` rather than SplitwiseSim's code, and the defau
 use 30-s traces where the paper uses 2-minute ones. Set `FULL_STUDY = True` for 2-minute traces
 and a full count grid (several minutes).
 """),
-    md("## Settings"),
-    code('''
+    ("md", "## Settings"),
+    ("code", '''
 # ---- switch to the full study here ------------------------------------------------
 FULL_STUDY = False
 
@@ -29,7 +29,7 @@ if FULL_STUDY:
 else:
     DURATION_S, GRID_STEP, VERIFY = 30.0, 2, {"verify_duration_s": 30.0, "verify_seeds": (1,)}
 ''', "parameters"),
-    code('''
+    ("code", '''
 import numpy as np
 import pandas as pd
 import plotly.express as px
@@ -45,13 +45,13 @@ perf = LatencyModel()
 slo = SLO()
 claims = []   # (result, paper, ours) rows of the summary at the end
 '''),
-    md("""
+    ("md", """
 ## 1. One request alone (SW Table IV)
 
 Llama2-70B, no batching, P50 over each trace's requests, TP 8 on one DGX. This is the latency
 model on its own (it was calibrated on Llama2-70B profiles).
 """),
-    code('''
+    ("code", '''
 PAPER_TABLE_IV = {  # ms, SW Table IV
     ("coding", "a100-80gb"): (185, 52, 856), ("coding", "h100-80gb"): (95, 31, 493),
     ("conversation", "a100-80gb"): (155, 40, 4957), ("conversation", "h100-80gb"): (84, 28, 3387),
@@ -66,13 +66,13 @@ for (workload, gpu), paper in PAPER_TABLE_IV.items():
 table_iv = pd.DataFrame(rows).assign(ratio=lambda d: d.ours_ms / d.paper_ms)
 table_iv.pivot_table(index=["workload", "gpu"], columns="metric", values=["paper_ms", "ours_ms"]).round(0)
 '''),
-    md("""
+    ("md", """
 ## 2. The Splitwise-HH design space (SW Fig. 12)
 
 Coding trace at 70 requests/s; every (prompt, token) machine count on a grid, coloured by cost
 where all nine SLOs hold. The paper's cost-optimal design is 27 prompt + 3 token DGX-H100.
 """),
-    code('''
+    ("code", '''
 trace70 = make_workload("coding", 70, duration_s=DURATION_S, seed=SEED)
 # prompt counts 19..41 (every other one by default: 27 stays on the grid), token 1..10
 space = simulate(grid("splitwise-hh", range(19, 42, GRID_STEP), range(1, 11)), trace70, MODEL, slo=slo, perf=perf)
@@ -89,7 +89,7 @@ fig.add_scatter(x=[best.prompt_machines], y=[best.token_machines], mode="markers
                 marker=dict(symbol="star", size=16, color="orange"), name="ours")
 fig
 '''),
-    code('''
+    ("code", '''
 paper_cost = 30 * 38.0   # 27 + 3 DGX-H100 at $38/h (SW Table I)
 ties = feasible[np.isclose(feasible.cost_usd_per_h, best.cost_usd_per_h)]
 print(f"ours: {len(ties)} design(s) at the least cost ${best.cost_usd_per_h:,.0f}/h:",
@@ -102,7 +102,7 @@ claims.append(("Fig. 12 cost-optimal Splitwise-HH at 70 rps", f"27P+3T, ${paper_
                f"${best.cost_usd_per_h:,.0f}/h: " + ", ".join(f"{r.prompt_machines}P+{r.token_machines}T"
                                                        for r in ties.itertuples())))
 '''),
-    md("""
+    ("md", """
 ## 3. Iso-power throughput (SW Sec. VI)
 
 The power of 40 DGX-H100 equals that of 70 DGX-A100 (1.75x per machine, SW Table V). First the
@@ -110,7 +110,7 @@ paper's throughput-optimized designs at that power, run on our simulator: each o
 throughput is the highest load (bisection on nested traces) meeting every SLO. Then our own
 search's answer for the same budget.
 """),
-    code('''
+    ("code", '''
 PAPER_ISO_POWER = {  # SW Sec. VI, coding
     "baseline-a100": make_design("baseline-a100", machines=70),
     "baseline-h100": make_design("baseline-h100", machines=40),
@@ -128,14 +128,14 @@ iso_power["throughput_vs_baseline_a100"] = iso_power.sustainable_rps / iso_power
 iso_power["throughput_vs_baseline_h100"] = iso_power.sustainable_rps / iso_power.sustainable_rps[1]
 iso_power
 '''),
-    code('''
+    ("code", '''
 budget_kw = float(iso_power.power_kw[1])          # 40 DGX-H100
 ours_iso = provision(ProvisionRequest(goal="throughput", power_budget_kw=budget_kw, families=tuple(PAPER_ISO_POWER),
                                       duration_s=DURATION_S, seed=SEED, slo=slo, **VERIFY), perf=perf)
 ours_iso.best[["family", "feasible", "prompt_machines", "token_machines", "sustainable_rps", "power_kw",
                "cost_usd_per_h"]]
 '''),
-    code('''
+    ("code", '''
 best_split = iso_power.iloc[2:].sustainable_rps.max()
 claims.append(("iso-power: Splitwise throughput vs Baseline-A100 (same power, same cost)", "up to 2.35x",
                f"{best_split / iso_power.sustainable_rps[0]:.2f}x (paper's designs, our simulator)"))
@@ -144,7 +144,7 @@ if sw.feasible.all():
     claims.append(("iso-power: our searched Splitwise-HH vs Baseline-H100 throughput", "-",
                    f"{sw.sustainable_rps['splitwise-hh'] / sw.sustainable_rps['baseline-h100']:.2f}x"))
 '''),
-    md("""
+    ("md", """
 ## 4. Iso-throughput: least cost and least power (SW Sec. VI)
 
 At 70 requests/s: the cheapest design of Splitwise-AA against Baseline-H100 (paper: the same
@@ -153,14 +153,14 @@ Baseline-H100 (paper: 25% less power). The binding SLO column says what limits e
 where our baselines need many more machines than the paper's, every Splitwise-vs-baseline
 ratio grows with it.
 """),
-    code('''
+    ("code", '''
 common = dict(rps=70.0, workload="coding", model=MODEL, duration_s=DURATION_S, seed=SEED, slo=slo, **VERIFY)
 by_cost = provision(ProvisionRequest(goal="cost", families=("baseline-h100", "splitwise-aa"), **common), perf=perf)
 by_power = provision(ProvisionRequest(goal="power", families=("baseline-h100", "splitwise-hhcap"), **common), perf=perf)
 iso_tp = pd.concat([by_cost.best.assign(goal="cost"), by_power.best.assign(goal="power")], ignore_index=True)
 iso_tp[["goal", "family", "feasible", "prompt_machines", "token_machines", "cost_usd_per_h", "power_kw", "binding_slo"]]
 '''),
-    code('''
+    ("code", '''
 c = by_cost.best.set_index("family")
 p = by_power.best.set_index("family")
 claims.append(("iso-throughput: Splitwise-AA cost vs Baseline-H100", "-25%",
@@ -168,8 +168,8 @@ claims.append(("iso-throughput: Splitwise-AA cost vs Baseline-H100", "-25%",
 claims.append(("iso-throughput: Splitwise-HHcap power vs Baseline-H100", "-25%",
                f"{p.power_kw['splitwise-hhcap'] / p.power_kw['baseline-h100'] - 1:+.0%}"))
 '''),
-    md("## 5. Summary"),
-    code('''
+    ("md", "## 5. Summary"),
+    ("code", '''
 table_iv_claims = []
 for metric in ("TTFT", "TBT", "E2E"):
     r = table_iv[table_iv.metric == metric].ratio
