@@ -196,6 +196,67 @@ def fmt_table(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
     return "\n".join(out)
 
 
+def case_rows(cases, des, fluid) -> pd.DataFrame:
+    """One row per case: both engines' percentiles, verdicts, lending and relative differences."""
+    rows = []
+    for (w, d, sat, f, rps), (drow, dt_des), (frow, dt_fluid, n) in zip(cases, des, fluid):
+        row = {"design": design_label(d), "family": d.family, "workload": w, "sat_rps": sat, "load": f,
+               "rps": rps, "requests": n, "des_s": dt_des, "fluid_s": dt_fluid,
+               "fluid_slo_met": bool(frow["slo_met"]), "des_slo_met": bool(drow["slo_met"]),
+               "fluid_min_margin": frow["min_margin"], "des_min_margin": drow["min_margin"],
+               "fluid_lent_prefills": int(frow["borrowed_prefills"]), "des_lent_prefills": int(drow["borrowed_prefills"]),
+               "fluid_lent_decodes": int(frow["borrowed_decodes"]), "des_lent_decodes": int(drow["borrowed_decodes"])}
+        for m in METRICS:
+            for p in PCTS:
+                k = f"{m}_p{p}_s"
+                row[f"fluid_{k}"], row[f"des_{k}"] = frow[k], drow[k]
+                row[f"rd_{m}_p{p}"] = float(rel_diff(frow[k], drow[k]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def reseed_worst(df: pd.DataFrame, cases, args, perf) -> pd.DataFrame:
+    """The WORST_RESEED worst cases re-run at the other RESEEDS (same design and rate)."""
+    rd_cols = [f"rd_{m}_p{p}" for m in METRICS for p in PCTS]
+    worst = df.assign(worst=df[rd_cols].max(axis=1), worst_col=df[rd_cols].idxmax(axis=1)) \
+        .sort_values("worst", ascending=False).head(WORST_RESEED)
+    reseed = []
+    for i, r in worst.iterrows():
+        w, d, _, _, rps = cases[i]
+        col = r["worst_col"].replace("rd_", "") + "_s"
+        vals = [r["worst"]]
+        for seed in RESEEDS:
+            drow, _ = run_des_case(d, w, rps, args.duration, seed)
+            frow, _, _ = run_fluid_case(d, w, rps, args.duration, seed, perf)
+            vals.append(float(rel_diff(frow[col], drow[col])))
+            print(f"  reseed {r['design']} {w} {r['load']}x seed {seed}: {col} rel diff {vals[-1]:.3f}", flush=True)
+        reseed.append({"design": r["design"], "workload": w, "load": r["load"], "percentile": col,
+                       **{f"seed {s_}": v for s_, v in zip((args.seed,) + RESEEDS, vals)}})
+    return pd.DataFrame(reseed)
+
+
+def method_lines(args, df: pd.DataFrame) -> list[str]:
+    """The report's Method section."""
+    return [
+        "## Method",
+        "",
+        f"- {df.groupby(['design', 'workload']).ngroups} base designs (each of the six families, a small "
+        f"and a large cluster, on each of the {df['workload'].nunique()} workloads), each at "
+        f"{len(LOAD_FACTORS)} loads = **{len(df)} designs** (model BLOOM-176B, SLO = Splitwise Table VI).",
+        "- Loads are relative to each design's saturation rate `lambda_sat`, found with the fluid engine: "
+        f"on a {SEARCH_DURATION_S:g}-s Poisson trace (seed {SEARCH_SEED}), a rate is saturated when the "
+        "least-squares slope of E2E vs arrival time over the second half of the trace exceeds "
+        f"{SAT_SLOPE} s/s (the queue grows); doubling from 1 rps, then {BISECTION_STEPS} geometric "
+        f"bisection steps (bracket <= 3 %). Loads: {', '.join(f'{f}x' for f in LOAD_FACTORS)} `lambda_sat`.",
+        f"- Each case: a {args.duration:g}-s Poisson trace (`make_workload(workload, rps, duration_s="
+        f"{args.duration:g}, seed={args.seed})`) run through `simulate(..., engine='fluid')` and "
+        "`simulate(..., engine='des')`.",
+        "- Relative difference of a percentile: |fluid - des| / des. Summary = median over designs "
+        "(the issue's criterion) plus the 90th percentile and the max over designs.",
+        "",
+    ]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=120.0, help="fidelity trace length (s)")
@@ -231,21 +292,7 @@ def main(argv=None) -> int:
     fluid = [run_fluid_case(d, w, rps, args.duration, args.seed, perf) for w, d, _, _, rps in cases]
     t_fluid = time.perf_counter() - t0
 
-    rows = []
-    for (w, d, sat, f, rps), (drow, dt_des), (frow, dt_fluid, n) in zip(cases, des, fluid):
-        row = {"design": design_label(d), "family": d.family, "workload": w, "sat_rps": sat, "load": f,
-               "rps": rps, "requests": n, "des_s": dt_des, "fluid_s": dt_fluid,
-               "fluid_slo_met": bool(frow["slo_met"]), "des_slo_met": bool(drow["slo_met"]),
-               "fluid_min_margin": frow["min_margin"], "des_min_margin": drow["min_margin"],
-               "fluid_lent_prefills": int(frow["borrowed_prefills"]), "des_lent_prefills": int(drow["borrowed_prefills"]),
-               "fluid_lent_decodes": int(frow["borrowed_decodes"]), "des_lent_decodes": int(drow["borrowed_decodes"])}
-        for m in METRICS:
-            for p in PCTS:
-                k = f"{m}_p{p}_s"
-                row[f"fluid_{k}"], row[f"des_{k}"] = frow[k], drow[k]
-                row[f"rd_{m}_p{p}"] = float(rel_diff(frow[k], drow[k]))
-        rows.append(row)
-    df = pd.DataFrame(rows)
+    df = case_rows(cases, des, fluid)
     table, lines = summarize(df)
     ok = bool(table["ok"].all()) and (df["fluid_slo_met"] == df["des_slo_met"]).mean() >= 0.95
 
@@ -257,22 +304,7 @@ def main(argv=None) -> int:
     print("\nmedian relative difference by load factor:")
     print(by_load.to_string(float_format=lambda v: f"{v:.4f}"))
     # 3. are the worst cases systematic? re-run them at other seeds
-    rd_cols = [f"rd_{m}_p{p}" for m in METRICS for p in PCTS]
-    worst = df.assign(worst=df[rd_cols].max(axis=1), worst_col=df[rd_cols].idxmax(axis=1)) \
-        .sort_values("worst", ascending=False).head(WORST_RESEED)
-    reseed = []
-    for i, r in worst.iterrows():
-        w, d, _, _, rps = cases[i]
-        col = r["worst_col"].replace("rd_", "") + "_s"
-        vals = [r["worst"]]
-        for seed in RESEEDS:
-            drow, _ = run_des_case(d, w, rps, args.duration, seed)
-            frow, _, _ = run_fluid_case(d, w, rps, args.duration, seed, perf)
-            vals.append(float(rel_diff(frow[col], drow[col])))
-            print(f"  reseed {r['design']} {w} {r['load']}x seed {seed}: {col} rel diff {vals[-1]:.3f}", flush=True)
-        reseed.append({"design": r["design"], "workload": w, "load": r["load"], "percentile": col,
-                       **{f"seed {s_}": v for s_, v in zip((args.seed,) + RESEEDS, vals)}})
-    reseed = pd.DataFrame(reseed)
+    reseed = reseed_worst(df, cases, args, perf)
     total = time.perf_counter() - t_start
     info = machine_info()
     print(f"\nsaturation search {t_search:.1f} s, DES {t_des:.1f} s wall ({df['des_s'].sum():.1f} s CPU), "
@@ -298,22 +330,7 @@ def write_report(args, df, table, lines, by_load, reseed, info, t_search, t_des,
         f"Machine: {info['nproc']} CPUs (`nproc`), {info['cpu']}, Python {info['python']}; load average "
         f"at the end {info['loadavg']} (other jobs share the machine: timings are indicative).",
         "",
-        "## Method",
-        "",
-        f"- {df.groupby(['design', 'workload']).ngroups} base designs (each of the six families, a small "
-        f"and a large cluster, on each of the {df['workload'].nunique()} workloads), each at "
-        f"{len(LOAD_FACTORS)} loads = **{len(df)} designs** (model BLOOM-176B, SLO = Splitwise Table VI).",
-        "- Loads are relative to each design's saturation rate `lambda_sat`, found with the fluid engine: "
-        f"on a {SEARCH_DURATION_S:g}-s Poisson trace (seed {SEARCH_SEED}), a rate is saturated when the "
-        "least-squares slope of E2E vs arrival time over the second half of the trace exceeds "
-        f"{SAT_SLOPE} s/s (the queue grows); doubling from 1 rps, then {BISECTION_STEPS} geometric "
-        f"bisection steps (bracket <= 3 %). Loads: {', '.join(f'{f}x' for f in LOAD_FACTORS)} `lambda_sat`.",
-        f"- Each case: a {args.duration:g}-s Poisson trace (`make_workload(workload, rps, duration_s="
-        f"{args.duration:g}, seed={args.seed})`) run through `simulate(..., engine='fluid')` and "
-        "`simulate(..., engine='des')`.",
-        "- Relative difference of a percentile: |fluid - des| / des. Summary = median over designs "
-        "(the issue's criterion) plus the 90th percentile and the max over designs.",
-        "",
+        *method_lines(args, df),
         "## Summary",
         "",
         fmt_table(table, "{:.4f}"),

@@ -34,10 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from perfmodels import LatencyModel
-from provisioner.search import (Evaluator, ProvisionRequest, exhaustive_search, family_space, provision,
-                                staircase_search)
-from provisioner.search._space import FamilySpace, PoolSpace
-from provisioner.slo import SLO
+from provisioner import SLO
+from provisioner.search import (Evaluator, FamilySpace, PoolSpace, ProvisionRequest, SearchProblem,
+                                exhaustive_search, family_space, provision, staircase_search)
 from workloads import TraceGenerator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,34 +55,8 @@ PAPER_ISO_POWER = {"baseline-a100": "70", "baseline-h100": "40", "splitwise-aa":
                    "splitwise-hh": "35P+5T", "splitwise-ha": None, "splitwise-hhcap": None}
 
 
-NOTES = """### Why our numbers differ from the paper's (and where they agree)
-
-- **Fig. 12.** On the search trace (120 s, seed 0) the fluid engine's cost frontier is exactly the paper's:
-  30 machines, 27P+3T among them (section 1). But 27P+3T meets TTFT p99 there with a 3% margin only; the
-  discrete-event re-check on two other 240-s traces rejects every 30- and 31-machine design (the heaviest
-  prompts of the coding trace, up to 7.4k tokens, queue behind each other and push TTFT p99 past 6x), so
-  the reported, verified design has 32 machines (+7%, within the 20% asked). With `--no-verify` the
-  answer is the paper's 30 machines.
-- **Shapes.** Our simulator lends machines between pools (Splitwise's mixed pool), so along the frontier
-  the total count matters more than the split: 29P+1T ... 23P+7T are all 30 machines. Among designs of
-  equal cost the search reports the one with the widest SLO margin (TBT p50 binds), which adds token
-  machines: 26P+6T instead of 27P+3T. Iso-power Splitwise-HH is 32P+8T (paper 35P+5T) and Splitwise-AA
-  54P+16T (paper 55P+15T) for the same reason.
-- **Baselines are weaker than in the paper**, so every Splitwise-vs-baseline ratio is larger (2.2-2.9x
-  instead of 1.4-2.35x). A baseline machine runs mixed continuous batching: a decode iteration that carries
-  a prefill lasts as long as the prefill (~0.26 s for a 2k-token prompt on a DGX-H100, ~7x a decode step),
-  so TBT p90/p99 (limits 1.5x and 5x of the solo A100 TBT) bind and a baseline machine can only serve a
-  fraction of the load a Splitwise token machine does (Baseline-H100 needs 88 machines at 70 rps). The
-  paper's baselines sustain more per machine; the ordering of families is the same in every table:
-  every Splitwise design beats both baselines; Splitwise-HHcap has the least power at iso-throughput and
-  the most throughput at iso-power; Splitwise-AA is the cheapest at iso-throughput.
-- **Conversation** (decode-heavy, ~210 output tokens): BLOOM-176B's KV cache (4.0 MB/token) limits a
-  DGX-H100 token machine to ~40 running requests, so our iso-power Splitwise-HH design is token-heavy
-  (14P+26T) where the paper's is 25P+15T.
-- **Bounds.** The integer program counts only work (optimistic per-request machine-seconds) and KV memory,
-  not queueing: its gap to the verified optimum is 28-36% for Splitwise families and ~70% for baselines,
-  whose limit is TBT interference, which the capacity model does not see.
-"""
+# Why our numbers differ from the paper's: prose appended to the results as written.
+NOTES = (Path(__file__).resolve().parent / "search_notes.md").read_text(encoding="utf-8")
 
 
 def log(msg: str) -> None:
@@ -157,22 +130,13 @@ def full_default(extra: list[str], label: str) -> tuple[dict, float]:
     return obj, elapsed
 
 
-# -- 3. optuna vs enumeration ------------------------------------------------------------------
-def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
-    log("3. optuna vs enumeration (3 machine types per pool, TP where it fits, caps 0.4-1.0, 70 rps)")
-    from provisioner.search._provision import Progress, _Context
-
-    base = ProvisionRequest(goal="cost", rps=70, families=("splitwise-custom",), prompt_machine_types=TYPES,
-                            token_machine_types=TYPES, power_cap_range=(0.4, 1.0), searcher="optuna", verify=False)
-    ctx = _Context(base, perf, perf.llm(MODEL), Progress())
-    space = ctx.space("splitwise-custom")
+def enumerate_pairs(perf, problem: SearchProblem, space: FamilySpace) -> dict:
+    """(pm, ptp, tm, ttp) -> ((least cost, p, t), simulations) for every pair of (machine
+    type, TP) choices. For the cost goal a cap below 1 never lowers the cost (a machine
+    costs the same at any cap) and never speeds a machine up, so each pair is enumerated
+    at full power; its count grid is decided exactly by the frontier search."""
     cost = {m: perf.catalog.machine(m).cost_usd_per_h for m in TYPES}
-    # Enumeration. For the cost goal a cap below 1 never lowers the cost (a machine costs
-    # the same at any cap) and never speeds a machine up, so each pair of (machine type,
-    # TP) choices is enumerated at full power; its count grid is decided exactly by the
-    # frontier search.
-    ev = Evaluator(ctx.trace, MODEL, SLO(), perf)
-    t0 = time.perf_counter()
+    ev = Evaluator(problem.trace, MODEL, SLO(), perf)
     per_pair = {}
     for (pm, ptp), (tm, ttp) in itertools.product(space.prompt.choices, space.token.choices):
         sp = FamilySpace("splitwise-custom", PoolSpace((pm,), (1.0, 1.0), ((pm, (ptp,)),), max_machines=80),
@@ -182,6 +146,31 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
         fr = sc.frontier()
         best = min((p * cost[pm] + t * cost[tm], p, t) for p, t in fr) if fr else (np.inf, 0, 0)
         per_pair[(pm, ptp, tm, ttp)] = (best, sc.evaluations)
+    return per_pair
+
+
+def ablation_runs(perf, base: ProvisionRequest, seeds: int, opt: float) -> list[dict]:
+    """TPE alone, without the designed first batch (random start, same budget), per sampler seed."""
+    ablation = []
+    for s in range(seeds):
+        res = provision(base.replace(sampler_seed=s, optuna_designed_start=False), perf=perf)
+        fr = res.family("splitwise-custom")
+        c = float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
+        ablation.append({"gap_pct": (c - opt) / opt * 100, "evals": fr.evaluations})
+        log(f"   ablation seed {s}: ${c:.1f}/h ({ablation[-1]['gap_pct']:+.2f}%), {fr.evaluations} simulations")
+    return ablation
+
+
+# -- 3. optuna vs enumeration ------------------------------------------------------------------
+def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
+    log("3. optuna vs enumeration (3 machine types per pool, TP where it fits, caps 0.4-1.0, 70 rps)")
+
+    base = ProvisionRequest(goal="cost", rps=70, families=("splitwise-custom",), prompt_machine_types=TYPES,
+                            token_machine_types=TYPES, power_cap_range=(0.4, 1.0), searcher="optuna", verify=False)
+    problem = SearchProblem(base, perf)
+    space = problem.space("splitwise-custom")
+    t0 = time.perf_counter()
+    per_pair = enumerate_pairs(perf, problem, space)
     t_enum = time.perf_counter() - t0
     opt_key = min(per_pair, key=lambda k: per_pair[k][0][0])
     (opt, opt_p, opt_t), _ = per_pair[opt_key]
@@ -205,7 +194,7 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
         el = time.perf_counter() - t0
         fr = res.family("splitwise-custom")
         c = float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
-        trials = fr.details["bayes"].trials
+        trials = fr.bayes.trials
         hit = trials.index[trials["value"] <= opt * 1.02 + 1e-9]
         rows.append({"seed": s, "cost": c, "gap_pct": (c - opt) / opt * 100, "evals": fr.evaluations,
                      "design": f"{int(fr.row['prompt_machines'])}P {fr.row['prompt_machine']}/tp"
@@ -217,21 +206,7 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
     within, max_evals = summary(rows)
     ok = within >= 0.9 * seeds and max_evals <= 0.1 * need_frontier
 
-    # Ablation: TPE alone, without the designed first batch (random start, same budget).
-    import provisioner.search._bayes as bayes_mod
-    saved = bayes_mod.type_seeds
-    bayes_mod.type_seeds = lambda space: []
-    ablation = []
-    try:
-        for s in range(seeds):
-            res = provision(base.replace(sampler_seed=s), perf=perf)
-            fr = res.family("splitwise-custom")
-            c = float(fr.row["cost_usd_per_h"]) if fr.feasible else np.inf
-            ablation.append({"gap_pct": (c - opt) / opt * 100, "evals": fr.evaluations})
-            log(f"   ablation seed {s}: ${c:.1f}/h ({ablation[-1]['gap_pct']:+.2f}%), {fr.evaluations} simulations")
-    finally:
-        bayes_mod.type_seeds = saved
-    a_within, a_max = summary(ablation)
+    a_within, a_max = summary(ablation_runs(perf, base, seeds, opt))
 
     def name(m, tp):
         return f"{m.split('-')[-1]}/tp{tp}"
@@ -251,7 +226,7 @@ def optuna_vs_enumeration(perf, seeds: int) -> tuple[list[str], dict]:
         f"({100 * max_evals / need_plain:.3f}% of the plain one). Target: >= 9/10 seeds and <= 10%: "
         f"{'PASS' if ok else 'FAIL'}.",
         f"- The first batch of trials holds every pair of (machine, TP) choices at full power (a designed start, "
-        f"`_bayes.type_seeds`), which is where the optimum is found (column 'first trial within 2%'); TPE then "
+        f"`optuna_designed_start`), which is where the optimum is found (column 'first trial within 2%'); TPE then "
         f"explores the caps. Ablation, TPE from a random start with the same budget: within 2% in "
         f"**{a_within} of {seeds}** seeds, at most {a_max} simulations.",
         "",

@@ -28,7 +28,7 @@ import numpy as np
 from perfmodels import LatencyModel
 from provisioner.designs import DesignBatch, grid, make_design
 from provisioner.sim import simulate, solo_latencies
-from provisioner.sim._inputs import build_inputs
+from provisioner.sim import build_inputs
 from provisioner.slo import SLO
 from workloads import make_workload
 
@@ -50,13 +50,27 @@ def timed(fn, repeat, label=""):
     return float(np.median(times)), float(np.min(times)), out
 
 
+def one_design_rows(trace, llm, perf, slo, repeat: int) -> list[tuple[str, float, float]]:
+    """Timings of the 27P+3T design alone: the DES kernel, simulate with the DES, the fluid kernel."""
+    from provisioner.sim.testing import run_des, run_fluid
+
+    one = make_design("splitwise-hh", 27, 3)
+    one_inputs = build_inputs(DesignBatch.from_designs([one]), trace, llm, perf)
+    med_d, best_d, _ = timed(lambda: run_des(one_inputs), repeat, "DES 27+3")
+    med_ds, best_ds, _ = timed(lambda: simulate([one], trace, MODEL, engine="des", perf=perf, slo=slo), repeat,
+                               "simulate DES 27+3")
+    med_f1, best_f1, _ = timed(lambda: run_fluid(one_inputs), repeat, "fluid 27+3")
+    return [("DES kernel `run_des` on 27+3", med_d, best_d),
+            ("`simulate([27+3], trace, engine='des')`", med_ds, best_ds),
+            ("fluid kernel `run_fluid` on 27+3", med_f1, best_f1)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    from provisioner.sim._fluid import run_fluid   # noqa: import after argparse (numba)
-    from provisioner.sim._des import run_des
+    from provisioner.sim.testing import run_fluid   # noqa: import after argparse (numba)
 
     import numba
     threads = numba.get_num_threads()
@@ -94,14 +108,7 @@ def main(argv=None) -> int:
     rows.append(("kernel without early stop: `run_fluid(inputs)` (1 run)", med_kf, best_kf))
     agree = bool((full["slo_met"].to_numpy() == table["slo_met"].to_numpy()).all())
 
-    one = make_design("splitwise-hh", 27, 3)
-    one_inputs = build_inputs(DesignBatch.from_designs([one]), trace, llm, perf)
-    med_d, best_d, _ = timed(lambda: run_des(one_inputs), args.repeat, "DES 27+3")
-    rows.append(("DES kernel `run_des` on 27+3", med_d, best_d))
-    med_ds, best_ds, _ = timed(lambda: simulate([one], trace, MODEL, engine="des", perf=perf, slo=slo), args.repeat, "simulate DES 27+3")
-    rows.append(("`simulate([27+3], trace, engine='des')`", med_ds, best_ds))
-    med_f1, best_f1, _ = timed(lambda: run_fluid(one_inputs), args.repeat, "fluid 27+3")
-    rows.append(("fluid kernel `run_fluid` on 27+3", med_f1, best_f1))
+    rows += one_design_rows(trace, llm, perf, slo, args.repeat)
 
     info = machine_info()
     lines = [

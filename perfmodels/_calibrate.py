@@ -82,9 +82,9 @@ def calibrate(profile: pd.DataFrame | None = None, *, catalog=None, holdout_frac
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"profile lacks columns {missing}; expected {REQUIRED_COLUMNS}")
-    artifacts = (df.batch_size == 64) & (df.tensor_parallel == 2)
+    artifacts = calibration_artifacts(df)
     df = df.loc[~artifacts].copy()
-    df["is_test"] = _holdout_mask(df, holdout_fraction, seed)
+    df["is_test"] = holdout_mask(df, holdout_fraction, seed)
     fitted, rows = {}, []
     for gpu_name, g in df.groupby("hardware"):
         constants = _fit_gpu(catalog, gpu_name, g.loc[~g.is_test])
@@ -102,7 +102,15 @@ def calibrate(profile: pd.DataFrame | None = None, *, catalog=None, holdout_frac
     return CalibrationReport(cal, mape, int(artifacts.sum()), ARTIFACT_RULE, ARTIFACT_REASON)
 
 
-def _holdout_mask(df: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
+def calibration_artifacts(df: pd.DataFrame) -> np.ndarray:
+    """Which profile rows are measurement artifacts (`ARTIFACT_RULE`), left out of the fit.
+
+    df : profile rows with at least the columns batch_size and tensor_parallel.
+    """
+    return df.eval(ARTIFACT_RULE).to_numpy(bool)
+
+
+def holdout_mask(df: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
     """Mark `fraction` of the configuration points of each GPU as held out."""
     rng = np.random.default_rng(seed)
     points = df[POINT_COLUMNS].drop_duplicates().sort_values(POINT_COLUMNS)

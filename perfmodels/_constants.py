@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from .errors import PerfModelError
 
 DEFAULT_CALIBRATION = "calibration.toml"
+# The file `LatencyModel()` loads by default (`provision perf calibrate` refreshes it).
+DEFAULT_CALIBRATION_PATH = Path(__file__).resolve().parent / "data" / DEFAULT_CALIBRATION
 
 
 @dataclass(frozen=True)
@@ -140,3 +142,21 @@ def _toml_value(v) -> str:
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return repr(float(v))
+
+
+def merge_calibration(new: Calibration, old: Calibration) -> tuple[Calibration, list[str]]:
+    """`new`, plus the GPUs only `old` has constants for (and `old`'s borrowings of them).
+
+    Returns the merged calibration and the GPU names kept from `old`.
+    """
+    kept = sorted(set(old.per_gpu) - set(new.per_gpu))
+    if not kept:
+        return new, []
+    per_gpu = {**{g: old.per_gpu[g] for g in kept}, **new.per_gpu}
+    borrowed = {g: t for g, t in old.borrowed.items() if t in kept and g not in per_gpu}
+    borrowed.update(new.borrowed)
+    mape = {k: v for k, v in old.holdout_mape_pct.items() if k.split("/")[0] in kept}
+    mape.update(new.holdout_mape_pct)
+    source = f"{new.source}; constants of {', '.join(kept)} kept from the previous file"
+    return replace(new, per_gpu=dict(sorted(per_gpu.items())), borrowed=dict(sorted(borrowed.items())),
+                   holdout_mape_pct=mape, source=source), kept

@@ -129,20 +129,20 @@ def _validate(d: Design) -> None:
             raise ProvisionerError(f"{name.replace('_', '-')} must be 1, 2, 4 or 8 (got {getattr(d, name)})")
 
 
-_FIELDS = tuple(f.name for f in fields(Design))
+DESIGN_FIELDS = tuple(f.name for f in fields(Design))
 
 
 class DesignBatch:
     """Many designs as a struct of arrays, shape (n_designs,) each."""
 
     def __init__(self, columns: dict[str, np.ndarray]):
-        missing = set(_FIELDS) - set(columns)
+        missing = set(DESIGN_FIELDS) - set(columns)
         if missing:
             raise ProvisionerError(f"design batch lacks columns {sorted(missing)}")
         n = {len(np.atleast_1d(v)) for v in columns.values()}
         if len(n) != 1:
             raise ProvisionerError("design batch columns have different lengths")
-        self.columns = {k: np.atleast_1d(np.asarray(columns[k])) for k in _FIELDS}
+        self.columns = {k: np.atleast_1d(np.asarray(columns[k])) for k in DESIGN_FIELDS}
 
     @classmethod
     def from_designs(cls, designs) -> "DesignBatch":
@@ -153,11 +153,11 @@ class DesignBatch:
         designs = list(designs)
         if not designs:
             raise ProvisionerError("no designs to evaluate")
-        return cls({k: np.array([getattr(d, k) for d in designs]) for k in _FIELDS})
+        return cls({k: np.array([getattr(d, k) for d in designs]) for k in DESIGN_FIELDS})
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> "DesignBatch":
-        return cls({k: frame[k].to_numpy() for k in _FIELDS})
+        return cls({k: frame[k].to_numpy() for k in DESIGN_FIELDS})
 
     def __len__(self) -> int:
         return len(self.columns["family"])
@@ -169,7 +169,7 @@ class DesignBatch:
             raise AttributeError(name) from None
 
     def design(self, i: int) -> Design:
-        return Design(**{k: _scalar(self.columns[k][i]) for k in _FIELDS})
+        return Design(**{k: _scalar(self.columns[k][i]) for k in DESIGN_FIELDS})
 
     def take(self, idx) -> "DesignBatch":
         return DesignBatch({k: v[idx] for k, v in self.columns.items()})

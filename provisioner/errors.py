@@ -2,12 +2,11 @@
 
 
 class ProvisionerError(ValueError):
-    """Bad input or an impossible request; the message is one line naming the field and fix."""
+    """Bad input or an impossible request; the message is one line naming the field and fix.
 
+    params : the Python parameters the message names (the CLI prints its flags instead).
+    """
 
-class NoFeasibleDesignError(ProvisionerError):
-    """Nothing in the search space meets every SLO (or budget); says which one binds."""
-
-    def __init__(self, message: str, binding: str = ""):
+    def __init__(self, message: str, *, params: tuple[str, ...] = ()):
         super().__init__(message)
-        self.binding = binding
+        self.params = tuple(params)

@@ -58,6 +58,14 @@ def design_result_json(row, *, workload: str, model: str, rps: float, catalog=No
     return obj
 
 
+def json_number(v) -> float | None:
+    """float(v) for a JSON number; None for None, NaN and infinities (JSON has neither)."""
+    if v is None:
+        return None
+    v = float(v)
+    return v if np.isfinite(v) else None
+
+
 def json_safe(x):
     """A JSON-safe copy of nested dicts/lists: numpy scalars to Python, NaN/inf to None."""
     if isinstance(x, dict):

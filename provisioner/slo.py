@@ -41,7 +41,7 @@ class SLO:
         """Looser (factor > 1) or tighter (< 1) limits; a slowdown below 1 is impossible,
         so limits are floored at 1 and a factor that asks for less is refused."""
         if not np.isfinite(factor) or factor <= 0:
-            raise ProvisionerError(f"--slo-scale must be > 0 (got {factor})")
+            raise ProvisionerError(f"SLO.scaled: factor must be > 0 (got {factor})", params=("factor",))
         out = {m: tuple(max(1.0, v * factor) for v in getattr(self, m)) for m in METRICS}
         return SLO(**out, reference_machine=self.reference_machine)
 

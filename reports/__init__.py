@@ -6,8 +6,12 @@ Public surface:
   numbers — heatmap grids per family, the Pareto frontier, latency-vs-load curves of
   the answers, summary bars normalized to a baseline, workload CDFs, latency-model
   curves with their calibration points.
+- the pieces of `report_data`, each a table: `evaluated_frame`, `heatmap(s)`, `pareto`
+  (`non_dominated`), `summary_bars`, `load_curves`, `latency_model_curves`, `token_cdfs`.
 - `build_report_html(result)`: one self-contained HTML page (plotly.js inlined once).
 - `write_report(result, path)`: write it, refusing to overwrite unless `force`.
+- `perf_plot_data(report)`, `perf_figure(data)`: the latency model against its
+  calibration measurements (`provision perf plot`), as a table and a figure.
 
 plotly is imported only when figures are drawn.
 """
@@ -16,11 +20,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner.errors import ProvisionerError
+from provisioner import ProvisionerError
+from provisioner.files import check_new_file
 
+from ._base import CHECK_NAMES, LOAD_FACTORS, evaluated_frame
+from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
+from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
+from ._perf import PANELS, perf_figure, perf_plot_data
 
-__all__ = ["build_report_html", "write_report", "report_data", "ReportData"]
+__all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure",
+           "PANELS", "evaluated_frame", "heatmap", "heatmaps", "Heatmap", "pareto", "non_dominated", "summary_bars",
+           "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS"]
 
 
 def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:
@@ -42,11 +53,7 @@ def write_report(result, path, *, force: bool = False, perf=None, baseline: str 
 
     Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise ProvisionerError(f"report path '{path}' is a directory; give a file name such as {path / 'report.html'}")
-    if path.exists() and not force:
-        raise ProvisionerError(f"'{path}' exists; pass --force (force=True) to overwrite it")
+    path = check_new_file(path, force=force)
     html = build_report_html(result, perf=perf, baseline=baseline)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,8 @@ import pytest
 
 import perfmodels
 from perfmodels import LatencyModel, calibrate, load_calibration, shipped_profile
-from provisioner.cli._perf import PANELS, perf_plot_data, predict_points
+from perfmodels import predict_points
+from reports import PANELS, perf_plot_data
 
 PROVISION = shutil.which("provision") or os.path.join(os.path.dirname(sys.executable), "provision")
 CONTRACT_COLUMNS = ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size"]
@@ -117,7 +118,7 @@ def test_predict_bad_points_are_one_line_errors(tmp_path, points_csv, edit, need
 def test_predict_refuses_to_overwrite_without_force(tmp_path, points_csv):
     (tmp_path / "out.csv").write_text("keep me\n")
     r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", cwd=tmp_path)
-    assert_user_error(r, "already exists", "--force")
+    assert_user_error(r, "exists; pass --force")
     assert (tmp_path / "out.csv").read_text() == "keep me\n"
     r = provision("perf", "predict", "--points", points_csv, "--out", "out.csv", "--force", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -173,14 +174,15 @@ def test_refreshing_the_default_from_some_gpus_keeps_the_others(tmp_path, monkey
     # --force, but a profile of the H100 alone must not drop the A100's constants.
     from typer.testing import CliRunner
 
-    from provisioner.cli import _perf
+    import perfmodels
+    from provisioner.cli import get_app
 
     default = tmp_path / "calibration.toml"
     default.write_bytes(PACKAGE_CALIBRATION.read_bytes())
-    monkeypatch.setattr(_perf, "DEFAULT_CALIBRATION_PATH", default.resolve())
+    monkeypatch.setattr(perfmodels, "DEFAULT_CALIBRATION_PATH", default.resolve())
     profile = shipped_profile()
     profile[profile.hardware == "h100-80gb"].to_csv(tmp_path / "h100.csv", index=False)
-    r = CliRunner().invoke(_perf.app, ["calibrate", "--profile", str(tmp_path / "h100.csv")])
+    r = CliRunner().invoke(get_app(), ["perf", "calibrate", "--profile", str(tmp_path / "h100.csv")])
     assert r.exit_code == 0, r.output
     assert "kept the constants of a100-80gb" in r.output
     cal, shipped = load_calibration(default), load_calibration()
@@ -202,7 +204,7 @@ def test_plot_writes_a_self_contained_html(tmp_path):
     assert len(html.encode()) > 1_000_000  # plotly.js is inlined
     assert "plotly" in html
     assert not re.search(r"<script[^>]*\bsrc=[\"'][^\"']*cdn\.", html)
-    assert_user_error(provision("perf", "plot", "--out", "perf.html", cwd=tmp_path), "already exists", "--force")
+    assert_user_error(provision("perf", "plot", "--out", "perf.html", cwd=tmp_path), "exists; pass --force")
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,12 @@ import re
 
 import numpy as np
 import pytest
-import typer
 
 from provisioner import SLO, grid, simulate
 from provisioner.errors import ProvisionerError
 from provisioner.results import design_result_json
 from reports import build_report_html, report_data, write_report
-from reports._data import CHECK_NAMES, LOAD_FACTORS, non_dominated, token_cdfs
+from reports import CHECK_NAMES, LOAD_FACTORS, non_dominated, token_cdfs
 
 # --------------------------------------------------------------------------- fixture
 FIXTURE_WORKLOAD = "coding"
@@ -152,7 +151,7 @@ def test_optimum_marked_at_cheapest_feasible_design(result, data):
 
 
 def test_optimum_falls_back_to_cheapest_cell_without_an_answer(result):
-    from reports._data import evaluated_frame, heatmap
+    from reports import evaluated_frame, heatmap
 
     h = heatmap(evaluated_frame(result), "splitwise-hh", "cost", best=None)
     p, t = h.optimum
@@ -200,7 +199,7 @@ def test_summary_bars_equal_one_for_the_baseline(result, data):
 
 
 def test_summary_baseline_can_be_chosen(result):
-    from reports._data import summary_bars
+    from reports import summary_bars
 
     s, base = summary_bars(result, "splitwise-aa")
     assert base == "splitwise-aa"
@@ -359,7 +358,7 @@ def test_write_report_refuses_to_overwrite(result, html, tmp_path, monkeypatch):
     monkeypatch.setattr(reports, "build_report_html", lambda r, **kw: html)
     out = tmp_path / "sub" / "report.html"
     assert write_report(result, out) == out and out.read_text() == html
-    with pytest.raises(ProvisionerError, match="exists; pass --force"):
+    with pytest.raises(ProvisionerError, match="exists; pass force=True"):
         write_report(result, out)
     out.write_text("old")
     write_report(result, out, force=True)
@@ -387,21 +386,15 @@ def test_missing_key_is_a_one_line_error_naming_it(result, path, key):
 
 # --------------------------------------------------------------------------- CLI
 def _cli(argv, capsys):
-    """`provision report ARGV` through the same error path as `provisioner.cli.main`:
-    returns (exit code, stdout + stderr)."""
-    from provisioner.cli._errors import USER_ERRORS, fail
-    from provisioner.cli._report import report_command
+    """`provision report ARGV` in-process through `provisioner.cli.main` (its error path
+    included): returns (exit code, stdout + stderr)."""
+    from provisioner.cli import main
 
-    app = typer.Typer(pretty_exceptions_enable=False)
-    app.command()(report_command)
     code = 0
     try:
-        try:
-            app(args=[str(a) for a in argv], standalone_mode=True)
-        except USER_ERRORS as exc:
-            fail(str(exc))
+        main(["report", *map(str, argv)])
     except SystemExit as exc:
-        code = exc.code
+        code = exc.code or 0
     out = capsys.readouterr()
     return code, out.out + out.err
 

@@ -153,12 +153,12 @@ def _custom(seed, trials=12, search_tp=True):
 def test_optuna_batched_ask_tell_is_reproducible(perf):
     a = provision(_custom(1), perf=perf)
     b = provision(_custom(1), perf=perf)
-    ta = a.family("splitwise-custom").details["bayes"].trials
-    tb = b.family("splitwise-custom").details["bayes"].trials
+    ta = a.family("splitwise-custom").bayes.trials
+    tb = b.family("splitwise-custom").bayes.trials
     assert len(ta) == 12
     assert ta.drop(columns=["evaluations"]).equals(tb.drop(columns=["evaluations"]))
     assert _cost(a, "splitwise-custom") == _cost(b, "splitwise-custom")
-    c = provision(_custom(2), perf=perf).family("splitwise-custom").details["bayes"].trials
+    c = provision(_custom(2), perf=perf).family("splitwise-custom").bayes.trials
     assert not ta[["prompt_power_cap", "token_power_cap"]].equals(c[["prompt_power_cap", "token_power_cap"]])
 
 
@@ -183,7 +183,7 @@ def test_optuna_matches_enumeration_on_a_small_mixed_space(perf):
 def test_optuna_searches_tensor_parallelism_where_it_fits(perf):
     """BLOOM-176B (329 GB) fits an HGX-H200 (8 x 141 GB) at TP 4 or 8, a DGX-H100 only at TP 8."""
     res = provision(_custom(0, trials=16), perf=perf)
-    trials = res.family("splitwise-custom").details["bayes"].trials
+    trials = res.family("splitwise-custom").bayes.trials
     assert set(trials["prompt_tp"]) <= {4, 8}
     assert 4 in set(trials.loc[trials.prompt_machine == "hgx-h200", "prompt_tp"])
     assert set(trials.loc[trials.prompt_machine == "dgx-h100", "prompt_tp"]) == {8}
@@ -222,14 +222,16 @@ def test_a_budget_that_buys_nothing_says_so():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(goal="cost"), "--rps"),
-    (dict(goal="cost", rps=0), "--rps must be > 0"),
+    (dict(goal="cost"), "needs rps"),
+    (dict(goal="cost", rps=0), "rps must be a number > 0"),
     (dict(goal="throughput"), "exactly one budget"),
     (dict(goal="throughput", power_budget_kw=10, cost_budget_usd_per_h=10), "exactly one budget"),
-    (dict(goal="throughput", power_budget_kw=-1), "must be > 0"),
-    (dict(goal="speed", rps=1), "--goal must be one of"),
+    (dict(goal="throughput", power_budget_kw=-1), "power_budget_kw must be a number > 0"),
+    (dict(goal="speed", rps=1), "goal must be one of"),
     (dict(goal="cost", rps=1, families=("splitwise-xx",)), "did you mean 'splitwise-"),
-    (dict(goal="cost", rps=1, searcher="grid"), "--searcher"),
+    (dict(goal="cost", rps=1, searcher="grid"), "searcher must be one of"),
+    (dict(goal="cost", rps=1, seed=-1), "seed must be an integer >= 0"),
+    (dict(goal="cost", rps=1, max_machines=1.5), "max_machines must be an integer >= 1"),
 ])
 def test_request_validation(kwargs, match):
     with pytest.raises(ProvisionerError, match=match):

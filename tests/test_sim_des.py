@@ -1,4 +1,4 @@
-"""Tests for the discrete-event engine `provisioner.sim._des` (SEMANTICS.md, exactly).
+"""Tests for the discrete-event engine (`provisioner.sim.testing` exposes its parts) (SEMANTICS.md, exactly).
 
 Expected latencies are computed here from the pool coefficients with the numpy
 `time_from_coefficients` and `kv_transfer_time_s`, independently of the engine.
@@ -15,9 +15,7 @@ import pytest
 from perfmodels import N_COEF, kv_transfer_time_s, kv_wire_bytes_per_s, time_from_coefficients
 from provisioner.designs import DesignBatch, make_design
 from provisioner.errors import ProvisionerError
-from provisioner.sim import _des
-from provisioner.sim._des import _iteration_s, _simulate, run_des
-from provisioner.sim._inputs import build_inputs
+from provisioner.sim.testing import DesMachine, build_inputs, des_iteration_s, des_simulate_design, run_des
 from workloads import make_workload
 
 MODEL = "bloom-176b"
@@ -63,7 +61,7 @@ def test_scalar_iteration_time_equals_numpy_formula(perf, llm):
         ctx = int(rng.integers(b, b * 9000 + 1))
         args = (int(prompts.sum()), int((prompts ** 2).sum()), seqs, b, ctx)
         want = float(time_from_coefficients(coef, *args))
-        assert _iteration_s(tuple(map(float, coef)), *args) == pytest.approx(want, rel=1e-13, abs=0)
+        assert des_iteration_s(tuple(map(float, coef)), *args) == pytest.approx(want, rel=1e-13, abs=0)
 
 
 # --- one request alone ----------------------------------------------------------------
@@ -190,7 +188,7 @@ def test_conservation(perf, llm, loaded_trace, case, tiny_kv, monkeypatch):
     if tiny_kv:  # below most requests' s + n: exercises the "empty machine" exceptions
         inp = replace(inp, kv_cap_tokens=np.full_like(inp.kv_cap_tokens, 2500.0))
     holders = _watch_kv(monkeypatch)
-    cl = _simulate(inp, 0)
+    cl = des_simulate_design(inp, 0)
     a, s, n = inp.arrival_s, inp.prompt_tokens, inp.output_tokens
     first, finish = np.array(cl.first), np.array(cl.finish)
     assert np.isfinite(first).all() and np.isfinite(finish).all()
@@ -219,7 +217,7 @@ def test_conservation(perf, llm, loaded_trace, case, tiny_kv, monkeypatch):
 def _watch_kv(monkeypatch):
     """Wrap _Machine.start: the KV budget holds unless one request alone holds KV."""
     holders = []
-    original = _des._Machine.start
+    original = DesMachine.start
 
     def start(self, S, N, local):
         dur = original(self, S, N, local)
@@ -229,7 +227,7 @@ def _watch_kv(monkeypatch):
             assert self.kv_used <= self.kv_cap or held == 1
         return dur
 
-    monkeypatch.setattr(_des._Machine, "start", start)
+    monkeypatch.setattr(DesMachine, "start", start)
     return holders
 
 

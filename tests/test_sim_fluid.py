@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from provisioner.designs import make_design
 from provisioner.sim import simulate, simulate_requests, solo_latencies
-from provisioner.sim._fluid import _percentiles_into
+from provisioner.sim.testing import percentiles_into
 from provisioner.slo import SLO
 from workloads import make_workload
 
@@ -211,7 +211,7 @@ def test_kernel_percentiles_are_numpys(values, n_inf):
     finite = np.array(values, dtype=float)
     everything = np.concatenate([finite, np.full(n_inf, np.inf)])
     out = np.empty(3)
-    _percentiles_into(finite.copy(), len(finite), len(everything), out)
+    percentiles_into(finite.copy(), len(finite), len(everything), out)
     if len(everything) == 0:
         assert np.isnan(out).all()
         return

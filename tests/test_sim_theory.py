@@ -23,9 +23,7 @@ import pytest
 from perfmodels import kv_transfer_time_s, kv_wire_bytes_per_s, time_from_coefficients
 from provisioner.designs import DesignBatch, make_design
 from provisioner.sim import simulate
-from provisioner.sim._des import _simulate, run_des
-from provisioner.sim._fluid import run_fluid
-from provisioner.sim._inputs import build_inputs
+from provisioner.sim.testing import build_inputs, des_simulate_design, run_des, run_fluid
 from workloads import Trace, make_workload
 
 MODEL = "bloom-176b"
@@ -260,7 +258,7 @@ def test_des_generates_each_decode_token_once(perf, llm):
     """DES internal counter: decode tokens generated = sum(n - 1), with real coefficients."""
     trace = make_workload("conversation", 8.0, duration_s=60, seed=2)
     inputs = _inputs(perf, llm, [make_design("splitwise-ha", 3, 3)], trace)
-    cl = _simulate(inputs, 0)
+    cl = des_simulate_design(inputs, 0)
     assert cl.decode_tokens == int((trace.output_tokens - 1).sum())
 
 

@@ -45,7 +45,7 @@ def poisson_arrivals(rps: float, duration_s: float, rng: RngLike) -> np.ndarray:
         If ``rps`` or ``duration_s`` is not a finite number > 0, or
         ``round(rps * duration_s) == 0`` ("too few requests").
     """
-    n = _request_count(rps, duration_s)
+    n = request_count(rps, duration_s)
     return np.sort(np.random.default_rng(rng).uniform(0.0, duration_s, size=n))
 
 
@@ -79,8 +79,8 @@ def gamma_arrivals(rps: float, duration_s: float, cv: float, rng: RngLike) -> np
     ValueError
         If a parameter is not a finite number > 0, or ``round(rps * duration_s) == 0``.
     """
-    n = _request_count(rps, duration_s)
-    _check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
+    n = request_count(rps, duration_s)
+    check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
     rng = np.random.default_rng(rng)
     gaps = rng.gamma(1.0 / cv**2, 1.0, size=n)
     total = float(gaps.sum())
@@ -126,7 +126,7 @@ def replay_arrivals(base_arrival_s: np.ndarray, rps: float, duration_s: float) -
         ``round(rps * duration_s) == 0``, or the base times are not sorted, finite, and
         spread over a positive time span.
     """
-    n = _request_count(rps, duration_s)
+    n = request_count(rps, duration_s)
     base = _replay_base(base_arrival_s)
     m = base.size
     scaled = base * ((m - 1) / (rps * base[-1]))
@@ -149,10 +149,10 @@ def _replay_base(base_arrival_s: np.ndarray) -> np.ndarray:
     return base - base[0]
 
 
-def _request_count(rps: float, duration_s: float) -> int:
+def request_count(rps: float, duration_s: float) -> int:
     """``round(rps * duration_s)``, refusing bad parameters and empty traces."""
-    _check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
-    _check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
+    check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+    check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
     n = round(rps * duration_s)
     if n < 1:
         raise ValueError(f"too few requests: rps * duration_s = {rps * duration_s:g} "
@@ -160,7 +160,7 @@ def _request_count(rps: float, duration_s: float) -> int:
     return int(n)
 
 
-def _check_positive(name: str, value: object, meaning: str) -> None:
+def check_positive(name: str, value: object, meaning: str) -> None:
     ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
           and math.isfinite(value) and value > 0)
     if not ok:

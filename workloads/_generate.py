@@ -29,8 +29,8 @@ import os
 
 import numpy as np
 
-from workloads._arrivals import _check_positive as _check_value
-from workloads._readers import _ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
+from workloads._arrivals import check_positive as _check_value
+from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
 from workloads.errors import UnknownWorkloadError, WorkloadError
 
@@ -172,8 +172,8 @@ class TraceGenerator:
 
 
 def _shipped_name(workload) -> str | None:
-    if isinstance(workload, str) and workload.strip().lower() in _ALIASES:
-        return _ALIASES[workload.strip().lower()]
+    if isinstance(workload, str) and workload.strip().lower() in WORKLOAD_ALIASES:
+        return WORKLOAD_ALIASES[workload.strip().lower()]
     return None
 
 
@@ -226,7 +226,7 @@ def _int_seed(seed) -> int:
 
 
 def check_positive(name: str, value: object, meaning: str) -> None:
-    """As `_arrivals._check_positive`, raising a WorkloadError (a ValueError the CLI prints)."""
+    """As `_arrivals.check_positive`, raising a WorkloadError (a ValueError the CLI prints)."""
     try:
         _check_value(name, value, meaning)
     except ValueError as exc:

@@ -21,7 +21,7 @@ __all__ = ["WORKLOAD_NAMES", "azure_trace", "read_trace_csv"]
 
 WORKLOAD_NAMES: tuple[str, ...] = ("coding", "conversation")
 
-_ALIASES = {"coding": "coding", "code": "coding",
+WORKLOAD_ALIASES = {"coding": "coding", "code": "coding",
             "conversation": "conversation", "conv": "conversation"}
 _SHIPPED_FILES = {"coding": "code.csv", "conversation": "conv.csv"}
 _AZURE_TIME_EXAMPLE = "2023-11-16 18:17:03.9799600"
@@ -128,7 +128,7 @@ def azure_trace(name: str) -> Trace:
     UnknownWorkloadError
         If ``name`` is not one of the names or aliases above.
     """
-    key = _ALIASES.get(name.strip().lower()) if isinstance(name, str) else None
+    key = WORKLOAD_ALIASES.get(name.strip().lower()) if isinstance(name, str) else None
     if key is None:
         raise UnknownWorkloadError(
             f"unknown workload {name!r}; use one of {', '.join(WORKLOAD_NAMES)} "

@@ -11,7 +11,9 @@ import sys
 
 import typer
 
-from ._errors import USER_ERRORS, fail
+from ._errors import USER_ERRORS, cli_message, fail
+
+__all__ = ["app", "get_app", "main"]
 
 app = typer.Typer(
     name="provision",
@@ -33,13 +35,20 @@ def _register() -> None:
     app.command("report", help="Render a saved provisioning result (JSON) as an HTML report.")(_report.report_command)
 
 
+def get_app() -> typer.Typer:
+    """The `provision` typer app with every command registered (for typer's CliRunner)."""
+    if not app.registered_commands:
+        _register()
+    return app
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    _register()
+    get_app()
     try:
         app(args=argv, standalone_mode=True)
     except USER_ERRORS as exc:
-        fail(str(exc))
+        fail(cli_message(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,9 +13,11 @@ import typer
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
+from ..files import check_new_file
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       echo_json, latency_interp_option, latency_model_json, latency_profile_option,
                       load_latency_model, replay_note)
+from ._tables import render_result
 
 
 def main_command(
@@ -71,8 +73,8 @@ def main_command(
         raise ProvisionerError("--goal is required: cost or power (with --rps) or throughput (with a budget)")
     if verify_seeds < 1:
         raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
-    if report is not None:
-        _check_report_path(report, force)
+    if report is not None:  # refuse before the search, not after it
+        check_new_file(report, force=force, name="--report", force_hint="--force")
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
@@ -97,13 +99,13 @@ def main_command(
         obj["latency_model"] = latency
     if report is not None:
         from reports import write_report
-        write_report(obj, report, force=force)
+        write_report(obj, report, force=True)   # checked before the search
     if json_out:
         echo_json(obj)
         return
     from rich.console import Console
     console = Console()
-    result.render_table(console)
+    render_result(result, console)
     note = replay_note(request.traces(), request.rps, len(request.traces().at(request.rps))) \
         if request.rps is not None else None
     if note:
@@ -149,15 +151,6 @@ def _cap_range(text: str) -> tuple[float, float]:
         raise ProvisionerError(f"--power-cap-range must be LOW,HIGH fractions of TDP such as 0.4,1.0 "
                                f"(got '{text}')") from None
     return lo, hi
-
-
-def _check_report_path(path: Path, force: bool) -> None:
-    """Refuse before the search, not after it, to overwrite an existing report."""
-    path = Path(path)
-    if path.is_dir():
-        raise ProvisionerError(f"--report '{path}' is a directory; give a file name such as {path / 'report.html'}")
-    if path.exists() and not force:
-        raise ProvisionerError(f"--report '{path}' exists; pass --force to overwrite it")
 
 
 class _RichProgress:

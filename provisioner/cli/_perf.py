@@ -6,8 +6,9 @@
   phase and GPU on held-out points, save the constants.
 - `plot`: model against measurements (Splitwise Fig. 5 and 6 style) as one offline HTML.
 
-The computations are plain functions (`predict_points`, `perf_plot_data`) so a notebook
-or a test gets the same numbers the commands print; plotly is imported only by `plot`.
+The computations are library functions (`perfmodels.predict_points`,
+`perfmodels.merge_calibration`, `reports.perf_plot_data`, `reports.perf_figure`): this
+module parses, calls and prints.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import csv
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +25,12 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, load_catalog
-from perfmodels import (Calibration, CalibrationReport, LatencyModel, calibrate, dump_calibration,
-                        kv_capacity_tokens, load_calibration)
-from perfmodels._calibrate import POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS
-from perfmodels._model import TP_DEGREES
+from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel, calibrate, dump_calibration,
+                        kv_capacity_tokens, load_calibration, merge_calibration, predict_points)
+from reports import perf_figure, perf_plot_data
 
 from ..errors import ProvisionerError
+from ..files import check_new_file
 
 app = typer.Typer(
     help="Latency models: predict, calibrate, plot.",
@@ -40,18 +41,6 @@ app = typer.Typer(
 
 POINT_INPUT_COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size")
 OPTIONAL_INPUT_COLUMNS = ("power_cap",)
-PREDICTED_COLUMNS = ("prompt_time_ms", "token_time_ms")
-# The file `LatencyModel()` loads by default (perfmodels._constants.DEFAULT_CALIBRATION).
-DEFAULT_CALIBRATION_PATH = Path(perfmodels.__file__).resolve().parent / "data" / "calibration.toml"
-PLOT_GPUS = ("a100-80gb", "h100-80gb")
-PLOT_PROMPT_SIZE = 512  # prompt size of the batch sweeps in the profiles
-PANELS = {
-    # panel: (phase, x column, title)
-    "prefill_vs_prompt": ("prompt_time", "prompt_size", "Prompt phase vs prompt size (batch 1)"),
-    "prefill_vs_batch": ("prompt_time", "batch_size", f"Prompt phase vs batch size (prompt {PLOT_PROMPT_SIZE})"),
-    "decode_vs_batch": ("token_time", "batch_size", f"Decode iteration vs batch size (prompt {PLOT_PROMPT_SIZE})"),
-    "decode_vs_context": ("token_time", "context_tokens", "Decode iteration vs context (batch 1)"),
-}
 
 
 # --- predict ---------------------------------------------------------------------------
@@ -63,34 +52,6 @@ class _Points:
 
     frame: pd.DataFrame      # model, hardware, gpu, tensor_parallel, prompt_size, batch_size, power_cap, line
     has_power_cap: bool
-
-
-def predict_points(points: pd.DataFrame, perf: LatencyModel | None = None) -> pd.DataFrame:
-    """Prefill and decode-iteration times (ms) of configuration points.
-
-    Parameters
-    ----------
-    points : DataFrame with columns model, gpu (a catalog GPU name), tensor_parallel,
-        prompt_size, batch_size, power_cap (fraction of TDP); shape (n,) each.
-    perf : the latency model (default: the shipped calibration).
-
-    Returns
-    -------
-    DataFrame indexed like `points` with prompt_time_ms (one prefill pass over
-    batch_size prompts of prompt_size tokens) and token_time_ms (one decode iteration of
-    batch_size requests with prompt_size tokens of context each). One model call per
-    (model, gpu) group.
-    """
-    perf = perf if perf is not None else LatencyModel()
-    out = pd.DataFrame(index=points.index, columns=list(PREDICTED_COLUMNS), dtype=float)
-    for (model, gpu), g in points.groupby(["model", "gpu"], sort=False):
-        tp = g.tensor_parallel.to_numpy(float)
-        s = g.prompt_size.to_numpy(float)
-        b = g.batch_size.to_numpy(float)
-        cap = g.power_cap.to_numpy(float)
-        out.loc[g.index, "prompt_time_ms"] = 1e3 * perf.prefill_time_s(model, gpu, tp, s, b, cap)
-        out.loc[g.index, "token_time_ms"] = 1e3 * perf.decode_time_s(model, gpu, tp, b, s, cap)
-    return out
 
 
 @app.command("predict")
@@ -240,10 +201,7 @@ def _warn_memory(cat, df: pd.DataFrame, path: Path) -> None:
 
 
 def _check_out(out: Path, force: bool, flag: str) -> None:
-    if out.is_dir():
-        raise ProvisionerError(f"{flag} {out} is a directory; give a file path")
-    if out.exists() and not force:
-        raise ProvisionerError(f"{flag} {out} already exists; pass --force to overwrite it or choose another path")
+    check_new_file(out, force=force, name=flag, force_hint="--force")
     if not out.parent.is_dir():
         raise ProvisionerError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
 
@@ -332,8 +290,9 @@ def calibrate_command(
 
     if max_mape is not None and not max_mape > 0:
         raise ProvisionerError(f"--max-mape must be a percentage > 0, e.g. 8 (got {max_mape:g})")
-    target = DEFAULT_CALIBRATION_PATH if out is None else out
-    if target.resolve() != DEFAULT_CALIBRATION_PATH:
+    default = perfmodels.DEFAULT_CALIBRATION_PATH
+    target = default if out is None else out
+    if target.resolve() != default:
         _check_out(target, force, "--out")
     report = run_calibration(_read_profile(profile), holdout, seed)
     table = mape_table(report)
@@ -359,7 +318,7 @@ def calibrate_command(
                 f"held-out MAPE of {worst.gpu} {worst.phase} is {worst['held-out_mape_pct']:.2f}% > --max-mape "
                 f"{max_mape:g}%; constants not saved")
     cal = report.calibration
-    if target.resolve() == DEFAULT_CALIBRATION_PATH and target.exists():
+    if target.resolve() == default and target.exists():
         # The default file serves every GPU: a profile of some GPUs must not drop the others.
         cal, kept = merge_calibration(cal, load_calibration(target))
         if kept:
@@ -369,171 +328,7 @@ def calibrate_command(
     console.print(f"saved constants to {target}", highlight=False, soft_wrap=True)
 
 
-def merge_calibration(new: Calibration, old: Calibration) -> tuple[Calibration, list[str]]:
-    """`new`, plus the GPUs only `old` has constants for (and `old`'s borrowings of them).
-
-    Returns the merged calibration and the GPU names kept from `old`.
-    """
-    kept = sorted(set(old.per_gpu) - set(new.per_gpu))
-    if not kept:
-        return new, []
-    per_gpu = {**{g: old.per_gpu[g] for g in kept}, **new.per_gpu}
-    borrowed = {g: t for g, t in old.borrowed.items() if t in kept and g not in per_gpu}
-    borrowed.update(new.borrowed)
-    mape = {k: v for k, v in old.holdout_mape_pct.items() if k.split("/")[0] in kept}
-    mape.update(new.holdout_mape_pct)
-    source = f"{new.source}; constants of {', '.join(kept)} kept from the previous file"
-    return replace(new, per_gpu=dict(sorted(per_gpu.items())), borrowed=dict(sorted(borrowed.items())),
-                   holdout_mape_pct=mape, source=source), kept
-
-
 # --- plot ------------------------------------------------------------------------------
-
-
-def perf_plot_data(report: CalibrationReport, profile: pd.DataFrame | None = None, *,
-                   holdout_fraction: float = 0.2, seed: int = 0, catalog=None,
-                   grid_points: int = 60) -> pd.DataFrame:
-    """The numbers of `provision perf plot`: measured medians and model curves, tidy.
-
-    Parameters
-    ----------
-    report : from `perfmodels.calibrate(profile, holdout_fraction=..., seed=...)`; its
-        constants draw the model curves.
-    profile : the profile it was fitted on (default: the shipped one).
-    holdout_fraction, seed : the split `calibrate` used, to mark held-out points (must
-        match the call that produced `report`).
-    grid_points : model-curve points per (panel, model, gpu, tp).
-
-    Returns
-    -------
-    DataFrame, one row per plotted point, columns: panel (a key of PANELS), phase
-    ("prompt_time" | "token_time"), model, gpu, tp, kind ("measured" | "model"),
-    split ("train" | "held-out" | "excluded" for measured points, "" for the model),
-    x (the panel's x: prompt_size, batch_size or context_tokens), prompt_size,
-    batch_size, context_tokens, time_ms (median of the repetitions for a measured
-    point), reps (repetitions; 0 for the model).
-
-    Decode times are compared at the mean context of the generation,
-    prompt_size + token_size / 2, as in `perfmodels.calibrate` (the profile's
-    token_time_ms averages the iterations of a generation whose context grows).
-    """
-    from perfmodels import shipped_profile
-    from perfmodels._calibrate import _holdout_mask
-
-    profile = shipped_profile() if profile is None else profile
-    perf = LatencyModel(report.calibration, catalog)
-    df = profile.copy()
-    excluded = df.eval(report.excluded_rule).to_numpy(bool)
-    kept = df.loc[~excluded]
-    held = pd.Series(False, index=df.index)
-    held.loc[kept.index] = _holdout_mask(kept, holdout_fraction, seed)
-    df["split"] = np.where(excluded, "excluded", np.where(held, "held-out", "train"))
-    med = (df.groupby(["model", *POINT_COLUMNS, "split"], as_index=False)
-             .agg(prompt_time_ms=("prompt_time_ms", "median"), token_time_ms=("token_time_ms", "median"),
-                  reps=("prompt_time_ms", "size")))
-    med = med.rename(columns={"hardware": "gpu", "tensor_parallel": "tp"})
-    med["context_tokens"] = med.prompt_size + med.token_size / 2.0
-
-    # The batch sweep generates one output length (128 tokens in the shipped profiles):
-    # keep that length at batch 1 too, so one decode curve has one context.
-    sweep = med.prompt_size == PLOT_PROMPT_SIZE
-    sweep_tokens = med.token_size[sweep & (med.batch_size > 1)].min()
-    slices = {
-        "prefill_vs_prompt": med.batch_size == 1,
-        "prefill_vs_batch": sweep,
-        "decode_vs_batch": sweep & (med.token_size == sweep_tokens),
-        "decode_vs_context": med.batch_size == 1,
-    }
-    parts = []
-    for panel, sel in slices.items():
-        phase, xcol, _ = PANELS[panel]
-        m = med.loc[sel].copy()
-        if m.empty:
-            continue
-        m["panel"], m["phase"], m["kind"] = panel, phase, "measured"
-        m["x"] = m[xcol].astype(float)
-        m["time_ms"] = m[f"{phase}_ms"]
-        parts.append(m)
-        for (model, gpu, tp), g in m.groupby(["model", "gpu", "tp"]):
-            lo, hi = g.x.min(), g.x.max()
-            x = np.unique(np.geomspace(lo, hi, grid_points)) if hi > lo else np.array([lo])
-            if xcol == "batch_size":
-                x = np.unique(np.concatenate([np.unique(np.round(x)), g.x.unique()]))
-            n = len(x)
-            if panel == "prefill_vs_prompt":
-                s, b, ctx = x, np.ones(n), np.full(n, np.nan)
-                t = perf.prefill_time_s(model, gpu, tp, s, b)
-            elif panel == "prefill_vs_batch":
-                s, b, ctx = np.full(n, float(PLOT_PROMPT_SIZE)), x, np.full(n, np.nan)
-                t = perf.prefill_time_s(model, gpu, tp, s, b)
-            elif panel == "decode_vs_batch":
-                ctx = np.full(n, float(g.context_tokens.iloc[0]))
-                s, b = np.full(n, float(PLOT_PROMPT_SIZE)), x
-                t = perf.decode_time_s(model, gpu, tp, b, ctx)
-            else:
-                s, b, ctx = np.full(n, np.nan), np.ones(n), x
-                t = perf.decode_time_s(model, gpu, tp, b, ctx)
-            parts.append(pd.DataFrame(dict(panel=panel, phase=phase, model=model, gpu=gpu, tp=tp, kind="model",
-                                           split="", x=x, prompt_size=s, batch_size=b, context_tokens=ctx,
-                                           time_ms=1e3 * t, reps=0)))
-    cols = ["panel", "phase", "model", "gpu", "tp", "kind", "split", "x", "prompt_size", "batch_size",
-            "context_tokens", "time_ms", "reps"]
-    data = pd.concat(parts, ignore_index=True)[cols]
-    for col in ("prompt_size", "batch_size", "context_tokens", "x", "time_ms"):
-        data[col] = data[col].astype(float)
-    data["tp"] = data.tp.astype(int)
-    return data
-
-
-def perf_figure(data: pd.DataFrame, gpus=PLOT_GPUS):
-    """A plotly figure of `perf_plot_data`: one row per panel, one column per GPU."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    gpus = [g for g in gpus if g in set(data.gpu)] or sorted(data.gpu.unique())
-    panels = [p for p in PANELS if p in set(data.panel)]
-    titles = [f"{PANELS[p][2]} — {g}" for p in panels for g in gpus]
-    fig = make_subplots(rows=len(panels), cols=len(gpus), subplot_titles=titles,
-                        horizontal_spacing=0.08, vertical_spacing=0.06)
-    colors = {1: "#7f7f7f", 2: "#1f77b4", 4: "#ff7f0e", 8: "#2ca02c"}
-    symbols = {"train": "circle", "held-out": "diamond-open", "excluded": "x"}
-    models = sorted(data.model.unique())
-    shown = set()
-    for i, panel in enumerate(panels, start=1):
-        phase, xcol, _ = PANELS[panel]
-        for j, gpu in enumerate(gpus, start=1):
-            d = data[(data.panel == panel) & (data.gpu == gpu)]
-            for (model, tp), g in d.groupby(["model", "tp"]):
-                label = f"TP {tp}" + (f" {model}" if len(models) > 1 else "")
-                color = colors.get(tp, None)
-                line = g[g.kind == "model"].sort_values("x")
-                key = (label, "model")
-                fig.add_trace(go.Scatter(
-                    x=line.x, y=line.time_ms, mode="lines", line=dict(color=color),
-                    name=f"{label} model", legendgroup=label, showlegend=key not in shown,
-                    hovertemplate=f"{label} model<br>{xcol}=%{{x:.0f}}<br>%{{y:.1f}} ms<extra></extra>"),
-                    row=i, col=j)
-                shown.add(key)
-                for split, pts in g[g.kind == "measured"].groupby("split"):
-                    key = (label, split)
-                    fig.add_trace(go.Scatter(
-                        x=pts.x, y=pts.time_ms, mode="markers",
-                        marker=dict(color=color, symbol=symbols.get(split, "circle"), size=8,
-                                    line=dict(width=1.5, color=color)),
-                        name=f"{label} measured ({split})", legendgroup=label, showlegend=key not in shown,
-                        hovertemplate=(f"{label} measured, {split}<br>{xcol}=%{{x:.0f}}<br>"
-                                       f"median %{{y:.1f}} ms<extra></extra>")),
-                        row=i, col=j)
-                    shown.add(key)
-            fig.update_xaxes(type="log", title_text=xcol.replace("_", " "), row=i, col=j)
-            fig.update_yaxes(title_text=f"{'prompt' if phase == 'prompt_time' else 'decode iteration'} time (ms)",
-                             row=i, col=j)
-    fig.update_layout(
-        height=380 * len(panels), width=1200,
-        title=("Latency model vs measured medians (markers: filled = fitted on, open diamond = held out, "
-               "x = excluded artifact; lines: model)"),
-        legend=dict(groupclick="toggleitem"))
-    return fig
 
 
 @app.command("plot")

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
+from ..files import check_new_file
 
 
 def report_command(
@@ -19,8 +20,9 @@ def report_command(
 ) -> None:
     from reports import write_report
 
+    check_new_file(out, force=force, name="--out", force_hint="--force")
     result = load_result(result_json)
-    path = write_report(result, out, force=force, baseline=baseline)
+    path = write_report(result, out, force=True, baseline=baseline)
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

@@ -9,21 +9,28 @@ answer and starts the search. Finalists are re-checked with the discrete-event e
     from provisioner.search import ProvisionRequest, provision
     result = provision(ProvisionRequest(goal="cost", rps=70, families=("splitwise-hh",)))
     result.best, result.winner, result.to_json()
+
+`SearchProblem(request)` is the question one call poses (spaces, bounds, the search
+trace); `FamilyResult` carries a family's answer and how it was found (`bound`,
+`staircase`, `bayes.trials`, `evaluated`).
 """
 
+from ._bayes import BayesOutcome
 from ._capacity import Demand, MachineCapacity, machine_capacity
 from ._enumerate import Staircase, exhaustive_search, staircase_search
 from ._evaluate import Evaluator
 from ._ilp import CapacityBound, PoolOption, capacity_bound, pool_options
-from ._provision import Progress, provision
+from ._problem import SearchProblem
+from ._progress import Progress
+from ._provision import provision
 from ._request import GOALS, SEARCHERS, ProvisionRequest
 from ._result import FamilyResult, ProvisionResult
 from ._space import FamilySpace, PoolSpace, family_space
 from ._throughput import LoadScaledTraces, max_sustainable_rps, sustainable_rps
 
 __all__ = [
-    "ProvisionRequest", "ProvisionResult", "FamilyResult", "provision", "Progress", "GOALS", "SEARCHERS",
+    "ProvisionRequest", "ProvisionResult", "FamilyResult", "provision", "Progress", "SearchProblem", "GOALS", "SEARCHERS",
     "Evaluator", "FamilySpace", "PoolSpace", "family_space", "staircase_search", "exhaustive_search", "Staircase",
     "capacity_bound", "CapacityBound", "PoolOption", "pool_options", "Demand", "MachineCapacity",
-    "machine_capacity", "sustainable_rps", "max_sustainable_rps", "LoadScaledTraces",
+    "machine_capacity", "sustainable_rps", "max_sustainable_rps", "LoadScaledTraces", "BayesOutcome",
 ]

@@ -47,7 +47,8 @@ class BayesOutcome:
 
 def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callable, bounds: Callable,
                  n_trials: int = 48, batch: int = 6, seed: int = 0, warm_starts: list[dict] | None = None,
-                 lower_bound: float | None = None, on_batch: Callable[[int], None] | None = None) -> BayesOutcome:
+                 lower_bound: float | None = None, on_batch: Callable[[int], None] | None = None,
+                 designed_start: bool = True) -> BayesOutcome:
     """Minimize the objective over `space` subject to every SLO (see the module docstring).
 
     Parameters
@@ -60,6 +61,8 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
     seed : the TPE sampler's seed (its only randomness).
     warm_starts : hardware dicts enqueued first (e.g. the integer program's choice).
     lower_bound : a bound on the objective (cells below it start infeasible).
+    designed_start : the first batch also holds `type_seeds(space)` (every (machine type,
+        TP) combination at full power); False leaves the start to TPE (an ablation).
     """
     import optuna
 
@@ -67,7 +70,7 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
     sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                          n_startup_trials=max(batch, 8))
     study = optuna.create_study(direction="minimize", sampler=sampler)
-    for w in list(warm_starts or []) + type_seeds(space):
+    for w in list(warm_starts or []) + (type_seeds(space) if designed_start else []):
         study.enqueue_trial(_params_of(space, w), skip_if_exists=True)
     best = float("inf")
     rows, runs = [], {}

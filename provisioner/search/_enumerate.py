@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..designs import _FIELDS, DesignBatch
+from ..designs import DESIGN_FIELDS, DesignBatch
 from ._space import FamilySpace
 
 DEFAULT_PER_ROUND = 24
@@ -215,7 +215,7 @@ def lockstep(runs: list[StaircaseRun], evaluate: Callable, *, incumbent: float =
 
 def concat_batches(batches: list[DesignBatch]) -> DesignBatch:
     """One batch holding the designs of several, in order."""
-    return DesignBatch({k: np.concatenate([b.columns[k] for b in batches]) for k in _FIELDS})
+    return DesignBatch({k: np.concatenate([b.columns[k] for b in batches]) for k in DESIGN_FIELDS})
 
 
 def exhaustive_search(space: FamilySpace, evaluate: Callable, *, batch: int = 256,

@@ -14,12 +14,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from ..designs import DesignBatch, _FIELDS
+from ..designs import DesignBatch, DESIGN_FIELDS
 from ..sim import simulate
 
 # Columns of a scored row that the search and the result need (the rest is dropped
 # from the log to keep it small).
-LOG_COLUMNS = (*_FIELDS, "slo_met", "binding_slo", "min_margin", "stopped_early", "cost_usd_per_h", "power_kw",
+LOG_COLUMNS = (*DESIGN_FIELDS, "slo_met", "binding_slo", "min_margin", "stopped_early", "cost_usd_per_h", "power_kw",
                "throughput_rps", "requests",
                *(f"slowdown_{m}_p{p}" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)))
 
@@ -27,7 +27,7 @@ LOG_COLUMNS = (*_FIELDS, "slo_met", "binding_slo", "min_margin", "stopped_early"
 def design_keys(batch: DesignBatch) -> list[tuple]:
     """Hashable identity of each design of a batch (power caps rounded to 1e-6)."""
     cols = []
-    for k in _FIELDS:
+    for k in DESIGN_FIELDS:
         v = batch.columns[k]
         cols.append(np.round(v.astype(float), 6) if k.endswith("power_cap") else v)
     return [tuple(_py(c[i]) for c in cols) for i in range(len(batch))]

@@ -85,20 +85,8 @@ def capacity_bound(prompt_options: list[PoolOption], token_options: list[PoolOpt
     """
     from ortools.linear_solver import pywraplp
 
-    if goal not in GOALS:
-        raise ProvisionerError(f"goal must be one of {', '.join(GOALS)} (got '{goal}')")
-    if goal in ("cost", "power") and not (rps and rps > 0):
-        raise ProvisionerError("the capacity bound of goal cost/power needs rps > 0")
-    if goal == "throughput" and cost_budget_usd_per_h is None and power_budget_kw is None:
-        raise ProvisionerError("the capacity bound of goal throughput needs a cost or power budget")
-    solver = None
-    for name in ("SCIP", "CBC", "CP-SAT"):
-        solver = pywraplp.Solver.CreateSolver(name)
-        if solver is not None:
-            break
-    if solver is None:  # pragma: no cover - ortools always ships one of them
-        raise ProvisionerError("OR-Tools has no MIP solver (SCIP, CBC or CP-SAT) available")
-    solver.SetTimeLimit(int(time_limit_s * 1000))
+    _check_goal(goal, rps, cost_budget_usd_per_h, power_budget_kw)
+    solver = _mip_solver(time_limit_s)
     inf = solver.infinity()
     pools = [("prompt", prompt_options, max_prompt)]
     if token_options is not None:
@@ -159,6 +147,28 @@ def capacity_bound(prompt_options: list[PoolOption], token_options: list[PoolOpt
     warm.setdefault("token", None)
     return CapacityBound(float(value), objective, warm,
                          "optimal" if status == pywraplp.Solver.OPTIMAL else "feasible")
+
+
+def _check_goal(goal: str, rps, cost_budget_usd_per_h, power_budget_kw) -> None:
+    if goal not in GOALS:
+        raise ProvisionerError(f"goal must be one of {', '.join(GOALS)} (got '{goal}')", params=("goal",))
+    if goal in ("cost", "power") and not (rps and rps > 0):
+        raise ProvisionerError("the capacity bound of goal cost/power needs rps > 0", params=("rps",))
+    if goal == "throughput" and cost_budget_usd_per_h is None and power_budget_kw is None:
+        raise ProvisionerError("the capacity bound of goal throughput needs a cost or power budget",
+                               params=("cost_budget_usd_per_h", "power_budget_kw"))
+
+
+def _mip_solver(time_limit_s: float):
+    """An OR-Tools MIP solver (SCIP, else CBC, else CP-SAT) with a time limit."""
+    from ortools.linear_solver import pywraplp
+
+    for name in ("SCIP", "CBC", "CP-SAT"):
+        solver = pywraplp.Solver.CreateSolver(name)
+        if solver is not None:
+            solver.SetTimeLimit(int(time_limit_s * 1000))
+            return solver
+    raise ProvisionerError("OR-Tools has no MIP solver (SCIP, CBC or CP-SAT) available")  # pragma: no cover
 
 
 def pool_options(capacities: list[MachineCapacity], power_caps_low: list[float] | None = None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -11,6 +10,7 @@ from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec
 from ..errors import ProvisionerError
+from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
 GOALS = ("cost", "power", "throughput")
@@ -20,6 +20,29 @@ CUSTOM_FAMILIES = (CUSTOM_SPLIT, CUSTOM_BASELINE)
 # this many other seeds (seed + 1, seed + 2, ...). Two seeds run side by side on two cores.
 DEFAULT_VERIFY_FACTOR = 2.0
 DEFAULT_VERIFY_SEEDS = 2
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+_COUNT = Interval(Integral, 1, None, closed="left")
+_CONSTRAINTS = {
+    "goal": [Options(GOALS)],
+    "rps": [None, _POSITIVE],
+    "power_budget_kw": [None, _POSITIVE],
+    "cost_budget_usd_per_h": [None, _POSITIVE],
+    "duration_s": [None, _POSITIVE],
+    "arrival": [None, Options(ARRIVAL_PROCESSES)],
+    "cv": [_POSITIVE],
+    "seed": [Interval(Integral, 0, None, closed="left")],
+    "slo": [SLO],
+    "slo_scale": [_POSITIVE],
+    "searcher": [Options(SEARCHERS)],
+    "verify": [bool],
+    "verify_duration_s": [None, _POSITIVE],
+    "max_machines": [None, _COUNT],
+    "n_trials": [_COUNT],
+    "trial_batch": [_COUNT],
+    "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],
+    "search_tp": [bool],
+    "optuna_designed_start": [bool],
+}
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,8 @@ class ProvisionRequest:
     sampler_seed : seed of optuna's TPE sampler (default: `seed`).
     search_tp : custom families also choose the tensor-parallel degree per pool among those
         that fit the model (a machine then runs GPUs / TP replicas); else TP = the machine.
+    optuna_designed_start : optuna's first batch holds every (machine type, TP) combination
+        at full power (False: TPE's own random start, for ablations).
     """
 
     goal: str
@@ -86,32 +111,29 @@ class ProvisionRequest:
     trial_batch: int = 6
     sampler_seed: int | None = None
     search_tp: bool = True
+    optuna_designed_start: bool = True
 
     def __post_init__(self):
-        if self.goal not in GOALS:
-            raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{self.goal}')")
+        validate_params({f: getattr(self, f) for f in _CONSTRAINTS}, _CONSTRAINTS)
         self._resolve_trace()
         if self.goal in ("cost", "power"):
             if self.rps is None:
-                raise ProvisionerError(f"--goal {self.goal} needs --rps, the load to serve (requests/s)")
-            _positive("--rps", self.rps)
+                raise ProvisionerError(f"goal {self.goal} needs rps, the load to serve (requests/s)",
+                                       params=("goal", "rps"))
             if self.power_budget_kw is not None or self.cost_budget_usd_per_h is not None:
-                raise ProvisionerError(f"--goal {self.goal} takes --rps, not a budget; budgets go with --goal throughput")
+                raise ProvisionerError(f"goal {self.goal} takes rps, not a budget; budgets go with goal throughput",
+                                       params=("goal", "rps"))
         else:
             budgets = [b for b in (self.power_budget_kw, self.cost_budget_usd_per_h) if b is not None]
             if len(budgets) != 1:
-                raise ProvisionerError("--goal throughput needs exactly one budget: --power-budget-kw P (iso-power) "
-                                       "or --cost-budget-usd-per-h C (iso-cost)")
+                raise ProvisionerError("goal throughput needs exactly one budget: power_budget_kw (iso-power) "
+                                       "or cost_budget_usd_per_h (iso-cost)",
+                                       params=("goal", "power_budget_kw", "cost_budget_usd_per_h"))
             if self.rps is not None:
-                raise ProvisionerError("--goal throughput finds the highest sustainable rps; drop --rps")
-            _positive("--power-budget-kw" if self.power_budget_kw is not None else "--cost-budget-usd-per-h",
-                      budgets[0])
-        if not math.isfinite(self.slo_scale) or self.slo_scale <= 0:
-            raise ProvisionerError(f"--slo-scale must be > 0 (got {self.slo_scale:g})")
-        if self.searcher not in SEARCHERS:
-            raise ProvisionerError(f"--searcher must be one of {', '.join(SEARCHERS)} (got '{self.searcher}')")
+                raise ProvisionerError("goal throughput finds the highest sustainable load itself; drop rps",
+                                       params=("goal", "rps"))
         if not self.families:
-            raise ProvisionerError("no design family to search: give --design FAMILY")
+            raise ProvisionerError("no design family to search: give families", params=("families",))
         fams = tuple(dict.fromkeys(self.families))
         for f in fams:
             if f not in CUSTOM_FAMILIES:
@@ -119,32 +141,20 @@ class ProvisionRequest:
         object.__setattr__(self, "families", fams)
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
-            raise ProvisionerError(f"power-cap range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})")
-        if self.verify_duration_s is not None:
-            _positive("--verify-duration", self.verify_duration_s)
-        if self.max_machines is not None and self.max_machines < 1:
-            raise ProvisionerError(f"--max-machines must be >= 1 (got {self.max_machines})")
-        if self.n_trials < 1 or self.trial_batch < 1:
-            raise ProvisionerError("--trials and the trial batch must be >= 1")
+            raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",
+                                   params=("power_cap_range",))
         if any(int(c) < 1 for c in self.prompt_batch_caps):
-            raise ProvisionerError("prompt batch caps must be >= 1 token")
+            raise ProvisionerError("prompt_batch_caps must be >= 1 token", params=("prompt_batch_caps",))
 
     def _resolve_trace(self) -> None:
         """Default the arrival process, read the trace, fill `duration_s` (and a replay's `rps`)."""
         if isinstance(self.workload, (str, os.PathLike)) and str(self.workload).strip() == "":
-            raise ProvisionerError("--workload is empty: use coding, conversation or a CSV path")
+            raise ProvisionerError("workload is empty: use coding, conversation or a CSV path", params=("workload",))
         arrival = self.arrival if self.arrival is not None else default_arrival(self.workload)
-        if arrival not in ARRIVAL_PROCESSES:
-            raise ProvisionerError(f"--arrival must be one of {', '.join(ARRIVAL_PROCESSES)} (got '{arrival}')")
         if self.duration_s is None and arrival != "replay":
-            raise ProvisionerError(f"--duration is needed with {arrival} arrivals (seconds, e.g. 120)")
-        if self.duration_s is not None:
-            _positive("--duration", self.duration_s)
-        if self.rps is not None and self.goal in ("cost", "power"):
-            _positive("--rps", self.rps)
+            raise ProvisionerError(f"duration_s is needed with {arrival} arrivals (seconds, e.g. 120)",
+                                   params=("duration_s",))
         object.__setattr__(self, "arrival", arrival)
-        if not (math.isfinite(float(self.cv)) and self.cv > 0):
-            raise ProvisionerError(f"--cv must be > 0 (got {self.cv})")
         traces = self.traces()
         object.__setattr__(self, "duration_s", traces.duration_s)
         if self.rps is None and arrival == "replay" and self.goal in ("cost", "power"):
@@ -190,11 +200,3 @@ class ProvisionRequest:
     def replace(self, **changes) -> "ProvisionRequest":
         return replace(self, **changes)
 
-
-def _positive(name: str, value) -> None:
-    try:
-        ok = math.isfinite(float(value)) and float(value) > 0
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ProvisionerError(f"{name} must be > 0 (got {value})")

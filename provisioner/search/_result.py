@@ -1,4 +1,4 @@
-"""`ProvisionResult`: the answer of `provision`, as tables, JSON (RESULT_SCHEMA.md) and rich tables."""
+"""`ProvisionResult`: the answer of `provision`, as tables and JSON (RESULT_SCHEMA.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..results import design_result_json
+from ..results import design_result_json, json_number
 from ..slo import METRICS, PERCENTILES
 
 GOAL_OBJECTIVE = {"cost": "cost_usd_per_h", "power": "power_kw", "throughput": "sustainable_rps"}
@@ -21,6 +21,10 @@ class FamilyResult:
         no design could be scored, e.g. a budget that buys no machine).
     feasible : met every SLO and passed the DES re-check (when verification is on).
     staircase : the frontier search's verdicts (grid families), for heatmaps.
+    bound : the integer program's `CapacityBound` (None when no search ran).
+    bayes : optuna's `BayesOutcome` (its `trials` table) when optuna searched.
+    candidates : designs the budget affords that were raced (goal throughput).
+    evaluated : every design this family's search scored on the search trace(s).
     """
 
     family: str
@@ -35,8 +39,11 @@ class FamilyResult:
     evaluations: int = 0
     verification: dict | None = None
     staircase: object = field(default=None, repr=False)
-    details: dict = field(default_factory=dict, repr=False)
     elapsed_s: float | None = None
+    bound: object = field(default=None, repr=False)
+    bayes: object = field(default=None, repr=False)
+    candidates: int | None = None
+    evaluated: pd.DataFrame | None = field(default=None, repr=False)
 
     def to_json(self, workload: str, model: str, catalog=None, traces=None) -> dict:
         """`traces`: the search's `workloads.TraceGenerator` (adds the `trace` block)."""
@@ -46,18 +53,11 @@ class FamilyResult:
                                      trace=None if traces is None else traces.to_json(rps))
         else:
             obj = _empty_design_json(self.family, workload, model)
-        obj.update(feasible=bool(self.feasible), reason=self.reason, sustainable_rps=_num(self.sustainable_rps),
-                   lower_bound=_num(self.lower_bound), gap_to_bound_pct=_num(self.gap_to_bound_pct),
+        obj.update(feasible=bool(self.feasible), reason=self.reason, sustainable_rps=json_number(self.sustainable_rps),
+                   lower_bound=json_number(self.lower_bound), gap_to_bound_pct=json_number(self.gap_to_bound_pct),
                    searcher=self.searcher, evaluations=int(self.evaluations), verification=self.verification,
-                   elapsed_s=_num(self.elapsed_s))
+                   elapsed_s=json_number(self.elapsed_s))
         return obj
-
-
-def _num(v):
-    if v is None:
-        return None
-    v = float(v)
-    return v if np.isfinite(v) else None
 
 
 def _empty_design_json(family: str, workload: str, model: str) -> dict:
@@ -84,10 +84,10 @@ def evaluated_json(frame: pd.DataFrame) -> list[dict]:
             "token_machine": r["token_machine"], "prompt_power_cap": float(r["prompt_power_cap"]),
             "token_power_cap": float(r["token_power_cap"]), "prompt_tp": int(r["prompt_tp"]),
             "token_tp": int(r["token_tp"]), "prompt_batch_cap_tokens": int(r["prompt_batch_cap_tokens"]),
-            "cost_usd_per_h": _num(r["cost_usd_per_h"]), "power_kw": _num(r["power_kw"]),
-            "slo_met": bool(r["slo_met"]), "binding_slo": str(r["binding_slo"]), "min_margin": _num(r["min_margin"]),
-            "slowdown": {m: {f"p{p}": _num(r[f"slowdown_{m}_p{p}"]) for p in PERCENTILES} for m in METRICS},
-            "rps": _num(r["rps"]), "stopped_early": bool(r.get("stopped_early", False)),
+            "cost_usd_per_h": json_number(r["cost_usd_per_h"]), "power_kw": json_number(r["power_kw"]),
+            "slo_met": bool(r["slo_met"]), "binding_slo": str(r["binding_slo"]), "min_margin": json_number(r["min_margin"]),
+            "slowdown": {m: {f"p{p}": json_number(r[f"slowdown_{m}_p{p}"]) for p in PERCENTILES} for m in METRICS},
+            "rps": json_number(r["rps"]), "stopped_early": bool(r.get("stopped_early", False)),
         })
     return out
 
@@ -154,6 +154,14 @@ class ProvisionResult:
             return None
         return self.best.set_index("family").loc[self.winner_family]
 
+    @property
+    def catalog(self):
+        """The hardware catalog of the call's latency model (the shipped one if none was given)."""
+        if self._catalog is None:
+            from hardware_catalog import load_catalog
+            return load_catalog()
+        return self._catalog
+
     def family(self, name: str) -> FamilyResult:
         for fr in self.families:
             if fr.family == name:
@@ -185,10 +193,7 @@ class ProvisionResult:
         for f in req.families:
             if f in FAMILY_SPECS:
                 machines.update({FAMILY_SPECS[f].prompt_machine, FAMILY_SPECS[f].token_machine})
-        catalog = self._catalog
-        if catalog is None:
-            from hardware_catalog import load_catalog
-            catalog = load_catalog()
+        catalog = self.catalog
         cat_json = {}
         for m in sorted(machines):
             mach = catalog.machine(m)
@@ -204,109 +209,6 @@ class ProvisionResult:
                 "verify_duration_s": req.verification_duration_s if req.verify else None,
                 "verify_seeds": list(req.verification_seeds) if req.verify else None,
                 "code_version": _version(), "catalog": cat_json}
-
-    # -- rendering -----------------------------------------------------------------------
-    def render_table(self, console=None) -> None:
-        """Print one table row per family (design, $/h, kW, nine slowdowns with margins,
-        sustainable rps, gap to bound) and the winner, with rich."""
-        from rich.console import Console
-        from rich.table import Table
-
-        console = console or Console()
-        req = self.request
-        if req.goal == "cost":
-            title = f"least $/h meeting every SLO at {req.rps:g} req/s"
-        elif req.goal == "power":
-            title = f"least provisioned kW meeting every SLO at {req.rps:g} req/s"
-        elif req.power_budget_kw is not None:
-            title = f"highest sustainable req/s within {req.power_budget_kw:g} kW"
-        else:
-            title = f"highest sustainable req/s within ${req.cost_budget_usd_per_h:g}/h"
-        from rich import box
-
-        table = Table(title=f"provision: {title} — {req.workload}, {req.model}", box=box.SIMPLE_HEAD, pad_edge=False,
-                      caption="bound: the integer program's bound on the objective; gap: distance to it; "
-                              "DES: discrete-event re-check", caption_justify="left")
-        for col, just in (("family", "left"), ("design", "left"), ("$/h", "right"), ("kW", "right"),
-                          ("req/s", "right"), ("bound", "right"), ("gap", "right"), ("evals", "right"),
-                          ("DES", "left")):
-            table.add_column(col, justify=just, no_wrap=True, min_width=len(col))
-        for fr in self.families:
-            table.add_row(*self._cells(fr), style=None if fr.feasible else "dim")
-        console.print(table)
-        limits = ", ".join(f"{m.upper()} " + "/".join(f"{v:g}" for v in getattr(req.effective_slo, m)) for m in METRICS)
-        slo = Table(title="SLO slowdowns and margins to the limits (%); binding in bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                    caption=f"limits (p50/p90/p99): {limits}", caption_justify="left")
-        slo.add_column("family", no_wrap=True)
-        for m in METRICS:
-            for p in PERCENTILES:
-                slo.add_column(f"{m.upper()}\np{p}", justify="right", no_wrap=True, min_width=4)
-        for fr in self.families:
-            slo.add_row(fr.family, *self._slo_cells(fr), style=None if fr.feasible else "dim")
-        console.print(slo)
-        for fr in self.families:
-            if not fr.feasible and fr.reason:
-                console.print(f"[yellow]{fr.family}[/]: {fr.reason}")
-        if self.winner_family is None:
-            console.print("[bold red]no family has a feasible design[/]")
-        else:
-            fr = self.family(self.winner_family)
-            console.print(f"[bold green]winner: {fr.family}[/] — {_design_text(fr.row, self._catalog).replace(chr(10), ' ')}, "
-                          f"${fr.row['cost_usd_per_h']:.1f}/h, {fr.row['power_kw']:.1f} kW"
-                          + (f", {fr.sustainable_rps:.1f} req/s sustained" if fr.sustainable_rps else "")
-                          + f"  ({self.elapsed_s:.1f} s)")
-
-    def _cells(self, fr: FamilyResult) -> list[str]:
-        r = fr.row
-        gap = "-" if fr.gap_to_bound_pct is None else f"{fr.gap_to_bound_pct:.0f}%"
-        ver = "-" if fr.verification is None else ("pass" if fr.verification["met"] else "fail")
-        if r is None:
-            return [fr.family + " ✗", "-", "-", "-", "-", _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations), ver]
-        rps = fr.sustainable_rps if fr.sustainable_rps is not None else fr.rps
-        return [fr.family + ("" if fr.feasible else " ✗"), _design_text(r, self._catalog), f"{r['cost_usd_per_h']:.0f}",
-                f"{r['power_kw']:.0f}", _fmt(rps, ".1f"), _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations),
-                ver]
-
-    def _slo_cells(self, fr: FamilyResult) -> list[str]:
-        r = fr.row
-        cells = []
-        for m in METRICS:
-            for p in PERCENTILES:
-                if r is None:
-                    cells.append("-")
-                    continue
-                s, g = r[f"slowdown_{m}_p{p}"], r[f"margin_{m}_p{p}"]
-                text = _fmt(s, ".2f") + ("" if not np.isfinite(g) else f"\n{100 * g:+.0f}")
-                cells.append(f"[bold]{text}[/]" if str(r["binding_slo"]) == f"{m}_p{p}" else text)
-        return cells
-
-
-def _design_text(r, cat=None) -> str:
-    """Compact, two lines: '25P h100', '+8T h100@0.5' (machine names without the dgx-/hgx-
-    prefix; '/tp4' when a machine runs several replicas); `cat`: the call's catalog."""
-    if cat is None:
-        from hardware_catalog import load_catalog
-        cat = load_catalog()
-
-    def pool(n, m, cap, tp, tag):
-        name = str(m).removeprefix("dgx-").removeprefix("hgx-")
-        gpus = cat.machine(str(m)).gpus_per_machine
-        tp_text = "" if int(tp) in (0, gpus) else f"/tp{int(tp)}"
-        return f"{int(n)}{tag} {name}{tp_text}" + ("" if float(cap) >= 0.999 else f"@{float(cap):.2g}")
-    if int(r["token_machines"]) == 0:
-        return pool(r["prompt_machines"], r["prompt_machine"], r["prompt_power_cap"], r["prompt_tp"], "")
-    return (f"{pool(r['prompt_machines'], r['prompt_machine'], r['prompt_power_cap'], r['prompt_tp'], 'P')}\n"
-            f"+{pool(r['token_machines'], r['token_machine'], r['token_power_cap'], r['token_tp'], 'T')}")
-
-
-def _fmt(v, spec: str = ".1f") -> str:
-    if v is None:
-        return "-"
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return str(v)
-    return format(v, spec) if np.isfinite(v) else "inf"
 
 
 def _version() -> str:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..designs import DesignBatch
+from ..results import json_number
 from ..slo import METRICS, PERCENTILES
 from ._evaluate import Evaluator
 
@@ -51,14 +52,9 @@ class Verification:
         ws = self.worst_slowdown
         return {"engine": self.engine, "duration_s": self.duration_s, "seeds": list(self.seeds),
                 "rps": self.rps, "met": bool(self.met),
-                "worst_slowdown": {m: {f"p{p}": _finite(ws[i, j]) for j, p in enumerate(PERCENTILES)}
+                "worst_slowdown": {m: {f"p{p}": json_number(ws[i, j]) for j, p in enumerate(PERCENTILES)}
                                    for i, m in enumerate(METRICS)},
-                "min_margin": _finite(self.min_margin), "binding": self.binding}
-
-
-def _finite(v):
-    v = float(v)
-    return v if np.isfinite(v) else None
+                "min_margin": json_number(self.min_margin), "binding": self.binding}
 
 
 def _des_one(design, trace, model, slo, perf):

@@ -13,6 +13,7 @@ import pandas as pd
 from perfmodels import LatencyModel
 
 from ..designs import Design, DesignBatch
+from .._validation import Options, validate_params
 from ..errors import ProvisionerError
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs
@@ -22,6 +23,8 @@ __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_powe
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies"]
 
 ENGINES = ("fluid", "des")
+_CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None, LatencyModel],
+                "stop_infeasible": [bool]}
 
 
 def _engine(name: str):
@@ -68,6 +71,7 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
         (+1) of its requests exceeded a p99 limit of `slo`: that p99 is then violated
         whatever the rest of the trace does. Its unfinished requests get +inf times.
     """
+    validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, _ = _run(designs, trace, perf.llm(model), perf, engine,
                                  slo if slo is not None else SLO(), stop_infeasible)
@@ -116,6 +120,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     utilizations and mean decode batches, KV-transfer overhead, `cost_usd_per_h`,
     `power_kw`, `energy_wh_per_request`.
     """
+    validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,

@@ -1,0 +1,109 @@
+"""Rich tables of a `ProvisionResult` (the CLI's presentation of the answer)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..slo import METRICS, PERCENTILES
+
+
+def render_result(result, console=None) -> None:
+    """Print one table row per family (design, $/h, kW, nine slowdowns with margins,
+    sustainable rps, gap to bound) and the winner, with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    req = result.request
+    if req.goal == "cost":
+        title = f"least $/h meeting every SLO at {req.rps:g} req/s"
+    elif req.goal == "power":
+        title = f"least provisioned kW meeting every SLO at {req.rps:g} req/s"
+    elif req.power_budget_kw is not None:
+        title = f"highest sustainable req/s within {req.power_budget_kw:g} kW"
+    else:
+        title = f"highest sustainable req/s within ${req.cost_budget_usd_per_h:g}/h"
+    from rich import box
+
+    table = Table(title=f"provision: {title} — {req.workload}, {req.model}", box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="bound: the integer program's bound on the objective; gap: distance to it; "
+                          "DES: discrete-event re-check", caption_justify="left")
+    for col, just in (("family", "left"), ("design", "left"), ("$/h", "right"), ("kW", "right"),
+                      ("req/s", "right"), ("bound", "right"), ("gap", "right"), ("evals", "right"),
+                      ("DES", "left")):
+        table.add_column(col, justify=just, no_wrap=True, min_width=len(col))
+    for fr in result.families:
+        table.add_row(*_cells(fr, result.catalog), style=None if fr.feasible else "dim")
+    console.print(table)
+    limits = ", ".join(f"{m.upper()} " + "/".join(f"{v:g}" for v in getattr(req.effective_slo, m)) for m in METRICS)
+    slo = Table(title="SLO slowdowns and margins to the limits (%); binding in bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                caption=f"limits (p50/p90/p99): {limits}", caption_justify="left")
+    slo.add_column("family", no_wrap=True)
+    for m in METRICS:
+        for p in PERCENTILES:
+            slo.add_column(f"{m.upper()}\np{p}", justify="right", no_wrap=True, min_width=4)
+    for fr in result.families:
+        slo.add_row(fr.family, *_slo_cells(fr), style=None if fr.feasible else "dim")
+    console.print(slo)
+    for fr in result.families:
+        if not fr.feasible and fr.reason:
+            console.print(f"[yellow]{fr.family}[/]: {fr.reason}")
+    if result.winner_family is None:
+        console.print("[bold red]no family has a feasible design[/]")
+    else:
+        fr = result.family(result.winner_family)
+        console.print(f"[bold green]winner: {fr.family}[/] — {_design_text(fr.row, result.catalog).replace(chr(10), ' ')}, "
+                      f"${fr.row['cost_usd_per_h']:.1f}/h, {fr.row['power_kw']:.1f} kW"
+                      + (f", {fr.sustainable_rps:.1f} req/s sustained" if fr.sustainable_rps else "")
+                      + f"  ({result.elapsed_s:.1f} s)")
+
+
+def _cells(fr, cat) -> list[str]:
+    r = fr.row
+    gap = "-" if fr.gap_to_bound_pct is None else f"{fr.gap_to_bound_pct:.0f}%"
+    ver = "-" if fr.verification is None else ("pass" if fr.verification["met"] else "fail")
+    if r is None:
+        return [fr.family + " ✗", "-", "-", "-", "-", _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations), ver]
+    rps = fr.sustainable_rps if fr.sustainable_rps is not None else fr.rps
+    return [fr.family + ("" if fr.feasible else " ✗"), _design_text(r, cat), f"{r['cost_usd_per_h']:.0f}",
+            f"{r['power_kw']:.0f}", _fmt(rps, ".1f"), _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations),
+            ver]
+
+
+def _slo_cells(fr) -> list[str]:
+    r = fr.row
+    cells = []
+    for m in METRICS:
+        for p in PERCENTILES:
+            if r is None:
+                cells.append("-")
+                continue
+            s, g = r[f"slowdown_{m}_p{p}"], r[f"margin_{m}_p{p}"]
+            text = _fmt(s, ".2f") + ("" if not np.isfinite(g) else f"\n{100 * g:+.0f}")
+            cells.append(f"[bold]{text}[/]" if str(r["binding_slo"]) == f"{m}_p{p}" else text)
+    return cells
+
+
+def _design_text(r, cat) -> str:
+    """Compact, two lines: '25P h100', '+8T h100@0.5' (machine names without the dgx-/hgx-
+    prefix; '/tp4' when a machine runs several replicas); `cat`: the call's catalog."""
+
+    def pool(n, m, cap, tp, tag):
+        name = str(m).removeprefix("dgx-").removeprefix("hgx-")
+        gpus = cat.machine(str(m)).gpus_per_machine
+        tp_text = "" if int(tp) in (0, gpus) else f"/tp{int(tp)}"
+        return f"{int(n)}{tag} {name}{tp_text}" + ("" if float(cap) >= 0.999 else f"@{float(cap):.2g}")
+    if int(r["token_machines"]) == 0:
+        return pool(r["prompt_machines"], r["prompt_machine"], r["prompt_power_cap"], r["prompt_tp"], "")
+    return (f"{pool(r['prompt_machines'], r['prompt_machine'], r['prompt_power_cap'], r['prompt_tp'], 'P')}\n"
+            f"+{pool(r['token_machines'], r['token_machine'], r['token_power_cap'], r['token_tp'], 'T')}")
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    if v is None:
+        return "-"
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return format(v, spec) if np.isfinite(v) else "inf"

@@ -1,0 +1,109 @@
+"""The end of a family's search: choose among the scored-feasible candidates (with the
+discrete-event re-check when verification is on), and word the answer when nothing is
+feasible."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..designs import DesignBatch
+from ..results import json_number
+from ..slo import PERCENTILES
+from ._evaluate import Evaluator
+from ._ilp import CapacityBound
+from ._problem import SearchProblem
+from ._result import FamilyResult
+from ._verify import verify_candidates
+
+
+@dataclass
+class Choice:
+    """What `choose` settled on: the design (None if none passed), the verification JSON
+    (None without verification) and, when no design passed, why."""
+
+    design: object | None
+    verification: dict | None
+    reason: str | None
+
+
+def choose(problem: SearchProblem, family: str, cand: DesignBatch, objective: np.ndarray, ev: Evaluator,
+           rps: float) -> Choice:
+    """The design to report among `cand` (sorted by `objective`); `ev` is the search-trace
+    evaluator at `rps`."""
+    req = problem.req
+    if not req.verify:
+        return _cheapest_scored(cand, objective, ev)
+    seeds = req.verification_seeds
+    verify_traces = verification_traces(problem, rps)
+    # The verification traces' fluid screen is counted in the verification, not in the
+    # family's `evaluations` (which match its `evaluated` rows on the search trace).
+    screen = [ev] + [problem.evaluator(tr, [0]) for tr in verify_traces]
+    problem.progress.start(f"{family}: verify (DES)", None)
+    out = verify_candidates(cand, objective, screen, traces=verify_traces, seeds=seeds, model=req.model,
+                            slo=problem.slo, rps=rps, duration_s=req.verification_duration_s, perf=problem.perf,
+                            on_progress=lambda: problem.progress.advance(1))
+    if out.index is None:
+        if out.last_failure is not None:
+            v = out.last_failure
+            reason = (f"designs feasible on the search trace fail the discrete-event re-check ({v.binding} "
+                      f"margin {v.min_margin:+.0%} on {v.duration_s:g}-s traces, seeds "
+                      f"{', '.join(map(str, v.seeds))}); relax with more machines, a looser SLO or a lower load")
+            return Choice(None, {**v.to_json(), "des_runs": out.des_runs, "screened": out.screened}, reason)
+        reason = (f"no design passes the fluid screen on the {req.verification_duration_s:g}-s verification "
+                  f"traces (seeds {', '.join(map(str, seeds))}); relax with more machines (--max-machines), "
+                  f"a looser SLO or a lower load")
+        return Choice(None, None, reason)
+    return Choice(cand.design(out.index),
+                  {**out.verification.to_json(), "des_runs": out.des_runs, "screened": out.screened}, None)
+
+
+def _cheapest_scored(cand: DesignBatch, objective: np.ndarray, ev: Evaluator) -> Choice:
+    """The cheapest scored-feasible design (ties: the widest margin on the search trace)."""
+    n_tied = int(np.sum(objective <= objective[0] * (1 + 1e-9)))
+    head = cand.take(np.arange(min(max(n_tied, 1), 64)))
+    frame = ev(head)
+    ok = frame["slo_met"].to_numpy(bool)
+    if not ok.any():
+        return Choice(None, None, "no design of the space meets every SLO on the search trace")
+    obj = objective[:len(head)]
+    idx = np.flatnonzero(ok)
+    best = idx[np.lexsort((-frame["min_margin"].to_numpy(float)[idx], np.round(obj[idx], 9)))][0]
+    return Choice(head.design(int(best)), None, None)
+
+
+def verification_traces(problem: SearchProblem, rps: float) -> list:
+    """The traces of the discrete-event re-check at `rps` (one per verification seed)."""
+    req = problem.req
+    return [req.traces(req.verification_duration_s, s).at(rps) for s in req.verification_seeds]
+
+
+def infeasible(problem: SearchProblem, family: str, counter: list, bound: CapacityBound | None,
+               designs: DesignBatch, searcher: str, *, evaluated: pd.DataFrame | None, reason: str | None = None,
+               verification=None, rps=None) -> FamilyResult:
+    """A family with nothing feasible: its closest design (`designs[0]`) and why (the
+    binding SLO unless `reason` says otherwise)."""
+    req = problem.req
+    design = designs.design(0)
+    trace = problem.trace if rps is None else problem.scaled.at(rps)
+    full = problem.final_row(design, trace)
+    if reason is None:
+        reason = _binding_reason(problem, full, design, req.rps if rps is None else rps)
+    fr = FamilyResult(family, False, full, req.rps if rps is None else rps, reason=reason,
+                      lower_bound=json_number(bound.value) if bound is not None else None, searcher=searcher,
+                      evaluations=counter[0], verification=verification,
+                      evaluated=evaluated if evaluated is not None else pd.DataFrame())
+    problem.progress.done()
+    return fr
+
+
+def _binding_reason(problem: SearchProblem, full: pd.Series, design, rps: float) -> str:
+    b = str(full["binding_slo"])
+    m, p = b.split("_p")
+    lim = getattr(problem.slo, m)[PERCENTILES.index(int(p))]
+    size = (f"{design.prompt_machines} prompt + {design.token_machines} token machines"
+            if design.token_machines else f"{design.prompt_machines} machines")
+    return (f"{b} binds: slowdown {full[f'slowdown_{b}']:.2f}x > {lim:g}x even with {size} at {rps:g} req/s; "
+            f"relax with more machines (--max-machines), a looser SLO (--slo-scale) or a lower load")

@@ -1,0 +1,128 @@
+"""Goals cost and power: the least $/h or provisioned kW of a family meeting every SLO at
+the requested load (iso-throughput; Splitwise Sec. IV-D).
+
+A count grid (fixed hardware) is decided by the frontier search, started from the integer
+program's bound; a wider space (custom families, or `searcher="optuna"`) by optuna, each
+trial's counts found by the frontier search. The candidates, cheapest first, go to
+`_finalise.choose`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..designs import DesignBatch
+from ..results import json_number
+from ._bayes import BayesOutcome, bayes_search
+from ._enumerate import Staircase, exhaustive_search, staircase_search
+from ._evaluate import Evaluator
+from ._finalise import choose, infeasible
+from ._ilp import CapacityBound, gap_pct
+from ._problem import SearchProblem, objective_key
+from ._result import FamilyResult
+from ._space import FamilySpace
+
+MAX_EXPANSIONS = 2              # count bounds double at most this often before giving up
+
+
+@dataclass
+class _Found:
+    """The search's candidates (cheapest first; None: nothing feasible) and how it found them."""
+
+    candidates: DesignBatch | None
+    space: FamilySpace
+    staircase: Staircase | None = None
+    bayes: BayesOutcome | None = None
+    closest: DesignBatch | None = None      # the design to report when nothing is feasible
+
+
+def least_objective_family(problem: SearchProblem, family: str) -> FamilyResult:
+    """The cheapest (goal cost) or least-power (goal power) design of `family` at `rps`."""
+    req = problem.req
+    key = objective_key(req.goal)
+    space = problem.space(family)
+    grid = space.is_grid and req.searcher != "optuna"
+    bound = problem.bound(space, goal=req.goal, rps=req.rps)
+    problem.progress.start(f"{family}: search", None)
+    counter = [0]
+    ev = problem.evaluator(problem.trace, counter)
+    searcher = "optuna" if not grid else ("ilp+enumeration" if req.searcher == "auto" else "enumeration")
+    found = _grid_search(problem, space, ev, bound, key) if grid else _bayes_search(problem, space, ev, bound, key)
+    if found.candidates is None:
+        return infeasible(problem, family, counter, bound, found.closest, searcher, evaluated=ev.scored())
+    cand = found.candidates
+    objective = problem.objective_values(cand, key)
+    choice = choose(problem, family, cand, objective, ev, req.rps)
+    if choice.design is None:
+        return infeasible(problem, family, counter, bound, cand.take(np.array([0])), searcher,
+                          evaluated=ev.scored(), reason=choice.reason, verification=choice.verification)
+    row = problem.final_row(choice.design, problem.trace)
+    value = float(row[key])
+    fr = FamilyResult(family, True, row, req.rps, lower_bound=json_number(bound.value),
+                      gap_to_bound_pct=json_number(gap_pct(value, bound.value)), searcher=searcher,
+                      evaluations=counter[0], verification=choice.verification, staircase=found.staircase,
+                      bound=bound, bayes=found.bayes, evaluated=ev.scored())
+    problem.progress.done()
+    return fr
+
+
+def _grid_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bound: CapacityBound,
+                 key: str) -> _Found:
+    """The frontier search of a count grid, its bounds grown while its largest design fails."""
+    req = problem.req
+    for _ in range(MAX_EXPANSIONS + 1):
+        corner = space.designs([space.prompt.max_machines],
+                               [space.token.max_machines if space.token is not None else 0])
+        corner_row = ev(corner).iloc[0]
+        if corner_row["slo_met"] or req.max_machines is not None:
+            break
+        space = space.with_bounds(2 * space.prompt.max_machines,
+                                  2 * space.token.max_machines if space.token is not None else None)
+    if not corner_row["slo_met"]:
+        return _Found(None, space, closest=corner)
+    if req.searcher == "exhaustive":
+        exhaustive_search(space, ev)
+    obj = problem.objective_of(space, key)
+    sc = staircase_search(space, ev, objective=obj,
+                          lower_bound=bound.value if (req.searcher == "auto" and bound.feasible) else None,
+                          decide_all=req.searcher != "auto")
+    p, t = sc.feasible_cells()
+    if not len(p):
+        return _Found(None, space, staircase=sc, closest=corner)
+    order = np.lexsort((-t, obj(p, t)))
+    return _Found(space.designs(p[order], t[order]), space, staircase=sc)
+
+
+def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bound: CapacityBound,
+                  key: str) -> _Found:
+    """Optuna over the hardware of a wide space; the candidates are every trial's feasible cells."""
+    req = problem.req
+    warm = []
+    if bound.warm_start and bound.warm_start.get("prompt"):
+        po, _ = bound.warm_start["prompt"]
+        hw = {"prompt_machine": po.machine, "prompt_power_cap": po.power_cap, "prompt_tp": po.capacity.tp}
+        to = (bound.warm_start.get("token") or (None, 0))[0]
+        if to is not None:
+            hw.update(token_machine=to.machine, token_power_cap=to.power_cap, token_tp=to.capacity.tp)
+        warm.append(hw)
+    out = bayes_search(space, ev, objective_fn=lambda fs: problem.objective_of(fs, key),
+                       bounds=lambda hw: problem.hardware_bounds(space, hw, req.rps), n_trials=req.n_trials,
+                       batch=req.trial_batch, seed=req.seed if req.sampler_seed is None else req.sampler_seed,
+                       warm_starts=warm, lower_bound=bound.value if bound.feasible else None,
+                       designed_start=req.optuna_designed_start)
+    frames = []
+    for run in out.runs.values():
+        p, t = run.sc.feasible_cells()
+        if len(p):
+            frames.append(run.space.designs(p, t).to_frame())
+    if not frames:
+        biggest = space.designs([space.prompt.max_machines],
+                                [space.token.max_machines if space.token is not None else 0])
+        return _Found(None, space, bayes=out, closest=biggest)
+    allc = pd.concat(frames, ignore_index=True).drop_duplicates()
+    batch = DesignBatch.from_frame(allc)
+    objective = problem.objective_values(batch, key)
+    return _Found(batch.take(np.lexsort((-batch.token_machines, objective))), space, bayes=out)

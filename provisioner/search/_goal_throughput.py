@@ -1,0 +1,167 @@
+"""Goal throughput: the highest load a family sustains within a power or cost budget
+(iso-power, iso-cost; Splitwise Sec. IV-D).
+
+The designs the budget affords at most (none dominated by another affordable one) are
+raced by bisection on the load (`_throughput.max_sustainable_rps`); the sustaining ones,
+cheapest in the budget's currency first, go to `_finalise.choose`. A claim that fails the
+discrete-event re-check is lowered step by step and re-checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..designs import DesignBatch
+from ..results import json_number
+from ._evaluate import Evaluator
+from ._finalise import Choice, choose, infeasible
+from ._ilp import gap_pct
+from ._problem import SearchProblem
+from ._result import FamilyResult
+from ._space import FamilySpace
+from ._throughput import MIN_REQUESTS, max_sustainable_rps
+
+THROUGHPUT_MAX_CANDIDATES = 96  # designs raced per family (best capacity estimates first)
+THROUGHPUT_VERIFY_STEP = 0.03   # a sustainable rps that fails the DES is lowered by 3% and retried
+THROUGHPUT_VERIFY_TRIES = 6
+
+
+class _Evaluators:
+    """One evaluator per load (the traces of `problem.scaled`), sharing one counter."""
+
+    def __init__(self, problem: SearchProblem):
+        self.problem = problem
+        self.counter = [0]
+        self._by_rps: dict[float, Evaluator] = {}
+
+    def at(self, rps: float) -> Evaluator:
+        key = round(float(rps), 9)
+        if key not in self._by_rps:
+            self._by_rps[key] = self.problem.evaluator(self.problem.scaled.at(rps), self.counter)
+        return self._by_rps[key]
+
+    def scored(self) -> pd.DataFrame:
+        return pd.concat([e.scored() for e in self._by_rps.values()] or [pd.DataFrame()], ignore_index=True)
+
+
+def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
+    """The design of `family` within the budget that sustains the highest load."""
+    req = problem.req
+    space = problem.space(family)
+    searcher = "ilp+enumeration" if space.is_grid else "optuna"
+    cand = budget_candidates(problem, space)
+    bound = problem.bound(space, goal="throughput")
+    if cand is None or not len(cand):
+        return FamilyResult(family, False, None, None, reason=(
+            f"the budget of {problem.budget_text()} does not buy the smallest {family} design "
+            f"({problem.smallest_text(space)}); raise the budget"), lower_bound=json_number(bound.value),
+            searcher=searcher)
+    evs = _Evaluators(problem)
+    hi = bound.value if bound.feasible else 100.0
+    problem.progress.start(f"{family}: sustainable rps", None)
+    rps, frame = max_sustainable_rps(cand, problem.scaled, lambda d, tr: evs.at(tr.rate_rps)(d),
+                                     rps_lo=0.6 * hi, rps_hi=hi)
+    if not np.isfinite(rps):
+        biggest = cand.take(np.array([int(np.argmax(problem.objective_values(cand, problem.budget_key)))]))
+        r_min = MIN_REQUESTS / req.duration_s
+        fr = infeasible(problem, family, evs.counter, bound, biggest, searcher, evaluated=evs.scored(), rps=r_min)
+        fr.reason = (f"no design within {problem.budget_text()} meets every SLO even at {r_min:g} req/s "
+                     f"(binding {fr.row['binding_slo']}); raise the budget or loosen the SLO")
+        return fr
+    # The designs that sustain the load, cheapest in the budget's currency first.
+    alive = cand.take(frame["candidate"].to_numpy())
+    obj = problem.objective_values(alive, problem.budget_key)
+    order = np.lexsort((-frame["min_margin"].to_numpy(float), np.round(obj, 9)))
+    alive, obj = alive.take(order), obj[order]
+    if req.verify:
+        rps, choice = _verified_rps(problem, family, alive, obj, evs, rps)
+        if choice.design is None:
+            return infeasible(problem, family, evs.counter, bound, alive, searcher, evaluated=evs.scored(),
+                              reason=choice.reason, verification=choice.verification, rps=rps)
+    else:
+        choice = Choice(alive.design(0), None, None)
+    row = problem.final_row(choice.design, problem.scaled.at(rps))
+    fr = FamilyResult(family, True, row, rps, sustainable_rps=rps, lower_bound=json_number(bound.value),
+                      gap_to_bound_pct=json_number(gap_pct(rps, bound.value)), searcher=searcher,
+                      evaluations=evs.counter[0], verification=choice.verification, bound=bound,
+                      candidates=len(cand), evaluated=evs.scored())
+    problem.progress.done()
+    return fr
+
+
+def _verified_rps(problem: SearchProblem, family: str, alive: DesignBatch, obj: np.ndarray, evs: _Evaluators,
+                  rps: float) -> tuple[float, Choice]:
+    """The highest load (from `rps` down, in steps) at which a design passes the re-check."""
+    for _ in range(THROUGHPUT_VERIFY_TRIES):
+        choice = choose(problem, family, alive, obj, evs.at(rps), rps)
+        if choice.design is not None:
+            return rps, choice
+        rps = float(f"{rps / (1 + THROUGHPUT_VERIFY_STEP):.4g}")
+    return rps, choice
+
+
+def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch | None:
+    """The designs the budget affords that no other affordable design dominates."""
+    bkey = problem.budget_key
+    budget = problem.budget * (1 + 1e-9)
+    frames = []
+    steps = 4 if not space.is_grid else 1
+    for pm, ptp in space.prompt.choices:
+        for pc in space.prompt.cap_grid(steps):
+            up = problem.unit_objective(pm, pc, bkey)
+            if space.token is None:
+                n = int(np.floor(budget / up))
+                if n >= 1:
+                    frames.append(space.designs([n], prompt_machine=[pm], prompt_power_cap=[pc],
+                                                prompt_tp=[ptp]).to_frame())
+                continue
+            for tm, ttp in space.token.choices:
+                for tc in space.token.cap_grid(steps):
+                    frame = _split_frontier(space, budget, up, problem.unit_objective(tm, tc, bkey),
+                                            (pm, pc, ptp), (tm, tc, ttp))
+                    if frame is not None:
+                        frames.append(frame)
+    if not frames:
+        return None
+    batch = DesignBatch.from_frame(pd.concat(frames, ignore_index=True))
+    if len(batch) > THROUGHPUT_MAX_CANDIDATES:
+        est = _rps_estimate(problem, batch)
+        batch = batch.take(np.sort(np.argsort(-est, kind="stable")[:THROUGHPUT_MAX_CANDIDATES]))
+    return batch
+
+
+def _split_frontier(space: FamilySpace, budget: float, up: float, ut: float, prompt: tuple,
+                    token: tuple) -> pd.DataFrame | None:
+    """The undominated affordable (p, t) of one (machine, cap, TP) choice per pool."""
+    (pm, pc, ptp), (tm, tc, ttp) = prompt, token
+    t = np.arange(1, int(np.floor((budget - up) / ut)) + 1)
+    if not len(t):
+        return None
+    p = np.floor((budget - t * ut) / up).astype(int)
+    keep = p >= 1
+    t, p = t[keep], p[keep]
+    # Drop (p, t) when (p, t + 1) is affordable too: it is dominated.
+    last = np.r_[p[1:] < p[:-1], True] if len(p) else p
+    t, p = t[last], p[last]
+    if not len(t):
+        return None
+    n = len(p)
+    return space.designs(p, t, prompt_machine=[pm] * n, token_machine=[tm] * n, prompt_power_cap=[pc] * n,
+                         token_power_cap=[tc] * n, prompt_tp=[ptp] * n, token_tp=[ttp] * n).to_frame()
+
+
+def _rps_estimate(problem: SearchProblem, batch: DesignBatch) -> np.ndarray:
+    """Rough sustainable rps of each design: machines over the mean work per request."""
+    out = np.empty(len(batch))
+    for i in range(len(batch)):
+        d = batch.design(i)
+        cp = problem.capacity(d.prompt_machine, d.prompt_power_cap, d.prompt_tp)
+        if d.token_machines == 0:
+            out[i] = d.prompt_machines / cp.work_s_per_request
+            continue
+        ct = problem.capacity(d.token_machine, d.token_power_cap, d.token_tp)
+        out[i] = min(d.prompt_machines / cp.prompt_s_per_request,
+                     d.token_machines / max(ct.decode_s_per_request, 1e-9)) + \
+            0.5 * (d.prompt_machines + d.token_machines) / (cp.prompt_s_per_request + ct.decode_s_per_request)
+    return out

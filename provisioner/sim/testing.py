@@ -1,0 +1,21 @@
+"""The engines' building blocks, for white-box tests and benchmarks (as `optuna.testing`
+is for optuna's): not the user-facing API, which is `provisioner.sim.simulate`.
+
+- `run_fluid(inputs, ...)`, `run_des(inputs)`: one engine on `SimInputs` (`build_inputs`).
+- `des_iteration_s(coef, ...)`: the discrete-event engine's scalar iteration time.
+- `des_simulate_design(inputs, d)`: one design run to the end; its cluster state.
+- `DesMachine`: the discrete-event engine's machine (its `start` admits work).
+- `percentiles_into(a, n_finite, n, out)`: the fluid kernel's p50/p90/p99.
+
+Importing this module loads numba (the fluid kernel).
+"""
+
+from ._des import _iteration_s as des_iteration_s
+from ._des import _Machine as DesMachine
+from ._des import _simulate as des_simulate_design
+from ._des import run_des
+from ._fluid import _percentiles_into as percentiles_into
+from ._fluid import run_fluid
+from ._inputs import build_inputs
+
+__all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "percentiles_into", "build_inputs"]
