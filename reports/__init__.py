@@ -27,9 +27,9 @@ from ._base import CHECK_NAMES, LOAD_FACTORS, evaluated_frame
 from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
 from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
-from ._perf import PANELS, perf_figure, perf_plot_data
+from ._perf import PANELS, perf_figure, perf_plot_data, profile_curves
 
-__all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure",
+__all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure", "profile_curves",
            "PANELS", "evaluated_frame", "heatmap", "heatmaps", "Heatmap", "pareto", "non_dominated", "summary_bars",
            "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS"]
 

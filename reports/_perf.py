@@ -173,3 +173,18 @@ def perf_figure(data: pd.DataFrame, gpus=PLOT_GPUS):
                "x = excluded artifact; lines: model)"),
         legend=dict(groupclick="toggleitem"))
     return fig
+
+
+def profile_curves(data: pd.DataFrame, perf) -> pd.DataFrame:
+    """`data` (from `perf_plot_data`) with the model rows' `time_ms` recomputed by `perf`
+    (a `ProfileLatencyModel`): that model drawn against the measurements it interpolates.
+    The measured rows and the curves' points stay as they are."""
+    out = data.copy()
+    model_rows = out.kind == "model"
+    for (panel, model, gpu, tp), g in out[model_rows].groupby(["panel", "model", "gpu", "tp"]):
+        if panel.startswith("prefill"):
+            t = perf.prefill_time_s(model, gpu, tp, g.prompt_size.to_numpy(), g.batch_size.to_numpy())
+        else:
+            t = perf.decode_time_s(model, gpu, tp, g.batch_size.to_numpy(), g.context_tokens.to_numpy())
+        out.loc[g.index, "time_ms"] = 1e3 * np.asarray(t, dtype=float)
+    return out

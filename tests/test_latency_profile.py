@@ -193,8 +193,7 @@ def test_cli_simulate_with_a_profile_says_where_it_falls_back(tmp_path):
 
 def test_perf_plot_draws_the_profile_model(sws):
     from perfmodels import calibrate
-    from provisioner.cli._perf import perf_plot_data
-    from provisioner.cli._perf_profile import profile_curves
+    from reports import perf_plot_data, profile_curves
 
     data = perf_plot_data(calibrate(holdout_fraction=0.2, seed=0), grid_points=8)
     drawn = profile_curves(data, sws)

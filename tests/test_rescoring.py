@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodels import LatencyModel
-from perfmodels._constants import load_calibration
+from perfmodels import LatencyModel, load_calibration
 from provisioner import simulate
 from provisioner.designs import FAMILIES
 from provisioner.results import design_from_json
@@ -35,10 +34,9 @@ def cli():
     """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
     from typer.testing import CliRunner
 
-    from provisioner.cli import _register, app
+    from provisioner.cli import get_app
 
-    if not app.registered_commands:
-        _register()
+    app = get_app()
     runner = CliRunner()
 
     def run(*args):

@@ -42,10 +42,9 @@ def cli():
     """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
     from typer.testing import CliRunner
 
-    from provisioner.cli import _register, app
+    from provisioner.cli import get_app
 
-    if not app.registered_commands:
-        _register()
+    app = get_app()
     runner = CliRunner()
 
     def run(*args):

@@ -352,7 +352,7 @@ def plot_command(
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
     if latency_interp is not None:
         from perfmodels import load_profile_model
-        from ._perf_profile import profile_curves
+        from reports import profile_curves
         path = profile or Path(perfmodels.__file__).resolve().parent / "data" / "llama2-70b_dgx.csv"
         data = profile_curves(data, load_profile_model(path, latency_interp))
     fig = perf_figure(data)
