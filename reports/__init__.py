@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner.errors import ProvisionerError
-
 from ._data import ReportData, report_data
 
 __all__ = ["build_report_html", "write_report", "report_data", "ReportData"]
@@ -37,20 +35,15 @@ def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:
     return render_page(data, figures(data))
 
 
-def write_report(result, path, *, force: bool = False, perf=None, baseline: str | None = None) -> Path:
-    """Write the HTML report to `path` and return it.
+def write_report(result, path, *, force: bool = False, perf=None, baseline: str | None = None,
+                 inputs=()) -> Path:
+    """Write the HTML report to `path` (atomically) and return it.
 
-    Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`.
+    Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`,
+    and always to overwrite one of `inputs` (the files the report is made from).
     """
-    path = Path(path)
-    if path.is_dir():
-        raise ProvisionerError(f"report path '{path}' is a directory; give a file name such as {path / 'report.html'}")
-    if path.exists() and not force:
-        raise ProvisionerError(f"'{path}' exists; pass --force (force=True) to overwrite it")
+    from provisioner._io import check_output_path, write_output
+
+    check_output_path(path, flag="report path", force=force, inputs=inputs)
     html = build_report_html(result, perf=perf, baseline=baseline)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(html, encoding="utf-8")
-    except OSError as exc:
-        raise ProvisionerError(f"cannot write the report to '{path}': {exc.strerror or exc}") from None
-    return path
+    return write_output(path, html, flag="report path", force=force, inputs=inputs)

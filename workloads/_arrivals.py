@@ -12,6 +12,11 @@ import numbers
 
 import numpy as np
 
+from workloads.errors import WorkloadError
+
+# Ten million requests (~40 bytes each across the generator's arrays) bound any trace in memory.
+MAX_TRACE_REQUESTS = 10_000_000
+
 __all__ = ["gamma_arrivals", "poisson_arrivals", "replay_arrivals"]
 
 RngLike = int | np.random.Generator | np.random.SeedSequence | None
@@ -157,6 +162,10 @@ def _request_count(rps: float, duration_s: float) -> int:
     if n < 1:
         raise ValueError(f"too few requests: rps * duration_s = {rps * duration_s:g} "
                          f"rounds to 0 requests; raise rps or duration_s")
+    if n > MAX_TRACE_REQUESTS:
+        raise WorkloadError(f"{rps:g} requests/s over {duration_s:g} s is {n:.3g} requests, more than a trace "
+                            f"holds (at most {MAX_TRACE_REQUESTS:,}, ~{MAX_TRACE_REQUESTS * 40 / 1e9:.1f} GB); "
+                            f"lower the rate (or the budget) or shorten the duration")
     return int(n)
 
 

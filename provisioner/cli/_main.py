@@ -87,8 +87,8 @@ def main_command(
     if json_out:
         echo_json(obj)
         return
-    from rich.console import Console
-    console = Console()
+    from ._common import console as make_console
+    console = make_console()
     result.render_table(console)
     if report is not None:
         console.print(f"report: {report}")

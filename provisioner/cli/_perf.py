@@ -29,6 +29,8 @@ from perfmodels import (Calibration, CalibrationReport, LatencyModel, calibrate,
 from perfmodels._calibrate import POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS
 from perfmodels._model import TP_DEGREES
 
+from .._io import check_output_path, write_output
+from ._common import console as make_console
 from ..errors import ProvisionerError
 
 app = typer.Typer(
@@ -63,6 +65,7 @@ class _Points:
 
     frame: pd.DataFrame      # model, hardware, gpu, tensor_parallel, prompt_size, batch_size, power_cap, line
     has_power_cap: bool
+    extra: pd.DataFrame      # the input's other columns, as read (the output repeats them)
 
 
 def predict_points(points: pd.DataFrame, perf: LatencyModel | None = None) -> pd.DataFrame:
@@ -101,7 +104,7 @@ def predict_command(
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:
     """Prefill and decode-iteration times (ms) for each row of a CSV."""
-    _check_out(out, force, "--out")
+    _check_out(out, force, "--out", inputs=(points,))
     parsed = _read_points(points)
     perf = LatencyModel()
     df = parsed.frame
@@ -109,8 +112,8 @@ def predict_command(
     _warn_memory(perf.catalog, df, points)
     times = predict_points(df, perf)
     cols = list(POINT_INPUT_COLUMNS) + (["power_cap"] if parsed.has_power_cap else [])
-    result = pd.concat([df[cols], times], axis=1)
-    result.to_csv(out, index=False)
+    result = pd.concat([df[cols], parsed.extra, times], axis=1)
+    write_output(out, result.to_csv(index=False), force=force, inputs=(points,))
     typer.echo(f"wrote {len(result)} rows to {out}")
 
 
@@ -172,8 +175,9 @@ def _read_points(path: Path) -> _Points:
         s = _number(cell["prompt_size"], f"{at} prompt_size")
         b = _number(cell["batch_size"], f"{at} batch_size")
         for name, v, unit in (("prompt_size", s, "tokens per prompt"), ("batch_size", b, "requests")):
-            if not v > 0:
-                raise ProvisionerError(f"{at} {name}: must be a positive number of {unit} (got {cell[name]})")
+            if not v > 0 or v != round(v):
+                raise ProvisionerError(f"{at} {name}: must be a positive whole number of {unit} "
+                                       f"(got {cell[name]})")
         cap = 1.0
         if has_cap and cell["power_cap"]:  # an empty cell means uncapped
             cap = _number(cell["power_cap"], f"{at} power_cap")
@@ -183,10 +187,12 @@ def _read_points(path: Path) -> _Points:
         records.append(dict(model=model, hardware=cell["hardware"], gpu=gpu, tensor_parallel=int(tp),
                             prompt_size=s, batch_size=b, power_cap=cap, line=line))
     frame = pd.DataFrame.from_records(records)
-    for col in ("prompt_size", "batch_size"):  # write integers back as integers
-        if (frame[col] == np.round(frame[col])).all():
-            frame[col] = frame[col].astype(np.int64)
-    return _Points(frame, has_cap)
+    for col in ("prompt_size", "batch_size"):  # whole numbers (checked above), written back as integers
+        frame[col] = frame[col].astype(np.int64)
+    known = set(pos)
+    extra = pd.DataFrame({c: [record[i].strip() for _, record in rows] for i, c in enumerate(header)
+                          if c and c not in known and c not in PREDICTED_COLUMNS}, index=frame.index)
+    return _Points(frame, has_cap, extra)
 
 
 def _resolve_hardware(cat, name: str, at: str):
@@ -239,13 +245,8 @@ def _warn_memory(cat, df: pd.DataFrame, path: Path) -> None:
               f"{first.batch_size} x {first.prompt_size} tokens); their times are extrapolated")
 
 
-def _check_out(out: Path, force: bool, flag: str) -> None:
-    if out.is_dir():
-        raise ProvisionerError(f"{flag} {out} is a directory; give a file path")
-    if out.exists() and not force:
-        raise ProvisionerError(f"{flag} {out} already exists; pass --force to overwrite it or choose another path")
-    if not out.parent.is_dir():
-        raise ProvisionerError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
+def _check_out(out: Path, force: bool, flag: str, inputs=()) -> None:
+    check_output_path(out, flag=flag, force=force, inputs=inputs)
 
 
 # --- calibrate -------------------------------------------------------------------------
@@ -334,11 +335,11 @@ def calibrate_command(
         raise ProvisionerError(f"--max-mape must be a percentage > 0, e.g. 8 (got {max_mape:g})")
     target = DEFAULT_CALIBRATION_PATH if out is None else out
     if target.resolve() != DEFAULT_CALIBRATION_PATH:
-        _check_out(target, force, "--out")
+        _check_out(target, force, "--out", inputs=(profile,))
     report = run_calibration(_read_profile(profile), holdout, seed)
     table = mape_table(report)
 
-    console = Console(width=max(Console().width, 100))
+    console = Console(width=max(Console().width, 100)) if Console().is_terminal else make_console()
     t = Table(title=f"MAPE of the fitted model ({holdout:.0%} of points held out, seed {seed})")
     for col, justify in (("GPU", "left"), ("phase", "left"), ("held-out MAPE", "right"), ("train MAPE", "right"),
                          ("held-out points", "right"), ("train points", "right")):
@@ -365,7 +366,7 @@ def calibrate_command(
         if kept:
             console.print(f"kept the constants of {', '.join(kept)} from the previous {target.name} "
                           f"(not in the profile)", highlight=False, soft_wrap=True)
-    target.write_text(dump_calibration(cal))
+    write_output(target, dump_calibration(cal), force=True, inputs=(profile,))
     console.print(f"saved constants to {target}", highlight=False, soft_wrap=True)
 
 
@@ -552,6 +553,6 @@ def plot_command(
     report = run_calibration(df, holdout, seed)
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
     fig = perf_figure(data)
-    fig.write_html(str(out), include_plotlyjs=True, full_html=True)
+    write_output(out, fig.to_html(include_plotlyjs=True, full_html=True), force=force, inputs=(profile,))
     typer.echo(f"wrote {out} ({len(data[data.kind == 'measured'])} measured points, "
                f"{data.panel.nunique()} panels)")

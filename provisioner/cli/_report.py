@@ -19,8 +19,10 @@ def report_command(
 ) -> None:
     from reports import write_report
 
+    from .._io import check_output_path
+    check_output_path(out, flag="--out", force=force, inputs=(result_json,))
     result = load_result(result_json)
-    path = write_report(result, out, force=force, baseline=baseline)
+    path = write_report(result, out, force=force, baseline=baseline, inputs=(result_json,))
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

@@ -32,6 +32,7 @@ def simulate_command(
         from ..errors import ProvisionerError
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
     spec = family_spec(design)
+    _refuse_flags_of_other_families(spec, prompt_machines, token_machines, machines, token_power_cap)
     overrides = {}
     if prompt_power_cap is not None:
         overrides["prompt_power_cap"] = prompt_power_cap
@@ -40,7 +41,7 @@ def simulate_command(
     if spec.split:
         d = make_design(design, prompt_machines, token_machines, **overrides)
     else:
-        d = make_design(design, machines=machines or prompt_machines, **overrides)
+        d = make_design(design, machines=machines, **overrides)
     trace = load_workload(workload, rps, duration, seed)
     row = simulate(d, trace, model, engine=engine, slo=SLO().scaled(slo_scale)).iloc[0]
     obj = design_result_json(row, workload=workload, model=model, rps=rps)
@@ -50,9 +51,26 @@ def simulate_command(
     _print_summary(obj, row)
 
 
+def _refuse_flags_of_other_families(spec, prompt_machines: int, token_machines: int, machines: int,
+                                    token_power_cap: float | None) -> None:
+    """A flag that does not apply to the family is an error, never silently ignored."""
+    from ..errors import ProvisionerError
+
+    if spec.split and machines:
+        raise ProvisionerError(f"--machines is for baseline families; {spec.name} has two pools: give "
+                               f"--prompt-machines N --token-machines M")
+    if not spec.split and (prompt_machines or token_machines):
+        raise ProvisionerError(f"{spec.name} has one pool of mixed machines: give --machines N, not "
+                               f"--prompt-machines/--token-machines")
+    if not spec.split and token_power_cap is not None:
+        raise ProvisionerError(f"{spec.name} has no token pool: cap its machines with --prompt-power-cap, "
+                               f"not --token-power-cap")
+
+
 def _print_summary(obj: dict, row) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ._common import console as make_console
 
     d = obj["design"]
     title = (f"{d['family']}: {d['prompt_machines']} prompt + {d['token_machines']} token machines"
@@ -67,8 +85,11 @@ def _print_summary(obj: dict, row) -> None:
         for p in ("p50", "p90", "p99"):
             cells += [f"{obj[m + '_ms'][p]:.0f}", f"{obj['slo']['slowdown'][m][p]:.2f}"]
         table.add_row(m.upper(), *cells)
-    console = Console()
+    console = make_console()
     console.print(table)
     verdict = "meets every SLO" if obj["slo"]["met"] else f"violates the SLOs (binding: {row.binding_slo})"
+    if obj["slo"]["unservable_requests"]:
+        verdict = (f"cannot serve {obj['slo']['unservable_requests']} request(s): their KV cache is larger than "
+                   f"any machine of the design holds")
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")

@@ -26,6 +26,7 @@ from perfmodels import LatencyModel
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DesignBatch
 from ..errors import ProvisionerError
 from ..sim import cluster_cost_power, simulate
+from ..sim._servable import KV_CAPACITY_CHECK, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ._bayes import bayes_search
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
@@ -68,7 +69,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
     for m in (request.prompt_machine_types or ()) + (request.token_machine_types or ()):
         perf.catalog.machine(m)
     ctx = _Context(request, perf, llm, progress)
-    unreachable = {f: ctx.unreachable_slo(f) for f in request.families}
+    unreachable = {f: ctx.unservable(f) or ctx.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
         raise ProvisionerError(next(iter(unreachable.values())))
     results = []
@@ -150,6 +151,13 @@ class _Context:
                               max_token=space.token.max_machines if space.token is not None else 1)
 
     # -- SLO reachability ----------------------------------------------------------------
+    def unservable(self, family: str) -> str | None:
+        """Why some requests fit on no machine of `family` (KV cache too large), or None."""
+        space = self.space(family, bounds=(1, 1))
+        machines = [*space.prompt.machines, *(space.token.machines if space.token is not None else ())]
+        return unservable_reason(self.demand.prompt_tokens, self.demand.output_tokens, self.llm, self.perf,
+                                 machines)
+
     def unreachable_slo(self, family: str) -> str | None:
         """Why no design of `family` can meet the SLO (each request alone on its fastest
         hardware already violates a percentile), or None."""
@@ -424,7 +432,10 @@ class _Context:
         trace = self.trace if rps is None else self.scaled.at(rps)
         full = self._final_row(design, trace)
         reason = None
-        if why == "search":
+        if why == "search" and str(full["binding_slo"]) == KV_CAPACITY_CHECK:
+            reason = (f"{int(full['unservable_requests'])} request(s) need more KV cache than a machine of "
+                      f"{design.family} holds; drop or truncate them, or use a smaller model")
+        elif why == "search":
             b = str(full["binding_slo"])
             m, p = b.split("_p")
             lim = getattr(self.slo, m)[PERCENTILES.index(int(p))]

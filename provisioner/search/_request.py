@@ -96,6 +96,8 @@ class ProvisionRequest:
             _positive("--power-budget-kw" if self.power_budget_kw is not None else "--cost-budget-usd-per-h",
                       budgets[0])
         _positive("--duration", self.duration_s)
+        if not 0 <= int(self.seed) < 2**63:
+            raise ProvisionerError(f"--seed must be a whole number >= 0 (got {self.seed})")
         if not math.isfinite(self.slo_scale) or self.slo_scale <= 0:
             raise ProvisionerError(f"--slo-scale must be > 0 (got {self.slo_scale:g})")
         if self.searcher not in SEARCHERS:
@@ -152,4 +154,4 @@ def _positive(name: str, value) -> None:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ProvisionerError(f"{name} must be > 0 (got {value})")
+        raise ProvisionerError(f"{name} must be > 0 and finite (got {value})")
