@@ -30,9 +30,9 @@ def os_error_line(exc: OSError, path) -> str:
     return f"cannot write '{path}': {why}; {fix}"
 
 
-def check_output_path(path, *, flag: str = "--out", force: bool = False, inputs=()) -> Path:
+def check_output_path(path, *, flag: str = "--out", force: bool = False, inputs=(), parents: bool = False) -> Path:
     """Refuse, before any work, an output that is a directory, exists without `force`,
-    lies in a missing directory, or is one of the command's `inputs`."""
+    lies in a missing directory (created when `parents`), or is one of the command's `inputs`."""
     path = Path(path)
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
@@ -40,19 +40,25 @@ def check_output_path(path, *, flag: str = "--out", force: bool = False, inputs=
         if source is not None and _same_file(path, Path(source)):
             raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")
     if path.exists() and not force and _is_regular(path):
-        raise ProvisionerError(f"{flag} '{path}' exists; add --force to overwrite it")
+        raise ProvisionerError(f"{flag} '{path}' already exists; pass --force to overwrite it")
+    if parents and not path.parent.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ProvisionerError(os_error_line(exc, path)) from None
     if not path.parent.is_dir():
         raise ProvisionerError(f"{flag} '{path}': directory '{path.parent}' does not exist; create it first")
     return path
 
 
-def write_output(path, data: str | bytes, *, flag: str = "--out", force: bool = False, inputs=()) -> Path:
+def write_output(path, data: str | bytes, *, flag: str = "--out", force: bool = False, inputs=(),
+                 parents: bool = False) -> Path:
     """Write `data` to `path` through a temporary file in the same directory, then rename.
 
     A special file (`/dev/null`, `/dev/full`, a pipe) is written in place, since it
     cannot be renamed over. Errors are one-line `ProvisionerError`s.
     """
-    path = check_output_path(path, flag=flag, force=force, inputs=inputs)
+    path = check_output_path(path, flag=flag, force=force, inputs=inputs, parents=parents)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         if path.exists() and not _is_regular(path):

@@ -44,6 +44,6 @@ def write_report(result, path, *, force: bool = False, perf=None, baseline: str 
     """
     from provisioner._io import check_output_path, write_output
 
-    check_output_path(path, flag="report path", force=force, inputs=inputs)
+    check_output_path(path, flag="report path", force=force, inputs=inputs, parents=True)
     html = build_report_html(result, perf=perf, baseline=baseline)
-    return write_output(path, html, flag="report path", force=force, inputs=inputs)
+    return write_output(path, html, flag="report path", force=force, inputs=inputs, parents=True)

@@ -15,7 +15,6 @@ import re
 
 import numpy as np
 import pytest
-import typer
 
 from provisioner import SLO, grid, simulate
 from provisioner.errors import ProvisionerError
@@ -385,21 +384,11 @@ def test_missing_key_is_a_one_line_error_naming_it(result, path, key):
 
 # --------------------------------------------------------------------------- CLI
 def _cli(argv, capsys):
-    """`provision report ARGV` through the same error path as `provisioner.cli.main`:
+    """`provision report ARGV` through `provisioner.cli.run`, the console script's error path:
     returns (exit code, stdout + stderr)."""
-    from provisioner.cli._errors import USER_ERRORS, fail
-    from provisioner.cli._report import report_command
+    from provisioner.cli import run
 
-    app = typer.Typer(pretty_exceptions_enable=False)
-    app.command()(report_command)
-    code = 0
-    try:
-        try:
-            app(args=[str(a) for a in argv], standalone_mode=True)
-        except USER_ERRORS as exc:
-            fail(str(exc))
-    except SystemExit as exc:
-        code = exc.code
+    code = run(["report", *[str(a) for a in argv]])
     out = capsys.readouterr()
     return code, out.out + out.err
 

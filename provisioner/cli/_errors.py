@@ -33,8 +33,9 @@ TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
 
 
 def fail(message: str) -> None:
-    """Raise the user error `message` (printed by `run_guarded` as one line, exit 2)."""
-    raise ProvisionerError(message)
+    """Print `error: message` (first line only) to stderr and exit 2."""
+    _echo_err(f"error: {one_line(message)}")
+    raise SystemExit(EXIT_USER_ERROR)
 
 
 def positive(name: str, value: float | None) -> None:
