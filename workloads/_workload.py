@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 
 import numpy as np
@@ -92,8 +93,10 @@ def _source_trace(workload: str | os.PathLike[str] | Trace) -> Trace:
     if isinstance(workload, os.PathLike) or (
             isinstance(workload, str) and _looks_like_path(workload)):
         return read_trace_csv(workload)
+    near = difflib.get_close_matches(str(workload).strip().lower(), list(_ALIASES), n=1)
+    hint = f"did you mean {_ALIASES[near[0]]!r}? " if near else ""
     raise UnknownWorkloadError(
-        f"unknown workload {workload!r}; use one of {', '.join(WORKLOAD_NAMES)} "
+        f"unknown workload {workload!r}; {hint}use one of {', '.join(WORKLOAD_NAMES)} "
         f"or a path to a CSV trace")
 
 

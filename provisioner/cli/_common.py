@@ -42,7 +42,7 @@ def console():
 
 def check_seed(seed: int) -> None:
     if not 0 <= seed < 2**63:
-        raise ProvisionerError(f"--seed must be a whole number >= 0 (got {seed})")
+        raise ProvisionerError(f"--seed must be a whole number in [0, 2**63) (got {seed})")
 
 
 def echo_json(obj) -> None:

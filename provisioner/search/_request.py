@@ -97,7 +97,7 @@ class ProvisionRequest:
                       budgets[0])
         _positive("--duration", self.duration_s)
         if not 0 <= int(self.seed) < 2**63:
-            raise ProvisionerError(f"--seed must be a whole number >= 0 (got {self.seed})")
+            raise ProvisionerError(f"--seed must be a whole number in [0, 2**63) (got {self.seed})")
         if not math.isfinite(self.slo_scale) or self.slo_scale <= 0:
             raise ProvisionerError(f"--slo-scale must be > 0 (got {self.slo_scale:g})")
         if self.searcher not in SEARCHERS:
