@@ -17,7 +17,6 @@ import time
 import traceback
 from pathlib import Path
 
-import typer
 from typer import exceptions as typer_exc
 from typer._click import exceptions as click_exc
 
@@ -53,8 +52,7 @@ def run_guarded(command) -> int:
         code = command()
         sys.stdout.flush()   # a full disk or closed pipe on stdout shows up here
         code = code if isinstance(code, int) else EXIT_OK
-    except click_exc.NoArgsIsHelpError as exc:
-        typer.echo(exc.ctx.get_help())
+    except click_exc.NoArgsIsHelpError:   # typer has printed the help already
         return EXIT_OK
     except click_exc.ClickException as exc:
         return _say(exc.format_message(), EXIT_USER_ERROR)
@@ -62,11 +60,11 @@ def run_guarded(command) -> int:
         code = EXIT_INTERRUPTED
     except USER_ERRORS as exc:
         return _say(str(exc), EXIT_USER_ERROR)
-    except BaseException as exc:  # noqa: BLE001 - the last line of defence, re-raised when it is not an error
+    except BaseException as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         return _unexpected(exc)
     if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into Exit(130)
         stop_workers()
-        _echo_err("interrupted (Ctrl-C); nothing was written")
+        _echo_err("interrupted (Ctrl-C); stopped")
     return code
 
 
@@ -76,14 +74,14 @@ def _unexpected(exc: BaseException) -> int:
     cause = _root_cause(exc)
     if isinstance(cause, KeyboardInterrupt):   # numba's parallel region wraps it in a SystemError
         stop_workers()
-        _echo_err("interrupted (Ctrl-C); nothing was written")
+        _echo_err("interrupted (Ctrl-C); stopped")
         return EXIT_INTERRUPTED
     if isinstance(cause, MemoryError):
         return _say("out of memory while simulating; shorten --duration, lower --rps or --max-machines, "
                     "or set PROVISIONER_MEMORY_BUDGET_GB lower so the planner refuses earlier", EXIT_USER_ERROR)
-    if isinstance(cause, OSError) and cause.errno in (errno.EPIPE,):
+    if isinstance(cause, OSError) and cause.errno == errno.EPIPE:   # `provision catalog | head`
         _silence_stdout()
-        return EXIT_OK if cause.errno == errno.EPIPE else EXIT_USER_ERROR
+        return EXIT_OK
     if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS,
                                                       errno.EACCES, errno.EBADF):
         _silence_stdout()

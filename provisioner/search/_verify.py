@@ -63,7 +63,14 @@ def _finite(v):
 
 def _des_one(design, trace, model, slo):
     """One DES run (a joblib task: module-level so it pickles)."""
+    import multiprocessing
+    import signal
+
     from ..sim import simulate
+    if multiprocessing.current_process().name != "MainProcess":
+        # Ctrl-C reaches the whole process group: the parent stops the workers, which must
+        # not print tracebacks of their own.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return simulate(design, trace, model, engine="des", slo=slo)
