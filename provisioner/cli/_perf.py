@@ -43,6 +43,7 @@ app = typer.Typer(
 POINT_INPUT_COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size")
 OPTIONAL_INPUT_COLUMNS = ("power_cap",)
 PREDICTED_COLUMNS = ("prompt_time_ms", "token_time_ms")
+MAX_POINT_COUNT = 1e12   # tokens or requests; beyond any model and float64's exact integers
 # The file `LatencyModel()` loads by default (perfmodels._constants.DEFAULT_CALIBRATION).
 DEFAULT_CALIBRATION_PATH = Path(perfmodels.__file__).resolve().parent / "data" / "calibration.toml"
 PLOT_GPUS = ("a100-80gb", "h100-80gb")
@@ -175,9 +176,9 @@ def _read_points(path: Path) -> _Points:
         s = _number(cell["prompt_size"], f"{at} prompt_size")
         b = _number(cell["batch_size"], f"{at} batch_size")
         for name, v, unit in (("prompt_size", s, "tokens per prompt"), ("batch_size", b, "requests")):
-            if not v > 0 or v != round(v):
-                raise ProvisionerError(f"{at} {name}: must be a positive whole number of {unit} "
-                                       f"(got {cell[name]})")
+            if not 0 < v <= MAX_POINT_COUNT or v != round(v):
+                raise ProvisionerError(f"{at} {name}: must be a whole number of {unit} in [1, "
+                                       f"{MAX_POINT_COUNT:.0e}] (got {cell[name]})")
         cap = 1.0
         if has_cap and cell["power_cap"]:  # an empty cell means uncapped
             cap = _number(cell["power_cap"], f"{at} power_cap")

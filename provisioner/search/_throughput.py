@@ -21,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from workloads import Trace, make_workload
+from workloads._arrivals import MAX_TRACE_REQUESTS
 
 from ..designs import DesignBatch
 from ..errors import ProvisionerError
@@ -70,6 +71,10 @@ class LoadScaledTraces:
         if k < 1:
             raise ProvisionerError(f"{rps:g} rps over {self.duration_s:g} s is less than one request; "
                                    f"use a higher rate or a longer duration")
+        if k > MAX_TRACE_REQUESTS:
+            raise ProvisionerError(f"{rps:.3g} req/s over the {self.duration_s:g}-s trace is {k:.3g} requests, more "
+                                   f"than a trace holds ({MAX_TRACE_REQUESTS:,}); lower the rate or the budget, "
+                                   f"or shorten --duration")
         self._grow(k)
         prompt, output, name = self._sizes
         return Trace(self._unit[:k] / rps, prompt[:k], output[:k], name, self.duration_s)
