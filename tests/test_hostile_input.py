@@ -224,7 +224,7 @@ def test_an_internal_error_is_one_line_with_a_saved_traceback(tmp_path, monkeypa
     assert saved.parent == tmp_path and "RuntimeError: boom" in saved.read_text()
 
 
-@pytest.mark.parametrize("after_s", [5, 14])   # in the fluid search, then (on this machine) in the DES re-check
+@pytest.mark.parametrize("after_s", [3, 8])   # in the fluid search, then (on this machine) in the DES re-check
 def test_ctrl_c_stops_the_search_with_one_line(after_s):
     """Ctrl-C in a terminal signals the whole process group, workers included."""
     p = subprocess.Popen([PROVISION, "--goal", "cost", "--rps", "70", "--design", "splitwise-hh"],
@@ -239,8 +239,20 @@ def test_ctrl_c_stops_the_search_with_one_line(after_s):
     assert err.strip().splitlines() == ["interrupted (Ctrl-C); stopped"], err
     assert out == ""
     time.sleep(1)
-    with pytest.raises(ProcessLookupError):   # no worker outlived the command
-        os.killpg(p.pid, 0)
+    assert _live_processes_of_group(p.pid) == [], "a worker outlived the command"
+
+
+def _live_processes_of_group(pgid: int) -> list[int]:
+    """Processes of a process group that still run (zombies, awaiting their reaper, do not)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
 
 
 # --------------------------------------------------------------------------- ignored flags, lost data

@@ -8,6 +8,7 @@ saved traceback and exit 1. Never a traceback on the terminal.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -47,7 +48,9 @@ def run(argv: list[str] | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    raise SystemExit(run(sys.argv[1:] if argv is None else argv))
+    code = run(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the work is done: a late Ctrl-C must not break the exit
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

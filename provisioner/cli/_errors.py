@@ -24,6 +24,7 @@ from hardware_catalog import CatalogError
 from perfmodels import PerfModelError
 from workloads import WorkloadError
 
+from .._workers import stop_workers
 from ..errors import ProvisionerError
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
@@ -115,17 +116,6 @@ def save_traceback(exc: BaseException) -> Path:
         return Path(name)
     except OSError:
         return Path("(not saved: the temporary directory is not writable)")
-
-
-def stop_workers() -> None:
-    """Stop joblib's worker processes (if any were started), so none outlives Ctrl-C."""
-    loky = sys.modules.get("joblib.externals.loky")
-    if loky is None:
-        return
-    try:
-        loky.get_reusable_executor().shutdown(wait=False, kill_workers=True)
-    except Exception:  # noqa: BLE001 - best effort while exiting
-        pass
 
 
 def _say(message: str, code: int) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._workers import sigint_blocked_for_workers
 from ..designs import DesignBatch
 from ..slo import METRICS, PERCENTILES
 from ._evaluate import Evaluator
@@ -63,14 +64,7 @@ def _finite(v):
 
 def _des_one(design, trace, model, slo):
     """One DES run (a joblib task: module-level so it pickles)."""
-    import multiprocessing
-    import signal
-
     from ..sim import simulate
-    if multiprocessing.current_process().name != "MainProcess":
-        # Ctrl-C reaches the whole process group: the parent stops the workers, which must
-        # not print tracebacks of their own.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return simulate(design, trace, model, engine="des", slo=slo)
@@ -85,7 +79,8 @@ def des_check(design, traces: list, seeds: tuple[int, ...], model: str, slo, *, 
     # (3 traces on 2 cores take 1.5x one run instead of 2x).
     n_jobs = n_jobs if n_jobs is not None else min(len(traces), max(2, os.cpu_count() or 1), 8)
     if n_jobs > 1 and len(traces) > 1:
-        frames = Parallel(n_jobs=n_jobs)(delayed(_des_one)(design, tr, model, slo) for tr in traces)
+        with sigint_blocked_for_workers():   # Ctrl-C: one line from the parent, no worker tracebacks
+            frames = Parallel(n_jobs=n_jobs)(delayed(_des_one)(design, tr, model, slo) for tr in traces)
     else:
         frames = [_des_one(design, tr, model, slo) for tr in traces]
     rows = pd.concat(frames, ignore_index=True).assign(seed=list(seeds))
