@@ -2,32 +2,36 @@
 
 A terminal sends Ctrl-C (SIGINT) to every process of the foreground group, so joblib's
 worker processes would each die with a KeyboardInterrupt traceback of their own. Workers
-are started with SIGINT blocked (the mask survives fork and exec), so only the parent
-sees it; `stop_workers` then ends them.
+are started while SIGINT is ignored (an ignored signal stays ignored across fork and
+exec, and Python then never turns it into KeyboardInterrupt), so only the parent sees a
+Ctrl-C; `stop_workers` then ends them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
+import threading
 
-__all__ = ["sigint_blocked_for_workers", "stop_workers"]
+__all__ = ["start_workers_deaf_to_ctrl_c", "stop_workers"]
 
 
-@contextlib.contextmanager
-def sigint_blocked_for_workers():
-    """Block SIGINT in this thread while workers may be started (they inherit the mask).
+def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
+    """Start the worker processes of an entered `joblib.Parallel` while SIGINT is ignored.
 
-    The parent still sees a Ctrl-C: through another thread at once, or when the block ends."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
+    loky starts every worker when the first task is submitted (fork + exec, synchronous),
+    so the window in which a Ctrl-C would be ignored lasts only those few milliseconds."""
+    executor = getattr(getattr(parallel, "_backend", None), "_workers", None)
+    if executor is None or not hasattr(executor, "submit"):
+        return   # not loky (or a joblib that hides it): nothing to start early
+    if threading.current_thread() is not threading.main_thread():
+        executor.submit(int)
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        yield
+        executor.submit(int)   # a builtin: the task needs no import in the worker
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGINT, old)
 
 
 def stop_workers() -> None:
