@@ -18,6 +18,9 @@ from .errors import PerfModelError
 
 STATIC_POWER_FRACTION = (250.0 / 700.0 - 0.125) / 0.875
 MIN_CLOCK_FRACTION = 0.2  # below this the GPU would not run a kernel at all
+# The lowest cap the model represents: the static power plus the dynamic power of the
+# minimum clock. Below it the clock would be clamped, so designs refuse such caps.
+MIN_POWER_CAP = STATIC_POWER_FRACTION + (1.0 - STATIC_POWER_FRACTION) * MIN_CLOCK_FRACTION ** 3
 
 
 def clock_fraction(power_cap) -> np.ndarray:

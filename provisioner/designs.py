@@ -20,10 +20,13 @@ Families (Splitwise Sec. IV-D; CONTRACTS.md names):
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
+
+from perfmodels._power import MIN_POWER_CAP
 
 from .errors import ProvisionerError
 
@@ -120,8 +123,10 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
 def _validate(d: Design) -> None:
     for name in ("prompt_power_cap", "token_power_cap"):
         v = getattr(d, name)
-        if not 0 < v <= 1:
-            raise ProvisionerError(f"{name.replace('_', '-')} must be in (0, 1], a fraction of rated power (got {v})")
+        if not MIN_POWER_CAP <= v <= 1:
+            raise ProvisionerError(f"--{name.replace('_', '-')} must be a fraction of rated GPU power in "
+                                   f"[{math.ceil(MIN_POWER_CAP * 100) / 100:g}, 1] (got {v:g}); below "
+                                   f"{MIN_POWER_CAP:.3f} the GPU's static power leaves no clock to run at")
     if d.prompt_batch_cap_tokens < 1:
         raise ProvisionerError("prompt-batch-cap-tokens must be >= 1")
     for name in ("prompt_tp", "token_tp"):

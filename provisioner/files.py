@@ -1,26 +1,104 @@
-"""The one refuse-to-overwrite rule of every file the package writes (HTML reports, the
-perf CLI's CSV and HTML, calibrations written elsewhere than the package's default)."""
+"""The one way the provisioner writes a file: atomically, never over its own input, never
+over an existing file without `force` (the one refuse-to-overwrite rule).
+
+Every writer (reports, `perf predict`, `perf calibrate`, `perf plot`) goes through
+`write_output`, so a full disk, a read-only directory or a killed run never leaves a
+half-written file behind, and an error is one line that names the path and the fix.
+`flag` and `force_hint` are how the caller's user knows the path and the override: the
+library's parameter names by default, the CLI's flags (e.g. "--out", "--force") there.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+import tempfile
 from pathlib import Path
 
 from .errors import ProvisionerError
 
+__all__ = ["check_output_path", "write_output", "os_error_line"]
 
-def check_new_file(path, *, force: bool = False, name: str = "path", force_hint: str = "force=True") -> Path:
-    """`path` as a Path if a file may be written there, else a one-line `ProvisionerError`.
 
-    Refuses a directory, and an existing file unless `force`. `name` and `force_hint` are
-    how the caller's user knows the path and the override (the library's parameter names
-    by default; the CLI passes its flags, e.g. "--out" and "--force").
+def os_error_line(exc: OSError, path) -> str:
+    """One line for an OSError while writing `path`, with the usual fix."""
+    why = exc.strerror or str(exc)
+    fix = {errno.ENOSPC: "free some space or write elsewhere",
+           errno.EDQUOT: "free some space or write elsewhere",
+           errno.EACCES: "choose a writable directory",
+           errno.EPERM: "choose a writable directory",
+           errno.EROFS: "the file system is read-only; choose a writable directory"}.get(exc.errno,
+                                                                                           "choose another path")
+    return f"cannot write '{path}': {why}; {fix}"
 
-    >>> check_new_file("no/such/file.html").name
-    'file.html'
+
+def check_output_path(path, *, flag: str = "path", force: bool = False, force_hint: str = "force=True", inputs=(),
+                      parents: bool = False) -> Path:
+    """Refuse, before any work, an output that is a directory, exists without `force`,
+    lies in a missing directory (created when `parents`), or is one of the command's `inputs`.
+
+    >>> check_output_path("report.html").name
+    'report.html'
     """
     path = Path(path)
     if path.is_dir():
-        raise ProvisionerError(f"{name} '{path}' is a directory; give a file name such as {path / 'report.html'}")
-    if path.exists() and not force:
-        raise ProvisionerError(f"{name} '{path}' exists; pass {force_hint} to overwrite it")
+        raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
+    for source in inputs:
+        if source is not None and _same_file(path, Path(source)):
+            raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")
+    if path.exists() and not force and _is_regular(path):
+        raise ProvisionerError(f"{flag} '{path}' already exists; pass {force_hint} to overwrite it")
+    if parents and not path.parent.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ProvisionerError(os_error_line(exc, path)) from None
+    if not path.parent.is_dir():
+        raise ProvisionerError(f"{flag} '{path}': directory '{path.parent}' does not exist; create it first")
     return path
+
+
+def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = False, force_hint: str = "force=True",
+                 inputs=(), parents: bool = False) -> Path:
+    """Write `data` to `path` through a temporary file in the same directory, then rename.
+
+    A special file (`/dev/null`, `/dev/full`, a pipe) is written in place, since it
+    cannot be renamed over. Errors are one-line `ProvisionerError`s.
+    """
+    path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        if path.exists() and not _is_regular(path):
+            with open(path, "wb") as f:
+                f.write(payload)
+                f.flush()
+            return path
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ProvisionerError(os_error_line(exc, path)) from None
+    return path
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False

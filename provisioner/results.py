@@ -35,6 +35,7 @@ def latency_json(row) -> dict:
     out["slo"] = {
         "met": bool(row["slo_met"]),
         "binding": str(row["binding_slo"]),
+        "unservable_requests": int(row.get("unservable_requests", 0) or 0),
         "slowdown": {m: {f"p{p}": _py(row[f"slowdown_{m}_p{p}"]) for p in PERCENTILES} for m in METRICS},
         "margin": {m: {f"p{p}": _py(row[f"margin_{m}_p{p}"]) for p in PERCENTILES} for m in METRICS},
     }

@@ -33,16 +33,17 @@ class SLO:
     def __post_init__(self):
         for m in METRICS:
             limits = getattr(self, m)
-            if len(limits) != 3 or any(not np.isfinite(v) or v < 1.0 for v in limits):
+            if len(limits) != 3 or any(not np.isfinite(v) or v <= 0 for v in limits):
                 raise ProvisionerError(
-                    f"SLO {m} limits must be three slowdowns >= 1 for p50, p90, p99 (got {limits})")
+                    f"SLO {m} limits must be three slowdowns > 0 for p50, p90, p99 (got {limits})")
 
     def scaled(self, factor: float) -> "SLO":
-        """Looser (factor > 1) or tighter (< 1) limits; a slowdown below 1 is impossible,
-        so limits are floored at 1 and a factor that asks for less is refused."""
+        """Looser (factor > 1) or tighter (< 1) limits, never clamped: a limit below 1 asks
+        for faster than alone on the reference machine, which only faster hardware can
+        meet, and the search says so when nothing can."""
         if not np.isfinite(factor) or factor <= 0:
-            raise ProvisionerError(f"SLO.scaled: factor must be > 0 (got {factor})", params=("factor",))
-        out = {m: tuple(max(1.0, v * factor) for v in getattr(self, m)) for m in METRICS}
+            raise ProvisionerError(f"SLO.scaled: factor must be a finite number > 0 (got {factor})", params=("factor",))
+        out = {m: tuple(v * factor for v in getattr(self, m)) for m in METRICS}
         return SLO(**out, reference_machine=self.reference_machine)
 
     def limits(self) -> np.ndarray:
@@ -88,9 +89,13 @@ def slowdown_percentiles(latency_s: np.ndarray, solo_s: np.ndarray) -> np.ndarra
 def evaluate_slo(slowdowns: np.ndarray, slo: SLO):
     """Slowdowns (n, 3 metrics, 3 percentiles) -> (met (n,), margins (n, 3, 3), binding names (n,))."""
     limits = slo.limits()
-    margins = limits / slowdowns - 1.0
-    margins = np.where(np.isfinite(margins), margins, -np.inf)
-    flat = margins.reshape(len(margins), -1)
+    # NaN slowdown: the metric is undefined for every request (TBT when all have one
+    # output token), so that SLO does not apply; it neither fails nor binds.
+    applicable = ~np.isnan(slowdowns)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        margins = limits / slowdowns - 1.0
+    margins = np.where(np.isfinite(margins) | ~applicable, margins, -np.inf)
+    flat = np.where(applicable, margins, np.inf).reshape(len(margins), -1)
     met = np.all(flat >= 0.0, axis=1)
     names = np.array(slo.check_names())
     binding = names[np.argmin(flat, axis=1)]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from provisioner import ProvisionerError
-from provisioner.files import check_new_file
+from provisioner.files import check_output_path, write_output
 
 from ._base import CHECK_NAMES, LOAD_FACTORS, evaluated_frame
 from ._curves import latency_model_curves, load_curves, token_cdfs
@@ -48,16 +48,13 @@ def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:
     return render_page(data, figures(data))
 
 
-def write_report(result, path, *, force: bool = False, perf=None, baseline: str | None = None) -> Path:
-    """Write the HTML report to `path` and return it.
+def write_report(result, path, *, force: bool = False, perf=None, baseline: str | None = None,
+                 inputs=()) -> Path:
+    """Write the HTML report to `path` (atomically) and return it.
 
-    Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`.
+    Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`,
+    and always to overwrite one of `inputs` (the files the report is made from).
     """
-    path = check_new_file(path, force=force)
+    check_output_path(path, flag="path", force=force, inputs=inputs, parents=True)
     html = build_report_html(result, perf=perf, baseline=baseline)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(html, encoding="utf-8")
-    except OSError as exc:
-        raise ProvisionerError(f"cannot write the report to '{path}': {exc.strerror or exc}") from None
-    return path
+    return write_output(path, html, flag="path", force=force, inputs=inputs, parents=True)

@@ -81,8 +81,9 @@ def render_page(data: ReportData, figures: list[tuple[str, str, object]]) -> str
         source = plotly_js({t.type for _, _, fig in figures for t in fig.data})
         parts.append("<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>")
         parts.append(f'<script id="plotly-js" charset="utf-8">{source}</script>')
-    for cid, section, fig in figures:
-        html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{cid}", config=PLOTLY_CONFIG)
+    for index, (cid, section, fig) in enumerate(figures):
+        # The element id comes from the position, never from a name found in the JSON.
+        html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{index}", config=PLOTLY_CONFIG)
         by_section.setdefault(section, []).append(
             f'<div class="chart" data-chart="{escape(cid)}">{html}</div>')
     for section, (heading, note) in SECTIONS.items():

@@ -13,10 +13,6 @@ from provisioner.errors import ProvisionerError
 
 SCHEMA_DOC = "provisioner/RESULT_SCHEMA.md"
 GOALS = ("cost", "power", "throughput")
-QUESTION_KEYS = ("workload", "model", "seed", "families")
-BEST_KEYS = ("design", "cost_usd_per_h", "power_kw")
-DESIGN_KEYS = ("family", "prompt_machines", "token_machines")
-EVALUATED_KEYS = ("family", "prompt_machines", "token_machines", "cost_usd_per_h", "power_kw", "slo_met")
 
 
 def as_result_dict(result) -> dict:
@@ -36,42 +32,117 @@ def as_result_dict(result) -> dict:
     return result
 
 
+NUMBER, INT, STR, BOOL, DICT, LIST, NULL = "number", "integer", "string", "boolean", "object", "list", "null"
+# key -> (allowed JSON types, required). Values a report draws or prints are typed here, so
+# a malformed file is refused in one line instead of failing somewhere inside a figure.
+QUESTION_SPEC = {"workload": ((STR,), True), "model": ((STR,), True), "seed": ((INT,), True),
+                 "families": ((LIST,), True), "rps": ((NUMBER, NULL), False), "duration_s": ((NUMBER, NULL), False),
+                 "slo": ((DICT, NULL), False), "slo_scale": ((NUMBER, NULL), False), "arrival": ((STR, NULL), False),
+                 "cv": ((NUMBER, NULL), False), "code_version": ((STR, NULL), False)}
+DESIGN_SPEC = {"family": ((STR,), True), "prompt_machines": ((INT, NULL), True), "token_machines": ((INT, NULL), True),
+               "prompt_machine": ((STR, NULL), False), "token_machine": ((STR, NULL), False),
+               "prompt_power_cap": ((NUMBER, NULL), False), "token_power_cap": ((NUMBER, NULL), False),
+               "prompt_gpu": ((STR, NULL), False), "token_gpu": ((STR, NULL), False)}
+BEST_SPEC = {"design": ((DICT,), True), "cost_usd_per_h": ((NUMBER, NULL), True), "power_kw": ((NUMBER, NULL), True),
+             "feasible": ((BOOL,), False), "slo": ((DICT, NULL), False), "reason": ((STR, NULL), False),
+             "searcher": ((STR, NULL), False), "evaluations": ((INT, NULL), False),
+             "sustainable_rps": ((NUMBER, NULL), False), "gap_to_bound_pct": ((NUMBER, NULL), False),
+             "elapsed_s": ((NUMBER, NULL), False), "rps": ((NUMBER, NULL), False),
+             "lower_bound": ((NUMBER, NULL), False)}
+EVALUATED_SPEC = {"family": ((STR,), True), "prompt_machines": ((INT,), True), "token_machines": ((INT,), True),
+                  "cost_usd_per_h": ((NUMBER, NULL), True), "power_kw": ((NUMBER, NULL), True),
+                  "slo_met": ((BOOL,), True), "binding_slo": ((STR, NULL), False), "min_margin": ((NUMBER, NULL), False),
+                  "prompt_machine": ((STR, NULL), False), "token_machine": ((STR, NULL), False),
+                  "prompt_power_cap": ((NUMBER, NULL), False), "token_power_cap": ((NUMBER, NULL), False)}
+SLO_SPEC = {"met": ((BOOL, NULL), False), "binding": ((STR, NULL), False), "slowdown": ((DICT, NULL), False),
+            "margin": ((DICT, NULL), False)}
+
+
 def validate_result(result: dict) -> None:
-    """Raise a one-line `ProvisionerError` naming the first missing or malformed key."""
+    """Raise a one-line `ProvisionerError` naming the first missing or mistyped key."""
     for key in ("goal", "constraint", "question", "best", "winner", "evaluated"):
         if key not in result:
             raise ProvisionerError(f"result JSON lacks key '{key}' (see {SCHEMA_DOC})")
-    if result["goal"] not in GOALS:
+    if not isinstance(result["goal"], str) or result["goal"] not in GOALS:
         raise ProvisionerError(f"result JSON key 'goal' must be one of {', '.join(GOALS)} "
-                               f"(got {result['goal']!r})")
+                               f"(got {_shown(result['goal'])})")
     _require_dict(result["constraint"], "constraint")
-    q = _require_dict(result["question"], "question")
-    for key in QUESTION_KEYS:
-        if key not in q:
-            raise ProvisionerError(f"result JSON lacks key 'question.{key}' (see {SCHEMA_DOC})")
+    for key, value in result["constraint"].items():
+        _check_type(value, (NUMBER, NULL), f"constraint.{key}")
+    q = _check_spec(result["question"], QUESTION_SPEC, "question")
+    for i, family in enumerate(q["families"]):
+        _check_type(family, (STR,), f"question.families[{i}]")
     for name in ("best", "evaluated"):
         if not isinstance(result[name], list):
             raise ProvisionerError(f"result JSON key '{name}' must be a list "
                                    f"(got {type(result[name]).__name__})")
-    for i, b in enumerate(result["best"]):
-        _require_keys(_require_dict(b, f"best[{i}]"), BEST_KEYS, f"best[{i}]")
-        _require_keys(_require_dict(b["design"], f"best[{i}].design"), DESIGN_KEYS, f"best[{i}].design")
+    answers = [(b, f"best[{i}]") for i, b in enumerate(result["best"])]
     if result["winner"] is not None:
-        _require_keys(_require_dict(result["winner"], "winner"), BEST_KEYS, "winner")
+        answers.append((result["winner"], "winner"))
+    for b, where in answers:
+        _check_spec(b, BEST_SPEC, where)
+        _check_spec(b["design"], DESIGN_SPEC, f"{where}.design")
+        if isinstance(b.get("slo"), dict):
+            _check_slo(b["slo"], f"{where}.slo")
     for i, row in enumerate(result["evaluated"]):
-        _require_keys(_require_dict(row, f"evaluated[{i}]"), EVALUATED_KEYS, f"evaluated[{i}]")
+        _check_spec(row, EVALUATED_SPEC, f"evaluated[{i}]")
+
+
+def _check_slo(slo: dict, where: str) -> None:
+    _check_spec(slo, SLO_SPEC, where)
+    for part in ("slowdown", "margin"):
+        for metric, pcts in (slo.get(part) or {}).items():
+            for p, v in _require_dict(pcts, f"{where}.{part}.{metric}").items():
+                _check_type(v, (NUMBER, NULL), f"{where}.{part}.{metric}.{p}")
+
+
+def _check_spec(obj, spec: dict, where: str) -> dict:
+    obj = _require_dict(obj, where)
+    for key, (types, required) in spec.items():
+        if key not in obj:
+            if required:
+                raise ProvisionerError(f"result JSON lacks key '{where}.{key}' (see {SCHEMA_DOC})")
+            continue
+        _check_type(obj[key], types, f"{where}.{key}")
+    return obj
+
+
+def _check_type(value, types: tuple[str, ...], where: str) -> None:
+    kind = _json_type(value)
+    if not (kind in types or (kind == INT and NUMBER in types)):
+        raise ProvisionerError(f"result JSON key '{where}' must be {' or '.join(types)} (got {_shown(value)}, "
+                               f"a {kind}; see {SCHEMA_DOC})")
+    if kind == INT and INT in types and value < 0:
+        raise ProvisionerError(f"result JSON key '{where}' must be >= 0 (got {value})")
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return NULL
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int):
+        return INT
+    if isinstance(value, float):
+        return NUMBER
+    if isinstance(value, str):
+        return STR
+    if isinstance(value, list):
+        return LIST
+    if isinstance(value, dict):
+        return DICT
+    return type(value).__name__
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _require_dict(value, where: str) -> dict:
     if not isinstance(value, dict):
         raise ProvisionerError(f"result JSON key '{where}' must be an object (got {type(value).__name__})")
     return value
-
-
-def _require_keys(obj: dict, keys, where: str) -> None:
-    for key in keys:
-        if key not in obj:
-            raise ProvisionerError(f"result JSON lacks key '{where}.{key}' (see {SCHEMA_DOC})")
 
 
 def num(value) -> float:

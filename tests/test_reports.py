@@ -386,15 +386,11 @@ def test_missing_key_is_a_one_line_error_naming_it(result, path, key):
 
 # --------------------------------------------------------------------------- CLI
 def _cli(argv, capsys):
-    """`provision report ARGV` in-process through `provisioner.cli.main` (its error path
-    included): returns (exit code, stdout + stderr)."""
-    from provisioner.cli import main
+    """`provision report ARGV` through `provisioner.cli.run`, the console script's error path:
+    returns (exit code, stdout + stderr)."""
+    from provisioner.cli import run
 
-    code = 0
-    try:
-        main(["report", *map(str, argv)])
-    except SystemExit as exc:
-        code = exc.code or 0
+    code = run(["report", *[str(a) for a in argv]])
     out = capsys.readouterr()
     return code, out.out + out.err
 

@@ -12,6 +12,11 @@ import numbers
 
 import numpy as np
 
+from workloads.errors import WorkloadError
+
+# Ten million requests (~40 bytes each across the generator's arrays) bound any trace in memory.
+MAX_TRACE_REQUESTS = 10_000_000
+
 __all__ = ["gamma_arrivals", "poisson_arrivals", "replay_arrivals"]
 
 RngLike = int | np.random.Generator | np.random.SeedSequence | None
@@ -85,7 +90,7 @@ def gamma_arrivals(rps: float, duration_s: float, cv: float, rng: RngLike) -> np
     gaps = rng.gamma(1.0 / cv**2, 1.0, size=n)
     total = float(gaps.sum())
     if not (math.isfinite(total) and total > 0):
-        raise ValueError(f"cv={cv:g} is too large: every gamma gap underflowed to 0; "
+        raise WorkloadError(f"cv={cv:g} is too large: every gamma gap underflowed to 0; "
                          f"use a smaller cv (e.g. <= 10)")
     gaps *= duration_s / total
     starts = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
@@ -139,12 +144,12 @@ def _replay_base(base_arrival_s: np.ndarray) -> np.ndarray:
     """Validate recorded arrival times; return them shifted to start at 0."""
     base = np.asarray(base_arrival_s, dtype=np.float64)
     if base.ndim != 1 or base.size < 2 or not np.all(np.isfinite(base)):
-        raise ValueError("replay needs at least 2 finite base arrival times (shape (m,)); "
+        raise WorkloadError("replay needs at least 2 finite base arrival times (shape (m,)); "
                          "use arrival='poisson' for a shorter trace")
     if np.any(np.diff(base) < 0):
-        raise ValueError("base_arrival_s must be sorted ascending; sort it first")
+        raise WorkloadError("base_arrival_s must be sorted ascending; sort it first")
     if base[-1] == base[0]:
-        raise ValueError("all base arrivals are at the same time, so the trace has no "
+        raise WorkloadError("all base arrivals are at the same time, so the trace has no "
                          "rate to scale; use arrival='poisson'")
     return base - base[0]
 
@@ -155,8 +160,12 @@ def request_count(rps: float, duration_s: float) -> int:
     check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
     n = round(rps * duration_s)
     if n < 1:
-        raise ValueError(f"too few requests: rps * duration_s = {rps * duration_s:g} "
+        raise WorkloadError(f"too few requests: rps * duration_s = {rps * duration_s:g} "
                          f"rounds to 0 requests; raise rps or duration_s")
+    if n > MAX_TRACE_REQUESTS:
+        raise WorkloadError(f"{rps:g} requests/s over {duration_s:g} s is {n:.3g} requests, more than a trace "
+                            f"holds (at most {MAX_TRACE_REQUESTS:,}, ~{MAX_TRACE_REQUESTS * 40 / 1e9:.1f} GB); "
+                            f"lower the rate (or the budget) or shorten the duration")
     return int(n)
 
 
@@ -164,5 +173,5 @@ def check_positive(name: str, value: object, meaning: str) -> None:
     ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
           and math.isfinite(value) and value > 0)
     if not ok:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}; "
+        raise WorkloadError(f"{name} must be a finite number > 0, got {value!r}; "
                          f"give {meaning}")

@@ -23,12 +23,14 @@ bisection on the rate relies on it).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import os
 
 import numpy as np
 
+from workloads._arrivals import MAX_TRACE_REQUESTS, request_count
 from workloads._arrivals import check_positive as _check_value
 from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
@@ -103,10 +105,7 @@ class TraceGenerator:
         check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
         if self.arrival == "replay":
             return self._replay(float(rps))
-        k = round(rps * self.duration_s)
-        if k < 1:
-            raise WorkloadError(f"too few requests: rps * duration_s = {rps * self.duration_s:g} rounds to 0 "
-                             f"requests; raise rps or duration_s")
+        k = request_count(rps, self.duration_s)   # at least one, at most MAX_TRACE_REQUESTS
         self._grow(k)
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
@@ -161,6 +160,10 @@ class TraceGenerator:
         factor = self.native_rps / rps           # exactly 1.0 at the file's own rate
         window_s = self.duration_s / factor * (1.0 - _WINDOW_REL_TOL)   # in the file's own seconds
         copies = max(1, math.ceil(window_s / period_s))
+        if copies * m > 2 * MAX_TRACE_REQUESTS:   # before allocating: a window far longer than the file
+            raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.name}' at {rps:g} req/s repeats the "
+                                f"file {copies:,} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
+                                f"requests); shorten duration_s")
         pos = (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel()
         k = int(np.searchsorted(pos, window_s, side="left"))
         if k < 1:
@@ -185,7 +188,9 @@ def _source_trace(workload) -> Trace:
         return azure_trace(workload)
     if isinstance(workload, os.PathLike) or (isinstance(workload, str) and _looks_like_path(workload)):
         return read_trace_csv(workload)
-    raise UnknownWorkloadError(f"unknown workload {workload!r}; use one of {', '.join(WORKLOAD_NAMES)} "
+    near = difflib.get_close_matches(str(workload).strip().lower(), list(WORKLOAD_ALIASES), n=1)
+    hint = f"did you mean {WORKLOAD_ALIASES[near[0]]!r}? " if near else ""
+    raise UnknownWorkloadError(f"unknown workload {workload!r}; {hint}use one of {', '.join(WORKLOAD_NAMES)} "
                                f"or a path to a CSV trace")
 
 

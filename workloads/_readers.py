@@ -25,6 +25,8 @@ WORKLOAD_ALIASES = {"coding": "coding", "code": "coding",
             "conversation": "conversation", "conv": "conversation"}
 _SHIPPED_FILES = {"coding": "code.csv", "conversation": "conv.csv"}
 _AZURE_TIME_EXAMPLE = "2023-11-16 18:17:03.9799600"
+# Larger token counts are typos or overflow: they exceed any context and float64's exact integers.
+MAX_TOKENS_PER_REQUEST = 1e12
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,12 @@ def _tokens(rows: pd.DataFrame, column: str, source: str) -> np.ndarray:
         raise _cell_error(source, line, column,
                           f"{_shown(cell)} tokens; token counts must be whole numbers "
                           f">= 1 (every request has at least 1 token): fix or drop the row")
+    huge = np.flatnonzero(values > MAX_TOKENS_PER_REQUEST)
+    if huge.size:   # beyond exact float integers and any model's context: never cast to int64
+        line, cell = int(rows.index[huge[0]]), rows[column].iloc[huge[0]]
+        raise _cell_error(source, line, column,
+                          f"{_shown(cell)} tokens is more than any request holds (at most "
+                          f"{MAX_TOKENS_PER_REQUEST:.0e}): fix or drop the row")
     return values.astype(np.int64)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 
 from workloads._arrivals import RngLike

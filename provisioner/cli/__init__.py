@@ -1,19 +1,21 @@
 """The `provision` command: a thin typer layer over the Python API.
 
 Each command lives in its own module and only parses flags, calls the API and renders
-the answer. `main()` turns the project's typed errors into one-line messages and a
-non-zero exit, never a traceback.
+the answer. `run()` is the one error path (`_errors.py`): a user error at any depth is
+one line and exit 2, Ctrl-C one line and exit 130, anything else one line naming the
+saved traceback and exit 1. Never a traceback on the terminal.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
-from ._errors import USER_ERRORS, cli_message, fail
+from ._errors import run_guarded
 
-__all__ = ["app", "get_app", "main"]
+__all__ = ["app", "get_app", "main", "run"]
 
 app = typer.Typer(
     name="provision",
@@ -23,9 +25,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+_registered = False
 
 
 def _register() -> None:
+    global _registered
+    if _registered:
+        return
     from . import _catalog, _main, _perf, _report, _simulate
 
     app.callback(invoke_without_command=True)(_main.main_command)
@@ -33,22 +39,26 @@ def _register() -> None:
     app.command("catalog", help="List the GPUs, machines and models of the catalog.")(_catalog.catalog_command)
     app.command("simulate", help="Score one cluster design against a workload.")(_simulate.simulate_command)
     app.command("report", help="Render a saved provisioning result (JSON) as an HTML report.")(_report.report_command)
+    _registered = True
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the command line `argv`; returns the exit code (0, 1, 2 or 130), never raises."""
+    _register()
+    return run_guarded(lambda: app(args=argv, prog_name="provision", standalone_mode=False))
 
 
 def get_app() -> typer.Typer:
     """The `provision` typer app with every command registered (for typer's CliRunner)."""
-    if not app.registered_commands:
-        _register()
+    _register()
     return app
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    get_app()
-    try:
-        app(args=argv, standalone_mode=True)
-    except USER_ERRORS as exc:
-        fail(cli_message(exc))
+    code = run(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the work is done: a late Ctrl-C must not break the exit
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

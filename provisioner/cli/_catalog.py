@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from hardware_catalog import load_catalog
+
+from ._common import console as make_console
 
 
 def catalog_command(
@@ -17,7 +18,7 @@ def catalog_command(
     if kind not in ("all", "gpus", "machines", "models"):
         raise ProvisionerError(f"catalog kind must be gpus, machines, models or all (got '{kind}')")
     cat = load_catalog()
-    console = Console()
+    console = make_console()
     if kind in ("all", "gpus"):
         t = Table(title="GPUs")
         for col in ("name", "fp16 TFLOP/s", "HBM GB", "HBM GB/s", "TDP W", "link", "link GB/s", "$/GPU-h"):

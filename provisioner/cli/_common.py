@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import typer
 
@@ -27,10 +28,11 @@ def trace_generator(workload: str, arrival: str | None, rps: float | None, durat
     A replayed trace with no --duration is used whole; with no --rps, at its own rate.
     Drawn arrivals (poisson, gamma) default to a 120-s window.
     """
-    if rps is not None and not rps > 0:
-        raise ProvisionerError(f"--rps must be > 0 requests per second (got {rps:g})")
-    if duration_s is not None and not duration_s > 0:
-        raise ProvisionerError(f"--duration must be > 0 seconds (got {duration_s:g})")
+    if rps is not None and not 0 < rps < math.inf:
+        raise ProvisionerError(f"--rps must be > 0 and finite, in requests per second (got {rps:g})")
+    if duration_s is not None and not 0 < duration_s < math.inf:
+        raise ProvisionerError(f"--duration must be > 0 and finite, in seconds (got {duration_s:g})")
+    check_seed(seed)
     arrival = arrival or default_arrival(workload)
     if duration_s is None and arrival != "replay":
         duration_s = DEFAULT_DURATION_S
@@ -46,6 +48,22 @@ def replay_note(traces: TraceGenerator, rps: float | None, requests: int) -> str
     sha = f" (sha256 {traces.sha256[:12]})" if traces.sha256 else ""
     return (f"replayed trace {traces.to_json()['workload']}{sha}: {requests} requests in a "
             f"{traces.duration_s:.4g}-s window, {what}")
+
+
+PIPED_WIDTH = 1000   # columns of a rich console writing to a file or pipe
+
+
+def console():
+    """A rich console on stdout; piped or redirected, wide enough never to truncate or wrap a table."""
+    from rich.console import Console
+
+    out = Console()
+    return out if out.is_terminal else Console(width=PIPED_WIDTH, soft_wrap=True)
+
+
+def check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**63:
+        raise ProvisionerError(f"--seed must be a whole number in [0, 2**63) (got {seed})")
 
 
 def echo_json(obj) -> None:

@@ -1,19 +1,36 @@
-"""One-line errors for the CLI: the user's mistake, named, with the fix; exit code 2."""
+"""The CLI's one error path: every failure becomes one line on stderr and an exit code.
+
+- a user error (bad flag, bad file, impossible question), at any depth: `error: ...`
+  naming the field and the fix, exit 2;
+- Ctrl-C: `interrupted` once, worker processes stopped, exit 130;
+- anything else (a bug): one line naming the file the full traceback was saved to,
+  exit 1.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
 
-import typer
+from typer import exceptions as typer_exc
+from typer._click import exceptions as click_exc
 
 from hardware_catalog import CatalogError
 from perfmodels import PerfModelError
 from workloads import WorkloadError
 
+from .._workers import stop_workers
 from ..errors import ProvisionerError
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
-EXIT_USER_ERROR = 2
+EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
 # The library's errors name Python parameters (`ProvisionerError.params`); the CLI says its flags.
 PARAM_FLAGS = {
     "goal": "--goal", "rps": "--rps", "power_budget_kw": "--power-budget-kw",
@@ -35,11 +52,107 @@ def cli_message(exc: BaseException) -> str:
 
 def fail(message: str) -> None:
     """Print `error: message` (first line only) to stderr and exit 2."""
-    line = " ".join(str(message).split("\n")[0].split()) or "failed"
-    typer.echo(f"error: {line}", err=True)
+    _echo_err(f"error: {one_line(message)}")
     raise SystemExit(EXIT_USER_ERROR)
 
 
 def positive(name: str, value: float | None) -> None:
     if value is not None and not value > 0:
         raise ProvisionerError(f"{name} must be > 0 (got {value:g})")
+
+
+def one_line(message) -> str:
+    return " ".join(str(message).split("\n")[0].split()) or "failed"
+
+
+def run_guarded(command) -> int:
+    """Call `command()` (a typer app in non-standalone mode); map every outcome to an exit code."""
+    try:
+        code = command()
+        sys.stdout.flush()   # a full disk or closed pipe on stdout shows up here
+        code = code if isinstance(code, int) else EXIT_OK
+    except click_exc.NoArgsIsHelpError:   # typer has printed the help already
+        return EXIT_OK
+    except click_exc.ClickException as exc:
+        return _say(exc.format_message(), EXIT_USER_ERROR)
+    except (KeyboardInterrupt, typer_exc.Abort):
+        code = EXIT_INTERRUPTED
+    except USER_ERRORS as exc:
+        return _say(cli_message(exc), EXIT_USER_ERROR)
+    except BaseException as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+        return _unexpected(exc)
+    if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into Exit(130)
+        stop_workers()
+        _echo_err("interrupted (Ctrl-C); stopped")
+    return code
+
+
+def _unexpected(exc: BaseException) -> int:
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else EXIT_USER_ERROR
+    cause = _root_cause(exc)
+    if isinstance(cause, KeyboardInterrupt):   # numba's parallel region wraps it in a SystemError
+        stop_workers()
+        _echo_err("interrupted (Ctrl-C); stopped")
+        return EXIT_INTERRUPTED
+    if isinstance(cause, MemoryError):
+        return _say("out of memory while simulating; shorten --duration, lower --rps or --max-machines, "
+                    "or set PROVISIONER_MEMORY_BUDGET_GB lower so the planner refuses earlier", EXIT_USER_ERROR)
+    if isinstance(cause, OSError) and cause.errno == errno.EPIPE:   # `provision catalog | head`
+        _silence_stdout()
+        return EXIT_OK
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS,
+                                                      errno.EACCES, errno.EBADF):
+        _silence_stdout()
+        return _say(f"cannot write the output: {cause.strerror or cause}; free some space or redirect "
+                    f"it elsewhere", EXIT_USER_ERROR)
+    saved = save_traceback(exc)
+    return _say(f"internal error ({type(exc).__name__}: {one_line(exc)[:200]}); this is a bug: the full "
+                f"traceback is in {saved}", EXIT_INTERNAL)
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None or not isinstance(exc, SystemError):
+            return exc
+        exc = nxt
+    return exc
+
+
+def save_traceback(exc: BaseException) -> Path:
+    """Write exc's full traceback to a file (PROVISIONER_TRACEBACK_DIR or the temp dir); its path."""
+    folder = Path(os.environ.get(TRACEBACK_DIR_ENV) or tempfile.gettempdir())
+    text = "".join(traceback.format_exception(exc))
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"provision-{time.strftime('%Y%m%d-%H%M%S')}-",
+                                    suffix=".txt", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(" ".join(sys.argv) + "\n\n" + text)
+        return Path(name)
+    except OSError:
+        return Path("(not saved: the temporary directory is not writable)")
+
+
+def _say(message: str, code: int) -> int:
+    _echo_err(f"error: {one_line(message)}")
+    return code
+
+
+def _echo_err(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """After a failed write, route stdout to /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -13,7 +13,7 @@ import typer
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
-from ..files import check_new_file
+from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       echo_json, latency_interp_option, latency_model_json, latency_profile_option,
                       load_latency_model, replay_note)
@@ -74,7 +74,7 @@ def main_command(
     if verify_seeds < 1:
         raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
     if report is not None:  # refuse before the search, not after it
-        check_new_file(report, force=force, name="--report", force_hint="--force")
+        check_output_path(report, flag="--report", force=force, force_hint="--force")
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
@@ -103,8 +103,8 @@ def main_command(
     if json_out:
         echo_json(obj)
         return
-    from rich.console import Console
-    console = Console()
+    from ._common import console as make_console
+    console = make_console()
     render_result(result, console)
     note = replay_note(request.traces(), request.rps, len(request.traces().at(request.rps))) \
         if request.rps is not None else None

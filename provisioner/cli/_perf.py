@@ -29,8 +29,9 @@ from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyM
                         kv_capacity_tokens, load_calibration, merge_calibration, predict_points)
 from reports import perf_figure, perf_plot_data
 
+from ..files import check_output_path, write_output
+from ._common import console as make_console
 from ..errors import ProvisionerError
-from ..files import check_new_file
 
 app = typer.Typer(
     help="Latency models: predict, calibrate, plot.",
@@ -52,6 +53,7 @@ class _Points:
 
     frame: pd.DataFrame      # model, hardware, gpu, tensor_parallel, prompt_size, batch_size, power_cap, line
     has_power_cap: bool
+    extra: pd.DataFrame      # the input's other columns, as read (the output repeats them)
 
 
 @app.command("predict")
@@ -62,7 +64,7 @@ def predict_command(
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:
     """Prefill and decode-iteration times (ms) for each row of a CSV."""
-    _check_out(out, force, "--out")
+    _check_out(out, force, "--out", inputs=(points,))
     parsed = _read_points(points)
     perf = LatencyModel()
     df = parsed.frame
@@ -70,8 +72,8 @@ def predict_command(
     _warn_memory(perf.catalog, df, points)
     times = predict_points(df, perf)
     cols = list(POINT_INPUT_COLUMNS) + (["power_cap"] if parsed.has_power_cap else [])
-    result = pd.concat([df[cols], times], axis=1)
-    result.to_csv(out, index=False)
+    result = pd.concat([df[cols], parsed.extra, times], axis=1)
+    write_output(out, result.to_csv(index=False), flag="--out", force=force, force_hint="--force", inputs=(points,))
     typer.echo(f"wrote {len(result)} rows to {out}")
 
 
@@ -133,8 +135,9 @@ def _read_points(path: Path) -> _Points:
         s = _number(cell["prompt_size"], f"{at} prompt_size")
         b = _number(cell["batch_size"], f"{at} batch_size")
         for name, v, unit in (("prompt_size", s, "tokens per prompt"), ("batch_size", b, "requests")):
-            if not v > 0:
-                raise ProvisionerError(f"{at} {name}: must be a positive number of {unit} (got {cell[name]})")
+            if not 0 < v <= MAX_POINT_COUNT or v != round(v):
+                raise ProvisionerError(f"{at} {name}: must be a whole number of {unit} in [1, "
+                                       f"{MAX_POINT_COUNT:.0e}] (got {cell[name]})")
         cap = 1.0
         if has_cap and cell["power_cap"]:  # an empty cell means uncapped
             cap = _number(cell["power_cap"], f"{at} power_cap")
@@ -144,10 +147,12 @@ def _read_points(path: Path) -> _Points:
         records.append(dict(model=model, hardware=cell["hardware"], gpu=gpu, tensor_parallel=int(tp),
                             prompt_size=s, batch_size=b, power_cap=cap, line=line))
     frame = pd.DataFrame.from_records(records)
-    for col in ("prompt_size", "batch_size"):  # write integers back as integers
-        if (frame[col] == np.round(frame[col])).all():
-            frame[col] = frame[col].astype(np.int64)
-    return _Points(frame, has_cap)
+    for col in ("prompt_size", "batch_size"):  # whole numbers (checked above), written back as integers
+        frame[col] = frame[col].astype(np.int64)
+    known = set(pos)
+    extra = pd.DataFrame({c: [record[i].strip() for _, record in rows] for i, c in enumerate(header)
+                          if c and c not in known and c not in PREDICTED_COLUMNS}, index=frame.index)
+    return _Points(frame, has_cap, extra)
 
 
 def _resolve_hardware(cat, name: str, at: str):
@@ -200,10 +205,8 @@ def _warn_memory(cat, df: pd.DataFrame, path: Path) -> None:
               f"{first.batch_size} x {first.prompt_size} tokens); their times are extrapolated")
 
 
-def _check_out(out: Path, force: bool, flag: str) -> None:
-    check_new_file(out, force=force, name=flag, force_hint="--force")
-    if not out.parent.is_dir():
-        raise ProvisionerError(f"{flag} {out}: directory {out.parent} does not exist; create it first")
+def _check_out(out: Path, force: bool, flag: str, inputs=()) -> None:
+    check_output_path(out, flag=flag, force=force, force_hint="--force", inputs=inputs)
 
 
 # --- calibrate -------------------------------------------------------------------------
@@ -293,11 +296,11 @@ def calibrate_command(
     default = perfmodels.DEFAULT_CALIBRATION_PATH
     target = default if out is None else out
     if target.resolve() != default:
-        _check_out(target, force, "--out")
+        _check_out(target, force, "--out", inputs=(profile,))
     report = run_calibration(_read_profile(profile), holdout, seed)
     table = mape_table(report)
 
-    console = Console(width=max(Console().width, 100))
+    console = Console(width=max(Console().width, 100)) if Console().is_terminal else make_console()
     t = Table(title=f"MAPE of the fitted model ({holdout:.0%} of points held out, seed {seed})")
     for col, justify in (("GPU", "left"), ("phase", "left"), ("held-out MAPE", "right"), ("train MAPE", "right"),
                          ("held-out points", "right"), ("train points", "right")):
@@ -324,7 +327,7 @@ def calibrate_command(
         if kept:
             console.print(f"kept the constants of {', '.join(kept)} from the previous {target.name} "
                           f"(not in the profile)", highlight=False, soft_wrap=True)
-    target.write_text(dump_calibration(cal))
+    write_output(target, dump_calibration(cal), flag="--out", force=True, inputs=(profile,))
     console.print(f"saved constants to {target}", highlight=False, soft_wrap=True)
 
 
@@ -359,6 +362,7 @@ def plot_command(
     if latency_interp is not None:
         fig.update_layout(title=f"Measured-profile model (--latency-interp {latency_interp}, lines) vs measured "
                                 "medians (markers); the roofline where the profile does not cover a point")
-    fig.write_html(str(out), include_plotlyjs=True, full_html=True)
+    write_output(out, fig.to_html(include_plotlyjs=True, full_html=True), flag="--out", force=force,
+                 force_hint="--force", inputs=(profile,))
     typer.echo(f"wrote {out} ({len(data[data.kind == 'measured'])} measured points, "
                f"{data.panel.nunique()} panels)")

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
-from ..files import check_new_file
+from ..files import check_output_path
 
 
 def report_command(
@@ -20,9 +20,9 @@ def report_command(
 ) -> None:
     from reports import write_report
 
-    check_new_file(out, force=force, name="--out", force_hint="--force")
+    check_output_path(out, flag="--out", force=force, force_hint="--force", inputs=(result_json,))
     result = load_result(result_json)
-    path = write_report(result, out, force=True, baseline=baseline)
+    path = write_report(result, out, force=force, baseline=baseline, inputs=(result_json,))
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

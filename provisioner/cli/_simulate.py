@@ -88,6 +88,7 @@ def simulate_command(
 
 def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap):
     spec = family_spec(design)
+    _refuse_flags_of_other_families(spec, prompt_machines, token_machines, machines, token_power_cap)
     overrides = {}
     if prompt_power_cap is not None:
         overrides["prompt_power_cap"] = prompt_power_cap
@@ -95,7 +96,7 @@ def _design(design, prompt_machines, token_machines, machines, prompt_power_cap,
         overrides["token_power_cap"] = token_power_cap
     if spec.split:
         return make_design(design, prompt_machines, token_machines, **overrides)
-    return make_design(design, machines=machines or prompt_machines, **overrides)
+    return make_design(design, machines=machines, **overrides)
 
 
 def _read_result(path: Path) -> dict:
@@ -140,9 +141,26 @@ def _pools(d, perf):
     return [(cat.machine(d.prompt_machine).gpu, d.prompt_tp), (cat.machine(d.token_machine).gpu, d.token_tp)]
 
 
+def _refuse_flags_of_other_families(spec, prompt_machines: int, token_machines: int, machines: int,
+                                    token_power_cap: float | None) -> None:
+    """A flag that does not apply to the family is an error, never silently ignored."""
+    from ..errors import ProvisionerError
+
+    if spec.split and machines:
+        raise ProvisionerError(f"--machines is for baseline families; {spec.name} has two pools: give "
+                               f"--prompt-machines N --token-machines M")
+    if not spec.split and (prompt_machines or token_machines):
+        raise ProvisionerError(f"{spec.name} has one pool of mixed machines: give --machines N, not "
+                               f"--prompt-machines/--token-machines")
+    if not spec.split and token_power_cap is not None:
+        raise ProvisionerError(f"{spec.name} has no token pool: cap its machines with --prompt-power-cap, "
+                               f"not --token-power-cap")
+
+
 def _print_summary(obj: dict, row, note: str | None) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ._common import console as make_console
 
     d = obj["design"]
     title = (f"{d['family']}: {d['prompt_machines']} prompt + {d['token_machines']} token machines"
@@ -157,10 +175,13 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
         for p in ("p50", "p90", "p99"):
             cells += [f"{obj[m + '_ms'][p]:.0f}", f"{obj['slo']['slowdown'][m][p]:.2f}"]
         table.add_row(m.upper(), *cells)
-    console = Console()
+    console = make_console()
     console.print(table)
     if note:
         console.print(note)
     verdict = "meets every SLO" if obj["slo"]["met"] else f"violates the SLOs (binding: {row.binding_slo})"
+    if obj["slo"]["unservable_requests"]:
+        verdict = (f"cannot serve {obj['slo']['unservable_requests']} request(s): their KV cache is larger than "
+                   f"any machine of the design holds")
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")

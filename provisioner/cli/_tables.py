@@ -106,4 +106,6 @@ def _fmt(v, spec: str = ".1f") -> str:
         v = float(v)
     except (TypeError, ValueError):
         return str(v)
+    if np.isnan(v):
+        return "n/a"   # undefined, e.g. TBT when every request has one output token
     return format(v, spec) if np.isfinite(v) else "inf"

@@ -13,7 +13,7 @@ import pandas as pd
 from perfmodels import LatencyModel
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DesignBatch
-from ..sim import cluster_cost_power, simulate
+from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
 from ._evaluate import Evaluator
@@ -105,6 +105,13 @@ class SearchProblem:
                               max_token=space.token.max_machines if space.token is not None else 1)
 
     # -- SLO reachability ----------------------------------------------------------------
+    def unservable(self, family: str) -> str | None:
+        """Why some requests fit on no machine of `family` (KV cache too large), or None."""
+        space = self.space(family, bounds=(1, 1))
+        machines = [*space.prompt.machines, *(space.token.machines if space.token is not None else ())]
+        return unservable_reason(self.demand.prompt_tokens, self.demand.output_tokens, self.llm, self.perf,
+                                 machines)
+
     def unreachable_slo(self, family: str) -> str | None:
         """Why no design of `family` can meet the SLO (each request alone on its fastest
         hardware already violates a percentile), or None."""

@@ -38,7 +38,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
     """Answer a provisioning question (see `ProvisionRequest`)."""
     t0 = time.perf_counter()
     problem = SearchProblem(request, perf, progress)
-    unreachable = {f: problem.unreachable_slo(f) for f in request.families}
+    unreachable = {f: problem.unservable(f) or problem.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
         raise ProvisionerError(next(iter(unreachable.values())), params=("slo_scale",))
     search = max_throughput_family if request.goal == "throughput" else least_objective_family

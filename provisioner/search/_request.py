@@ -30,7 +30,7 @@ _CONSTRAINTS = {
     "duration_s": [None, _POSITIVE],
     "arrival": [None, Options(ARRIVAL_PROCESSES)],
     "cv": [_POSITIVE],
-    "seed": [Interval(Integral, 0, None, closed="left")],
+    "seed": [Interval(Integral, 0, 2**63, closed="left")],
     "slo": [SLO],
     "slo_scale": [_POSITIVE],
     "searcher": [Options(SEARCHERS)],

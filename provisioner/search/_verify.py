@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._workers import start_workers_deaf_to_ctrl_c
 from ..designs import DesignBatch
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
@@ -75,7 +76,9 @@ def des_check(design, traces: list, seeds: tuple[int, ...], model: str, slo, *, 
     # (3 traces on 2 cores take 1.5x one run instead of 2x).
     n_jobs = n_jobs if n_jobs is not None else min(len(traces), max(2, os.cpu_count() or 1), 8)
     if n_jobs > 1 and len(traces) > 1:
-        frames = Parallel(n_jobs=n_jobs)(delayed(_des_one)(design, tr, model, slo, perf) for tr in traces)
+        with Parallel(n_jobs=n_jobs) as parallel:
+            start_workers_deaf_to_ctrl_c(parallel, n_jobs)   # Ctrl-C: one line from the parent only
+            frames = parallel(delayed(_des_one)(design, tr, model, slo, perf) for tr in traces)
     else:
         frames = [_des_one(design, tr, model, slo, perf) for tr in traces]
     rows = pd.concat(frames, ignore_index=True).assign(seed=list(seeds))

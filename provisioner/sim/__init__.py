@@ -17,7 +17,9 @@ from .._validation import Options, validate_params
 from ..errors import ProvisionerError
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs
+from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
+from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies"]
@@ -84,16 +86,26 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
     keep_requests : False lets the fluid engine return only per-design figures."""
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf)
-    solo = solo_latencies(trace, llm, perf, slo)
+    duration_s = getattr(trace, "duration_s", None)
     if engine != "fluid":
-        return batch, inputs, _engine(engine)(inputs), solo
+        des_check(inputs.n_designs, len(trace), duration_s)
+        return batch, inputs, _engine(engine)(inputs), solo_latencies(trace, llm, perf, slo)
+    import numba
+
     from ._fluid import run_fluid
+    threads = numba.get_num_threads()
+    plan = fluid_plan(inputs.n_machines.sum(axis=1), len(trace), keep_requests, threads, duration_s)
+    solo = solo_latencies(trace, llm, perf, slo)
     solo_s = np.stack(solo, axis=1)
     late_s, abort_after = None, 0
     if stop_infeasible:
         late_s = np.nan_to_num(solo_s * slo.limits()[:, -1], nan=np.inf)
         abort_after = int(np.ceil(0.01 * len(trace))) + 1
-    out = run_fluid(inputs, None, late_s, abort_after, solo_s=solo_s, keep_requests=keep_requests)
+    numba.set_num_threads(plan.threads)   # fewer designs at once when their working sets would not fit
+    try:
+        out = run_fluid(inputs, None, late_s, abort_after, solo_s=solo_s, keep_requests=keep_requests)
+    finally:
+        numba.set_num_threads(threads)
     return batch, inputs, out, solo
 
 
@@ -129,4 +141,10 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     result = summarize(batch.to_frame(), out, trace, solo, slo, cost, power, inputs.n_machines)
     result.insert(0, "engine", engine)
     result["stopped_early"] = out.aborted if out.aborted is not None else False
+    # A request whose KV cache fits on none of a design's machines is not served, whatever
+    # the engine's no-deadlock rule made of it: the design fails.
+    result["unservable_requests"] = unservable_requests(inputs)
+    failed = result["unservable_requests"].to_numpy() > 0
+    result.loc[failed, "slo_met"] = False
+    result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
     return result

@@ -54,7 +54,7 @@ def summarize(designs_frame: pd.DataFrame, out: EngineOutput, trace, solo, slo: 
     frame = designs_frame.reset_index(drop=True).copy()
     frame = frame.assign(
         **cols,
-        slo_met=met, binding_slo=binding, min_margin=margins.reshape(len(met), -1).min(axis=1),
+        slo_met=met, binding_slo=binding, min_margin=np.where(np.isnan(margins), np.inf, margins).reshape(len(met), -1).min(axis=1),
         requests=n, throughput_rps=n / makespan, makespan_s=makespan,
         prompt_pool_utilization=util[:, 0], token_pool_utilization=util[:, 1],
         prompt_pool_mean_decode_batch=mean_batch[:, 0], token_pool_mean_decode_batch=mean_batch[:, 1],

@@ -1,0 +1,49 @@
+"""Worker processes and Ctrl-C.
+
+A terminal sends Ctrl-C (SIGINT) to every process of the foreground group, so joblib's
+worker processes would each die with a KeyboardInterrupt traceback of their own. Workers
+are started while SIGINT is ignored (an ignored signal stays ignored across fork and
+exec, and Python then never turns it into KeyboardInterrupt), so only the parent sees a
+Ctrl-C; `stop_workers` then ends them.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+__all__ = ["start_workers_deaf_to_ctrl_c", "stop_workers"]
+
+
+def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
+    """Start the worker processes of an entered `joblib.Parallel` while SIGINT is ignored.
+
+    loky starts every worker when the first task is submitted (fork + exec, synchronous),
+    so the window in which a Ctrl-C would be ignored lasts only those few milliseconds."""
+    executor = getattr(getattr(parallel, "_backend", None), "_workers", None)
+    if executor is None or not hasattr(executor, "submit"):
+        return   # not loky (or a joblib that hides it): nothing to start early
+    if threading.current_thread() is not threading.main_thread():
+        executor.submit(int)
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        executor.submit(int)   # a builtin: the task needs no import in the worker
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def stop_workers() -> None:
+    """Kill joblib's worker processes, if any were started, so none outlives Ctrl-C.
+
+    Reads loky's current executor instead of calling `get_reusable_executor()`, which
+    would start a fresh pool when its arguments differ from joblib's."""
+    module = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(module, "_executor", None)
+    if executor is None:
+        return
+    try:
+        executor.shutdown(wait=False, kill_workers=True)
+    except Exception:  # noqa: BLE001 - best effort while exiting
+        pass

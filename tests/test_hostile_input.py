@@ -1,0 +1,331 @@
+"""Issue 9's hostile and extreme inputs, one regression test each.
+
+Run as a user types them: the console script in a subprocess where the exit code,
+memory or signals matter, else `provisioner.cli.run` (the same error path, in-process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import run
+
+PROVISION = str(Path(sys.executable).with_name("provision"))
+GB = 1e9
+
+
+def cli(*argv, cwd: Path | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `provision ARGV` run in-process."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run([str(a) for a in argv])
+    finally:
+        os.chdir(here)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line_error(code: int, stdout: str, stderr: str, *needles: str) -> str:
+    assert code == 2, stderr
+    assert "Traceback" not in stdout + stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def run_measured(args, timeout_s: float) -> tuple[int, str, str, float, float]:
+    """(exit code, stdout, stderr, seconds, peak RSS bytes) of `provision ARGS` (Linux wait4)."""
+    t0 = time.perf_counter()
+    with open(os.devnull, "rb") as stdin:
+        p = subprocess.Popen([PROVISION, *map(str, args)], stdin=stdin, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = t0 + timeout_s
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            p.kill()
+            pytest.fail(f"provision {' '.join(map(str, args))} took more than {timeout_s} s")
+        time.sleep(0.2)
+    out, err = p.stdout.read(), p.stderr.read()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, out, err, time.perf_counter() - t0, usage.ru_maxrss * 1024.0
+
+
+# --------------------------------------------------------------------------- out of memory
+@pytest.mark.parametrize("args", [
+    ["--goal", "cost", "--rps", "5000"],
+    ["--goal", "throughput", "--power-budget-kw", "1e7"],
+])
+def test_a_huge_question_answers_or_refuses_in_60s_under_2GB(args):
+    code, out, err, seconds, peak = run_measured(args, timeout_s=120)
+    assert "Traceback" not in out + err
+    assert code in (0, 2), err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+        assert peak < 2 * GB, f"peak RSS {peak / GB:.2f} GB"
+    assert seconds < 60, f"{seconds:.0f} s"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "1e9"], "more than a trace holds"),
+    (["simulate", "--design", "splitwise-hh", "--prompt-machines", "27", "--token-machines", "3",
+      "--duration", "1e12"], "more than a trace holds"),
+])
+def test_astronomical_traces_are_refused_before_allocating(args, needle):
+    assert_one_line_error(*cli(*args), needle)
+
+
+def test_the_memory_budget_refuses_one_design_that_cannot_fit(monkeypatch):
+    monkeypatch.setenv("PROVISIONER_MEMORY_BUDGET_GB", "0.001")
+    line = assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "27",
+                                      "--token-machines", "3", "--duration", "60"), "memory budget")
+    assert "shorten --duration to" in line and ("GB" in line or "MB" in line)
+
+
+def test_the_memory_budget_runs_fewer_designs_at_once():
+    from provisioner.sim._memory import fluid_plan
+
+    servers = [10, 10, 10, 10]
+    one = 32 * 10 * 1000 + 128 * 1000
+    assert fluid_plan(servers, 1000, False, threads=4, budget_bytes=4 * one).threads == 4
+    assert fluid_plan(servers, 1000, False, threads=4, budget_bytes=2.5 * one).threads == 2
+    with pytest.raises(Exception, match="memory budget"):
+        fluid_plan(servers, 1000, False, threads=4, budget_bytes=0.5 * one)
+
+
+# --------------------------------------------------------------------------- impossible answers
+def _trace(tmp_path: Path, rows) -> Path:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a},{s},{n}\n" for a, s, n in rows))
+    return path
+
+
+def test_a_prompt_whose_kv_cache_fits_nowhere_is_not_feasible(tmp_path):
+    trace = _trace(tmp_path, [(0, 100_000, 10), (0.5, 1000, 20), (1.0, 500, 30)])
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "2", "--duration", "10", "--design", "splitwise-hh",
+                               "--workload", trace, "--no-verify"), "cannot be served", "KV cache")
+    code, out, err = cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "3", "--token-machines", "2",
+                         "--workload", trace, "--rps", "2", "--duration", "10", "--json")
+    obj = json.loads(out)
+    assert code == 0 and obj["slo"]["met"] is False and obj["slo"]["binding"] == "kv_capacity"
+    assert obj["slo"]["unservable_requests"] > 0
+
+
+def test_an_impossible_slo_scale_is_not_clamped():
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--slo-scale", "0.01", "--design", "splitwise-hh",
+                               "--duration", "20", "--no-verify"), "no machine can meet the SLO")
+
+
+def test_one_token_outputs_have_no_tbt_slo(tmp_path):
+    trace = _trace(tmp_path, [(0, 100, 1), (0.5, 1000, 1), (1.0, 500, 1)])
+    code, out, err = cli("--goal", "cost", "--rps", "2", "--duration", "20", "--design", "splitwise-hh",
+                         "--workload", trace, "--no-verify")
+    assert code == 0, err
+    assert "nan" not in out.lower() and "n/a" in out and "winner: splitwise-hh" in out
+
+
+def test_a_power_cap_below_the_static_power_is_refused():
+    assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "3",
+                               "--token-machines", "2", "--token-power-cap", "0.01"), "--token-power-cap", "[0.28, 1]")
+
+
+# --------------------------------------------------------------------------- tracebacks
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "70", "--duration", "0.0001"], "less than one request"),
+    (["--goal", "cost", "--rps", "70", "--duration", "inf"], "--duration"),
+    (["--goal", "cost", "--rps", "70", "--seed", "-1", "--design", "baseline-a100"], "--seed"),
+    (["simulate", "--design", "baseline-a100", "--machines", "3", "--seed", "-1"], "--seed"),
+    (["simulate", "--design", "baseline-a100", "--machines", "3", "--rps", "0.5", "--duration", "0.5"],
+     "too few requests"),
+])
+def test_odd_numbers_are_one_line_errors(args, needle):
+    assert_one_line_error(*cli(*args), needle)
+
+
+@pytest.mark.parametrize("mangle, needle", [
+    (lambda r: r["best"][0]["design"].__setitem__("prompt_machines", "many"), "best[0].design.prompt_machines"),
+    (lambda r: r["question"].__setitem__("families", 7), "question.families"),
+])
+def test_a_mistyped_result_json_is_refused(tmp_path, mangle, needle):
+    from test_reports import fixture_result
+
+    result = fixture_result(("splitwise-hh",))
+    mangle(result)
+    (tmp_path / "r.json").write_text(json.dumps(result))
+    assert_one_line_error(*cli("report", tmp_path / "r.json", "--out", tmp_path / "r.html"), needle)
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_is_one_line(tmp_path):
+    points = tmp_path / "p.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nbloom-176b,h100-80gb,8,512,1\n")
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", "/dev/full", "--force"),
+                          "No space left")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([PROVISION, "catalog"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and "No space left" in r.stderr
+
+
+def test_perf_calibrate_to_a_full_disk_is_one_line():
+    assert_one_line_error(*cli("perf", "calibrate", "--out", "/dev/full"), "No space left")
+
+
+def test_a_read_only_directory_is_one_line(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() == 0:   # root writes anyway: make the file system say what it says to users
+        import errno
+
+        import provisioner._io as io_module
+
+        def refuse(*a, **k):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+        monkeypatch.setattr(io_module.tempfile, "mkstemp", refuse)
+    points = tmp_path / "p.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nbloom-176b,h100-80gb,8,512,1\n")
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", ro / "t.csv"),
+                          "cannot write", "Permission denied")
+    assert not (ro / "t.csv").exists()
+
+
+def test_an_internal_error_is_one_line_with_a_saved_traceback(tmp_path, monkeypatch):
+    import provisioner.cli._catalog as catalog
+
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(catalog, "load_catalog", broken)
+    monkeypatch.setenv("PROVISIONER_TRACEBACK_DIR", str(tmp_path))
+    code, out, err = cli("catalog")
+    assert code == 1 and "Traceback" not in out + err
+    (line,) = err.strip().splitlines()
+    saved = Path(line.split("traceback is in ")[1])
+    assert saved.parent == tmp_path and "RuntimeError: boom" in saved.read_text()
+
+
+@pytest.mark.parametrize("phase", ["search", "verification"])
+def test_ctrl_c_stops_the_search_with_one_line(phase):
+    """Ctrl-C in a terminal signals the whole process group, joblib's workers included."""
+    p = subprocess.Popen([PROVISION, "--goal", "cost", "--rps", "70", "--design", "splitwise-hh"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if phase == "search":
+        time.sleep(3)
+    else:   # the discrete-event re-check runs in worker processes: wait until they exist
+        deadline = time.time() + 120
+        while not _workers_of_group(p.pid) and p.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    if p.returncode == 0:
+        pytest.skip("the search finished before the signal")
+    assert p.returncode == 130, err
+    assert err.strip().splitlines() == ["interrupted (Ctrl-C); stopped"], err
+    assert out == ""
+    time.sleep(1)
+    assert _live_processes_of_group(p.pid) == [], "a worker outlived the command"
+
+
+def _workers_of_group(pgid: int) -> list[int]:
+    return [pid for pid in _live_processes_of_group(pgid)
+            if b"LokyProcess" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def _live_processes_of_group(pgid: int) -> list[int]:
+    """Processes of a process group that still run (zombies, awaiting their reaper, do not)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+# --------------------------------------------------------------------------- ignored flags, lost data
+@pytest.mark.parametrize("args, needle", [
+    (["simulate", "--design", "baseline-a100", "--prompt-machines", "5", "--token-machines", "3"], "--machines N"),
+    (["simulate", "--design", "baseline-a100", "--machines", "5", "--token-power-cap", "0.5"], "no token pool"),
+    (["simulate", "--design", "splitwise-hh", "--machines", "5"], "--prompt-machines N"),
+])
+def test_flags_of_another_family_are_refused(args, needle):
+    assert_one_line_error(*cli(*args), needle)
+
+
+def test_report_never_overwrites_its_own_input(tmp_path):
+    from test_reports import fixture_result
+
+    src = tmp_path / "good.json"
+    src.write_text(json.dumps(fixture_result(("splitwise-hh",))))
+    before = src.read_text()
+    assert_one_line_error(*cli("report", src, "--out", src, "--force"), "input")
+    assert src.read_text() == before
+
+
+def test_perf_predict_refuses_fractional_tokens_and_keeps_extra_columns(tmp_path):
+    points = tmp_path / "p.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,note\n"
+                      "bloom-176b,h100-80gb,8,512.5,1,x\n")
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", tmp_path / "o.csv"),
+                          "prompt_size", "whole number")
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,note\n"
+                      "bloom-176b,h100-80gb,8,512,1,first run\n")
+    code, _, err = cli("perf", "predict", "--points", points, "--out", tmp_path / "o.csv")
+    assert code == 0, err
+    header, row = (tmp_path / "o.csv").read_text().splitlines()
+    assert header.split(",")[:6] == ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "note"]
+    assert "first run" in row and header.endswith("prompt_time_ms,token_time_ms")
+
+
+# --------------------------------------------------------------------------- readable output
+def test_piped_catalog_never_truncates_names(tmp_path):
+    with open(tmp_path / "f.txt", "w") as f:
+        r = subprocess.run([PROVISION, "catalog", "models"], stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)
+    text = (tmp_path / "f.txt").read_text()
+    assert r.returncode == 0 and "…" not in text
+    for name in ("llama2-70b", "llama3-70b", "bloom-176b"):
+        assert name in text
+
+
+def test_overflowing_token_counts_are_named_as_written(tmp_path):
+    trace = _trace(tmp_path, [(0, "1e19", 10), (0.5, 1000, 20)])
+    line = assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2",
+                                      "--workload", trace, "--duration", "5", "--rps", "1"), "1e19")
+    assert "-9223372036854775808" not in line
+
+
+def test_overwrite_message_names_the_flag_only():
+    from reports import write_report
+    from provisioner.errors import ProvisionerError
+
+    with pytest.raises(ProvisionerError) as info:
+        write_report({}, __file__)
+    assert "force=True" not in str(info.value) and "--force" in str(info.value)
+
+
+def test_a_misspelt_workload_gets_a_suggestion():
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--workload", "codng"), "did you mean 'coding'")
