@@ -45,19 +45,19 @@ _BLOCK_SHIFT = 3   # machines per block of the earliest-event index: 8
 _INTERLEAVE = 16   # stride of the design interleaving that balances prange's blocks
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _fmax(a, b):
     """max of two floats, inlined: numba's builtin max is an out-of-line call, which cost
     about 10% of the kernel in the routing scans (perf, 2026-11-22)."""
     return a if a >= b else b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _fmin(a, b):
     return a if a <= b else b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def iter_time(c, n_p, sq, seqs, b, ctx):
     """Scalar twin of perfmodels.time_from_coefficients (same formula)."""
     tokens = n_p + b
@@ -70,7 +70,7 @@ def iter_time(c, n_p, sq, seqs, b, ctx):
 
 
 # ---------------------------------------------------------------- binary heaps (one row per machine)
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _push(keys, vals, st, col, m, key, val):
     i = st[m, col]
     st[m, col] = i + 1
@@ -85,7 +85,7 @@ def _push(keys, vals, st, col, m, key, val):
     vals[m, i] = val
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _pop(keys, vals, st, col, m):
     top = vals[m, 0]
     n = st[m, col] - 1
@@ -180,7 +180,7 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
     _run_until(INF, sim)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _run_until(t, sim):
     """Process every machine event up to time t, in time order."""
     earliest_t, earliest_m = sim[23], sim[24]
@@ -193,7 +193,7 @@ def _run_until(t, sim):
         _schedule(first, sim)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _decode_progress(m, t, fs, st):
     """Pending decode tokens of machine m at time t (fractional during a decode stretch)."""
     it = fs[m, F_ITER]
@@ -202,7 +202,7 @@ def _decode_progress(m, t, fs, st):
     return fs[m, F_DEC_ASSIGNED] - (st[m, I_RUN] * it - fs[m, F_SUM_JOIN])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _prompt_work(m, t, fs, st):
     """Pending prompt tokens of machine m at t, less the done share of the batch in flight."""
     w = fs[m, F_PEND_P]
@@ -282,7 +282,7 @@ def _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent):
     return p, d
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _least_decode(t, need, lo, hi, cap, fs, st, lent, need_room):
     best, best_load = -1, INF
     for m in range(lo, hi):
@@ -295,7 +295,7 @@ def _least_decode(t, need, lo, hi, cap, fs, st, lent, need_room):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _least_prompt_work(t, n0, fs, st, exclude):
     best, best_w = -1, INF
     for m in range(n0):
@@ -306,7 +306,7 @@ def _least_prompt_work(t, n0, fs, st, exclude):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _lend(m, st, lent):
     """Lend machine m to the other pool; `lent` counts lent machines so routing can skip
     the lent-machine scans when there are none."""
@@ -315,7 +315,7 @@ def _lend(m, st, lent):
     return m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _least(lo, hi, fs, st, col, exclude):
     best, best_v = -1, INF
     for m in range(lo, hi):
@@ -324,7 +324,7 @@ def _least(lo, hi, fs, st, col, exclude):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _set_next(m, t, next_s, earliest_t, earliest_m):
     """Set machine m's next event time; keep each block's earliest and the overall earliest.
 
@@ -371,7 +371,7 @@ def _set_next(m, t, next_s, earliest_t, earliest_m):
         earliest_m[0] = best_m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _schedule(m, sim):
     """Set machine m's next event time from its state (no simulation)."""
     fs, st, wait_key, wait_val, next_s = sim[12], sim[13], sim[18], sim[19], sim[20]
@@ -407,7 +407,7 @@ def _schedule(m, sim):
     _set_next(m, nxt, next_s, sim[23], sim[24])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _step(m, e, sim):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
@@ -470,7 +470,7 @@ def _step(m, e, sim):
     _start(m, e, sim)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _finish_due(m, e, sim):
     s_arr, n_arr, finish_out, fs, st, join_iter, fin_key, fin_val = (
         sim[7], sim[8], sim[10], sim[12], sim[13], sim[15], sim[16], sim[17])
@@ -491,7 +491,7 @@ def _finish_due(m, e, sim):
         fs[m, F_DEC_ASSIGNED] -= n_arr[r] - 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
     (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
