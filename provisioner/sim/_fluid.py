@@ -590,6 +590,9 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
 
 
+# The parallel entry holds nothing but the prange over one call: numba's parfor passes
+# and the gufunc it builds then compile a few lines, not the per-design body (that
+# body inside the prange cost ~20 s CPU of parfor analysis on the first run).
 @njit(parallel=True, cache=True)
 def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
@@ -602,20 +605,30 @@ def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token
     stats = np.zeros((D, N_STATS))
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
     for j in prange(D):
-        i = order[j]   # visiting order only; design i's results stay in row i
-        if keep_requests:
-            first_i, finish_i = first[i], finish[i]
-        else:
-            first_i, finish_i = np.empty(R), np.empty(R)
-        first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
-        finish_i[:] = INF
-        _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
-                         kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                         s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
-        stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
-        if want_pct:
-            _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
+        _one_design(order[j], n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup,
+                    n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
+                    want_pct, keep_requests, first, finish, stats, pct)
     return first, finish, stats, pct
+
+
+@njit(cache=True)
+def _one_design(i, n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
+                keep_requests, first, finish, stats, pct):
+    """Simulate design i into row i of the outputs."""
+    R = arrival.shape[0]
+    if keep_requests:
+        first_i, finish_i = first[i], finish[i]
+    else:
+        first_i, finish_i = np.empty(R), np.empty(R)
+    first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
+    finish_i[:] = INF
+    _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
+                     kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
+                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
+    stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
+    if want_pct:
+        _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
 
 
 @njit(cache=True)
@@ -674,8 +687,7 @@ def _percentiles_into(a, n_finite, n, out):
         k = int(math.floor(pos[j]))
         ranks[2 * j] = k
         ranks[2 * j + 1] = k + 1 if k + 1 < n else n - 1
-    wanted = np.unique(ranks)      # ascending
-    wanted = wanted[wanted < n_finite]  # the others are +inf
+    wanted = _distinct_below(ranks, n_finite)   # ascending; the others are +inf
     found = np.empty(wanted.shape[0])
     _ranked_values(a, n_finite, wanted, found)
     values = np.full(6, INF)
@@ -690,6 +702,39 @@ def _percentiles_into(a, n_finite, n, out):
             out[j] = INF if (frac > 0 or below == INF) else below
         else:
             out[j] = below + (above - below) * frac
+
+
+@njit(cache=True)
+def _distinct_below(values, limit):
+    """The distinct values below limit, ascending: np.unique and a boolean mask would
+    compile numba's generic sort for six numbers (~10 s of the first run)."""
+    out = np.empty(values.shape[0], np.int64)
+    n = 0
+    for v in values:
+        if v >= limit:
+            continue
+        k = n
+        while k > 0 and out[k - 1] > v:
+            k -= 1
+        if k > 0 and out[k - 1] == v:
+            continue
+        out[k + 1:n + 1] = out[k:n].copy()
+        out[k] = v
+        n += 1
+    return out[:n]
+
+
+@njit(cache=True)
+def _bucket_of(below, x):
+    """np.searchsorted(below, x, side="right") - 1, without compiling numba's generic one."""
+    lo, hi = 0, below.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if below[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
 
 
 _BUCKET_BITS = 11
@@ -736,7 +781,7 @@ def _ranked_values(a, n, ranks, out):
     start = np.zeros(ranks.shape[0] + 1, np.int64)
     n_seg = 0
     for j in range(ranks.shape[0]):
-        b = np.searchsorted(below, ranks[j], side="right") - 1
+        b = _bucket_of(below, ranks[j])
         bucket[j] = b
         if slot[b] < 0:
             slot[b] = n_seg
