@@ -22,6 +22,7 @@ state tables.
 from __future__ import annotations
 
 import math
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -574,6 +575,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     # Each thread gets one contiguous block of designs. A design space is ordered by machine counts, so the
     # long-running feasible designs sit together; a fixed interleaving spreads them.
     order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
+    _announce_compile()
     first, finish, stats, pct = _run_batch(
         n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx], inputs.batch_cap_tokens[idx],
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
@@ -589,6 +591,25 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         kv_transfers=stats[:, ST_KV_N], aborted=stats[:, ST_ABORTED] > 0,
         makespan_s=stats[:, ST_LAST_FINISH] - inputs.arrival_s[0],
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
+
+
+COMPILING_MESSAGE = "compiling the simulator (first run only)"
+_announced = False
+
+
+def _announce_compile() -> None:
+    """Say once on stderr that numba is about to compile, when the kernel is neither
+    loaded in this process nor in the on-disk cache (an index file for this source)."""
+    global _announced
+    if _announced or _run_block.signatures:
+        return
+    _announced = True
+    try:   # numba's cache index: empty when missing or written for another version of this file
+        cached = bool(_run_block._cache._cache_file._load_index())
+    except Exception:   # noqa: BLE001 (a numba without this internal: stay silent rather than guess)
+        return
+    if not cached:
+        print(COMPILING_MESSAGE, file=sys.stderr, flush=True)
 
 
 def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
