@@ -19,9 +19,14 @@ PY="$SCRATCH/venv/bin/python"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 export PROVISIONER_JIT_CACHE="$SCRATCH/jit"
 cd "$SCRATCH"   # never import the checkout by accident
+# Build from a copy of the checkout's files (tracked and new, not ignored): setuptools
+# writes build/ into the source tree, and a stale build/lib there can leak into a wheel.
+SRC="$SCRATCH/src"
+mkdir -p "$SRC"
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$SRC")
 
 echo "::: wheel: build, install in a clean venv"
-"$PY" -m pip wheel -q --no-deps "$ROOT" -w "$SCRATCH/wheel"
+"$PY" -m pip wheel -q --no-deps "$SRC" -w "$SCRATCH/wheel"
 "$PY" -m pip install -q "$SCRATCH"/wheel/provisioner-*.whl
 
 echo "::: wheel: every data file of the checkout is installed"
@@ -29,7 +34,7 @@ missing=0
 for pkg in "${PACKAGES[@]}"; do
     while IFS= read -r rel; do
         [[ -f "$SITE/$rel" ]] || { echo "  missing from the wheel: $rel" >&2; missing=1; }
-    done < <(cd "$ROOT" && find "$pkg" -type f ! -name '*.py' ! -name '*.pyc' ! -path '*/__pycache__/*')
+    done < <(cd "$SRC" && find "$pkg" -type f ! -name '*.py' ! -name '*.pyc' ! -path '*/__pycache__/*')
 done
 [[ $missing == 0 ]] || fail "data files missing: add them to [tool.setuptools.package-data] in pyproject.toml"
 
@@ -44,7 +49,7 @@ stray="$(find "$SITE" \( -name '*.nbi' -o -name '*.nbc' \) | head -3)"
 [[ -z "$stray" ]] || fail "numba cache files in site-packages: $stray"
 
 echo "::: upgrade in place: pip install -U ."
-"$PY" -m pip install -q -U "$ROOT"
+"$PY" -m pip install -q -U "$SRC"
 "$SCRATCH/venv/bin/provision" catalog >/dev/null || fail "provision catalog after pip install -U ."
 
 echo "::: uninstall leaves no package directory"
