@@ -30,6 +30,12 @@ def test_commands_that_do_not_simulate_never_import_numba(argv):
     assert out.strip().splitlines()[-1] == "False"
 
 
+@pytest.fixture
+def tiny_trace_for_first_run():
+    from workloads import make_workload
+    return make_workload("coding", 5, duration_s=5, seed=0)
+
+
 ANNOUNCE = "from provisioner.sim import _fluid; _fluid._announce_compile(); _fluid._announce_compile()"
 
 
@@ -50,9 +56,3 @@ def test_no_compiling_message_when_the_cache_holds_the_kernel(tiny_trace_for_fir
     simulate(make_design("splitwise-hh", 2, 1), tiny_trace_for_first_run, "bloom-176b")
     env = dict(os.environ)
     assert _announce_stderr(env) == ""
-
-
-@pytest.fixture
-def tiny_trace_for_first_run():
-    from workloads import make_workload
-    return make_workload("coding", 5, duration_s=5, seed=0)
