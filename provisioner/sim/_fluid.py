@@ -15,15 +15,18 @@ the running decodes riding along, and routing reads the fractional progress.
 
 A machine is only advanced when its next event is due (`next_event_s`), so an
 arrival costs O(machines) comparisons, not O(machines) simulations. Numba compiles
-the loop; designs run in parallel (`prange`), each with its own state tables.
+the loop; designs run in parallel (threads over a `nogil` kernel), each with its own
+state tables.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit, prange
+from numba import config, njit
 
 from perfmodels import N_COEF, profile_iteration_s
 
@@ -44,22 +47,22 @@ N_I = 9
 EPS = 1e-9
 INF = np.inf
 _BLOCK_SHIFT = 3   # machines per block of the earliest-event index: 8
-_INTERLEAVE = 16   # stride of the design interleaving that balances prange's blocks
+_INTERLEAVE = 16   # stride of the design interleaving that balances the threads' blocks
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _fmax(a, b):
     """max of two floats, inlined: numba's builtin max is an out-of-line call, which cost
     about 10% of the kernel in the routing scans (perf, 2026-11-22)."""
     return a if a >= b else b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _fmin(a, b):
     return a if a <= b else b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def iter_time(c, n_p, sq, seqs, b, ctx):
     """Scalar twin of perfmodels.time_from_coefficients (same formula); a vector longer
     than the roofline's carries a measured-profile table, looked up first."""
@@ -77,7 +80,7 @@ def iter_time(c, n_p, sq, seqs, b, ctx):
 
 
 # ---------------------------------------------------------------- binary heaps (one row per machine)
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _push(keys, vals, st, col, m, key, val):
     i = st[m, col]
     st[m, col] = i + 1
@@ -92,7 +95,7 @@ def _push(keys, vals, st, col, m, key, val):
     vals[m, i] = val
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _pop(keys, vals, st, col, m):
     top = vals[m, 0]
     n = st[m, col] - 1
@@ -187,7 +190,7 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
     _run_until(INF, sim)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _run_until(t, sim):
     """Process every machine event up to time t, in time order."""
     earliest_t, earliest_m = sim[23], sim[24]
@@ -200,7 +203,7 @@ def _run_until(t, sim):
         _schedule(first, sim)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _decode_progress(m, t, fs, st):
     """Pending decode tokens of machine m at time t (fractional during a decode stretch)."""
     it = fs[m, F_ITER]
@@ -209,7 +212,7 @@ def _decode_progress(m, t, fs, st):
     return fs[m, F_DEC_ASSIGNED] - (st[m, I_RUN] * it - fs[m, F_SUM_JOIN])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _prompt_work(m, t, fs, st):
     """Pending prompt tokens of machine m at t, less the done share of the batch in flight."""
     w = fs[m, F_PEND_P]
@@ -289,7 +292,7 @@ def _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent):
     return p, d
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _least_decode(t, need, lo, hi, cap, fs, st, lent, need_room):
     best, best_load = -1, INF
     for m in range(lo, hi):
@@ -302,7 +305,7 @@ def _least_decode(t, need, lo, hi, cap, fs, st, lent, need_room):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _least_prompt_work(t, n0, fs, st, exclude):
     best, best_w = -1, INF
     for m in range(n0):
@@ -313,7 +316,7 @@ def _least_prompt_work(t, n0, fs, st, exclude):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _lend(m, st, lent):
     """Lend machine m to the other pool; `lent` counts lent machines so routing can skip
     the lent-machine scans when there are none."""
@@ -322,7 +325,7 @@ def _lend(m, st, lent):
     return m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _least(lo, hi, fs, st, col, exclude):
     best, best_v = -1, INF
     for m in range(lo, hi):
@@ -331,7 +334,7 @@ def _least(lo, hi, fs, st, col, exclude):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _set_next(m, t, next_s, earliest_t, earliest_m):
     """Set machine m's next event time; keep each block's earliest and the overall earliest.
 
@@ -378,7 +381,7 @@ def _set_next(m, t, next_s, earliest_t, earliest_m):
         earliest_m[0] = best_m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _schedule(m, sim):
     """Set machine m's next event time from its state (no simulation)."""
     fs, st, wait_key, wait_val, next_s = sim[12], sim[13], sim[18], sim[19], sim[20]
@@ -414,7 +417,7 @@ def _schedule(m, sim):
     _set_next(m, nxt, next_s, sim[23], sim[24])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _step(m, e, sim):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
@@ -477,7 +480,7 @@ def _step(m, e, sim):
     _start(m, e, sim)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _finish_due(m, e, sim):
     s_arr, n_arr, finish_out, fs, st, join_iter, fin_key, fin_val = (
         sim[7], sim[8], sim[10], sim[12], sim[13], sim[15], sim[16], sim[17])
@@ -498,7 +501,7 @@ def _finish_due(m, e, sim):
         fs[m, F_DEC_ASSIGNED] -= n_arr[r] - 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True, _nrt=False)
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
     (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
@@ -576,10 +579,10 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     want_pct = solo_s is not None
     inv_solo = 1.0 / np.ascontiguousarray(solo_s if want_pct else np.ones((r, 3)), dtype=np.float64)
     n_machines = inputs.n_machines[idx]
-    # prange gives each thread one contiguous block of iterations (numba's OpenMP layer
-    # ignores parallel_chunksize). A design space is ordered by machine counts, so the
+    # Each thread gets one contiguous block of designs. A design space is ordered by machine counts, so the
     # long-running feasible designs sit together; a fixed interleaving spreads them.
     order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
+    _announce_compile()
     first, finish, stats, pct = _run_batch(
         n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx], inputs.batch_cap_tokens[idx],
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
@@ -597,10 +600,33 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
 
 
-@njit(parallel=True, cache=True)
+COMPILING_MESSAGE = "compiling the simulator (first run only)"
+_announced = False
+
+
+def _announce_compile() -> None:
+    """Say once on stderr that numba is about to compile, when the kernel is neither
+    loaded in this process nor in the on-disk cache (an index file for this source)."""
+    global _announced
+    if _announced or _run_block.signatures:
+        return
+    _announced = True
+    try:   # numba's cache index: empty when missing or written for another version of this file
+        cached = bool(_run_block._cache._cache_file._load_index())
+    except Exception:   # noqa: BLE001 (a numba without this internal: stay silent rather than guess)
+        return
+    if not cached:
+        print(COMPILING_MESSAGE, file=sys.stderr, flush=True)
+
+
 def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
                keep_requests, order):
+    """Simulate every design, `order` split into one contiguous block per thread.
+
+    Python threads over a `nogil` kernel instead of numba's `parallel=True` prange:
+    same blocks, same results, but no parfor passes and gufunc to compile (~17 s CPU of
+    the first run). NUMBA_NUM_THREADS sets the number of threads, as it did for prange."""
     D = n_machines.shape[0]
     R = arrival.shape[0]
     kept = D if keep_requests else 0
@@ -608,21 +634,49 @@ def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token
     finish = np.empty((kept, R))
     stats = np.zeros((D, N_STATS))
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
-    for j in prange(D):
-        i = order[j]   # visiting order only; design i's results stay in row i
-        if keep_requests:
-            first_i, finish_i = first[i], finish[i]
-        else:
-            first_i, finish_i = np.empty(R), np.empty(R)
-        first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
-        finish_i[:] = INF
-        _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
-                         kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                         s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
-        stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
-        if want_pct:
-            _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
+    args = (n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
+            overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
+            stats, pct)
+    n_threads = max(1, min(int(config.NUMBA_NUM_THREADS), D))
+    bounds = [D * k // n_threads for k in range(n_threads + 1)]
+    if n_threads == 1:
+        _run_block(order, 0, D, *args)
+    else:
+        with ThreadPoolExecutor(n_threads) as pool:
+            done = [pool.submit(_run_block, order, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:])]
+            for future in done:
+                future.result()
     return first, finish, stats, pct
+
+
+@njit(cache=True, nogil=True)
+def _run_block(order, lo, hi, n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+               layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
+               keep_requests, first, finish, stats, pct):
+    for j in range(lo, hi):
+        _one_design(order[j], n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup,
+                    n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
+                    want_pct, keep_requests, first, finish, stats, pct)
+
+
+@njit(cache=True)
+def _one_design(i, n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
+                keep_requests, first, finish, stats, pct):
+    """Simulate design i into row i of the outputs."""
+    R = arrival.shape[0]
+    if keep_requests:
+        first_i, finish_i = first[i], finish[i]
+    else:
+        first_i, finish_i = np.empty(R), np.empty(R)
+    first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
+    finish_i[:] = INF
+    _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
+                     kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
+                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
+    stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
+    if want_pct:
+        _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
 
 
 @njit(cache=True)
@@ -681,8 +735,7 @@ def _percentiles_into(a, n_finite, n, out):
         k = int(math.floor(pos[j]))
         ranks[2 * j] = k
         ranks[2 * j + 1] = k + 1 if k + 1 < n else n - 1
-    wanted = np.unique(ranks)      # ascending
-    wanted = wanted[wanted < n_finite]  # the others are +inf
+    wanted = _distinct_below(ranks, n_finite)   # ascending; the others are +inf
     found = np.empty(wanted.shape[0])
     _ranked_values(a, n_finite, wanted, found)
     values = np.full(6, INF)
@@ -697,6 +750,40 @@ def _percentiles_into(a, n_finite, n, out):
             out[j] = INF if (frac > 0 or below == INF) else below
         else:
             out[j] = below + (above - below) * frac
+
+
+@njit(cache=True)
+def _distinct_below(values, limit):
+    """The distinct values below limit, ascending: np.unique and a boolean mask would
+    compile numba's generic sort for six numbers (~10 s of the first run)."""
+    out = np.empty(values.shape[0], np.int64)
+    n = 0
+    for v in values:
+        if v >= limit:
+            continue
+        k = n
+        while k > 0 and out[k - 1] > v:
+            k -= 1
+        if k > 0 and out[k - 1] == v:
+            continue
+        for i in range(n, k, -1):
+            out[i] = out[i - 1]
+        out[k] = v
+        n += 1
+    return out[:n]
+
+
+@njit(cache=True)
+def _bucket_of(below, x):
+    """np.searchsorted(below, x, side="right") - 1, without compiling numba's generic one."""
+    lo, hi = 0, below.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if below[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
 
 
 _BUCKET_BITS = 11
@@ -743,7 +830,7 @@ def _ranked_values(a, n, ranks, out):
     start = np.zeros(ranks.shape[0] + 1, np.int64)
     n_seg = 0
     for j in range(ranks.shape[0]):
-        b = np.searchsorted(below, ranks[j], side="right") - 1
+        b = _bucket_of(below, ranks[j])
         bucket[j] = b
         if slot[b] < 0:
             slot[b] = n_seg
