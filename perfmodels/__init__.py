@@ -26,7 +26,7 @@ from ._memory import (HBM_UTILIZATION, fits_in_memory, kv_cache_bytes, kv_capaci
 from ._model import TP_DEGREES, LatencyModel
 from ._power import clock_fraction
 from ._profile import INTERPS, Profile, read_profile
-from ._profile_eval import profile_iteration_s
+from ._profile_eval import jit_profile_lookup, profile_iteration_s
 from ._profile_model import ProfileLatencyModel, load_profile_model
 from ._predict import PREDICTED_COLUMNS, predict_points
 from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, iteration_time_s,
@@ -43,5 +43,5 @@ __all__ = [
     "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "HardwareArrays", "ModelShape",
     "iteration_time_s", "PerfModelError", "COEF_NAMES", "N_COEF",
     "roofline_coefficients", "time_from_coefficients",
-    "ProfileLatencyModel", "load_profile_model", "read_profile", "Profile", "INTERPS", "profile_iteration_s",
+    "ProfileLatencyModel", "load_profile_model", "read_profile", "Profile", "INTERPS", "profile_iteration_s", "jit_profile_lookup",
 ]

@@ -18,16 +18,15 @@ Layout after the roofline coefficients (offset `N_COEF`):
 The scales carry a power cap (the profiles are measured uncapped): the roofline's
 capped/uncapped time ratio of each phase.
 
-The functions are `register_jitable`: plain Python when called from Python, compiled
-into the caller inside numba code. numba's cache does not track that dependency, so
-after editing this file clear the kernel cache (`provisioner.sim._jit.jit_cache_dir()`).
+The functions are plain Python; `jit_profile_lookup` registers them with numba when the
+fluid kernel is imported, so they are compiled into the caller there. numba's cache
+does not track that dependency: the kernel cache directory is keyed by this file's
+digest too (`provisioner/sim/_jit.py`).
 """
 
 from __future__ import annotations
 
 import math
-
-from numba.extending import register_jitable
 
 from ._roofline import N_COEF
 
@@ -38,7 +37,6 @@ HEADER = 5
 SPLITWISESIM_MIXED_FACTOR = 1.1
 
 
-@register_jitable
 def _bracket(c, lo, n, x):
     """Index i of axis c[lo:lo+n] with axis[i] <= x <= axis[i+1] (0 for a one-point axis
     equal to x), or -1 when x is outside the axis."""
@@ -50,14 +48,12 @@ def _bracket(c, lo, n, x):
     return i
 
 
-@register_jitable
 def _frac(c, lo, n, i, x):
     if n == 1:
         return 0.0
     return (x - c[lo + i]) / (c[lo + i + 1] - c[lo + i])
 
 
-@register_jitable
 def _bilinear(c, pa, na, ba, nb, vals, x, y):
     """Bilinear interpolation of the na x nb table at c[vals] over axes c[pa], c[ba];
     -1.0 outside the axes or next to an unmeasured (NaN) cell."""
@@ -80,7 +76,6 @@ def _bilinear(c, pa, na, ba, nb, vals, x, y):
     return v
 
 
-@register_jitable
 def _lerp_extrapolate(c, xs, ys, n, x):
     """Piecewise-linear y(x) through n knots, extended linearly beyond both ends."""
     i = 0
@@ -91,7 +86,6 @@ def _lerp_extrapolate(c, xs, ys, n, x):
     return y0 + (c[ys + i + 1] - y0) * (x - x0) / (c[xs + i + 1] - x0)
 
 
-@register_jitable
 def profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
     """Time (s) of one forward pass from a profile vector, or -1.0 (use the roofline).
 
@@ -141,3 +135,18 @@ def profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, deco
     if t_ms <= 0:
         return -1.0
     return t_ms * 1e-3
+
+
+def jit_profile_lookup():
+    """`profile_iteration_s`, made callable from numba-compiled code (the fluid kernel).
+
+    The helpers are registered with numba only here, on the kernel's import, so that
+    `import perfmodels` (and every command that does not simulate) never imports numba.
+    `register_jitable` returns each function unchanged, so Python callers (the DES, the
+    model's own predictions) run the same code.
+    """
+    from numba.extending import register_jitable
+
+    for fn in (_bracket, _frac, _bilinear, _lerp_extrapolate, profile_iteration_s):
+        register_jitable(fn)
+    return profile_iteration_s

@@ -28,10 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import config, njit
 
-from perfmodels import N_COEF, profile_iteration_s
+from perfmodels import N_COEF, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ._inputs import EngineOutput, SimInputs
+
+profile_iteration_s = jit_profile_lookup()   # the measured-profile lookup, compiled into iter_time
 
 # Per-design statistics columns.
 ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, ST_KV_SUM, ST_KV_N, ST_LATE_TTFT, \

@@ -44,10 +44,31 @@ def jit_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"provisioner-numba-{uid}"
 
 
+def kernel_source_digest() -> str:
+    """SHA-256 (12 hex digits) of the files compiled into the fluid kernel.
+
+    numba's cache index only tracks the modification time of the file that defines a
+    kernel (`_fluid.py`), not of the functions it compiles in from elsewhere (the
+    measured-profile lookup in `perfmodels/_profile_eval.py`); a cache directory per
+    source digest makes any edit of either start a fresh cache instead of a stale one.
+    """
+    import hashlib
+    import importlib.util
+
+    perfmodels_dir = Path(importlib.util.find_spec("perfmodels").origin).parent
+    digest = hashlib.sha256()
+    for source in (Path(__file__).with_name("_fluid.py"), perfmodels_dir / "_profile_eval.py"):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def configure_jit_cache() -> Path:
-    """Point numba's cache at `jit_cache_dir()`, both in the environment (numba re-reads
-    it when its config reloads) and in the live config (already imported numba)."""
-    path = jit_cache_dir()
+    """Point numba's cache at `jit_cache_dir()/kernel-DIGEST`, both in the environment
+    (numba re-reads it when its config reloads, worker processes inherit it) and in the
+    live config (already imported numba)."""
+    base = jit_cache_dir()
+    leaf = f"kernel-{kernel_source_digest()}"
+    path = base if base.name == leaf else base / leaf   # inherited from a parent process: as is
     os.environ["NUMBA_CACHE_DIR"] = str(path)
     from numba.core import config
     config.CACHE_DIR = str(path)
