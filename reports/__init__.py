@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner import ProvisionerError
 from provisioner.files import check_output_path, write_output
 
 from ._base import CHECK_NAMES, LOAD_FACTORS, evaluated_frame

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 
 from workloads._arrivals import RngLike

@@ -26,7 +26,8 @@ import typer
 import perfmodels
 from hardware_catalog import UnknownNameError, load_catalog
 from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel, calibrate, dump_calibration,
-                        kv_capacity_tokens, load_calibration, merge_calibration, predict_points)
+                        kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
+                        PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
 from ..files import check_output_path, write_output
@@ -41,6 +42,7 @@ app = typer.Typer(
 )
 
 POINT_INPUT_COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size")
+MAX_POINT_COUNT = 1e12   # tokens or requests; beyond any model and float64's exact integers
 OPTIONAL_INPUT_COLUMNS = ("power_cap",)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import (LatencyModel, N_COEF, kv_capacity_tokens, kv_wire_bytes_per_s)
+from perfmodels import LatencyModel, kv_capacity_tokens, kv_wire_bytes_per_s
 from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
