@@ -45,7 +45,7 @@ def _announce_stderr(env):
 
 
 def test_compiling_message_once_on_an_empty_cache(tmp_path):
-    from provisioner.sim._fluid import COMPILING_MESSAGE
+    from provisioner.sim import COMPILING_MESSAGE
     env = {**os.environ, "PROVISIONER_JIT_CACHE": str(tmp_path / "jit")}
     env.pop("NUMBA_CACHE_DIR", None)
     assert _announce_stderr(env).splitlines() == [COMPILING_MESSAGE]

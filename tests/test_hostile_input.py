@@ -100,7 +100,7 @@ def test_the_memory_budget_refuses_one_design_that_cannot_fit(monkeypatch):
 
 
 def test_the_memory_budget_runs_fewer_designs_at_once():
-    from provisioner.sim._memory import fluid_plan
+    from provisioner.sim import fluid_plan
 
     servers = [10, 10, 10, 10]
     one = 32 * 10 * 1000 + 128 * 1000
@@ -148,7 +148,7 @@ def test_a_power_cap_below_the_static_power_is_refused():
 
 # --------------------------------------------------------------------------- tracebacks
 @pytest.mark.parametrize("args, needle", [
-    (["--goal", "cost", "--rps", "70", "--duration", "0.0001"], "less than one request"),
+    (["--goal", "cost", "--rps", "70", "--duration", "0.0001"], "too few requests"),
     (["--goal", "cost", "--rps", "70", "--duration", "inf"], "--duration"),
     (["--goal", "cost", "--rps", "70", "--seed", "-1", "--design", "baseline-a100"], "--seed"),
     (["simulate", "--design", "baseline-a100", "--machines", "3", "--seed", "-1"], "--seed"),
@@ -196,7 +196,7 @@ def test_a_read_only_directory_is_one_line(tmp_path, monkeypatch):
     if os.geteuid() == 0:   # root writes anyway: make the file system say what it says to users
         import errno
 
-        import provisioner._io as io_module
+        import provisioner.files as io_module
 
         def refuse(*a, **k):
             raise PermissionError(errno.EACCES, "Permission denied")
@@ -210,12 +210,12 @@ def test_a_read_only_directory_is_one_line(tmp_path, monkeypatch):
 
 
 def test_an_internal_error_is_one_line_with_a_saved_traceback(tmp_path, monkeypatch):
-    import provisioner.cli._catalog as catalog
+    from rich.table import Table
 
-    def broken():
+    def broken(*args, **kwargs):   # a bug anywhere inside a command
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(catalog, "load_catalog", broken)
+    monkeypatch.setattr(Table, "add_row", broken)
     monkeypatch.setenv("PROVISIONER_TRACEBACK_DIR", str(tmp_path))
     code, out, err = cli("catalog")
     assert code == 1 and "Traceback" not in out + err
@@ -318,13 +318,18 @@ def test_overflowing_token_counts_are_named_as_written(tmp_path):
     assert "-9223372036854775808" not in line
 
 
-def test_overwrite_message_names_the_flag_only():
+def test_overwrite_message_names_one_override_only(tmp_path):
+    """The library names its parameter, the CLI its flag; never both ("--force (force=True)")."""
     from reports import write_report
     from provisioner.errors import ProvisionerError
 
     with pytest.raises(ProvisionerError) as info:
         write_report({}, __file__)
-    assert "force=True" not in str(info.value) and "--force" in str(info.value)
+    assert "force=True" in str(info.value) and "--force" not in str(info.value)
+    existing = tmp_path / "plan.html"
+    existing.write_text("keep me")
+    line = assert_one_line_error(*cli("report", __file__, "--out", existing), "--force")
+    assert "force=True" not in line and existing.read_text() == "keep me"
 
 
 def test_a_misspelt_workload_gets_a_suggestion():

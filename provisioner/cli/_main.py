@@ -94,6 +94,11 @@ def main_command(
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf)
+    _answer(result, request, latency, report, json_out)
+
+
+def _answer(result, request, latency: dict | None, report, json_out: bool) -> None:
+    """Write the report, then print the JSON or the tables (and what a replay did)."""
     obj = result.to_json()
     if latency is not None:
         obj["latency_model"] = latency

@@ -30,7 +30,7 @@ _CONSTRAINTS = {
     "duration_s": [None, _POSITIVE],
     "arrival": [None, Options(ARRIVAL_PROCESSES)],
     "cv": [_POSITIVE],
-    "seed": [Interval(Integral, 0, 2**63, closed="left")],
+    "seed": [Interval(Integral, 0, None, closed="left")],
     "slo": [SLO],
     "slo_scale": [_POSITIVE],
     "searcher": [Options(SEARCHERS)],
@@ -115,6 +115,8 @@ class ProvisionRequest:
 
     def __post_init__(self):
         validate_params({f: getattr(self, f) for f in _CONSTRAINTS}, _CONSTRAINTS)
+        if self.seed >= 2**63:   # numpy's generators take seeds below 2**63
+            raise ProvisionerError(f"seed must be below 2**63 (got {self.seed})", params=("seed",))
         self._resolve_trace()
         if self.goal in ("cost", "power"):
             if self.rps is None:

@@ -22,7 +22,11 @@ from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
-           "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason"]
+           "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
+           "fluid_plan", "COMPILING_MESSAGE"]
+
+# Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
+COMPILING_MESSAGE = "compiling the simulator (first run only)"
 
 ENGINES = ("fluid", "des")
 _CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None, LatencyModel],

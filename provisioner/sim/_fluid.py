@@ -602,7 +602,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
 
 
-COMPILING_MESSAGE = "compiling the simulator (first run only)"
+from . import COMPILING_MESSAGE  # noqa: E402  (the package's constant; the package never imports this module eagerly)
 _announced = False
 
 
