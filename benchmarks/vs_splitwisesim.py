@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -140,22 +137,11 @@ def main() -> None:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{cpu}, {os.cpu_count()} cores (load average {load}), Python {platform.python_version()}, "
-            f"commit {commit}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    from fidelity import machine_info   # the one machine description of the benchmarks
+
+    m = machine_info()
+    return (f"{m['cpu']}, {m['nproc']} cores (load average {m['loadavg']}), Python {m['python']}, "
+            f"commit {m['commit']}; {m['date']}")
 
 
 if __name__ == "__main__":

@@ -17,3 +17,20 @@ def perf() -> LatencyModel:
 def llm(perf, request):
     """The catalog model named by the test module's MODEL (default BLOOM-176B)."""
     return perf.catalog.model(getattr(request.module, "MODEL", "bloom-176b"))
+
+
+@pytest.fixture(scope="module")
+def cli():
+    """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
+    from typer.testing import CliRunner
+
+    from provisioner.cli import get_app
+
+    app = get_app()
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    return run

@@ -29,23 +29,6 @@ SCORED_KEYS = ("design", "requests", "rps", "ttft_ms", "tbt_ms", "e2e_ms", "slo"
                "throughput_rps", "energy_wh_per_request", "trace")
 
 
-@pytest.fixture(scope="module")
-def cli():
-    """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
-    from typer.testing import CliRunner
-
-    from provisioner.cli import get_app
-
-    app = get_app()
-    runner = CliRunner()
-
-    def run(*args):
-        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        return result.stdout
-    return run
-
-
 def _assert_rescored_equal(cli, tmp_path, result_text: str, families) -> dict:
     path = tmp_path / "result.json"
     path.write_text(result_text)

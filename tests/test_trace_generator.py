@@ -37,23 +37,6 @@ def small_trace(tmp_path):
     return _write_trace(tmp_path / "mine.csv", arrival, rng.integers(10, 3000, 300), rng.integers(1, 300, 300))
 
 
-@pytest.fixture(scope="module")
-def cli():
-    """`provision ARGS` in this process (typer's runner); returns stdout, asserts exit 0."""
-    from typer.testing import CliRunner
-
-    from provisioner.cli import get_app
-
-    app = get_app()
-    runner = CliRunner()
-
-    def run(*args):
-        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        return result.stdout
-    return run
-
-
 # --- nested across rates: the same requests sooner, plus more ------------------------------
 
 @pytest.mark.parametrize("arrival", ["poisson", "gamma", "replay"])
