@@ -44,7 +44,7 @@ echo "::: wheel: provision --goal cost --rps 70 --design splitwise-hh"
     || fail "no winner in the wheel install's answer"
 
 echo "::: the JIT cache is in PROVISIONER_JIT_CACHE, not in site-packages"
-compgen -G "$PROVISIONER_JIT_CACHE/*/*.nbi" >/dev/null || fail "no kernel cache in $PROVISIONER_JIT_CACHE"
+[ -n "$(find "$PROVISIONER_JIT_CACHE" -name "*.nbi" | head -1)" ] || fail "no kernel cache in $PROVISIONER_JIT_CACHE"
 stray="$(find "$SITE" \( -name '*.nbi' -o -name '*.nbc' \) | head -3)"
 [[ -z "$stray" ]] || fail "numba cache files in site-packages: $stray"
 
