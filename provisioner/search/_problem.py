@@ -48,8 +48,8 @@ class SearchProblem:
             self.perf.catalog.machine(m)
         self.progress = progress or Progress()
         self.slo = request.effective_slo
-        # Every trace of the search comes from one unit-rate stream per seed (`_throughput.py`):
-        # a higher load holds the same requests, sooner, plus more of them.
+        # Every trace of the search comes from the one generator (`workloads.TraceGenerator`),
+        # nested across rates: a higher load holds the same requests, sooner, plus more of them.
         self.scaled = request.traces()
         if request.goal == "throughput":
             self.trace = None
