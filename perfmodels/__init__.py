@@ -13,7 +13,10 @@ Public surface:
 - KV transfer: `kv_transfer_time_s`, `kv_wire_bytes_per_s`.
 - power: `clock_fraction`.
 - measured profiles: `load_profile_model` / `ProfileLatencyModel` (a `LatencyModel` that
-  interpolates measured times, roofline where unmeasured), `read_profile`.
+  interpolates measured times, roofline where unmeasured), `read_profile`, `INTERPS`;
+  `profile_iteration_s` (the table lookup both engines share) and `jit_profile_lookup`
+  (the same, registered with numba by the fluid kernel: `import perfmodels` stays
+  numba-free).
 """
 
 from ._calibrate import (ARTIFACT_REASON, ARTIFACT_RULE, POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS,

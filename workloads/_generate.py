@@ -166,6 +166,9 @@ class TraceGenerator:
                                 f"requests); shorten duration_s")
         pos = (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel()
         k = int(np.searchsorted(pos, window_s, side="left"))
+        if k > MAX_TRACE_REQUESTS:
+            raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.name}' at {rps:g} req/s is {k:,} "
+                                f"requests, more than a trace holds ({MAX_TRACE_REQUESTS:,}); shorten duration_s")
         if k < 1:
             raise WorkloadError(f"no request of trace '{self.name}' arrives in a {self.duration_s:g}-s window at "
                              f"{rps:g} req/s; use a longer duration_s")

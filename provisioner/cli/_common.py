@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from pathlib import Path
 
 import typer
 
@@ -101,3 +103,21 @@ def latency_model_json(perf, model: str, pools, prompt_tokens=None) -> dict:
     for note in notes:
         typer.echo(f"warning: latency profile: {note}", err=True)
     return {**perf.describe(), "fallbacks": notes}
+
+
+def recorded_profile(result: dict, interp: str | None = None):
+    """(path, interp) of the measured profile an answer of `provision --json` was found with
+    ((None, interp) for the roofline); the file must be unchanged (SHA-256)."""
+    recorded = result.get("latency_model") if isinstance(result, dict) else None   # else: the schema check says why
+    if not isinstance(recorded, dict) or recorded.get("kind") != "profile":
+        return None, interp
+    path = Path(str(recorded.get("profile")))
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ProvisionerError(f"the answer used the latency profile '{path}', which cannot be read "
+                               f"({exc.strerror or exc}); pass --latency-profile PATH.csv") from None
+    if digest != recorded.get("sha256"):
+        raise ProvisionerError(f"the latency profile '{path}' changed since the answer was found "
+                               f"(SHA-256 differs); restore it or pass --latency-profile PATH.csv")
+    return str(path), interp or recorded.get("interp")

@@ -32,33 +32,25 @@ USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, Fi
 EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
 # The library's errors name Python parameters (`ProvisionerError.params`); the CLI says its flags.
+# The workloads package's errors (below the provisioner, no `params`) name these.
+_WORKLOAD_PARAMS = ("rps", "duration_s", "cv", "arrival", "seed")
 PARAM_FLAGS = {
     "goal": "--goal", "rps": "--rps", "power_budget_kw": "--power-budget-kw",
     "cost_budget_usd_per_h": "--cost-budget-usd-per-h", "workload": "--workload", "model": "--model",
     "families": "--design", "duration_s": "--duration", "seed": "--seed", "slo_scale": "--slo-scale",
     "searcher": "--searcher", "verify_duration_s": "--verify-duration", "power_cap_range": "--power-cap-range",
-    "max_machines": "--max-machines", "n_trials": "--trials", "engine": "--engine", "arrival": "--arrival",
+    "max_machines": "--max-machines", "n_trials": "--trials", "engine": "--engine", "arrival": "--arrival", "cv": "--cv",
 }
 
 
 def cli_message(exc: BaseException) -> str:
     """The error's message with the Python parameters it names replaced by their flags."""
     message = str(exc)
-    for param in getattr(exc, "params", ()):
+    params = getattr(exc, "params", ()) or (_WORKLOAD_PARAMS if isinstance(exc, WorkloadError) else ())
+    for param in params:
         if param in PARAM_FLAGS:
             message = re.sub(rf"(?<![\w-]){re.escape(param)}(?![\w-])", PARAM_FLAGS[param], message)
     return message
-
-
-def fail(message: str) -> None:
-    """Print `error: message` (first line only) to stderr and exit 2."""
-    _echo_err(f"error: {one_line(message)}")
-    raise SystemExit(EXIT_USER_ERROR)
-
-
-def positive(name: str, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ProvisionerError(f"{name} must be > 0 (got {value:g})")
 
 
 def one_line(message) -> str:

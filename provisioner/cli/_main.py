@@ -74,7 +74,8 @@ def main_command(
     if verify_seeds < 1:
         raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
     if report is not None:  # refuse before the search, not after it
-        check_output_path(report, flag="--report", force=force, force_hint="--force")
+        check_output_path(report, flag="--report", force=force, force_hint="--force",
+                          inputs=_input_files(workload, latency_profile))
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
@@ -94,17 +95,22 @@ def main_command(
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf)
-    _answer(result, request, latency, report, json_out)
+    _answer(result, request, latency, report, json_out, perf, _input_files(workload, latency_profile))
 
 
-def _answer(result, request, latency: dict | None, report, json_out: bool) -> None:
+def _input_files(workload: str, latency_profile) -> tuple:
+    """The files this command reads (a report must never replace one of them)."""
+    return tuple(p for p in (workload, latency_profile) if p is not None and Path(str(p)).is_file())
+
+
+def _answer(result, request, latency: dict | None, report, json_out: bool, perf, inputs: tuple) -> None:
     """Write the report, then print the JSON or the tables (and what a replay did)."""
     obj = result.to_json()
     if latency is not None:
         obj["latency_model"] = latency
     if report is not None:
         from reports import write_report
-        write_report(obj, report, force=True)   # checked before the search
+        write_report(obj, report, force=True, perf=perf, inputs=inputs)   # checked before the search
     if json_out:
         echo_json(obj)
         return

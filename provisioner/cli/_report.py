@@ -9,6 +9,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path
+from ._common import load_latency_model, recorded_profile
 
 
 def report_command(
@@ -22,7 +23,10 @@ def report_command(
 
     check_output_path(out, flag="--out", force=force, force_hint="--force", inputs=(result_json,))
     result = load_result(result_json)
-    path = write_report(result, out, force=force, baseline=baseline, inputs=(result_json,))
+    profile, interp = recorded_profile(result)   # the answer's own latency model, for its curves
+    perf = load_latency_model(profile, interp if profile is not None else None)
+    path = write_report(result, out, force=force, baseline=baseline, perf=perf,
+                        inputs=(result_json,) + ((profile,) if profile else ()))
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

@@ -14,6 +14,7 @@ from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
+                      recorded_profile,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
@@ -62,7 +63,7 @@ def simulate_command(
         d, traces, rps, model, slo = rescoring_question(result, family)
         workload = traces.to_json()["workload"]
         if latency_profile is None:
-            latency_profile, latency_interp = _recorded_profile(result, latency_interp)
+            latency_profile, latency_interp = recorded_profile(result, latency_interp)
     else:
         if family is not None:
             raise ProvisionerError("--family goes with --from-result; to score a design give --design FAMILY")
@@ -72,6 +73,8 @@ def simulate_command(
         traces = trace_generator(workload, arrival, rps, duration, seed, cv)
         if rps is None and traces.arrival != "replay":
             rps = DEFAULT_RPS
+        if not 0 < slo_scale < float("inf"):
+            raise ProvisionerError(f"--slo-scale must be a finite number > 0 (got {slo_scale:g})")
         slo = SLO().scaled(slo_scale)
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
@@ -117,24 +120,6 @@ def _read_result(path: Path) -> dict:
     return obj
 
 
-def _recorded_profile(result: dict, interp: str | None):
-    """The measured profile an answer was found with (its file must be unchanged)."""
-    recorded = result.get("latency_model")
-    if not isinstance(recorded, dict) or recorded.get("kind") != "profile":
-        return None, interp
-    import hashlib
-    path = Path(str(recorded.get("profile")))
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise ProvisionerError(f"--from-result: the answer used the latency profile '{path}', which cannot be read "
-                               f"({exc.strerror or exc}); pass --latency-profile PATH.csv") from None
-    if digest != recorded.get("sha256"):
-        raise ProvisionerError(f"--from-result: the latency profile '{path}' changed since the answer was found "
-                               f"(SHA-256 differs); restore it or pass --latency-profile PATH.csv")
-    return str(path), interp or recorded.get("interp")
-
-
 def _pools(d, perf):
     """(gpu, tp) of the design's pools."""
     cat = perf.catalog
@@ -161,6 +146,7 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
     from rich.table import Table
 
     from ._common import console as make_console
+    from ._tables import fmt_cell
 
     d = obj["design"]
     title = (f"{d['family']}: {d['prompt_machines']} prompt + {d['token_machines']} token machines"
@@ -173,7 +159,7 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
     for m in ("ttft", "tbt", "e2e"):
         cells = []
         for p in ("p50", "p90", "p99"):
-            cells += [f"{obj[m + '_ms'][p]:.0f}", f"{obj['slo']['slowdown'][m][p]:.2f}"]
+            cells += [fmt_cell(obj[m + "_ms"][p], ".0f"), fmt_cell(obj["slo"]["slowdown"][m][p], ".2f")]
         table.add_row(m.upper(), *cells)
     console = make_console()
     console.print(table)

@@ -63,10 +63,10 @@ def _cells(fr, cat) -> list[str]:
     gap = "-" if fr.gap_to_bound_pct is None else f"{fr.gap_to_bound_pct:.0f}%"
     ver = "-" if fr.verification is None else ("pass" if fr.verification["met"] else "fail")
     if r is None:
-        return [fr.family + " ✗", "-", "-", "-", "-", _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations), ver]
+        return [fr.family + " ✗", "-", "-", "-", "-", fmt_cell(fr.lower_bound, ".0f"), gap, str(fr.evaluations), ver]
     rps = fr.sustainable_rps if fr.sustainable_rps is not None else fr.rps
     return [fr.family + ("" if fr.feasible else " ✗"), _design_text(r, cat), f"{r['cost_usd_per_h']:.0f}",
-            f"{r['power_kw']:.0f}", _fmt(rps, ".1f"), _fmt(fr.lower_bound, ".0f"), gap, str(fr.evaluations),
+            f"{r['power_kw']:.0f}", fmt_cell(rps, ".1f"), fmt_cell(fr.lower_bound, ".0f"), gap, str(fr.evaluations),
             ver]
 
 
@@ -79,7 +79,7 @@ def _slo_cells(fr) -> list[str]:
                 cells.append("-")
                 continue
             s, g = r[f"slowdown_{m}_p{p}"], r[f"margin_{m}_p{p}"]
-            text = _fmt(s, ".2f") + ("" if not np.isfinite(g) else f"\n{100 * g:+.0f}")
+            text = fmt_cell(s, ".2f") + ("" if not np.isfinite(g) else f"\n{100 * g:+.0f}")
             cells.append(f"[bold]{text}[/]" if str(r["binding_slo"]) == f"{m}_p{p}" else text)
     return cells
 
@@ -99,7 +99,8 @@ def _design_text(r, cat) -> str:
             f"+{pool(r['token_machines'], r['token_machine'], r['token_power_cap'], r['token_tp'], 'T')}")
 
 
-def _fmt(v, spec: str = ".1f") -> str:
+def fmt_cell(v, spec: str = ".1f") -> str:
+    """A number for a table cell: '-' when absent, 'n/a' when undefined (NaN), 'inf'."""
     if v is None:
         return "-"
     try:

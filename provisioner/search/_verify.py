@@ -3,7 +3,8 @@
 The searchers score designs with the fluid engine on one trace; a design near the edge
 of its capacity can pass that trace and fail another draw of the same workload. So a
 finalist is reported feasible only if the discrete-event engine finds every SLO met on
-every verification trace (default: twice as long, two other seeds).
+every verification trace (default: twice as long, two other seeds; a replayed file has
+no random draws, so it is re-checked once, on its own window).
 
 Finalists are taken in increasing objective. Before spending a DES run on one, the
 fluid engine screens a chunk of candidates on the verification traces (cheap, batched);
