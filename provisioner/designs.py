@@ -15,6 +15,14 @@ Families (Splitwise Sec. IV-D; CONTRACTS.md names):
 | splitwise-hh      | DGX-H100             | DGX-H100                   |
 | splitwise-ha      | DGX-H100             | DGX-A100                   |
 | splitwise-hhcap   | DGX-H100             | DGX-H100, GPUs capped at 50% |
+| baseline-a100-chunked | mixed DGX-A100, chunked prefill | (same machines)  |
+| baseline-h100-chunked | mixed DGX-H100, chunked prefill | (same machines)  |
+
+Chunked prefill (Sarathi-Serve; vLLM's default scheduler): `prefill_chunk_tokens` > 0
+makes it a hard per-iteration budget of prompt tokens, prompts split into chunks that
+ride along with the running decodes (SEMANTICS.md). 0 keeps whole prompts under the
+prompt batch cap. The `-chunked` families search the chunk size over
+`CHUNK_TOKEN_CHOICES`; any family takes a fixed one.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ from perfmodels._power import MIN_POWER_CAP
 from .errors import ProvisionerError
 
 DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughput drops beyond it
+# Token budgets the chunked families search: Sarathi-Serve runs 512 for strict TBT SLOs
+# and 2048 for relaxed ones; 256 and 1024 bracket them.
+CHUNK_TOKEN_CHOICES = (256, 512, 1024, 2048)
+DEFAULT_CHUNK_TOKENS = 512   # a chunked family's design when none is chosen (vLLM's chunked-prefill default)
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class FamilySpec:
     token_machine: str
     prompt_power_cap: float = 1.0
     token_power_cap: float = 1.0
+    prefill_chunk_tokens: tuple[int, ...] = (0,)   # chunk budgets searched (0: whole prompts)
 
 
 FAMILY_SPECS = {
@@ -52,6 +65,8 @@ FAMILY_SPECS = {
         FamilySpec("splitwise-hh", True, "dgx-h100", "dgx-h100"),
         FamilySpec("splitwise-ha", True, "dgx-h100", "dgx-a100"),
         FamilySpec("splitwise-hhcap", True, "dgx-h100", "dgx-h100", token_power_cap=0.5),
+        FamilySpec("baseline-a100-chunked", False, "dgx-a100", "dgx-a100", prefill_chunk_tokens=CHUNK_TOKEN_CHOICES),
+        FamilySpec("baseline-h100-chunked", False, "dgx-h100", "dgx-h100", prefill_chunk_tokens=CHUNK_TOKEN_CHOICES),
     )
 }
 FAMILIES = tuple(FAMILY_SPECS)
@@ -84,6 +99,7 @@ class Design:
     token_tp: int = 8
     prompt_batch_cap_tokens: int = DEFAULT_PROMPT_BATCH_CAP_TOKENS
     allow_borrow: bool = True
+    prefill_chunk_tokens: int = 0   # > 0: chunked prefill with this token budget per iteration
 
     @property
     def split(self) -> bool:
@@ -114,7 +130,8 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
             f"{family}: --prompt-machines and --token-machines must both be >= 1 "
             f"(got {prompt_machines} and {token_machines})")
     d = Design(family, int(prompt_machines), int(token_machines), spec.prompt_machine,
-               spec.token_machine, spec.prompt_power_cap, spec.token_power_cap)
+               spec.token_machine, spec.prompt_power_cap, spec.token_power_cap,
+               prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0)
     d = replace(d, **overrides) if overrides else d
     _validate(d)
     return d
@@ -129,18 +146,28 @@ def _validate(d: Design) -> None:
                                    f"{MIN_POWER_CAP:.3f} the GPU's static power leaves no clock to run at")
     if d.prompt_batch_cap_tokens < 1:
         raise ProvisionerError("prompt-batch-cap-tokens must be >= 1")
+    if d.prefill_chunk_tokens < 0:
+        raise ProvisionerError(f"--prefill-chunk-tokens must be >= 0 (got {d.prefill_chunk_tokens}); "
+                               "0 turns chunked prefill off")
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
             raise ProvisionerError(f"{name.replace('_', '-')} must be 1, 2, 4 or 8 (got {getattr(d, name)})")
 
 
 DESIGN_FIELDS = tuple(f.name for f in fields(Design))
+# Columns that results written before they existed lack: their value then.
+OPTIONAL_DESIGN_FIELDS = {"prefill_chunk_tokens": 0}
 
 
 class DesignBatch:
     """Many designs as a struct of arrays, shape (n_designs,) each."""
 
     def __init__(self, columns: dict[str, np.ndarray]):
+        columns = dict(columns)
+        if OPTIONAL_DESIGN_FIELDS.keys() - columns.keys() and columns:
+            n = len(np.atleast_1d(next(iter(columns.values()))))
+            for k, v in OPTIONAL_DESIGN_FIELDS.items():
+                columns.setdefault(k, np.full(n, v))
         missing = set(DESIGN_FIELDS) - set(columns)
         if missing:
             raise ProvisionerError(f"design batch lacks columns {sorted(missing)}")
@@ -162,7 +189,7 @@ class DesignBatch:
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> "DesignBatch":
-        return cls({k: frame[k].to_numpy() for k in DESIGN_FIELDS})
+        return cls({k: frame[k].to_numpy() for k in DESIGN_FIELDS if k in frame})
 
     def __len__(self) -> int:
         return len(self.columns["family"])

@@ -8,7 +8,7 @@ from .slo import METRICS, PERCENTILES
 
 DESIGN_KEYS = ("family", "prompt_machines", "token_machines", "prompt_machine", "token_machine",
                "prompt_gpu", "token_gpu", "prompt_power_cap", "token_power_cap", "prompt_tp", "token_tp",
-               "prompt_batch_cap_tokens")
+               "prompt_batch_cap_tokens", "prefill_chunk_tokens")
 
 
 def design_json(row, catalog=None) -> dict:
@@ -141,7 +141,8 @@ def design_from_json(obj: dict):
                       token_machines=int(obj.get("token_machines") or 0), prompt_machine=str(obj["prompt_machine"]),
                       token_machine=str(obj["token_machine"]), prompt_power_cap=float(obj["prompt_power_cap"]),
                       token_power_cap=float(obj["token_power_cap"]), prompt_tp=int(obj["prompt_tp"]),
-                      token_tp=int(obj["token_tp"]), prompt_batch_cap_tokens=int(obj["prompt_batch_cap_tokens"]))
+                      token_tp=int(obj["token_tp"]), prompt_batch_cap_tokens=int(obj["prompt_batch_cap_tokens"]),
+                      prefill_chunk_tokens=int(obj.get("prefill_chunk_tokens") or 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProvisionerError(f"result JSON design of {obj.get('family')} is incomplete ({exc!r}); give the "
                                f"output of `provision --json`") from None

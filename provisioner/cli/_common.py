@@ -79,6 +79,13 @@ def latency_profile_option():
                              "columns); interpolated per model, GPU and TP, the roofline where unmeasured.")
 
 
+def prefill_chunk_option():
+    return typer.Option(None, "--prefill-chunk-tokens", metavar="N",
+                        help="Chunked prefill (Sarathi-Serve, vLLM's default): at most N prompt tokens per "
+                             "iteration, long prompts split into chunks; 0 turns it off. Default: the "
+                             "-chunked families search it, the others prefill whole prompts.")
+
+
 def latency_interp_option():
     return typer.Option(None, "--latency-interp",
                         help="How --latency-profile is interpolated: grid (default; prompt tokens x batch "

@@ -16,7 +16,7 @@ from ..errors import ProvisionerError
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       echo_json, latency_interp_option, latency_model_json, latency_profile_option,
-                      load_latency_model, replay_note)
+                      load_latency_model, prefill_chunk_option, replay_note)
 from ._tables import render_result
 
 
@@ -63,6 +63,7 @@ def main_command(
                                                     "enumerate."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
+    prefill_chunk_tokens: int = prefill_chunk_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -90,7 +91,7 @@ def main_command(
         slo_scale=slo_scale, searcher=searcher, verify=verify, verify_duration_s=verify_duration,
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
-        max_machines=max_machines, n_trials=trials)
+        max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:

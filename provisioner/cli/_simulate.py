@@ -14,13 +14,13 @@ from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
-                      recorded_profile,
+                      prefill_chunk_option, recorded_profile,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
 # Flags that describe the design or the trace: --from-result takes them from the result.
 QUESTION_FLAGS = ("design", "prompt_machines", "token_machines", "machines", "workload", "rps", "model", "duration",
-                  "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale")
+                  "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale", "prefill_chunk_tokens")
 
 
 def simulate_command(
@@ -50,6 +50,7 @@ def simulate_command(
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
+    prefill_chunk_tokens: int = prefill_chunk_option(),
 ) -> None:
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
@@ -69,7 +70,8 @@ def simulate_command(
             raise ProvisionerError("--family goes with --from-result; to score a design give --design FAMILY")
         if design is None:
             raise ProvisionerError("--design is required (a family such as splitwise-hh), or --from-result RESULT.json")
-        d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap)
+        d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
+                    prefill_chunk_tokens)
         traces = trace_generator(workload, arrival, rps, duration, seed, cv)
         if rps is None and traces.arrival != "replay":
             rps = DEFAULT_RPS
@@ -89,10 +91,13 @@ def simulate_command(
     _print_summary(obj, row, replay_note(traces, rps, len(trace)))
 
 
-def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap):
+def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
+            prefill_chunk_tokens=None):
     spec = family_spec(design)
     _refuse_flags_of_other_families(spec, prompt_machines, token_machines, machines, token_power_cap)
     overrides = {}
+    if prefill_chunk_tokens is not None:
+        overrides["prefill_chunk_tokens"] = prefill_chunk_tokens
     if prompt_power_cap is not None:
         overrides["prompt_power_cap"] = prompt_power_cap
     if token_power_cap is not None:
@@ -151,6 +156,8 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
     d = obj["design"]
     title = (f"{d['family']}: {d['prompt_machines']} prompt + {d['token_machines']} token machines"
              if d["token_machines"] else f"{d['family']}: {d['prompt_machines']} machines")
+    if d.get("prefill_chunk_tokens"):
+        title += f", chunked prefill {d['prefill_chunk_tokens']} tokens"
     table = Table(title=f"{title} — {obj['workload']}, {obj['model']}, {obj['rps']:g} req/s, {obj['requests']} requests")
     table.add_column("metric")
     for p in ("p50", "p90", "p99"):

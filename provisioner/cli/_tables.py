@@ -86,17 +86,21 @@ def _slo_cells(fr) -> list[str]:
 
 def _design_text(r, cat) -> str:
     """Compact, two lines: '25P h100', '+8T h100@0.5' (machine names without the dgx-/hgx-
-    prefix; '/tp4' when a machine runs several replicas); `cat`: the call's catalog."""
+    prefix; '/tp4' when a machine runs several replicas; ', chunk 512' with chunked
+    prefill); `cat`: the call's catalog."""
 
     def pool(n, m, cap, tp, tag):
         name = str(m).removeprefix("dgx-").removeprefix("hgx-")
         gpus = cat.machine(str(m)).gpus_per_machine
         tp_text = "" if int(tp) in (0, gpus) else f"/tp{int(tp)}"
         return f"{int(n)}{tag} {name}{tp_text}" + ("" if float(cap) >= 0.999 else f"@{float(cap):.2g}")
+    chunk = int(r.get("prefill_chunk_tokens", 0) or 0)
+    chunk_text = f", chunk {chunk}" if chunk else ""
     if int(r["token_machines"]) == 0:
-        return pool(r["prompt_machines"], r["prompt_machine"], r["prompt_power_cap"], r["prompt_tp"], "")
+        return pool(r["prompt_machines"], r["prompt_machine"], r["prompt_power_cap"], r["prompt_tp"], "") + chunk_text
     return (f"{pool(r['prompt_machines'], r['prompt_machine'], r['prompt_power_cap'], r['prompt_tp'], 'P')}\n"
-            f"+{pool(r['token_machines'], r['token_machine'], r['token_power_cap'], r['token_tp'], 'T')}")
+            f"+{pool(r['token_machines'], r['token_machine'], r['token_power_cap'], r['token_tp'], 'T')}"
+            + chunk_text)
 
 
 def fmt_cell(v, spec: str = ".1f") -> str:

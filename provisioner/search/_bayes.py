@@ -1,8 +1,8 @@
 """Bayesian optimization (optuna TPE) over spaces too wide to enumerate.
 
 The space splits in two. The *hardware* of a design — machine type and tensor-parallel
-degree per pool, a continuous GPU power cap per pool, the prompt batch cap — is what TPE
-samples. The *counts* are not sampled: for one hardware choice, feasibility is monotone
+degree per pool, a continuous GPU power cap per pool, the prompt batch cap, the
+chunked-prefill budget — is what TPE samples. The *counts* are not sampled: for one hardware choice, feasibility is monotone
 in the machine counts, so the frontier search of `_enumerate.py` finds the cheapest
 feasible counts exactly in a few rounds. A trial is one hardware choice; its value is
 the least objective (cost or power) over its count grid.
@@ -122,7 +122,8 @@ def _label(machine: str, tp: int, pool: PoolSpace) -> str:
 def hardware_of(space: FamilySpace, trial) -> dict:
     """The hardware a trial samples: per pool a (machine type, TP degree) choice and a power
     cap, and the prompt batch cap (fixed choices are not parameters). TP 0: whole machine."""
-    hw = {"prompt_batch_cap_tokens": int(_cat(trial, "prompt_batch_cap_tokens", space.prompt_batch_caps))}
+    hw = {"prompt_batch_cap_tokens": int(_cat(trial, "prompt_batch_cap_tokens", space.prompt_batch_caps)),
+          "prefill_chunk_tokens": int(_cat(trial, "prefill_chunk_tokens", space.prefill_chunks))}
     for name, pool in _pools(space):
         choices = pool.choices
         labels = [_label(m, d, pool) for m, d in choices]
@@ -140,8 +141,9 @@ def fixed_space(space: FamilySpace, hw: dict, max_prompt: int, max_token: int) -
         return PoolSpace((m,), (float(hw[f"{name}_power_cap"]),) * 2, ((m, (tp,)),) if tp else (),
                          max_machines=int(max_machines))
     token = pool("token", max_token) if space.token is not None else None
+    chunk = int(hw.get("prefill_chunk_tokens", space.prefill_chunks[0]))
     return FamilySpace(space.family, pool("prompt", max_prompt), token, (int(hw["prompt_batch_cap_tokens"]),),
-                       label=space.label, catalog=space.catalog)
+                       (chunk,), label=space.label, catalog=space.catalog)
 
 
 def type_seeds(space: FamilySpace) -> list[dict]:
@@ -152,7 +154,8 @@ def type_seeds(space: FamilySpace) -> list[dict]:
                   for c in combos for m, d in pool.choices]
     if len(combos) <= 1 or len(combos) > MAX_TYPE_SEEDS:
         return []
-    return [{**c, "prompt_batch_cap_tokens": space.prompt_batch_caps[0]} for c in combos]
+    return [{**c, "prompt_batch_cap_tokens": space.prompt_batch_caps[0],
+             "prefill_chunk_tokens": space.prefill_chunks[0]} for c in combos]
 
 
 def _params_of(space: FamilySpace, hw: dict) -> dict:
@@ -169,6 +172,8 @@ def _params_of(space: FamilySpace, hw: dict) -> dict:
                                                 * CAP_STEP)
     if len(space.prompt_batch_caps) > 1 and "prompt_batch_cap_tokens" in hw:
         params["prompt_batch_cap_tokens"] = int(hw["prompt_batch_cap_tokens"])
+    if len(space.prefill_chunks) > 1 and "prefill_chunk_tokens" in hw:
+        params["prefill_chunk_tokens"] = int(hw["prefill_chunk_tokens"])
     return params
 
 

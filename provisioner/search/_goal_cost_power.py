@@ -2,7 +2,8 @@
 the requested load (iso-throughput; Splitwise Sec. IV-D).
 
 A count grid (fixed hardware) is decided by the frontier search, started from the integer
-program's bound; a wider space (custom families, or `searcher="optuna"`) by optuna, each
+program's bound; fixed hardware with a few batch caps or chunk budgets is one such grid
+each, the candidates merged; a wider space (custom families, or `searcher="optuna"`) by optuna, each
 trial's counts found by the frontier search. The candidates, cheapest first, go to
 `_finalise.choose`.
 """
@@ -44,13 +45,14 @@ def least_objective_family(problem: SearchProblem, family: str) -> FamilyResult:
     req = problem.req
     key = objective_key(req.goal)
     space = problem.space(family)
-    grid = space.is_grid and req.searcher != "optuna"
+    parts = space.grid_parts() if req.searcher != "optuna" else []
+    grid = bool(parts)
     bound = problem.bound(space, goal=req.goal, rps=req.rps)
     problem.progress.start(f"{family}: search", None)
     counter = [0]
     ev = problem.evaluator(problem.trace, counter)
     searcher = "optuna" if not grid else ("ilp+enumeration" if req.searcher == "auto" else "enumeration")
-    found = _grid_search(problem, space, ev, bound, key) if grid else _bayes_search(problem, space, ev, bound, key)
+    found = _grids_search(problem, parts, ev, bound, key) if grid else _bayes_search(problem, space, ev, bound, key)
     if found.candidates is None:
         return infeasible(problem, family, counter, bound, found.closest, searcher, evaluated=ev.scored())
     cand = found.candidates
@@ -67,6 +69,22 @@ def least_objective_family(problem: SearchProblem, family: str) -> FamilyResult:
                       bound=bound, bayes=found.bayes, evaluated=ev.scored())
     problem.progress.done()
     return fr
+
+
+def _grids_search(problem: SearchProblem, parts: list[FamilySpace], ev: Evaluator, bound: CapacityBound,
+                  key: str) -> _Found:
+    """The frontier search of each grid; candidates of all, cheapest first. The staircase
+    (and space) kept for the report is the one of the grid with the cheapest candidate."""
+    found = [_grid_search(problem, part, ev, bound, key) for part in parts]
+    if len(found) == 1:
+        return found[0]
+    alive = [f for f in found if f.candidates is not None]
+    if not alive:
+        return found[-1]
+    batch = DesignBatch.from_frame(pd.concat([f.candidates.to_frame() for f in alive], ignore_index=True))
+    objective = problem.objective_values(batch, key)
+    best = min(alive, key=lambda f: float(problem.objective_values(f.candidates.take(np.array([0])), key)[0]))
+    return _Found(batch.take(np.lexsort((-batch.token_machines, objective))), best.space, staircase=best.staircase)
 
 
 def _grid_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bound: CapacityBound,

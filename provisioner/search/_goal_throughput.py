@@ -49,7 +49,7 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     """The design of `family` within the budget that sustains the highest load."""
     req = problem.req
     space = problem.space(family)
-    searcher = "ilp+enumeration" if space.is_grid else "optuna"
+    searcher = "ilp+enumeration" if space.fixed_hardware else "optuna"
     cand = budget_candidates(problem, space)
     bound = problem.bound(space, goal="throughput")
     if cand is None or not len(cand):
@@ -106,7 +106,7 @@ def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch
     bkey = problem.budget_key
     budget = problem.budget * (1 + 1e-9)
     frames = []
-    steps = 4 if not space.is_grid else 1
+    steps = 4 if not space.fixed_hardware else 1
     for pm, ptp in space.prompt.choices:
         for pc in space.prompt.cap_grid(steps):
             up = problem.unit_objective(pm, pc, bkey)
@@ -124,7 +124,10 @@ def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch
                         frames.append(frame)
     if not frames:
         return None
-    batch = DesignBatch.from_frame(pd.concat(frames, ignore_index=True))
+    frame = pd.concat(frames, ignore_index=True)
+    # Chunk budgets cost nothing: every affordable design comes with each of them.
+    frame = pd.concat([frame.assign(prefill_chunk_tokens=c) for c in space.prefill_chunks], ignore_index=True)
+    batch = DesignBatch.from_frame(frame)
     if len(batch) > THROUGHPUT_MAX_CANDIDATES:
         est = _rps_estimate(problem, batch)
         batch = batch.take(np.sort(np.argsort(-est, kind="stable")[:THROUGHPUT_MAX_CANDIDATES]))

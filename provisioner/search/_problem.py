@@ -162,11 +162,11 @@ class SearchProblem:
         """The design space of `family` for this request, with count bounds (derived from
         the capacity model unless given)."""
         req = self.req
-        kwargs = {}
+        kwargs = {"prefill_chunk_tokens": req.prefill_chunk_tokens}
         if family in (CUSTOM_SPLIT, CUSTOM_BASELINE):
             machines = tuple(dict.fromkeys((req.prompt_machine_types or ()) + (req.token_machine_types or ())))
             tp = tuple((m, tp_options(self.perf, self.llm, m)) for m in machines) if req.search_tp else ()
-            kwargs = dict(prompt_machines=req.prompt_machine_types, token_machines=req.token_machine_types,
+            kwargs.update(prompt_machines=req.prompt_machine_types, token_machines=req.token_machine_types,
                           power_cap=req.power_cap_range, prompt_batch_caps=req.prompt_batch_caps, tp=tp)
         sp = replace(family_space(family, **kwargs), catalog=self.perf.catalog)
         if bounds is not None:

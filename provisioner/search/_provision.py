@@ -45,7 +45,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
     results = []
     for family in request.families:
         if unreachable[family]:
-            searcher = "ilp+enumeration" if problem.space(family, (1, 1)).is_grid else "optuna"
+            searcher = "ilp+enumeration" if problem.space(family, (1, 1)).fixed_hardware else "optuna"
             results.append(FamilyResult(family, False, None, request.rps, reason=unreachable[family],
                                         searcher=searcher))
             continue

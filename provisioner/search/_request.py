@@ -40,6 +40,7 @@ _CONSTRAINTS = {
     "n_trials": [_COUNT],
     "trial_batch": [_COUNT],
     "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],
+    "prefill_chunk_tokens": [None, Interval(Integral, 0, None, closed="left")],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -75,6 +76,9 @@ class ProvisionRequest:
     prompt_machine_types, token_machine_types : machine types of the custom families.
     power_cap_range : (low, high) GPU power-cap range searched by the custom families.
     prompt_batch_caps : prompt batch caps (tokens) the custom families may choose from.
+    prefill_chunk_tokens : chunked-prefill budget (tokens per iteration) of every family;
+        0 turns chunking off. None: the `-chunked` families search `CHUNK_TOKEN_CHOICES`,
+        the others prefill whole prompts.
     max_machines : count bound per pool (default: derived from the capacity model).
     n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
         and trials per batched ask/tell.
@@ -106,6 +110,7 @@ class ProvisionRequest:
     token_machine_types: tuple[str, ...] | None = None
     power_cap_range: tuple[float, float] = (0.4, 1.0)
     prompt_batch_caps: tuple[int, ...] = (DEFAULT_PROMPT_BATCH_CAP_TOKENS,)
+    prefill_chunk_tokens: int | None = None
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6

@@ -89,12 +89,14 @@ def _iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batc
 class _Machine:
     """One replica: prompt queue, decode wait queue, running set, KV budget (tokens)."""
 
-    __slots__ = ("pool", "coef", "kv_cap", "batch_cap", "prompt_q", "wait_q", "running", "ctx",
-                 "kv_used", "busy", "start_pending", "iteration", "done_at", "prefilling",
+    __slots__ = ("pool", "coef", "kv_cap", "batch_cap", "chunk", "head_done", "prompt_q", "wait_q", "running",
+                 "ctx", "kv_used", "busy", "start_pending", "iteration", "done_at", "prefilling",
                  "decoding", "duration", "started", "prefill_tokens")
 
-    def __init__(self, pool, coef, kv_cap, batch_cap):
+    def __init__(self, pool, coef, kv_cap, batch_cap, chunk=0):
         self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
+        self.chunk = chunk          # chunked-prefill budget (0: whole prompts under batch_cap)
+        self.head_done = 0          # prompt tokens of the prompt-queue head already prefilled
         self.prompt_q, self.wait_q = deque(), deque()
         self.running = self.ctx = self.kv_used = 0   # running count, sum of contexts, KV held
         self.busy = self.start_pending = False
@@ -124,6 +126,27 @@ class _Machine:
     def start(self, S, N, local):
         """Start an iteration if there is work; return its duration or None (stays idle)."""
         self.admit(S, N)
+        batch, tokens, sq, seqs = (self._take_chunks if self.chunk else self._take_prompts)(S, N, local)
+        b = self.running
+        if not seqs and not b:
+            return None
+        self.busy, self.prefilling, self.decoding = True, batch, b
+        self.prefill_tokens = tokens
+        self.duration = _iteration_s(self.coef, tokens, sq, seqs, b, self.ctx)
+        return self.duration
+
+    def _holds_kv(self, r, S, N, local) -> bool:
+        """Reserve the KV of a prompt whose decode stays here; False when it does not fit."""
+        if local[r]:
+            need = S[r] + N[r]
+            if self.kv_used and self.kv_used + need > self.kv_cap:
+                return False
+            self.kv_used += need
+        return True
+
+    def _take_prompts(self, S, N, local):
+        """Whole prompts from the queue head while they fit the batch cap (the first always).
+        Returns (prefilled requests, prompt tokens, sum of squares, prompts)."""
         batch, tokens, sq = [], 0, 0
         pq, cap = self.prompt_q, self.batch_cap
         while pq:
@@ -131,22 +154,37 @@ class _Machine:
             s = S[r]
             if batch and tokens + s > cap:
                 break
-            if local[r]:
-                need = s + N[r]
-                if self.kv_used and self.kv_used + need > self.kv_cap:
-                    break
-                self.kv_used += need
+            if not self._holds_kv(r, S, N, local):
+                break
             pq.popleft()
             batch.append(r)
             tokens += s
             sq += s * s
-        b = self.running
-        if not batch and not b:
-            return None
-        self.busy, self.prefilling, self.decoding = True, batch, b
-        self.prefill_tokens = tokens
-        self.duration = _iteration_s(self.coef, tokens, sq, len(batch), b, self.ctx)
-        return self.duration
+        return batch, tokens, sq, len(batch)
+
+    def _take_chunks(self, S, N, local):
+        """Chunked prefill: up to `chunk` prompt tokens from the queue head, the last prompt
+        cut to fit (it stays at the head). A chunk of c tokens at offset o adds
+        (o + c)^2 - o^2 to the sum of squares. Returns what `_take_prompts` does, the
+        completed prompts as the prefilled requests and every chunk counted as a prompt."""
+        batch, tokens, sq, seqs = [], 0, 0, 0
+        pq, budget, done = self.prompt_q, self.chunk, self.head_done
+        while pq and tokens < budget:
+            r = pq[0]
+            s = S[r]
+            if not done and not self._holds_kv(r, S, N, local):   # its first chunk reserves the KV
+                break
+            c = min(s - done, budget - tokens)
+            tokens += c
+            sq += (done + c) ** 2 - done ** 2
+            seqs += 1
+            if done + c < s:
+                self.head_done = done + c
+                break
+            pq.popleft()
+            batch.append(r)
+            done = self.head_done = 0
+        return batch, tokens, sq, seqs
 
     def prompt_work(self, pending_tokens, t):
         """Pending prompt tokens less the share of the iteration in flight already done at t."""
@@ -178,10 +216,11 @@ class _Cluster:
             raise ProvisionerError(f"design {d}: needs >= 1 prompt (or mixed) machine and >= 0 token "
                                    f"machines (got {self.n_prompt} and {self.n_token})")
         cap = float(inputs.batch_cap_tokens[d])
+        chunk = int(inputs.chunk_tokens[d])
         pools = [0] * self.n_prompt + [1] * self.n_token
         coefs = [tuple(float(x) for x in inputs.coef[d, p]) for p in (0, 1)]
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
-        self.machines = [_Machine(p, coefs[p], kv[p], cap) for p in pools]
+        self.machines = [_Machine(p, coefs[p], kv[p], cap, chunk) for p in pools]
         self.pools = pools
         self.lent = [False] * len(pools)     # serving the other pool's phase (the mixed pool)
         self.kv_cap = [kv[p] for p in pools]
@@ -275,9 +314,9 @@ class _Cluster:
             res[m] -= S[r] + N[r]
         self.pending_decode[m] -= mc.decoding
         transfers = []
+        self.pending_prompt[m] -= mc.prefill_tokens    # whole prompts and chunks alike
         for r in mc.prefilling:
             s, n = S[r], N[r]
-            self.pending_prompt[m] -= s
             self.first[r] = e
             if n == 1:
                 self.finish[r] = e

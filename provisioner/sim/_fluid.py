@@ -41,8 +41,8 @@ ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, 
 N_STATS = 15
 # Float state per machine.
 F_NOW, F_ITER, F_RATE, F_END, F_LEN, F_SUM_S, F_SUM_JOIN, F_KV_USED, F_RESERVED, F_PEND_P, \
-    F_DEC_ASSIGNED, F_BATCH_TOK, F_INV_LEN = range(13)
-N_F = 13
+    F_DEC_ASSIGNED, F_BATCH_TOK, F_INV_LEN, F_HEAD_DONE = range(14)
+N_F = 14   # F_HEAD_DONE: prompt tokens of the prompt-queue head already prefilled (chunked prefill)
 # Integer state per machine.
 I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT = range(9)
 N_I = 9
@@ -124,7 +124,7 @@ def _pop(keys, vals, st, col, m):
 
 # ---------------------------------------------------------------- one design
 @njit(cache=True)
-def _simulate_design(n0, n1, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                      layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, first_out, finish_out,
                      stats):
     R = arrival.shape[0]
@@ -147,7 +147,7 @@ def _simulate_design(n0, n1, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_tok
     earliest_m = np.zeros(1 + n_blocks, np.int64)   # the machines they belong to (ties: lowest index)
     for b in range(n_blocks):
         earliest_m[1 + b] = b << _BLOCK_SHIFT
-    sim = (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
+    sim = (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
            arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64))
     _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim)
@@ -159,7 +159,7 @@ def _simulate_design(n0, n1, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_tok
 @njit(cache=True, _nrt=False)
 def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
     """Route each request at its arrival, after every machine event due before it."""
-    (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
+    (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
      arrival, late_s, earliest_t, earliest_m, lent) = sim   # lent: [number of lent machines]
     for r in range(R):
@@ -396,7 +396,7 @@ def _schedule(m, sim):
     running = st[m, I_RUN] > 0
     work_at = INF
     h = st[m, I_QHEAD]
-    if h >= 0 and (req[h, 1] != m or s_arr[h] + n_arr[h] <= room or not running):
+    if h >= 0 and (req[h, 1] != m or s_arr[h] + n_arr[h] <= room or not running or fs[m, F_HEAD_DONE] > 0):
         work_at = _fmax(now, sim[21][h])   # an idle machine's clock is its last event
     if st[m, I_WAIT] > 0:
         h = wait_val[m, 0]
@@ -422,7 +422,7 @@ def _schedule(m, sim):
 @njit(cache=True, forceinline=True, _nrt=False)
 def _step(m, e, sim):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
-    (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
+    (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
     if st[m, I_PREFILL] == 1:
@@ -435,17 +435,25 @@ def _step(m, e, sim):
             stats[ST_DT0 + pm] += dur
             fs[m, F_ITER] += 1.0
             _finish_due(m, e, sim)
+        left = fs[m, F_BATCH_TOK]   # prompt tokens of this iteration, head first
         for _ in range(st[m, I_BATCH]):
             r = st[m, I_QHEAD]
             if r < 0:
                 raise RuntimeError("prompt queue shorter than the batch in flight")
+            rest = s_arr[r] - fs[m, F_HEAD_DONE]
+            if rest > left:      # a chunk: the prompt stays at the head, partly prefilled
+                fs[m, F_HEAD_DONE] += left
+                fs[m, F_PEND_P] -= left
+                break
+            left -= rest
+            fs[m, F_HEAD_DONE] = 0.0
+            fs[m, F_PEND_P] -= rest
             st[m, I_QHEAD] = req[r, 0]
             if req[r, 0] < 0:
                 st[m, I_QTAIL] = -1
             first_out[r] = e
             if e - sim[21][r] > sim[22][r, 0]:
                 stats[ST_LATE_TTFT] += 1
-            fs[m, F_PEND_P] -= s_arr[r]
             d = req[r, 1]
             if n_arr[r] == 1:
                 finish_out[r] = e
@@ -506,7 +514,7 @@ def _finish_due(m, e, sim):
 @njit(cache=True, forceinline=True, _nrt=False)
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
-    (coef, kv_cap, batch_cap, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
+    (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
     cap = kv_cap[pm]
@@ -525,23 +533,7 @@ def _start(m, t, sim):
         st[m, I_RUN] += 1
         fs[m, F_SUM_S] += s_arr[r]
         fs[m, F_SUM_JOIN] += it
-    tokens = 0.0
-    sq = 0.0
-    k = 0
-    r = st[m, I_QHEAD]
-    while r >= 0:
-        s = s_arr[r]
-        if k > 0 and tokens + s > batch_cap:
-            break
-        if req[r, 1] == m:
-            need = s + n_arr[r]
-            if fs[m, F_KV_USED] + need > cap and (k > 0 or st[m, I_RUN] > 0):
-                break
-            fs[m, F_KV_USED] += need
-        tokens += s
-        sq += s * s
-        k += 1
-        r = req[r, 0]
+    tokens, sq, k = _select_prompts(m, prompt_budget[0], prompt_budget[1], cap, s_arr, n_arr, fs, st, req)
     b = st[m, I_RUN]
     ctx = fs[m, F_SUM_S] + b * fs[m, F_ITER] - fs[m, F_SUM_JOIN]
     if k > 0:
@@ -554,6 +546,40 @@ def _start(m, t, sim):
         fs[m, F_INV_LEN] = 1.0 / dur    # routing reads the progress of every prompt machine
     elif b > 0:
         fs[m, F_RATE] = 1.0 / iter_time(coef[pm], 0.0, 0.0, 0.0, b, ctx)
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
+def _select_prompts(m, batch_cap, chunk, cap, s_arr, n_arr, fs, st, req):
+    """The prefill part of an iteration: (prompt tokens, sum of their attention squares,
+    prompts), reserving the KV of the prompts whose decode stays here (SEMANTICS.md).
+
+    chunk > 0: up to `chunk` prompt tokens, the last prompt cut to fit; a chunk at
+    offset o of c tokens costs the attention of (o + c)^2 - o^2, so a prompt's chunks
+    add up to its unchunked s^2. chunk == 0: whole prompts under `batch_cap`."""
+    tokens = 0.0
+    sq = 0.0
+    k = 0
+    done = fs[m, F_HEAD_DONE]   # only the head can be partly prefilled
+    r = st[m, I_QHEAD]
+    while r >= 0:
+        s = s_arr[r]
+        if chunk > 0.0:
+            if tokens >= chunk:
+                break
+        elif k > 0 and tokens + s > batch_cap:
+            break
+        if req[r, 1] == m and done == 0.0:
+            need = s + n_arr[r]
+            if fs[m, F_KV_USED] + need > cap and (k > 0 or st[m, I_RUN] > 0):
+                break
+            fs[m, F_KV_USED] += need
+        c = _fmin(s - done, chunk - tokens) if chunk > 0.0 else s
+        tokens += c
+        sq += (done + c) * (done + c) - done * done
+        done = 0.0
+        k += 1
+        r = req[r, 0]
+    return tokens, sq, k
 
 
 def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.ndarray | None = None,
@@ -586,7 +612,8 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
     _announce_compile()
     first, finish, stats, pct = _run_batch(
-        n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx], inputs.batch_cap_tokens[idx],
+        n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx],
+        np.stack([inputs.batch_cap_tokens[idx], inputs.chunk_tokens[idx]], axis=1),
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
@@ -621,7 +648,7 @@ def _announce_compile() -> None:
         print(COMPILING_MESSAGE, file=sys.stderr, flush=True)
 
 
-def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
                keep_requests, order):
     """Simulate every design, `order` split into one contiguous block per thread.
@@ -636,7 +663,7 @@ def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token
     finish = np.empty((kept, R))
     stats = np.zeros((D, N_STATS))
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
-    args = (n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
+    args = (n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
             overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
             stats, pct)
     n_threads = max(1, min(int(config.NUMBA_NUM_THREADS), D))
@@ -652,17 +679,17 @@ def _run_batch(n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token
 
 
 @njit(cache=True, nogil=True)
-def _run_block(order, lo, hi, n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+def _run_block(order, lo, hi, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
                keep_requests, first, finish, stats, pct):
     for j in range(lo, hi):
-        _one_design(order[j], n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup,
+        _one_design(order[j], n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup,
                     n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
                     want_pct, keep_requests, first, finish, stats, pct)
 
 
 @njit(cache=True)
-def _one_design(i, n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_token, kv_setup, n_layers,
+def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                 layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
                 keep_requests, first, finish, stats, pct):
     """Simulate design i into row i of the outputs."""
@@ -673,7 +700,7 @@ def _one_design(i, n_machines, coef, kv_cap, batch_cap, allow_borrow, kv_s_per_t
         first_i, finish_i = np.empty(R), np.empty(R)
     first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
     finish_i[:] = INF
-    _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], batch_cap[i], allow_borrow[i],
+    _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
                      kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
                      s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
     stats[i, ST_LAST_FINISH] = _max_finite(finish_i)

@@ -30,6 +30,7 @@ class SimInputs:
                                     # coefficients, then a measured-profile table if any
     kv_cap_tokens: np.ndarray       # (d, 2) KV budget per machine, tokens
     batch_cap_tokens: np.ndarray    # (d,) prompt batch cap
+    chunk_tokens: np.ndarray        # (d,) chunked-prefill budget of prompt tokens per iteration (0: off)
     allow_borrow: np.ndarray        # (d,) bool
     kv_s_per_token: np.ndarray      # (d,) serialized transfer seconds per prompt token
     kv_setup_s: np.ndarray          # (d,) fixed cost per transfer
@@ -88,7 +89,8 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
     batch_cap = designs.prompt_batch_cap_tokens.astype(float)
     return SimInputs(
         n_machines=n_machines.astype(np.int64), coef=coef, kv_cap_tokens=kv_cap,
-        batch_cap_tokens=batch_cap, allow_borrow=designs.allow_borrow.astype(bool),
+        batch_cap_tokens=batch_cap, chunk_tokens=designs.prefill_chunk_tokens.astype(float),
+        allow_borrow=designs.allow_borrow.astype(bool),
         kv_s_per_token=kv_s_per_token, kv_setup_s=kv_setup, n_layers=int(llm.n_layers),
         layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
         overload_tokens=PROMPT_OVERLOAD_BATCHES * batch_cap,

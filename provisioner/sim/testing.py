@@ -6,10 +6,16 @@ is for optuna's): not the user-facing API, which is `provisioner.sim.simulate`.
 - `des_simulate_design(inputs, d)`: one design run to the end; its cluster state.
 - `DesMachine`: the discrete-event engine's machine (its `start` admits work).
 - `percentiles_into(a, n_finite, n, out)`: the fluid kernel's p50/p90/p99.
+- `recorded_des_iterations()`: a context manager listing the arguments of every
+  iteration the discrete-event engine runs meanwhile (for checks such as "no iteration
+  carries more prompt tokens than the chunk budget").
 
 Importing this module loads numba (the fluid kernel).
 """
 
+from contextlib import contextmanager
+
+from . import _des
 from ._des import _iteration_s as des_iteration_s
 from ._des import _Machine as DesMachine
 from ._des import _simulate as des_simulate_design
@@ -18,4 +24,23 @@ from ._fluid import _percentiles_into as percentiles_into
 from ._fluid import run_fluid
 from ._inputs import build_inputs
 
-__all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "percentiles_into", "build_inputs"]
+__all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "percentiles_into",
+           "build_inputs", "recorded_des_iterations"]
+
+
+@contextmanager
+def recorded_des_iterations():
+    """Yield a list that gets (prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch,
+    decode_context_tokens) of every discrete-event iteration run inside the block."""
+    log = []
+    real = _des._iteration_s
+
+    def recording(c, *quantities):
+        log.append(quantities)
+        return real(c, *quantities)
+
+    _des._iteration_s = recording
+    try:
+        yield log
+    finally:
+        _des._iteration_s = real
