@@ -9,7 +9,10 @@ Public surface:
   `merge_calibration` keeps the GPUs a new fit lacks; `calibration_artifacts` marks the
   profile rows left out of every fit.
 - `predict_points`: prefill and decode-iteration times of a table of configuration points.
-- memory: `kv_cache_bytes`, `kv_capacity_tokens`, `max_decode_batch`, `weight_bytes_per_gpu`.
+- memory: `kv_cache_bytes`, `kv_capacity_tokens`, `colocated_kv_capacity_tokens`,
+  `max_decode_batch`, `weight_bytes_per_gpu`.
+- GPU sharing (Splitwiser, MPS): `iteration_parts`, `shared_iteration_s` (plain Python;
+  `jit_contention` registers them with numba for the fluid kernel).
 - KV transfer: `kv_transfer_time_s`, `kv_wire_bytes_per_s`.
 - power: `clock_fraction`.
 - measured profiles: `load_profile_model` / `ProfileLatencyModel` (a `LatencyModel` that
@@ -24,7 +27,8 @@ from ._calibrate import (ARTIFACT_REASON, ARTIFACT_RULE, POINT_COLUMNS, REQUIRED
 from ._constants import (DEFAULT_CALIBRATION_PATH, Calibration, GpuConstants, dump_calibration, load_calibration,
                          merge_calibration)
 from ._kv_transfer import LAYERWISE_MIN_PROMPT_TOKENS, kv_transfer_time_s, kv_wire_bytes_per_s
-from ._memory import (HBM_UTILIZATION, fits_in_memory, kv_cache_bytes, kv_capacity_tokens,
+from ._contention import iteration_parts, jit_contention, shared_iteration_s
+from ._memory import (HBM_UTILIZATION, colocated_kv_capacity_tokens, fits_in_memory, kv_cache_bytes, kv_capacity_tokens,
                       max_decode_batch, weight_bytes_per_gpu)
 from ._model import TP_DEGREES, LatencyModel
 from ._power import clock_fraction
@@ -41,7 +45,8 @@ __all__ = [
     "shipped_profile", "load_calibration", "dump_calibration", "merge_calibration", "DEFAULT_CALIBRATION_PATH", "calibration_artifacts",
     "holdout_mask", "ARTIFACT_RULE", "ARTIFACT_REASON", "POINT_COLUMNS", "PROFILE_COLUMNS", "TP_DEGREES",
     "predict_points", "PREDICTED_COLUMNS",
-    "kv_cache_bytes", "kv_capacity_tokens", "max_decode_batch", "weight_bytes_per_gpu",
+    "kv_cache_bytes", "kv_capacity_tokens", "colocated_kv_capacity_tokens",
+    "iteration_parts", "shared_iteration_s", "jit_contention", "max_decode_batch", "weight_bytes_per_gpu",
     "fits_in_memory", "HBM_UTILIZATION", "kv_transfer_time_s", "kv_wire_bytes_per_s",
     "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "HardwareArrays", "ModelShape",
     "iteration_time_s", "PerfModelError", "COEF_NAMES", "N_COEF",

@@ -34,6 +34,19 @@ def kv_capacity_tokens(llm, gpu, tp, hbm_utilization: float = HBM_UTILIZATION) -
     return np.maximum(usable - llm.weight_bytes, 0.0) / llm.kv_bytes_per_token
 
 
+def colocated_kv_capacity_tokens(llm, gpu, tp, prefill_tokens, weight_copies=1,
+                                 hbm_utilization: float = HBM_UTILIZATION) -> np.ndarray:
+    """KV tokens left to the decode process of a TP group whose GPUs also run a prefill
+    process (Splitwiser, MPS): HBM after `weight_copies` copies of the weights (1: shared
+    between the processes through CUDA IPC; 2: each process loads its own) and after the
+    prefill process's working set of `prefill_tokens` KV tokens (its batch cap or chunk
+    budget). >= 0."""
+    tp = np.asarray(tp, dtype=float)
+    usable = tp * gpu.hbm_capacity_gb * GB * hbm_utilization
+    free = usable - np.asarray(weight_copies, dtype=float) * llm.weight_bytes
+    return np.maximum(free / llm.kv_bytes_per_token - np.asarray(prefill_tokens, dtype=float), 0.0)
+
+
 def max_decode_batch(llm, gpu, tp, context_tokens, hbm_utilization: float = HBM_UTILIZATION) -> np.ndarray:
     """Largest number of requests of `context_tokens` each whose KV cache fits (int array)."""
     ctx = np.asarray(context_tokens, dtype=float)

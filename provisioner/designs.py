@@ -17,12 +17,21 @@ Families (Splitwise Sec. IV-D; CONTRACTS.md names):
 | splitwise-hhcap   | DGX-H100             | DGX-H100, GPUs capped at 50% |
 | baseline-a100-chunked | mixed DGX-A100, chunked prefill | (same machines)  |
 | baseline-h100-chunked | mixed DGX-H100, chunked prefill | (same machines)  |
+| splitwiser-a100   | DGX-A100, each running a prefill and a decode process (MPS) |  |
+| splitwiser-h100   | DGX-H100, each running a prefill and a decode process (MPS) |  |
 
 Chunked prefill (Sarathi-Serve; vLLM's default scheduler): `prefill_chunk_tokens` > 0
 makes it a hard per-iteration budget of prompt tokens, prompts split into chunks that
 ride along with the running decodes (SEMANTICS.md). 0 keeps whole prompts under the
 prompt batch cap. The `-chunked` families search the chunk size over
 `CHUNK_TOKEN_CHOICES`; any family takes a fixed one.
+
+Splitwiser (co-located phases; `mps_prefill_share` > 0): each of the `prompt_machines`
+machines runs a prefill process and a decode process on the same GPUs under NVIDIA MPS,
+the prefill process with that share of the SMs while both run (SEMANTICS.md). The KV
+cache stays in the machine's HBM; the weights are loaded once (shared through CUDA IPC)
+or twice (`duplicate_weights`). `token_machines` is 0: cost and power count machines.
+The splitwiser families search the share over `MPS_SHARE_CHOICES`.
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughpu
 # and 2048 for relaxed ones; 256 and 1024 bracket them.
 CHUNK_TOKEN_CHOICES = (256, 512, 1024, 2048)
 DEFAULT_CHUNK_TOKENS = 512   # a chunked family's design when none is chosen (vLLM's chunked-prefill default)
+# SM shares of the prefill process the splitwiser families search (the decode process gets
+# the rest); an even split when none is chosen.
+MPS_SHARE_CHOICES = (0.3, 0.5, 0.7)
+DEFAULT_MPS_PREFILL_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ class FamilySpec:
     prompt_power_cap: float = 1.0
     token_power_cap: float = 1.0
     prefill_chunk_tokens: tuple[int, ...] = (0,)   # chunk budgets searched (0: whole prompts)
+    mps_prefill_shares: tuple[float, ...] = (0.0,)  # prefill SM shares searched (0: not co-located)
 
 
 FAMILY_SPECS = {
@@ -67,12 +81,15 @@ FAMILY_SPECS = {
         FamilySpec("splitwise-hhcap", True, "dgx-h100", "dgx-h100", token_power_cap=0.5),
         FamilySpec("baseline-a100-chunked", False, "dgx-a100", "dgx-a100", prefill_chunk_tokens=CHUNK_TOKEN_CHOICES),
         FamilySpec("baseline-h100-chunked", False, "dgx-h100", "dgx-h100", prefill_chunk_tokens=CHUNK_TOKEN_CHOICES),
+        FamilySpec("splitwiser-a100", False, "dgx-a100", "dgx-a100", mps_prefill_shares=MPS_SHARE_CHOICES),
+        FamilySpec("splitwiser-h100", False, "dgx-h100", "dgx-h100", mps_prefill_shares=MPS_SHARE_CHOICES),
     )
 }
 FAMILIES = tuple(FAMILY_SPECS)
 # Heterogeneous families built from any catalog machines use these names.
 CUSTOM_SPLIT = "splitwise-custom"
 CUSTOM_BASELINE = "baseline-custom"
+CUSTOM_COLOCATED = "splitwiser-custom"
 
 
 def family_spec(name: str) -> FamilySpec:
@@ -100,10 +117,16 @@ class Design:
     prompt_batch_cap_tokens: int = DEFAULT_PROMPT_BATCH_CAP_TOKENS
     allow_borrow: bool = True
     prefill_chunk_tokens: int = 0   # > 0: chunked prefill with this token budget per iteration
+    mps_prefill_share: float = 0.0  # > 0: Splitwiser, the prefill process's SM share (module doc)
+    duplicate_weights: bool = False  # Splitwiser: each process holds its own copy of the weights
 
     @property
     def split(self) -> bool:
-        return self.token_machines > 0 or self.family.startswith("splitwise")
+        return self.token_machines > 0 or self.family.startswith("splitwise-")
+
+    @property
+    def colocated(self) -> bool:
+        return self.mps_prefill_share > 0
 
     @property
     def machines(self) -> int:
@@ -131,7 +154,8 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
             f"(got {prompt_machines} and {token_machines})")
     d = Design(family, int(prompt_machines), int(token_machines), spec.prompt_machine,
                spec.token_machine, spec.prompt_power_cap, spec.token_power_cap,
-               prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0)
+               prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0,
+               mps_prefill_share=DEFAULT_MPS_PREFILL_SHARE if spec.mps_prefill_shares != (0.0,) else 0.0)
     d = replace(d, **overrides) if overrides else d
     _validate(d)
     return d
@@ -149,6 +173,12 @@ def _validate(d: Design) -> None:
     if d.prefill_chunk_tokens < 0:
         raise ProvisionerError(f"--prefill-chunk-tokens must be >= 0 (got {d.prefill_chunk_tokens}); "
                                "0 turns chunked prefill off")
+    colocated_family = d.family.startswith("splitwiser")
+    if colocated_family and not 0 < d.mps_prefill_share < 1:
+        raise ProvisionerError(f"--mps-prefill-share must be strictly between 0 and 1 (got {d.mps_prefill_share:g}): "
+                               "the prefill process's share of the SMs, the decode process gets the rest")
+    if not colocated_family and (d.mps_prefill_share != 0 or d.duplicate_weights):
+        raise ProvisionerError(f"--mps-prefill-share applies to the splitwiser families only (not {d.family})")
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
             raise ProvisionerError(f"{name.replace('_', '-')} must be 1, 2, 4 or 8 (got {getattr(d, name)})")
@@ -156,7 +186,7 @@ def _validate(d: Design) -> None:
 
 DESIGN_FIELDS = tuple(f.name for f in fields(Design))
 # Columns that results written before they existed lack: their value then.
-OPTIONAL_DESIGN_FIELDS = {"prefill_chunk_tokens": 0}
+OPTIONAL_DESIGN_FIELDS = {"prefill_chunk_tokens": 0, "mps_prefill_share": 0.0, "duplicate_weights": False}
 
 
 class DesignBatch:
@@ -212,6 +242,10 @@ class DesignBatch:
     @property
     def is_split(self) -> np.ndarray:
         return self.columns["token_machines"] > 0
+
+    @property
+    def is_colocated(self) -> np.ndarray:
+        return self.columns["mps_prefill_share"].astype(float) > 0
 
 
 def _scalar(v):

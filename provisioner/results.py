@@ -8,7 +8,7 @@ from .slo import METRICS, PERCENTILES
 
 DESIGN_KEYS = ("family", "prompt_machines", "token_machines", "prompt_machine", "token_machine",
                "prompt_gpu", "token_gpu", "prompt_power_cap", "token_power_cap", "prompt_tp", "token_tp",
-               "prompt_batch_cap_tokens", "prefill_chunk_tokens")
+               "prompt_batch_cap_tokens", "prefill_chunk_tokens", "mps_prefill_share", "duplicate_weights")
 
 
 def design_json(row, catalog=None) -> dict:
@@ -142,7 +142,9 @@ def design_from_json(obj: dict):
                       token_machine=str(obj["token_machine"]), prompt_power_cap=float(obj["prompt_power_cap"]),
                       token_power_cap=float(obj["token_power_cap"]), prompt_tp=int(obj["prompt_tp"]),
                       token_tp=int(obj["token_tp"]), prompt_batch_cap_tokens=int(obj["prompt_batch_cap_tokens"]),
-                      prefill_chunk_tokens=int(obj.get("prefill_chunk_tokens") or 0))
+                      prefill_chunk_tokens=int(obj.get("prefill_chunk_tokens") or 0),
+                      mps_prefill_share=float(obj.get("mps_prefill_share") or 0.0),
+                      duplicate_weights=bool(obj.get("duplicate_weights") or False))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProvisionerError(f"result JSON design of {obj.get('family')} is incomplete ({exc!r}); give the "
                                f"output of `provision --json`") from None

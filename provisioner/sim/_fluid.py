@@ -13,6 +13,13 @@ engine steps every iteration with the exact context). Joins and prefills still h
 on iteration boundaries (integer `I`), prefill batches are discrete iterations with
 the running decodes riding along, and routing reads the fractional progress.
 
+Splitwiser (co-located prefill and decode processes, SEMANTICS.md "Splitwiser"): a
+prefill iteration is timed exactly, re-timed (remaining fraction x new time) whenever its
+sibling decode server's rate changes. The decode server's rate is only re-computed at an
+iteration boundary, the first one after its sibling started or ended a prefill (the
+fluid steps decode on whole iterations): until then the decode stretch keeps the rate it
+had, where the discrete-event engine re-times the decode iteration in flight at once.
+
 A machine is only advanced when its next event is due (`next_event_s`), so an
 arrival costs O(machines) comparisons, not O(machines) simulations. Numba compiles
 the loop; designs run in parallel (threads over a `nogil` kernel), each with its own
@@ -28,12 +35,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import config, njit
 
-from perfmodels import N_COEF, jit_profile_lookup
+from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ._inputs import EngineOutput, SimInputs
 
 profile_iteration_s = jit_profile_lookup()   # the measured-profile lookup, compiled into iter_time
+iteration_parts, shared_iteration_s = jit_contention()   # Splitwiser's GPU-sharing rule
 
 # Per-design statistics columns.
 ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, ST_KV_SUM, ST_KV_N, ST_LATE_TTFT, \
@@ -41,8 +49,12 @@ ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, 
 N_STATS = 15
 # Float state per machine.
 F_NOW, F_ITER, F_RATE, F_END, F_LEN, F_SUM_S, F_SUM_JOIN, F_KV_USED, F_RESERVED, F_PEND_P, \
-    F_DEC_ASSIGNED, F_BATCH_TOK, F_INV_LEN, F_HEAD_DONE = range(14)
-N_F = 14   # F_HEAD_DONE: prompt tokens of the prompt-queue head already prefilled (chunked prefill)
+    F_DEC_ASSIGNED, F_BATCH_TOK, F_INV_LEN, F_HEAD_DONE, F_REAL_START, F_SOLO, F_COMPUTE, F_HBM, F_REST, \
+    F_STALE_AT = range(20)
+N_F = 20   # F_HEAD_DONE: prompt tokens of the prompt-queue head already prefilled (chunked prefill)
+# Splitwiser: F_REAL_START the real start of the prefill in flight; F_SOLO, F_COMPUTE, F_HBM,
+# F_REST the current iteration alone (perfmodels.iteration_parts); F_STALE_AT when the
+# sibling prefill server changed state since this decode server's rate was set (INF: not).
 # Integer state per machine.
 I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT = range(9)
 N_I = 9
@@ -130,6 +142,7 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
     R = arrival.shape[0]
     M = n0 + n1
     fs = np.zeros((M, N_F))
+    fs[:, F_STALE_AT] = INF
     st = np.zeros((M, N_I), np.int64)
     st[n0:, I_POOL] = 1
     st[:, I_QHEAD] = -1
@@ -172,6 +185,9 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
         if n1 == 0:
             p = _least_loaded_mixed(t, n0, fs, st)
             d = p
+        elif prompt_budget[2] > 0.0:
+            p = _least_loaded_machine(t, n0, fs, st)
+            d = p + n0
         else:
             p, d = _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent)
             if st[p, I_POOL] == 1:
@@ -229,6 +245,18 @@ def _least_loaded_mixed(t, n0, fs, st):
     best, best_load = 0, INF
     for m in range(n0):
         load = _prompt_work(m, t, fs, st) + _decode_progress(m, t, fs, st)
+        if load < best_load - EPS:
+            best, best_load = m, load
+    return best
+
+
+@njit(cache=True, _nrt=False)
+def _least_loaded_machine(t, n0, fs, st):
+    """Splitwiser: the machine with the least pending prompt work of its prefill server
+    plus pending decode tokens of its decode server (ties: lowest index)."""
+    best, best_load = 0, INF
+    for m in range(n0):
+        load = _prompt_work(m, t, fs, st) + _decode_progress(m + n0, t, fs, st)
         if load < best_load - EPS:
             best, best_load = m, load
     return best
@@ -408,6 +436,10 @@ def _schedule(m, sim):
     i0 = fs[m, F_ITER]
     rate = fs[m, F_RATE]
     nxt = now + (sim[16][m, 0] - i0) / rate
+    stale = fs[m, F_STALE_AT]
+    if stale < INF:   # Splitwiser: re-rate at the first boundary after the sibling changed
+        k = _fmax(math.ceil(i0 + (stale - now) * rate - 1e-7), i0)
+        nxt = _fmin(nxt, now + (k - i0) / rate)
     if work_at < INF:
         k = math.ceil(i0 + (work_at - now) * rate - 1e-7)
         if k <= i0 and work_at > now + 1e-12:
@@ -427,7 +459,8 @@ def _step(m, e, sim):
     pm = st[m, I_POOL]
     if st[m, I_PREFILL] == 1:
         dur = fs[m, F_LEN]
-        stats[ST_BUSY0 + pm] += dur
+        # a re-timed (Splitwiser) prefill is busy for its real elapsed time
+        stats[ST_BUSY0 + pm] += e - fs[m, F_REAL_START] if prompt_budget[2] > 0.0 else dur
         st[m, I_PREFILL] = 0
         fs[m, F_NOW] = e
         if st[m, I_RUN] > 0:
@@ -536,7 +569,9 @@ def _start(m, t, sim):
     tokens, sq, k = _select_prompts(m, prompt_budget[0], prompt_budget[1], cap, s_arr, n_arr, fs, st, req)
     b = st[m, I_RUN]
     ctx = fs[m, F_SUM_S] + b * fs[m, F_ITER] - fs[m, F_SUM_JOIN]
-    if k > 0:
+    if prompt_budget[2] > 0.0:
+        _start_colocated(m, t, pm, tokens, sq, k, b, ctx, prompt_budget[2], sim)
+    elif k > 0:
         st[m, I_BATCH] = k
         fs[m, F_BATCH_TOK] = tokens
         dur = iter_time(coef[pm], tokens, sq, k, b, ctx)
@@ -546,6 +581,62 @@ def _start(m, t, sim):
         fs[m, F_INV_LEN] = 1.0 / dur    # routing reads the progress of every prompt machine
     elif b > 0:
         fs[m, F_RATE] = 1.0 / iter_time(coef[pm], 0.0, 0.0, 0.0, b, ctx)
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
+def _start_colocated(m, t, pm, tokens, sq, k, b, ctx, share, sim):
+    """Splitwiser, at an iteration boundary t of server m: time its prefill (prompt server)
+    or set its decode rate (token server) under the sibling's load (SEMANTICS.md); a prefill
+    start or end marks the sibling's rate stale, a new decode rate re-times the sibling's
+    prefill in flight."""
+    coef, fs, st = sim[0], sim[12], sim[13]
+    n0 = fs.shape[0] >> 1
+    if pm == 0:
+        sib = m + n0
+        if k > 0:
+            st[m, I_BATCH] = k
+            fs[m, F_BATCH_TOK] = tokens
+            _set_parts(m, coef[0], tokens, sq, k, 0.0, 0.0, fs)
+            dur = _shared_s(m, sib, st[sib, I_RUN] > 0, share, fs)
+            st[m, I_PREFILL] = 1
+            fs[m, F_END] = t + dur
+            fs[m, F_LEN] = dur
+            fs[m, F_INV_LEN] = 1.0 / dur
+            fs[m, F_REAL_START] = t
+        if st[sib, I_RUN] > 0:
+            fs[sib, F_STALE_AT] = _fmin(fs[sib, F_STALE_AT], t)
+            _schedule(sib, sim)
+        return
+    sib = m - n0
+    fs[m, F_STALE_AT] = INF
+    if b > 0:
+        _set_parts(m, coef[1], 0.0, 0.0, 0.0, b, ctx, fs)
+        fs[m, F_RATE] = 1.0 / _shared_s(m, sib, st[sib, I_PREFILL] == 1, 1.0 - share, fs)
+    if st[sib, I_PREFILL] == 1:   # re-time the sibling's prefill: remaining fraction x new time
+        length = fs[sib, F_LEN]
+        done = _fmin(_fmax((t - (fs[sib, F_END] - length)) / length, 0.0), 1.0)
+        new = _shared_s(sib, m, b > 0, share, fs)
+        fs[sib, F_END] = t + (1.0 - done) * new
+        fs[sib, F_LEN] = new       # the virtual start t - done x new keeps routing's done share
+        fs[sib, F_INV_LEN] = 1.0 / new
+        _schedule(sib, sim)
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
+def _set_parts(m, c, n_p, sq, seqs, b, ctx, fs):
+    solo, compute, hbm, rest = iteration_parts(c, n_p, sq, seqs, b, ctx)
+    fs[m, F_SOLO] = solo
+    fs[m, F_COMPUTE] = compute
+    fs[m, F_HBM] = hbm
+    fs[m, F_REST] = rest
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
+def _shared_s(m, sib, sib_busy, share, fs):
+    """Iteration time of server m: alone, or beside its busy sibling with `share` of the SMs."""
+    if not sib_busy:
+        return fs[m, F_SOLO]
+    return shared_iteration_s(fs[m, F_SOLO], fs[m, F_COMPUTE], fs[m, F_HBM], fs[m, F_REST], fs[sib, F_HBM], share)
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
@@ -613,7 +704,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     _announce_compile()
     first, finish, stats, pct = _run_batch(
         n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx],
-        np.stack([inputs.batch_cap_tokens[idx], inputs.chunk_tokens[idx]], axis=1),
+        np.stack([inputs.batch_cap_tokens[idx], inputs.chunk_tokens[idx], inputs.mps_share[idx]], axis=1),
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),

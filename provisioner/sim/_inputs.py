@@ -1,7 +1,10 @@
 """Everything an engine needs, as arrays: designs x pool physics, and the requests.
 
 Both engines read only this struct, so they cannot disagree about the hardware.
-Pool 0 is the prompt pool (or a baseline's mixed pool), pool 1 the token pool.
+Pool 0 is the prompt pool (or a baseline's mixed pool), pool 1 the token pool. A
+Splitwiser design (`mps_share` > 0) of n machines has n prompt servers (its prefill
+processes) and n token servers (its decode processes): prompt server j and token server
+n + j share machine j's GPUs.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import LatencyModel, kv_capacity_tokens, kv_wire_bytes_per_s
+from perfmodels import LatencyModel, colocated_kv_capacity_tokens, kv_capacity_tokens, kv_wire_bytes_per_s
 from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
@@ -32,6 +35,7 @@ class SimInputs:
     batch_cap_tokens: np.ndarray    # (d,) prompt batch cap
     chunk_tokens: np.ndarray        # (d,) chunked-prefill budget of prompt tokens per iteration (0: off)
     allow_borrow: np.ndarray        # (d,) bool
+    mps_share: np.ndarray           # (d,) Splitwiser: the prefill process's SM share (0: not co-located)
     kv_s_per_token: np.ndarray      # (d,) serialized transfer seconds per prompt token
     kv_setup_s: np.ndarray          # (d,) fixed cost per transfer
     n_layers: int
@@ -49,8 +53,10 @@ class SimInputs:
 def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInputs:
     cat = perf.catalog
     d = len(designs)
-    split = designs.is_split
-    n_machines = np.stack([designs.prompt_machines, np.where(split, designs.token_machines, 0)], axis=1)
+    colocated = designs.is_colocated
+    split = designs.is_split | colocated
+    token_servers = np.where(colocated, designs.prompt_machines, designs.token_machines)
+    n_machines = np.stack([designs.prompt_machines, np.where(split, token_servers, 0)], axis=1)
     n_machines = n_machines.astype(np.int64)
     coef = np.empty((d, 2, perf.n_coef))
     kv_cap = np.empty((d, 2))
@@ -82,15 +88,20 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
         tp = designs.columns["prompt_tp"][idx].astype(float)
         kv_s_per_token[idx] = llm.kv_bytes_per_token / kv_wire_bytes_per_s(src, dst, tp)
         kv_setup[idx] = perf.calibration.for_gpu(src.gpu).kv_transfer_setup_s
+    batch_cap = designs.prompt_batch_cap_tokens.astype(float)
+    if colocated.any():
+        _colocate(designs, colocated, llm, cat, batch_cap, kv_cap, kv_s_per_token, kv_setup)
     if np.any(kv_cap[:, 0] <= 0) or np.any(kv_cap[split, 1] <= 0):
         bad = designs.design(int(np.flatnonzero((kv_cap[:, 0] <= 0) | (split & (kv_cap[:, 1] <= 0)))[0]))
-        raise ProvisionerError(f"{llm.name} weights do not fit on a {bad.prompt_machine} / {bad.token_machine} "
-                               f"replica at this TP degree: use more GPUs per replica or a smaller model")
-    batch_cap = designs.prompt_batch_cap_tokens.astype(float)
+        what = (f"twice (--duplicate-weights) beside the prefill working set on a {bad.prompt_machine}"
+                if bad.duplicate_weights else f"on a {bad.prompt_machine} / {bad.token_machine} replica")
+        raise ProvisionerError(f"{llm.name} weights do not fit {what} at this TP degree: "
+                               f"use more GPUs per replica or a smaller model")
     return SimInputs(
         n_machines=n_machines.astype(np.int64), coef=coef, kv_cap_tokens=kv_cap,
         batch_cap_tokens=batch_cap, chunk_tokens=designs.prefill_chunk_tokens.astype(float),
-        allow_borrow=designs.allow_borrow.astype(bool),
+        allow_borrow=designs.allow_borrow.astype(bool) & ~colocated,
+        mps_share=np.where(colocated, designs.mps_prefill_share.astype(float), 0.0),
         kv_s_per_token=kv_s_per_token, kv_setup_s=kv_setup, n_layers=int(llm.n_layers),
         layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
         overload_tokens=PROMPT_OVERLOAD_BATCHES * batch_cap,
@@ -98,6 +109,23 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
         prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
         output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
     )
+
+
+def _colocate(designs, colocated, llm, cat, batch_cap, kv_cap, kv_s_per_token, kv_setup) -> None:
+    """Splitwiser designs: the KV cache is handed over in the machine's own HBM (no
+    transfer), and both servers of a machine draw on one KV budget: HBM after the
+    weights (once or twice) and the prefill process's working set (its chunk budget,
+    else its batch cap, of KV tokens)."""
+    idx = np.flatnonzero(colocated)
+    chunk = designs.prefill_chunk_tokens[idx].astype(float)
+    working_set = np.where(chunk > 0, chunk, batch_cap[idx])
+    copies = np.where(designs.duplicate_weights[idx].astype(bool), 2.0, 1.0)
+    for i, w, k in zip(idx, working_set, copies):
+        machine = cat.machine(str(designs.prompt_machine[i]))
+        budget = colocated_kv_capacity_tokens(llm, cat.gpu(machine.gpu), int(designs.prompt_tp[i]), w, k)
+        kv_cap[i] = float(budget)
+    kv_s_per_token[idx] = 0.0
+    kv_setup[idx] = 0.0
 
 
 @dataclass
