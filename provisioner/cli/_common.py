@@ -86,6 +86,13 @@ def prefill_chunk_option():
                              "-chunked families search it, the others prefill whole prompts.")
 
 
+def mps_share_option():
+    return typer.Option(None, "--mps-prefill-share", metavar="F",
+                        help="Splitwiser families: the prefill process's share of the SMs (NVIDIA MPS) while "
+                             "both processes run, strictly between 0 and 1; the decode process gets the rest. "
+                             "Default: searched over 0.3, 0.5, 0.7 (simulate: 0.5).")
+
+
 def latency_interp_option():
     return typer.Option(None, "--latency-interp",
                         help="How --latency-profile is interpolated: grid (default; prompt tokens x batch "

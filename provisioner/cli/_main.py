@@ -11,12 +11,12 @@ from pathlib import Path
 
 import typer
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, FAMILIES
+from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       echo_json, latency_interp_option, latency_model_json, latency_profile_option,
-                      load_latency_model, prefill_chunk_option, replay_note)
+                      load_latency_model, mps_share_option, prefill_chunk_option, replay_note)
 from ._tables import render_result
 
 
@@ -31,7 +31,8 @@ def main_command(
     model: str = typer.Option(DEFAULT_MODEL, "--model", help="Catalog model name."),
     design: list[str] = typer.Option(None, "--design",
                                      help=f"Design family (repeatable; default all: {', '.join(FAMILIES)}; "
-                                          f"or {CUSTOM_SPLIT} / {CUSTOM_BASELINE} with machine types)."),
+                                          f"or {CUSTOM_SPLIT} / {CUSTOM_BASELINE} / {CUSTOM_COLOCATED} with "
+                                          f"machine types)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the search trace."),
     json_out: bool = typer.Option(False, "--json", help="Print the result JSON (RESULT_SCHEMA.md) on stdout."),
     report: Path = typer.Option(None, "--report", help="Also write the HTML report to this file."),
@@ -52,7 +53,8 @@ def main_command(
     verify_seeds: int = typer.Option(2, "--verify-seeds", help="Verification seeds (seed+1, seed+2, ...)."),
     prompt_machine_types: str = typer.Option(None, "--prompt-machine-types",
                                              help="Comma-separated machine types for the prompt pool of "
-                                                  f"{CUSTOM_SPLIT} (and the machines of {CUSTOM_BASELINE})."),
+                                                  f"{CUSTOM_SPLIT} (and the machines of {CUSTOM_BASELINE} / "
+                                                  f"{CUSTOM_COLOCATED})."),
     token_machine_types: str = typer.Option(None, "--token-machine-types",
                                             help=f"Comma-separated machine types for the token pool of {CUSTOM_SPLIT}."),
     power_cap_range: str = typer.Option("0.4,1.0", "--power-cap-range",
@@ -64,6 +66,7 @@ def main_command(
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(),
+    mps_prefill_share: float = mps_share_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -82,7 +85,11 @@ def main_command(
     families = tuple(design) if design else None
     ptypes = _names(prompt_machine_types)
     ttypes = _names(token_machine_types)
-    if (ptypes or ttypes) and not any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE) for f in (families or ())):
+    if mps_prefill_share is not None and families and not any(f.startswith("splitwiser") for f in families):
+        raise ProvisionerError("--mps-prefill-share applies to the splitwiser families: add --design "
+                               "splitwiser-h100 (or splitwiser-a100, splitwiser-custom)")
+    if (ptypes or ttypes) and not any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
+                                      for f in (families or ())):
         families = (*(families or ()), CUSTOM_SPLIT)
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
@@ -91,7 +98,8 @@ def main_command(
         slo_scale=slo_scale, searcher=searcher, verify=verify, verify_duration_s=verify_duration,
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
-        max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens)
+        max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
+        mps_prefill_share=mps_prefill_share)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:

@@ -14,13 +14,14 @@ from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
-                      prefill_chunk_option, recorded_profile,
+                      mps_share_option, prefill_chunk_option, recorded_profile,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
 # Flags that describe the design or the trace: --from-result takes them from the result.
 QUESTION_FLAGS = ("design", "prompt_machines", "token_machines", "machines", "workload", "rps", "model", "duration",
-                  "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale", "prefill_chunk_tokens")
+                  "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale", "prefill_chunk_tokens",
+                  "mps_prefill_share", "duplicate_weights")
 
 
 def simulate_command(
@@ -51,6 +52,10 @@ def simulate_command(
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(),
+    mps_prefill_share: float = mps_share_option(),
+    duplicate_weights: bool = typer.Option(False, "--duplicate-weights",
+                                           help="Splitwiser families: each process loads its own copy of the "
+                                                "weights (default: one copy shared through CUDA IPC)."),
 ) -> None:
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
@@ -71,7 +76,7 @@ def simulate_command(
         if design is None:
             raise ProvisionerError("--design is required (a family such as splitwise-hh), or --from-result RESULT.json")
         d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
-                    prefill_chunk_tokens)
+                    prefill_chunk_tokens, mps_prefill_share, duplicate_weights)
         traces = trace_generator(workload, arrival, rps, duration, seed, cv)
         if rps is None and traces.arrival != "replay":
             rps = DEFAULT_RPS
@@ -92,12 +97,16 @@ def simulate_command(
 
 
 def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
-            prefill_chunk_tokens=None):
+            prefill_chunk_tokens=None, mps_prefill_share=None, duplicate_weights=False):
     spec = family_spec(design)
     _refuse_flags_of_other_families(spec, prompt_machines, token_machines, machines, token_power_cap)
     overrides = {}
     if prefill_chunk_tokens is not None:
         overrides["prefill_chunk_tokens"] = prefill_chunk_tokens
+    if mps_prefill_share is not None:
+        overrides["mps_prefill_share"] = mps_prefill_share
+    if duplicate_weights:
+        overrides["duplicate_weights"] = True
     if prompt_power_cap is not None:
         overrides["prompt_power_cap"] = prompt_power_cap
     if token_power_cap is not None:
@@ -158,6 +167,9 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
              if d["token_machines"] else f"{d['family']}: {d['prompt_machines']} machines")
     if d.get("prefill_chunk_tokens"):
         title += f", chunked prefill {d['prefill_chunk_tokens']} tokens"
+    if d.get("mps_prefill_share"):
+        title += f", prefill/decode processes sharing each GPU (prefill SM share {d['mps_prefill_share']:g}"
+        title += ", weights duplicated)" if d.get("duplicate_weights") else ")"
     table = Table(title=f"{title} — {obj['workload']}, {obj['model']}, {obj['rps']:g} req/s, {obj['requests']} requests")
     table.add_column("metric")
     for p in ("p50", "p90", "p99"):

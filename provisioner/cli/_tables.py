@@ -96,6 +96,8 @@ def _design_text(r, cat) -> str:
         return f"{int(n)}{tag} {name}{tp_text}" + ("" if float(cap) >= 0.999 else f"@{float(cap):.2g}")
     chunk = int(r.get("prefill_chunk_tokens", 0) or 0)
     chunk_text = f", chunk {chunk}" if chunk else ""
+    share = float(r.get("mps_prefill_share", 0.0) or 0.0)
+    chunk_text += f", MPS {share:g}" if share else ""
     if int(r["token_machines"]) == 0:
         return pool(r["prompt_machines"], r["prompt_machine"], r["prompt_power_cap"], r["prompt_tp"], "") + chunk_text
     return (f"{pool(r['prompt_machines'], r['prompt_machine'], r['prompt_power_cap'], r['prompt_tp'], 'P')}\n"

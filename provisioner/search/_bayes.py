@@ -123,7 +123,8 @@ def hardware_of(space: FamilySpace, trial) -> dict:
     """The hardware a trial samples: per pool a (machine type, TP degree) choice and a power
     cap, and the prompt batch cap (fixed choices are not parameters). TP 0: whole machine."""
     hw = {"prompt_batch_cap_tokens": int(_cat(trial, "prompt_batch_cap_tokens", space.prompt_batch_caps)),
-          "prefill_chunk_tokens": int(_cat(trial, "prefill_chunk_tokens", space.prefill_chunks))}
+          "prefill_chunk_tokens": int(_cat(trial, "prefill_chunk_tokens", space.prefill_chunks)),
+          "mps_prefill_share": float(_cat(trial, "mps_prefill_share", space.mps_shares))}
     for name, pool in _pools(space):
         choices = pool.choices
         labels = [_label(m, d, pool) for m, d in choices]
@@ -142,8 +143,9 @@ def fixed_space(space: FamilySpace, hw: dict, max_prompt: int, max_token: int) -
                          max_machines=int(max_machines))
     token = pool("token", max_token) if space.token is not None else None
     chunk = int(hw.get("prefill_chunk_tokens", space.prefill_chunks[0]))
+    share = float(hw.get("mps_prefill_share", space.mps_shares[0]))
     return FamilySpace(space.family, pool("prompt", max_prompt), token, (int(hw["prompt_batch_cap_tokens"]),),
-                       (chunk,), label=space.label, catalog=space.catalog)
+                       (chunk,), (share,), label=space.label, catalog=space.catalog)
 
 
 def type_seeds(space: FamilySpace) -> list[dict]:
@@ -155,7 +157,8 @@ def type_seeds(space: FamilySpace) -> list[dict]:
     if len(combos) <= 1 or len(combos) > MAX_TYPE_SEEDS:
         return []
     return [{**c, "prompt_batch_cap_tokens": space.prompt_batch_caps[0],
-             "prefill_chunk_tokens": space.prefill_chunks[0]} for c in combos]
+             "prefill_chunk_tokens": space.prefill_chunks[0], "mps_prefill_share": space.mps_shares[0]}
+            for c in combos]
 
 
 def _params_of(space: FamilySpace, hw: dict) -> dict:
@@ -174,6 +177,8 @@ def _params_of(space: FamilySpace, hw: dict) -> dict:
         params["prompt_batch_cap_tokens"] = int(hw["prompt_batch_cap_tokens"])
     if len(space.prefill_chunks) > 1 and "prefill_chunk_tokens" in hw:
         params["prefill_chunk_tokens"] = int(hw["prefill_chunk_tokens"])
+    if len(space.mps_shares) > 1 and "mps_prefill_share" in hw:
+        params["mps_prefill_share"] = float(hw["mps_prefill_share"])
     return params
 
 

@@ -125,8 +125,9 @@ def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch
     if not frames:
         return None
     frame = pd.concat(frames, ignore_index=True)
-    # Chunk budgets cost nothing: every affordable design comes with each of them.
+    # Chunk budgets and MPS shares cost nothing: every affordable design comes with each of them.
     frame = pd.concat([frame.assign(prefill_chunk_tokens=c) for c in space.prefill_chunks], ignore_index=True)
+    frame = pd.concat([frame.assign(mps_prefill_share=f) for f in space.mps_shares], ignore_index=True)
     batch = DesignBatch.from_frame(frame)
     if len(batch) > THROUGHPUT_MAX_CANDIDATES:
         est = _rps_estimate(problem, batch)

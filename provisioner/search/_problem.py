@@ -12,7 +12,7 @@ import pandas as pd
 
 from perfmodels import LatencyModel
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DesignBatch
+from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DesignBatch
 from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
@@ -91,6 +91,11 @@ class SearchProblem:
     def bound(self, space: FamilySpace, *, goal: str, rps=None) -> CapacityBound:
         """The integer program's bound on the goal's objective over `space`."""
         pf, pl = self.pool_capacities(space.prompt)
+        if space.mps_shares != (0.0,):
+            # Splitwiser: a machine's prefill and decode processes each run at most at solo
+            # speed (perfmodels.shared_iteration_s), so it does at most twice a machine's work.
+            pf = [replace(c, prompt_s_per_request=c.prompt_s_per_request / 2,
+                          decode_s_per_request=c.decode_s_per_request / 2) for c in pf]
         popts = pool_options(pf, pl, self.catalog)
         topts = None
         if space.token is not None:
@@ -162,8 +167,8 @@ class SearchProblem:
         """The design space of `family` for this request, with count bounds (derived from
         the capacity model unless given)."""
         req = self.req
-        kwargs = {"prefill_chunk_tokens": req.prefill_chunk_tokens}
-        if family in (CUSTOM_SPLIT, CUSTOM_BASELINE):
+        kwargs = {"prefill_chunk_tokens": req.prefill_chunk_tokens, "mps_prefill_share": req.mps_prefill_share}
+        if family in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):
             machines = tuple(dict.fromkeys((req.prompt_machine_types or ()) + (req.token_machine_types or ())))
             tp = tuple((m, tp_options(self.perf, self.llm, m)) for m in machines) if req.search_tp else ()
             kwargs.update(prompt_machines=req.prompt_machine_types, token_machines=req.token_machine_types,

@@ -8,14 +8,15 @@ from functools import cached_property
 
 from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec
+from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES,
+                       family_spec)
 from ..errors import ProvisionerError
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
 GOALS = ("cost", "power", "throughput")
 SEARCHERS = ("auto", "enumerate", "exhaustive", "optuna")
-CUSTOM_FAMILIES = (CUSTOM_SPLIT, CUSTOM_BASELINE)
+CUSTOM_FAMILIES = (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
 # Verification: the DES on traces this many times longer than the search trace, with
 # this many other seeds (seed + 1, seed + 2, ...). Two seeds run side by side on two cores.
 DEFAULT_VERIFY_FACTOR = 2.0
@@ -41,6 +42,7 @@ _CONSTRAINTS = {
     "trial_batch": [_COUNT],
     "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],
     "prefill_chunk_tokens": [None, Interval(Integral, 0, None, closed="left")],
+    "mps_prefill_share": [None, Interval(Real, 0, 1, closed="neither")],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -79,6 +81,8 @@ class ProvisionRequest:
     prefill_chunk_tokens : chunked-prefill budget (tokens per iteration) of every family;
         0 turns chunking off. None: the `-chunked` families search `CHUNK_TOKEN_CHOICES`,
         the others prefill whole prompts.
+    mps_prefill_share : the prefill process's SM share of the splitwiser families (in (0, 1));
+        None: searched over `MPS_SHARE_CHOICES`.
     max_machines : count bound per pool (default: derived from the capacity model).
     n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
         and trials per batched ask/tell.
@@ -111,6 +115,7 @@ class ProvisionRequest:
     power_cap_range: tuple[float, float] = (0.4, 1.0)
     prompt_batch_caps: tuple[int, ...] = (DEFAULT_PROMPT_BATCH_CAP_TOKENS,)
     prefill_chunk_tokens: int | None = None
+    mps_prefill_share: float | None = None
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6

@@ -85,6 +85,8 @@ def evaluated_json(frame: pd.DataFrame) -> list[dict]:
             "token_power_cap": float(r["token_power_cap"]), "prompt_tp": int(r["prompt_tp"]),
             "token_tp": int(r["token_tp"]), "prompt_batch_cap_tokens": int(r["prompt_batch_cap_tokens"]),
             "prefill_chunk_tokens": int(r.get("prefill_chunk_tokens", 0)),
+            "mps_prefill_share": float(r.get("mps_prefill_share", 0.0)),
+            "duplicate_weights": bool(r.get("duplicate_weights", False)),
             "cost_usd_per_h": json_number(r["cost_usd_per_h"]), "power_kw": json_number(r["power_kw"]),
             "slo_met": bool(r["slo_met"]), "binding_slo": str(r["binding_slo"]), "min_margin": json_number(r["min_margin"]),
             "slowdown": {m: {f"p{p}": json_number(r[f"slowdown_{m}_p{p}"]) for p in PERCENTILES} for m in METRICS},
@@ -124,7 +126,7 @@ class ProvisionResult:
             rec = {"family": fr.family, "feasible": fr.feasible}
             if fr.row is not None:
                 for k in ("prompt_machines", "token_machines", "prompt_machine", "token_machine", "prompt_power_cap",
-                          "token_power_cap", "prompt_tp", "token_tp", "prompt_batch_cap_tokens", "prefill_chunk_tokens", "cost_usd_per_h",
+                          "token_power_cap", "prompt_tp", "token_tp", "prompt_batch_cap_tokens", "prefill_chunk_tokens", "mps_prefill_share", "cost_usd_per_h",
                           "power_kw", "throughput_rps", "binding_slo", "min_margin"):
                     rec[k] = fr.row.get(k)
                 for m in METRICS:

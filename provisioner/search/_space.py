@@ -2,9 +2,10 @@
 
 A `FamilySpace` lists, per pool, the machine types a design may use, the range of the
 GPU power cap (a fraction of TDP; equal ends = fixed), the tensor-parallel degrees and
-the machine-count bounds, plus the prompt batch caps and chunked-prefill budgets. A space
+the machine-count bounds, plus the prompt batch caps, chunked-prefill budgets and (the
+splitwiser families) the prefill process's MPS share of the SMs. A space
 with one choice of everything but the counts is a *grid* (Splitwise's Fig. 12 space):
-enumeration decides it. Fixed hardware with a few batch caps or chunk budgets is a
+enumeration decides it. Fixed hardware with a few batch caps, chunk budgets or shares is a
 handful of grids (`grid_parts`), each enumerated; anything wider goes to Bayesian
 optimization.
 
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILY_SPECS, DesignBatch
+from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILY_SPECS,
+                       MPS_SHARE_CHOICES, DesignBatch)
 from ..errors import ProvisionerError
 
 # Count bounds: this many times the machines the work needs (the SLOs need headroom
@@ -77,6 +79,7 @@ class FamilySpace:
     token: PoolSpace | None
     prompt_batch_caps: tuple[int, ...] = (DEFAULT_PROMPT_BATCH_CAP_TOKENS,)
     prefill_chunks: tuple[int, ...] = (0,)     # chunked-prefill budgets (0: whole prompts)
+    mps_shares: tuple[float, ...] = (0.0,)      # Splitwiser: prefill SM shares (0: not co-located)
     label: str = field(default="", compare=False)
     catalog: object = field(default=None, compare=False, repr=False)   # resolves TP 0; default: shipped
 
@@ -87,18 +90,19 @@ class FamilySpace:
     @property
     def is_grid(self) -> bool:
         """Only the machine counts vary (enumerable by the frontier search)."""
-        return self.fixed_hardware and len(self.prompt_batch_caps) == 1 and len(self.prefill_chunks) == 1
+        return (self.fixed_hardware and len(self.prompt_batch_caps) == 1 and len(self.prefill_chunks) == 1
+                and len(self.mps_shares) == 1)
 
     @property
     def fixed_hardware(self) -> bool:
         return self.prompt.fixed_hardware and (self.token is None or self.token.fixed_hardware)
 
     def grid_parts(self) -> list["FamilySpace"]:
-        """One grid per (batch cap, chunk budget) when the hardware is fixed; [] otherwise."""
+        """One grid per (batch cap, chunk budget, MPS share) when the hardware is fixed; [] otherwise."""
         if not self.fixed_hardware:
             return []
-        return [replace(self, prompt_batch_caps=(cap,), prefill_chunks=(chunk,))
-                for cap in self.prompt_batch_caps for chunk in self.prefill_chunks]
+        return [replace(self, prompt_batch_caps=(cap,), prefill_chunks=(chunk,), mps_shares=(share,))
+                for cap in self.prompt_batch_caps for chunk in self.prefill_chunks for share in self.mps_shares]
 
     @property
     def prompt_counts(self) -> np.ndarray:
@@ -113,7 +117,7 @@ class FamilySpace:
     def size(self, cap_steps: int = 7) -> int:
         """Designs in the space with each continuous cap on `cap_steps` values."""
         n = len(self.prompt_counts) * len(self.prompt.choices) * len(self.prompt.cap_grid(cap_steps))
-        n *= len(self.prompt_batch_caps) * len(self.prefill_chunks)
+        n *= len(self.prompt_batch_caps) * len(self.prefill_chunks) * len(self.mps_shares)
         if self.token is not None:
             n *= len(self.token_counts) * len(self.token.choices) * len(self.token.cap_grid(cap_steps))
         return int(n)
@@ -124,7 +128,8 @@ class FamilySpace:
 
     def designs(self, prompt_machines, token_machines=None, *, prompt_machine=None, token_machine=None,
                 prompt_power_cap=None, token_power_cap=None, prompt_tp=None, token_tp=None,
-                prompt_batch_cap_tokens=None, prefill_chunk_tokens=None, catalog=None) -> DesignBatch:
+                prompt_batch_cap_tokens=None, prefill_chunk_tokens=None, mps_prefill_share=None,
+                catalog=None) -> DesignBatch:
         """A batch of designs of this family (arrays broadcast; hardware defaults to the first choice)."""
         p = np.atleast_1d(np.asarray(prompt_machines, dtype=np.int64))
         n = len(p)
@@ -151,16 +156,19 @@ class FamilySpace:
             ttp = np.where(ttp == 0, [gpus[m] for m in tm], ttp)
         bc = col(prompt_batch_cap_tokens, self.prompt_batch_caps[0], np.int64)
         chunk = col(prefill_chunk_tokens, self.prefill_chunks[0], np.int64)
+        share = col(mps_prefill_share, self.mps_shares[0], float)
         return DesignBatch({
             "family": np.full(n, self.family, dtype=object), "prompt_machines": p, "token_machines": t,
             "prompt_machine": pm.astype(str), "token_machine": tm.astype(str), "prompt_power_cap": pc,
             "token_power_cap": tc, "prompt_tp": ptp, "token_tp": ttp, "prompt_batch_cap_tokens": bc,
-            "allow_borrow": np.ones(n, bool), "prefill_chunk_tokens": chunk})
+            "allow_borrow": np.ones(n, bool), "prefill_chunk_tokens": chunk, "mps_prefill_share": share,
+            "duplicate_weights": np.zeros(n, bool)})
 
 
 def family_space(family: str, *, prompt_machines=None, token_machines=None, power_cap=(MIN_POWER_CAP, 1.0),
                  prompt_batch_caps=(DEFAULT_PROMPT_BATCH_CAP_TOKENS,), max_prompt=40, max_token=40,
-                 tp=(), prefill_chunk_tokens: int | None = None) -> FamilySpace:
+                 tp=(), prefill_chunk_tokens: int | None = None,
+                 mps_prefill_share: float | None = None) -> FamilySpace:
     """The space of a named family (CONTRACTS.md) or of a custom one.
 
     Named families fix machine types and power caps (designs.FAMILY_SPECS) and run TP
@@ -169,16 +177,20 @@ def family_space(family: str, *, prompt_machines=None, token_machines=None, powe
     degrees in `tp` (((machine, (degrees...)), ...); default: the whole machine).
     prefill_chunk_tokens : a chunked-prefill budget for every design (0: off); None: the
     family's own (the `-chunked` families search several).
+    mps_prefill_share : the prefill SM share of every co-located (splitwiser) design;
+    None: searched over `MPS_SHARE_CHOICES`. Other families ignore it.
     """
     caps = tuple(int(c) for c in prompt_batch_caps)
     chunks = (int(prefill_chunk_tokens),) if prefill_chunk_tokens is not None else None
+    shares = (float(mps_prefill_share),) if mps_prefill_share is not None else MPS_SHARE_CHOICES
     if family in FAMILY_SPECS:
         spec = FAMILY_SPECS[family]
         prompt = PoolSpace((spec.prompt_machine,), (spec.prompt_power_cap,) * 2, max_machines=max_prompt)
         token = PoolSpace((spec.token_machine,), (spec.token_power_cap,) * 2, max_machines=max_token) \
             if spec.split else None
-        return FamilySpace(family, prompt, token, caps, chunks or spec.prefill_chunk_tokens, label=family)
-    if family not in (CUSTOM_SPLIT, CUSTOM_BASELINE):
+        return FamilySpace(family, prompt, token, caps, chunks or spec.prefill_chunk_tokens,
+                           shares if spec.mps_prefill_shares != (0.0,) else (0.0,), label=family)
+    if family not in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):
         from ..designs import family_spec
         family_spec(family)   # raises with the nearest name
     lo, hi = (float(power_cap[0]), float(power_cap[1]))
@@ -186,9 +198,9 @@ def family_space(family: str, *, prompt_machines=None, token_machines=None, powe
         raise ProvisionerError(f"power-cap range must satisfy {MIN_POWER_CAP} <= low <= high <= 1 (got {lo:g}-{hi:g})")
     pm = tuple(prompt_machines or ("dgx-a100", "dgx-h100"))
     tp = tuple((m, tuple(int(d) for d in ds)) for m, ds in tp)
-    if family == CUSTOM_BASELINE:
+    if family in (CUSTOM_BASELINE, CUSTOM_COLOCATED):
         return FamilySpace(family, PoolSpace(pm, (lo, hi), _only(tp, pm), max_machines=max_prompt), None, caps,
-                           chunks or (0,), label=family)
+                           chunks or (0,), shares if family == CUSTOM_COLOCATED else (0.0,), label=family)
     tm = tuple(token_machines or pm)
     return FamilySpace(family, PoolSpace(pm, (lo, hi), _only(tp, pm), max_machines=max_prompt),
                        PoolSpace(tm, (lo, hi), _only(tp, tm), max_machines=max_token), caps, chunks or (0,),
