@@ -56,7 +56,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "fidelity.md"
 
 def base_designs():
     """(workload, Design) pairs: every family, both workloads, a small and a large cluster
-    (the `-chunked` families at their default chunk budget).
+    (the `-chunked` families at their default chunk budget, the splitwiser ones at their
+    default MPS share).
 
     Machine counts follow each workload's phase balance (coding is prompt-heavy,
     conversation decode-heavy), with different prompt:token ratios per family.
@@ -67,19 +68,21 @@ def base_designs():
             "splitwise-aa": [(4, 2), (16, 4)], "splitwise-hh": [(6, 2), (27, 3)],
             "splitwise-ha": [(5, 2), (20, 4)], "splitwise-hhcap": [(4, 2), (24, 6)],
             "baseline-a100-chunked": [4, 16], "baseline-h100-chunked": [3, 12],
+            "splitwiser-a100": [4, 16], "splitwiser-h100": [3, 12],
         },
         "conversation": {
             "baseline-a100": [4, 16], "baseline-h100": [3, 12],
             "splitwise-aa": [(3, 3), (12, 8)], "splitwise-hh": [(3, 2), (20, 10)],
             "splitwise-ha": [(3, 3), (12, 10)], "splitwise-hhcap": [(3, 3), (16, 12)],
             "baseline-a100-chunked": [4, 16], "baseline-h100-chunked": [3, 12],
+            "splitwiser-a100": [4, 16], "splitwiser-h100": [3, 12],
         },
     }
     out = []
     for workload, fams in sizes.items():
         for family, counts in fams.items():
             for c in counts:
-                d = make_design(family, machines=c) if family.startswith("baseline") else make_design(family, *c)
+                d = make_design(family, machines=c) if isinstance(c, int) else make_design(family, *c)
                 out.append((workload, d))
     return out
 
