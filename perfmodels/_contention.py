@@ -40,7 +40,7 @@ def iteration_parts(c, n_p, sq, seqs, b, ctx):
     ld = c[11] if b > 0 else 0.0
     rest = allreduce + max(lo, ld) + c[12] * seqs + c[13] * b
     t = max(compute, memory) + rest
-    if c.shape[0] > N_COEF:
+    if len(c) > N_COEF:   # len: the discrete-event engine passes a tuple
         measured = profile_iteration_s(c, n_p, sq, seqs, b, ctx)
         if measured > 0.0:
             scale = measured / t

@@ -116,7 +116,7 @@ def test_simulate_never_crashes(family, prompt, token, machines, rps, duration, 
             rps = str(min(float(rps), 50.0))
         argv = ["simulate", "--design", family, "--rps", rps, "--duration", duration, "--seed", seed,
                 "--engine", engine, "--slo-scale", slo_scale, "--workload", workload, "--json"]
-        argv += (["--prompt-machines", prompt, "--token-machines", token] if family.startswith("splitwise")
+        argv += (["--prompt-machines", prompt, "--token-machines", token] if family.startswith("splitwise-")
                  else ["--machines", machines])
         if cap is not None:
             argv += [cap_flag, cap]
