@@ -177,8 +177,9 @@ def _validate(d: Design) -> None:
     if colocated_family and not 0 < d.mps_prefill_share < 1:
         raise ProvisionerError(f"--mps-prefill-share must be strictly between 0 and 1 (got {d.mps_prefill_share:g}): "
                                "the prefill process's share of the SMs, the decode process gets the rest")
-    if not colocated_family and (d.mps_prefill_share != 0 or d.duplicate_weights):
-        raise ProvisionerError(f"--mps-prefill-share applies to the splitwiser families only (not {d.family})")
+    for flag, given in (("--mps-prefill-share", d.mps_prefill_share != 0), ("--duplicate-weights", d.duplicate_weights)):
+        if given and not colocated_family:
+            raise ProvisionerError(f"{flag} applies to the splitwiser families only (not {d.family})")
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
             raise ProvisionerError(f"{name.replace('_', '-')} must be 1, 2, 4 or 8 (got {getattr(d, name)})")

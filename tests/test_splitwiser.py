@@ -160,6 +160,16 @@ def test_cli_provision_splitwiser():
     best = json.loads(out)["best"][0]
     assert best["design"]["family"] == "splitwiser-h100"
     assert best["design"]["mps_prefill_share"] in MPS_SHARE_CHOICES
+    assert not best["design"]["duplicate_weights"]
+
+
+def test_cli_provision_duplicated_weights_on_a_model_that_fits_twice():
+    code, out, err = cli("--goal", "cost", "--rps", "4", "--duration", "30", "--model", "llama2-70b", "--design",
+                         "splitwiser-a100", "--duplicate-weights", "--mps-prefill-share", "0.5", "--no-verify",
+                         "--json")
+    assert code == 0, err
+    design = json.loads(out)["best"][0]["design"]
+    assert design["duplicate_weights"] and design["mps_prefill_share"] == 0.5
 
 
 @pytest.mark.parametrize("argv", [["simulate", "--design", "splitwiser-h100", "--machines", "2",
@@ -168,9 +178,24 @@ def test_cli_provision_splitwiser():
                                    "--mps-prefill-share", "0"],
                                   ["simulate", "--design", "baseline-h100", "--machines", "2",
                                    "--mps-prefill-share", "0.5"],
-                                  ["--goal", "cost", "--rps", "5", "--mps-prefill-share", "1"]])
+                                  ["--goal", "cost", "--rps", "5", "--mps-prefill-share", "1"],
+                                  ["--goal", "cost", "--rps", "5", "--design", "baseline-h100",
+                                   "--mps-prefill-share", "0.5"]])
 def test_cli_rejects_a_bad_share(argv):
-    code, out, err = cli(*argv)
+    _one_line_error(cli(*argv), "--mps-prefill-share")
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--design", "baseline-h100", "--machines", "2", "--duplicate-weights"],
+                                  ["simulate", "--design", "splitwiser-h100", "--machines", "2",
+                                   "--duplicate-weights"],   # BLOOM-176B does not fit twice on 8 H100s
+                                  ["--goal", "cost", "--rps", "5", "--design", "splitwise-hh",
+                                   "--duplicate-weights"]])
+def test_cli_rejects_duplicated_weights_where_they_do_not_apply_or_fit(argv):
+    _one_line_error(cli(*argv), "--duplicate-weights")
+
+
+def _one_line_error(result, flag):
+    code, out, err = result
     assert code == 2 and "Traceback" not in out + err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "--mps-prefill-share" in lines[0], err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], err

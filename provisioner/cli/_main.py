@@ -67,6 +67,9 @@ def main_command(
     latency_interp: str = latency_interp_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(),
     mps_prefill_share: float = mps_share_option(),
+    duplicate_weights: bool = typer.Option(False, "--duplicate-weights",
+                                           help="Splitwiser families: each process loads its own copy of the "
+                                                "weights (default: one copy shared through CUDA IPC)."),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -85,9 +88,11 @@ def main_command(
     families = tuple(design) if design else None
     ptypes = _names(prompt_machine_types)
     ttypes = _names(token_machine_types)
-    if mps_prefill_share is not None and families and not any(f.startswith("splitwiser") for f in families):
-        raise ProvisionerError("--mps-prefill-share applies to the splitwiser families: add --design "
-                               "splitwiser-h100 (or splitwiser-a100, splitwiser-custom)")
+    for flag, given in (("--mps-prefill-share", mps_prefill_share is not None),
+                        ("--duplicate-weights", duplicate_weights)):
+        if given and families and not any(f.startswith("splitwiser") for f in families):
+            raise ProvisionerError(f"{flag} applies to the splitwiser families: add --design splitwiser-h100 "
+                                   f"(or splitwiser-a100, splitwiser-custom)")
     if (ptypes or ttypes) and not any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
                                       for f in (families or ())):
         families = (*(families or ()), CUSTOM_SPLIT)
@@ -99,7 +104,7 @@ def main_command(
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
-        mps_prefill_share=mps_prefill_share)
+        mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:

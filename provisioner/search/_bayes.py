@@ -145,7 +145,7 @@ def fixed_space(space: FamilySpace, hw: dict, max_prompt: int, max_token: int) -
     chunk = int(hw.get("prefill_chunk_tokens", space.prefill_chunks[0]))
     share = float(hw.get("mps_prefill_share", space.mps_shares[0]))
     return FamilySpace(space.family, pool("prompt", max_prompt), token, (int(hw["prompt_batch_cap_tokens"]),),
-                       (chunk,), (share,), label=space.label, catalog=space.catalog)
+                       (chunk,), (share,), space.duplicate_weights, label=space.label, catalog=space.catalog)
 
 
 def type_seeds(space: FamilySpace) -> list[dict]:

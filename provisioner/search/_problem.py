@@ -167,7 +167,8 @@ class SearchProblem:
         """The design space of `family` for this request, with count bounds (derived from
         the capacity model unless given)."""
         req = self.req
-        kwargs = {"prefill_chunk_tokens": req.prefill_chunk_tokens, "mps_prefill_share": req.mps_prefill_share}
+        kwargs = {"prefill_chunk_tokens": req.prefill_chunk_tokens, "mps_prefill_share": req.mps_prefill_share,
+                  "duplicate_weights": req.duplicate_weights}
         if family in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):
             machines = tuple(dict.fromkeys((req.prompt_machine_types or ()) + (req.token_machine_types or ())))
             tp = tuple((m, tp_options(self.perf, self.llm, m)) for m in machines) if req.search_tp else ()

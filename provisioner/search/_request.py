@@ -43,6 +43,7 @@ _CONSTRAINTS = {
     "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],
     "prefill_chunk_tokens": [None, Interval(Integral, 0, None, closed="left")],
     "mps_prefill_share": [None, Interval(Real, 0, 1, closed="neither")],
+    "duplicate_weights": [bool],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -83,6 +84,8 @@ class ProvisionRequest:
         the others prefill whole prompts.
     mps_prefill_share : the prefill process's SM share of the splitwiser families (in (0, 1));
         None: searched over `MPS_SHARE_CHOICES`.
+    duplicate_weights : the splitwiser families' processes each load their own weights
+        (default: one copy shared through CUDA IPC).
     max_machines : count bound per pool (default: derived from the capacity model).
     n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
         and trials per batched ask/tell.
@@ -116,6 +119,7 @@ class ProvisionRequest:
     prompt_batch_caps: tuple[int, ...] = (DEFAULT_PROMPT_BATCH_CAP_TOKENS,)
     prefill_chunk_tokens: int | None = None
     mps_prefill_share: float | None = None
+    duplicate_weights: bool = False
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6

@@ -80,6 +80,7 @@ class FamilySpace:
     prompt_batch_caps: tuple[int, ...] = (DEFAULT_PROMPT_BATCH_CAP_TOKENS,)
     prefill_chunks: tuple[int, ...] = (0,)     # chunked-prefill budgets (0: whole prompts)
     mps_shares: tuple[float, ...] = (0.0,)      # Splitwiser: prefill SM shares (0: not co-located)
+    duplicate_weights: bool = False             # Splitwiser: each process holds its own weights
     label: str = field(default="", compare=False)
     catalog: object = field(default=None, compare=False, repr=False)   # resolves TP 0; default: shipped
 
@@ -162,13 +163,13 @@ class FamilySpace:
             "prompt_machine": pm.astype(str), "token_machine": tm.astype(str), "prompt_power_cap": pc,
             "token_power_cap": tc, "prompt_tp": ptp, "token_tp": ttp, "prompt_batch_cap_tokens": bc,
             "allow_borrow": np.ones(n, bool), "prefill_chunk_tokens": chunk, "mps_prefill_share": share,
-            "duplicate_weights": np.zeros(n, bool)})
+            "duplicate_weights": np.full(n, self.duplicate_weights and self.mps_shares != (0.0,))})
 
 
 def family_space(family: str, *, prompt_machines=None, token_machines=None, power_cap=(MIN_POWER_CAP, 1.0),
                  prompt_batch_caps=(DEFAULT_PROMPT_BATCH_CAP_TOKENS,), max_prompt=40, max_token=40,
                  tp=(), prefill_chunk_tokens: int | None = None,
-                 mps_prefill_share: float | None = None) -> FamilySpace:
+                 mps_prefill_share: float | None = None, duplicate_weights: bool = False) -> FamilySpace:
     """The space of a named family (CONTRACTS.md) or of a custom one.
 
     Named families fix machine types and power caps (designs.FAMILY_SPECS) and run TP
@@ -178,7 +179,8 @@ def family_space(family: str, *, prompt_machines=None, token_machines=None, powe
     prefill_chunk_tokens : a chunked-prefill budget for every design (0: off); None: the
     family's own (the `-chunked` families search several).
     mps_prefill_share : the prefill SM share of every co-located (splitwiser) design;
-    None: searched over `MPS_SHARE_CHOICES`. Other families ignore it.
+    None: searched over `MPS_SHARE_CHOICES`. Other families ignore it, and `duplicate_weights`
+    (each co-located process loads its own copy of the weights).
     """
     caps = tuple(int(c) for c in prompt_batch_caps)
     chunks = (int(prefill_chunk_tokens),) if prefill_chunk_tokens is not None else None
@@ -189,7 +191,8 @@ def family_space(family: str, *, prompt_machines=None, token_machines=None, powe
         token = PoolSpace((spec.token_machine,), (spec.token_power_cap,) * 2, max_machines=max_token) \
             if spec.split else None
         return FamilySpace(family, prompt, token, caps, chunks or spec.prefill_chunk_tokens,
-                           shares if spec.mps_prefill_shares != (0.0,) else (0.0,), label=family)
+                           shares if spec.mps_prefill_shares != (0.0,) else (0.0,), duplicate_weights,
+                           label=family)
     if family not in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):
         from ..designs import family_spec
         family_spec(family)   # raises with the nearest name
@@ -200,7 +203,8 @@ def family_space(family: str, *, prompt_machines=None, token_machines=None, powe
     tp = tuple((m, tuple(int(d) for d in ds)) for m, ds in tp)
     if family in (CUSTOM_BASELINE, CUSTOM_COLOCATED):
         return FamilySpace(family, PoolSpace(pm, (lo, hi), _only(tp, pm), max_machines=max_prompt), None, caps,
-                           chunks or (0,), shares if family == CUSTOM_COLOCATED else (0.0,), label=family)
+                           chunks or (0,), shares if family == CUSTOM_COLOCATED else (0.0,), duplicate_weights,
+                           label=family)
     tm = tuple(token_machines or pm)
     return FamilySpace(family, PoolSpace(pm, (lo, hi), _only(tp, pm), max_machines=max_prompt),
                        PoolSpace(tm, (lo, hi), _only(tp, tm), max_machines=max_token), caps, chunks or (0,),
