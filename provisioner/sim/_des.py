@@ -1,12 +1,14 @@
 """Reference discrete-event engine: every batch iteration on every machine.
 
 `run_des(inputs)` applies the rules of SEMANTICS.md exactly, one design at a time.
-A heap holds three kinds of events -- iteration ends, KV-transfer arrivals and request
-arrivals -- plus a deferred "start" event per machine (below). Per-request state lives
+Events are iteration ends, KV-transfer arrivals, request arrivals and a deferred
+"start" per machine (Reading 1). A heap holds the ends, transfers and starts; request
+arrivals, sorted already, are merged in from the trace; a start with no other event
+due at its instant runs at once instead of through the heap. Per-request state lives
 in plain Python lists indexed by request (no object per request); a running set is a
 count plus a context sum, and each running request is filed under the iteration index
 at whose end it finishes, so an iteration costs O(prefills + finishers), not
-O(decode batch).
+O(decode batch). Routing compares all machines per arrival, in numpy vectors.
 
 Readings of SEMANTICS.md where the text leaves a choice (the fluid engine must make the
 same ones):
@@ -56,50 +58,11 @@ from collections import deque
 
 import numpy as np
 
-from perfmodels import N_COEF, profile_iteration_s
-
 from ..errors import ProvisionerError
+from ._des_scalar import iteration_fn, kv_visible_s
 from ._inputs import EngineOutput, SimInputs
 
 _END, _KV, _ARRIVAL, _START = 0, 1, 2, 3  # event kinds, in their order at equal times
-_NEVER = float("inf")   # the arrival time after the last request
-
-
-def _iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
-    """Scalar `perfmodels.time_from_coefficients` (same formula, same operation order).
-
-    `c` is a sequence of the N_COEF coefficients of one pool (layout `COEF_NAMES`),
-    followed for a measured-profile model by its table (looked up first).
-    """
-    return _iteration_fn(c)(prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens)
-
-
-def _iteration_fn(c):
-    """`_iteration_s` with the coefficients `c` bound: the engine calls it once per iteration,
-    so the coefficients are closure variables rather than indexed each time. The
-    conditional expressions are `min`/`max` spelled out (same operands, same result)."""
-    c0, c1, c2, c3, c4, c5, c6, c7, knee, c9, c10, c11, c12, c13 = c[:N_COEF]
-    profiled = len(c) > N_COEF
-
-    def iteration_s(prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
-        if profiled:
-            t = profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch,
-                                    decode_context_tokens)
-            if t > 0.0:
-                return t
-        tokens = prefill_tokens + decode_batch
-        compute = (c0 * tokens + c1 * (prefill_seqs + decode_batch) + c2 * prefill_sq_tokens
-                   + c3 * decode_context_tokens)
-        memory = c4 + c5 * (decode_context_tokens + tokens)
-        over_knee = tokens - knee
-        allreduce = (c6 + c7 * (knee if knee < tokens else tokens)
-                     + c9 * (over_knee if over_knee >= 0.0 else 0.0))
-        fixed_p = c10 if prefill_seqs > 0 else 0.0
-        fixed_d = c11 if decode_batch > 0 else 0.0
-        overhead = (fixed_d if fixed_d > fixed_p else fixed_p) + c12 * prefill_seqs + c13 * decode_batch
-        return (memory if memory > compute else compute) + allreduce + overhead
-
-    return iteration_s
 
 
 _NO_PROMPTS = ((), 0, 0)   # (prompts, tokens, sum of squares) of an iteration without prefill
@@ -114,7 +77,7 @@ class _Machine:
 
     def __init__(self, pool, coef, kv_cap, batch_cap):
         self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
-        self.iteration_s = _iteration_fn(coef)
+        self.iteration_s = iteration_fn(coef)
         self.prompt_q, self.wait_q = deque(), deque()
         self.running = self.ctx = self.kv_used = 0   # running count, sum of contexts, KV held
         self.busy = self.start_pending = False
@@ -220,8 +183,8 @@ class _Cluster:
         self.pf_tokens, self.pf_start, self.pf_dur = np.zeros(m), np.zeros(m), np.ones(m)
         self.borrow = bool(inputs.allow_borrow[d])
         self.overload = float(inputs.overload_tokens[d])
-        self.kv_s_per_token, self.kv_setup = float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d])
-        self.n_layers, self.layerwise_min = int(inputs.n_layers), float(inputs.layerwise_min_tokens)
+        self.kv_link = (float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d]), int(inputs.n_layers),
+                        float(inputs.layerwise_min_tokens))   # kv_visible_s's parameters
         r = len(inputs.arrival_s)
         self.S, self.N = inputs.prompt_tokens.tolist(), inputs.output_tokens.tolist()
         self.prefill_on, self.decode_on, self.local = [0] * r, [0] * r, [False] * r
@@ -327,21 +290,12 @@ class _Cluster:
             elif self.local[r]:
                 mc.join(r, s, n)
             else:
-                transfers.append((r, e + self._kv_visible(s, mc.duration)))
+                visible = kv_visible_s(s, mc.duration, *self.kv_link)
+                self.kv_transfers += 1
+                self.kv_visible_sum += visible
+                transfers.append((r, e + visible))
         mc.prefilling = ()
         return transfers
-
-    def _kv_visible(self, s, prefill_s):
-        """`perfmodels.kv_transfer_time_s(mode="auto")` for one request, in scalars."""
-        total = self.kv_s_per_token * s
-        if s < self.layerwise_min:
-            visible = self.kv_setup + total
-        else:
-            last = total / self.n_layers
-            visible = self.kv_setup + last + max(total - last - prefill_s, 0.0)
-        self.kv_transfers += 1
-        self.kv_visible_sum += visible
-        return visible
 
 
 def _least(candidates, load):
@@ -359,8 +313,8 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     """
     cl = _Cluster(inputs, d)
     machines = cl.machines
-    arrivals = inputs.arrival_s.tolist() + [_NEVER]
-    n_requests = len(arrivals) - 1
+    n_requests = len(inputs.arrival_s)
+    arrivals = inputs.arrival_s.tolist() + [float("inf")]   # a sentinel after the last request
     heap = []
     push, pop = heapq.heappush, heapq.heappop
 

@@ -10,7 +10,7 @@ is for optuna's): not the user-facing API, which is `provisioner.sim.simulate`.
 Importing this module loads numba (the fluid kernel).
 """
 
-from ._des import _iteration_s as des_iteration_s
+from ._des_scalar import iteration_s as des_iteration_s
 from ._des import _Machine as DesMachine
 from ._des import _simulate as des_simulate_design
 from ._des import run_des
