@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import math
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -89,16 +90,19 @@ class ResultStore:
         self.url = _url(self.location)
         self._engine = None
         self._table = None
+        self._optuna = None
 
     def __reduce__(self):   # workers reopen the database; engines do not pickle
         return (ResultStore, (self.location,))
 
     @property
     def optuna_storage(self):
-        """An optuna RDBStorage on the same database."""
-        import optuna
-        kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}} if self.url.startswith("sqlite") else {}
-        return optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
+        """An optuna RDBStorage on the same database (made once per store)."""
+        if self._optuna is None:
+            import optuna
+            kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}} if self.url.startswith("sqlite") else {}
+            self._optuna = _creating_schema(lambda: optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs))
+        return self._optuna
 
     def _open(self):
         if self._engine is not None:
@@ -114,7 +118,7 @@ class ResultStore:
             if self.url.startswith("sqlite"):
                 with engine.begin() as conn:   # readers do not block the writer
                     conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-            meta.create_all(engine, checkfirst=True)
+            _creating_schema(lambda: meta.create_all(engine, checkfirst=True))
         except Exception as exc:  # noqa: BLE001 - any driver's connection error is the user's to fix
             if isinstance(exc, ProvisionerError):
                 raise
@@ -166,6 +170,20 @@ class ResultStore:
             query = query.where(self._table.c.kind == kind)
         with self._engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
+
+
+def _creating_schema(create, attempts: int = 5):
+    """`create()` (tables, indexes), retried when another process creates them at the same
+    time: PostgreSQL's CREATE TABLE is not idempotent under a race (checkfirst then
+    create), so the loser sees a unique violation and the next try finds the tables."""
+    import sqlalchemy.exc as sa_exc
+    for attempt in range(attempts):
+        try:
+            return create()
+        except (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def open_store(location) -> ResultStore | None:
