@@ -3,6 +3,7 @@ of `provision --json` on the trace it was found on (`--from-result`)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import typer
@@ -79,8 +80,12 @@ def simulate_command(
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
     perf = load_latency_model(latency_profile, latency_interp)
+    t0 = time.perf_counter()
     row = simulate(d, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
+    elapsed_s = time.perf_counter() - t0
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
+    # Wall time of the engine call (metrics included; the first run also compiles the kernel).
+    obj["simulation"] = {"elapsed_s": elapsed_s, "simulated_requests_per_s": len(trace) / max(elapsed_s, 1e-9)}
     if perf is not None:
         obj["latency_model"] = latency_model_json(perf, model, _pools(d, perf), trace.prompt_tokens)
     if json_out:
@@ -171,3 +176,6 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
                    f"any machine of the design holds")
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")
+    sim = obj["simulation"]
+    console.print(f"simulated {obj['requests']:,} requests in {sim['elapsed_s']:.2f} s "
+                  f"({sim['simulated_requests_per_s']:,.0f} simulated requests/s)")
