@@ -122,3 +122,15 @@ def test_sweep_on_dask_local_cluster_gives_the_local_table(swept, tmp_path):
     assert (tmp_path / "results.csv").read_bytes() == (local / "results.csv").read_bytes()
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "results.parquet"),
                                   pd.read_parquet(local / "results.parquet"))
+
+
+def test_a_worker_limited_to_one_numba_thread_still_simulates():
+    """A sweep task lowers numba's threads (Dask workers: cores / workers on the machine);
+    the fluid engine then runs its designs on that many threads, and simulating works."""
+    code = ("import numba; from provisioner.sweep._run import _limit_numba_threads; _limit_numba_threads(1); "
+            "from provisioner import grid, simulate; from workloads import make_workload; "
+            "t = simulate(grid('splitwise-hh', [2, 3], [1]), make_workload('coding', rps=2, duration_s=5, seed=0)); "
+            "print(numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS, len(t))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "1", "2"]

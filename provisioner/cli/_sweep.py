@@ -79,8 +79,9 @@ def _cluster(scheduler: str | None, local: int | None):
 
     from ..sweep import local_threads
     if local is not None:
-        cluster = LocalCluster(n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None)
         n_workers, threads = local, local_threads(local)
+        cluster = LocalCluster(n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None,
+                               env={"NUMBA_NUM_THREADS": str(threads)})   # set before numba loads
     else:
         cluster, threads = nullcontext(scheduler), "per-host"
     with cluster as address:

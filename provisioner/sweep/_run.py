@@ -50,8 +50,7 @@ def answer_question(question: Question, study=None, threads: int | None = None) 
     if threads == "per-host":
         threads = _dask_host_threads()
     if threads is not None:
-        import numba
-        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+        _limit_numba_threads(int(threads))
     from perfmodels import LatencyModel
 
     from ..search import provision
@@ -61,6 +60,19 @@ def answer_question(question: Question, study=None, threads: int | None = None) 
     if store is not None:
         store.put_many("sweep-question", {key: rows})
     return rows
+
+
+def _limit_numba_threads(threads: int) -> None:
+    """At most `threads` numba threads in this process (never more than it has).
+
+    The fluid engine sizes its pool of kernel threads from `numba.config.NUMBA_NUM_THREADS`
+    (`provisioner/sim/_fluid.py`), so that is lowered too, after `set_num_threads` (which
+    checks against it). loky's workers already start with NUMBA_NUM_THREADS = cores / jobs
+    (joblib sets it); Dask workers need this."""
+    import numba
+    n = max(1, min(threads, int(numba.config.NUMBA_NUM_THREADS)))
+    numba.set_num_threads(n)
+    numba.config.NUMBA_NUM_THREADS = n
 
 
 def _rows(question: Question, result) -> list[dict]:
