@@ -30,15 +30,17 @@ def sweep_figures(table: pd.DataFrame) -> list[tuple[str, object]]:
 
     feasible = table[table["feasible"]].copy()
     feasible["rate"] = feasible["rps"].where(feasible["goal"] != "throughput", feasible["sustainable_rps"])
+    # Series columns that vary in this sweep (the others would only lengthen the legend).
+    series = [c for c in SERIES if table[c].nunique(dropna=False) > 1]
     figs = []
     for cid, column, title, unit in (("machines", "machines", "Answer: machines vs request rate", "machines"),
                                      ("cost", "cost_usd_per_request", "Cost per request vs request rate",
                                       "$ per request")):
         fig = go.Figure()
-        for (family, *key), part in feasible.groupby(["family", *SERIES], sort=True):
+        for (family, *key), part in feasible.groupby(["family", *series], sort=True, dropna=False):
             part = part.sort_values("rate")
             fig.add_trace(go.Scatter(x=part["rate"], y=part[column], mode="lines+markers",
-                                     name=f"{family} ({_series_label(key)})",
+                                     name=f"{family} ({_series_label(key)})" if key else family,
                                      customdata=part[["prompt_machines", "token_machines", "cost_usd_per_h"]],
                                      hovertemplate="%{x:.3g} req/s: %{y:.4g}<br>%{customdata[0]}P + "
                                                    "%{customdata[1]}T, $%{customdata[2]:,.0f}/h<extra></extra>"))
