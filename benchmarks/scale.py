@@ -8,7 +8,7 @@
 2. Peak memory (max RSS of the process) of each of those runs, each in its own process.
 3. A 2,000-machine design (Splitwise-HH 1,800P + 200T) at 4,667 req/s (the 27P+3T load
    scaled by 2000/30) on a 10^5-request trace.
-4. A 24-question sweep (`provision sweep`, 6 rates x 2 price lists x 2 seeds, three
+4. A 24-question sweep (`provision sweep`, 6 rates x 2 price lists x 2 seeds, all six
    families, 120-s traces, no DES) on one core (`taskset -c 0`, `--jobs 1`, one numba
    thread) vs two (`--jobs 2`: two worker processes, one numba thread each).
 
@@ -38,7 +38,6 @@ RPS = 70.0
 SWEEP_SPEC = """\
 goals = ["cost"]
 rps = [10, 20, 30, 40, 50, 60]
-families = ["splitwise-hh", "splitwise-aa", "baseline-h100"]
 seeds = [0, 1]
 duration_s = 120
 verify = false
@@ -128,8 +127,9 @@ def report(rows: list[dict], big: dict, sweep: dict | None, info: dict) -> str:
                      f"throughput {big['throughput_rps']:.0f} req/s, SLO met: {big['slo_met']}.")
     if sweep is not None:
         lines += ["", "## 24-question sweep, 1 core vs 2", "",
-                  "`provision sweep` (6 rates x 2 price lists x 2 seeds; Splitwise-HH, -AA and Baseline-H100; 120-s "
-                  "traces; no DES).",
+                  "`provision sweep` (6 rates x 2 price lists x 2 seeds; all six families; 120-s traces; no DES). "
+                  "Load average (1 min) before each run: "
+                  f"{sweep['load_one']:.1f} and {sweep['load_two']:.1f} (other processes share the cores).",
                   "", f"- 1 core (`taskset -c 0`, `--jobs 1`, NUMBA_NUM_THREADS=1): {sweep['one_s']:.1f} s",
                   f"- 2 cores (`--jobs 2`, one numba thread per worker): {sweep['two_s']:.1f} s",
                   f"- speed-up: {sweep['one_s'] / sweep['two_s']:.2f}x (target 1.7x)"]
@@ -156,7 +156,8 @@ def main() -> None:
     if not args.skip_sweep:
         folder = Path(tempfile.mkdtemp(prefix="scale-sweep-"))
         try:
-            sweep = {"one_s": sweep_time(folder, cores=1), "two_s": sweep_time(folder, cores=2)}
+            sweep = {"load_one": os.getloadavg()[0], "one_s": sweep_time(folder, cores=1),
+                     "load_two": os.getloadavg()[0], "two_s": sweep_time(folder, cores=2)}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         print(sweep, flush=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import time
 from importlib import resources
 from pathlib import Path
@@ -194,13 +193,11 @@ def open_store(location) -> ResultStore | None:
 
 
 def _plain(value):
-    """JSON-able Python values of numpy scalars and containers (floats exactly)."""
+    """JSON-able Python values of numpy scalars and containers (floats exactly, NaN and inf kept)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return value
+        return value.item()
     return value
