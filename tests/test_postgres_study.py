@@ -72,17 +72,16 @@ def _answer(text: str) -> dict:
     return obj
 
 
-def test_two_workers_share_one_postgresql_study(postgres_url):
+def test_two_workers_share_one_postgresql_study(postgres_url, cli):
     """Two processes run the same optuna search on one study at once: both give the answer
     of a run without a study, and the database holds each trial and each simulated design."""
-    alone = subprocess.run([PROVISION, *SEARCH], capture_output=True, text=True, timeout=300)
-    assert alone.returncode == 0, alone.stderr
+    alone = cli(*SEARCH)   # in this process, without a study
     workers = [subprocess.Popen([PROVISION, *SEARCH, "--study", postgres_url], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [w.communicate(timeout=300) for w in workers]
     for w, (out, err) in zip(workers, outs):
         assert w.returncode == 0, err
-        assert _answer(out) == _answer(alone.stdout)
+        assert _answer(out) == _answer(alone)
 
     import sqlalchemy as sa
     engine = sa.create_engine(postgres_url)
@@ -91,5 +90,5 @@ def test_two_workers_share_one_postgresql_study(postgres_url):
         seqs = {json.loads(v) for (v,) in conn.execute(
             sa.text("SELECT value_json FROM trial_user_attributes WHERE key = 'seq'"))}
     engine.dispose()
-    assert designs == len(_answer(alone.stdout)["evaluated"])   # each design stored once, by either worker
+    assert designs == len(_answer(alone)["evaluated"])   # each design stored once, by either worker
     assert seqs == set(range(24))
