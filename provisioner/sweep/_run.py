@@ -158,15 +158,25 @@ def _parallel(questions, location, n_jobs: int, backend: str, threads, on_answer
     if threads is None and backend == "loky":
         threads = local_threads(n_jobs)
     out = {}
+    # Largest questions first, one per task: the last tasks are short, so no worker idles
+    # long at the end (longest-processing-time-first scheduling).
+    ordered = sorted(questions, key=_work_estimate, reverse=True)
     with parallel_config(backend=backend, n_jobs=n_jobs):
-        with Parallel(return_as="generator_unordered") as parallel:
+        with Parallel(return_as="generator_unordered", batch_size=1) as parallel:
             start_workers_deaf_to_ctrl_c(parallel, n_jobs)
-            tasks = (delayed(_indexed)(q, location, threads) for q in questions)
+            tasks = (delayed(_indexed)(q, location, threads) for q in ordered)
             for index, rows in parallel(tasks):
                 out[index] = rows
                 if on_answer is not None:
                     on_answer(questions[[q.index for q in questions].index(index)])
     return out
+
+
+def _work_estimate(question: Question) -> float:
+    """Requests simulated per design, roughly: the rate x the trace length (a throughput
+    question searches over rates: it counts as the largest)."""
+    r = question.request
+    return float("inf") if r.rps is None else float(r.rps) * float(r.duration_s) * len(r.families)
 
 
 def _indexed(question: Question, location, threads):
