@@ -113,18 +113,22 @@ def report(rows: list[dict], big: dict, sweep: dict | None, info: dict) -> str:
         lines.append(f"| {r['requests']:,} | {r['trace_s']:.2f} | {r['simulate_s']:.2f} | "
                      f"{1e6 * r['simulate_s'] / r['requests']:.1f} | {r['peak_rss_bytes'] / 1e9:.2f} |")
     ok = [r for r in rows if "error" not in r]
-    if len(ok) >= 2:
-        a, b = ok[0], ok[-1]
-        growth = (b["simulate_s"] / a["simulate_s"]) / (b["requests"] / a["requests"])
-        lines += ["", f"Time per request at {b['requests']:,} / at {a['requests']:,}: {growth:.2f} "
-                      "(1.0 = exactly linear)."]
+    if len(ok) >= 3:
+        import numpy as np
+        n = np.array([r["requests"] for r in ok], float)
+        t = np.array([r["simulate_s"] for r in ok])
+        per_request_s, fixed_s = np.polyfit(n, t, 1)
+        worst = float(np.max(np.abs(fixed_s + per_request_s * n - t) / t))
+        lines += ["", f"Least-squares line: {fixed_s:.3f} s + {1e6 * per_request_s:.2f} us x requests; the "
+                      f"largest relative deviation of a measured time from it is {worst:.0%} (a fixed cost "
+                      "dominates the smallest traces, then time grows linearly)."]
     lines += ["", "## 2,000 machines", ""]
     if "error" in big:
         lines.append(f"Failed: {' '.join(big['error'])}")
     else:
         lines.append(f"Splitwise-HH 1,800P + 200T at {big['rps']:.0f} req/s, {big['requests']:,} requests: "
                      f"simulate {big['simulate_s']:.2f} s, peak RSS {big['peak_rss_bytes'] / 1e9:.2f} GB, "
-                     f"throughput {big['throughput_rps']:.0f} req/s, SLO met: {big['slo_met']}.")
+                     f"SLO met: {big['slo_met']}.")
     if sweep is not None:
         lines += ["", "## 24-question sweep, 1 core vs 2", "",
                   "`provision sweep` (6 rates x 2 price lists x 2 seeds; all six families; 120-s traces; no DES). "
