@@ -69,6 +69,9 @@ def latency_model_digest(perf) -> str:
 
 def _url(location: str) -> str:
     text = str(location)
+    if not text.strip():
+        raise ProvisionerError("study is empty: give a SQLite file such as plans.db or a URL such as "
+                               "postgresql://user@host/db", params=("study",))
     if "://" in text:
         return text
     path = Path(text).expanduser()
@@ -99,6 +102,7 @@ class ResultStore:
         """An optuna RDBStorage on the same database (made once per store)."""
         if self._optuna is None:
             import optuna
+            self._open()   # a database that cannot be opened is the user's one-line error here
             kwargs = {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}} if self.url.startswith("sqlite") else {}
             self._optuna = _creating_schema(lambda: optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs))
         return self._optuna

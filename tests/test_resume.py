@@ -107,3 +107,22 @@ def test_killed_sweep_resumes_from_its_study_to_the_same_table(tmp_path, cli):
     for name in ("results.csv", "results.parquet"):
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     assert stored(db, "sweep-question") == 4 and stored(db, "des") > 0
+
+
+def test_study_errors_are_one_line_naming_the_flag(tmp_path, capsys):
+    from provisioner.cli import run
+    not_a_database = tmp_path / "notes.txt"
+    not_a_database.write_text("hello\n")
+    base = ["--goal", "cost", "--rps", "5", "--duration", "5", "--no-verify"]
+    cases = [(["--design", "splitwise-hh", "--study", str(not_a_database)], "file is not a database"),
+             (["--design", "splitwise-custom", "--prompt-machine-types", "dgx-h100", "--trials", "2",
+               "--study", str(not_a_database)], "file is not a database"),    # optuna's storage: same check
+             (["--design", "splitwise-hh", "--study", ""], "--study is empty"),
+             (["--design", "splitwise-hh", "--study", str(tmp_path)], "is a directory"),
+             (["--design", "splitwise-hh", "--study", str(tmp_path / "missing" / "x.db")], "does not exist")]
+    for args, needle in cases:
+        assert run([*base, *args]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "--study" in lines[0], lines
+        assert needle in lines[0], lines
+    assert not_a_database.read_text() == "hello\n"
