@@ -134,3 +134,25 @@ def test_a_worker_limited_to_one_numba_thread_still_simulates():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "1", "2"]
+
+
+def test_spec_grid_and_trace_files_relative_to_the_spec(tmp_path):
+    """The grid is goals x models x workloads x loads x price lists x seeds; a CSV workload is
+    read relative to the spec and replayed whole (as `provision` does), drawn ones 120 s."""
+    from provisioner.sweep import load_sweep_spec
+    rows = "\n".join(f"{i * 0.5},{100 + i},{5 + i % 3}" for i in range(40))
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+    (tmp_path / "s.toml").write_text('goals = ["cost", "throughput"]\nworkloads = ["t.csv", "coding"]\n'
+                                     'rps = [2, 4]\npower_budget_kw = [100]\nseeds = [0, 1]\n'
+                                     'families = ["splitwise-hh"]\n[price_lists]\na = {}\nb = "sw-table-v"\n')
+    questions = load_sweep_spec(tmp_path / "s.toml").questions
+    assert len(questions) == (2 * 2 + 2 * 1) * 2 * 2   # (workloads x rates + workloads x budgets) x lists x seeds
+    assert [q.index for q in questions] == list(range(len(questions)))
+    replayed = [q.request for q in questions if q.request.workload != "coding"]
+    assert all(r.workload == str(tmp_path / "t.csv") and r.arrival == "replay" for r in replayed)
+    # the whole file: its 40 rows, time-scaled to the rate (cost) or at its own 2 req/s (throughput)
+    assert all(r.duration_s == 40 / (r.rps or 2.0) for r in replayed)
+    drawn = [q.request for q in questions if q.request.workload == "coding"]
+    assert all(r.arrival == "poisson" and r.duration_s == 120.0 for r in drawn)
+    table_v = next(q for q in questions if q.price_list == "b").prices
+    assert table_v["dgx-h100"] == 41.36   # the catalog's sw-table-v option

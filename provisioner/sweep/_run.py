@@ -165,10 +165,11 @@ def _parallel(questions, location, n_jobs: int, backend: str, threads, on_answer
         with Parallel(return_as="generator_unordered", batch_size=1) as parallel:
             start_workers_deaf_to_ctrl_c(parallel, n_jobs)
             tasks = (delayed(_indexed)(q, location, threads) for q in ordered)
+            by_index = {q.index: q for q in questions}
             for index, rows in parallel(tasks):
                 out[index] = rows
                 if on_answer is not None:
-                    on_answer(questions[[q.index for q in questions].index(index)])
+                    on_answer(by_index[index])
     return out
 
 

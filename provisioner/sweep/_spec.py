@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware_catalog import CatalogError, load_catalog
-from workloads import WorkloadError
+from workloads import WorkloadError, default_arrival
 
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
@@ -151,7 +151,9 @@ def _workload(path: Path, workload):
 
 
 def _request(path: Path, kwargs: dict) -> ProvisionRequest:
-    kwargs.setdefault("duration_s", 120.0)
+    if "duration_s" not in kwargs:   # as `provision`: a replayed file runs whole, drawn arrivals 120 s
+        replay = (kwargs.get("arrival") or _default_arrival(kwargs["workload"])) == "replay"
+        kwargs["duration_s"] = None if replay else 120.0
     try:
         return ProvisionRequest(**kwargs)
     except (ProvisionerError, CatalogError, WorkloadError, TypeError, ValueError) as exc:
@@ -164,6 +166,13 @@ def _request(path: Path, kwargs: dict) -> ProvisionRequest:
 _GRID_FIELDS = {"goals": "goal", "models": "model", "workloads": "workload", "rps": "rps",
                 "power_budget_kw": "power_budget_kw", "cost_budget_usd_per_h": "cost_budget_usd_per_h",
                 "families": "families", "seeds": "seed"}
+
+
+def _default_arrival(workload) -> str | None:
+    try:
+        return default_arrival(workload)
+    except (WorkloadError, TypeError, ValueError):
+        return None   # the request's own check words the error
 
 
 def _price_lists(path: Path, raw) -> dict[str, dict]:
