@@ -41,6 +41,7 @@ PARAM_FLAGS = {
     "searcher": "--searcher", "verify_duration_s": "--verify-duration", "power_cap_range": "--power-cap-range",
     "max_machines": "--max-machines", "n_trials": "--trials", "engine": "--engine", "arrival": "--arrival", "cv": "--cv",
     "prefill_chunk_tokens": "--prefill-chunk-tokens",
+    "study": "--study",
 }
 
 

@@ -44,7 +44,7 @@ def choose(problem: SearchProblem, family: str, cand: DesignBatch, objective: np
     problem.progress.start(f"{family}: verify (DES)", None)
     out = verify_candidates(cand, objective, screen, traces=verify_traces, seeds=seeds, model=req.model,
                             slo=problem.slo, rps=rps, duration_s=req.verification_duration_s, perf=problem.perf,
-                            on_progress=lambda: problem.progress.advance(1))
+                            on_progress=lambda: problem.progress.advance(1), store=problem.store)
     if out.index is None:
         if out.last_failure is not None:
             v = out.last_failure

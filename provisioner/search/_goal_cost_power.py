@@ -130,7 +130,7 @@ def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bou
                        bounds=lambda hw: problem.hardware_bounds(space, hw, req.rps), n_trials=req.n_trials,
                        batch=req.trial_batch, seed=req.seed if req.sampler_seed is None else req.sampler_seed,
                        warm_starts=warm, lower_bound=bound.value if bound.feasible else None,
-                       designed_start=req.optuna_designed_start)
+                       designed_start=req.optuna_designed_start, durable=problem.durable_study(space.family))
     frames = []
     for run in out.runs.values():
         p, t = run.sc.feasible_cells()

@@ -23,6 +23,7 @@ import pandas as pd
 from perfmodels import LatencyModel
 
 from ..errors import ProvisionerError
+from ..store import open_store
 from ._goal_cost_power import least_objective_family
 from ._goal_throughput import max_throughput_family
 from ._problem import SearchProblem
@@ -34,10 +35,16 @@ __all__ = ["Progress", "provision"]
 
 
 def provision(request: ProvisionRequest, *, progress: Progress | None = None,
-              perf: LatencyModel | None = None) -> ProvisionResult:
-    """Answer a provisioning question (see `ProvisionRequest`)."""
+              perf: LatencyModel | None = None, study=None) -> ProvisionResult:
+    """Answer a provisioning question (see `ProvisionRequest`).
+
+    study : a SQLite file path, a database URL (`postgresql://...`) or a
+        `provisioner.store.ResultStore`: every simulation, DES re-check and optuna trial
+        is stored there, so the same call run again (after a kill, say) re-uses them and
+        gives the same answer. None: nothing is kept.
+    """
     t0 = time.perf_counter()
-    problem = SearchProblem(request, perf, progress)
+    problem = SearchProblem(request, perf, progress, store=open_store(study))
     unreachable = {f: problem.unservable(f) or problem.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
         raise ProvisionerError(next(iter(unreachable.values())), params=("slo_scale",))

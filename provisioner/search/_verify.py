@@ -26,7 +26,8 @@ from .._workers import start_workers_deaf_to_ctrl_c
 from ..designs import DesignBatch
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
-from ._evaluate import Evaluator
+from ..store import latency_model_digest
+from ._evaluate import Evaluator, stored_rows
 
 SLOWDOWN_COLUMNS = [f"slowdown_{m}_p{p}" for m in METRICS for p in PERCENTILES]
 
@@ -68,9 +69,22 @@ def _des_one(design, trace, model, slo, perf):
 
 
 def des_check(design, traces: list, seeds: tuple[int, ...], model: str, slo, *, rps: float,
-              duration_s: float, perf, n_jobs: int | None = None) -> Verification:
+              duration_s: float, perf, n_jobs: int | None = None, store=None) -> Verification:
     """Run the DES on every trace (in parallel) and summarize the worst case; `perf` is the
-    search's latency model (the only source of hardware data of the call)."""
+    search's latency model (the only source of hardware data of the call). With a
+    `ResultStore`, runs already stored are recalled and new ones stored."""
+    context = (str(model), repr(slo), latency_model_digest(perf))
+    records = stored_rows(store, "des", context, design, traces,
+                          lambda missing: _des_runs(design, [traces[i] for i in missing], model, slo, perf, n_jobs))
+    rows = pd.DataFrame(records).assign(seed=list(seeds))
+    worst = rows[SLOWDOWN_COLUMNS].to_numpy(float).max(axis=0).reshape(3, 3)
+    worst_row = rows.loc[rows["min_margin"].idxmin()]
+    return Verification("des", duration_s, tuple(seeds), float(rps), bool(rows["slo_met"].all()), worst,
+                        float(rows["min_margin"].min()), str(worst_row["binding_slo"]), rows)
+
+
+def _des_runs(design, traces: list, model: str, slo, perf, n_jobs: int | None) -> list[dict]:
+    """One DES record per trace, the traces in parallel."""
     from joblib import Parallel, delayed
 
     # One process per trace even beyond the core count: equal-length tasks finish together
@@ -82,11 +96,7 @@ def des_check(design, traces: list, seeds: tuple[int, ...], model: str, slo, *, 
             frames = parallel(delayed(_des_one)(design, tr, model, slo, perf) for tr in traces)
     else:
         frames = [_des_one(design, tr, model, slo, perf) for tr in traces]
-    rows = pd.concat(frames, ignore_index=True).assign(seed=list(seeds))
-    worst = rows[SLOWDOWN_COLUMNS].to_numpy(float).max(axis=0).reshape(3, 3)
-    worst_row = rows.loc[rows["min_margin"].idxmin()]
-    return Verification("des", duration_s, tuple(seeds), float(rps), bool(rows["slo_met"].all()), worst,
-                        float(rows["min_margin"].min()), str(worst_row["binding_slo"]), rows)
+    return [f.to_dict("records")[0] for f in frames]
 
 
 @dataclass
@@ -103,7 +113,7 @@ class VerifyOutcome:
 def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
                       traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float, perf,
                       chunk: int = 24, max_des: int = 3, n_jobs: int | None = None,
-                      on_progress=None) -> VerifyOutcome:
+                      on_progress=None, store=None) -> VerifyOutcome:
     """Walk candidates in increasing objective until one passes the DES on every trace.
 
     Parameters
@@ -114,6 +124,7 @@ def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: li
     traces, seeds : the verification traces for the DES (and their seeds).
     perf : the latency model of the search (the screen's evaluators use it too).
     max_des : give up after this many DES failures.
+    store : a `ResultStore` for the DES runs (None: none).
     """
     screened = 0
     des_runs = 0
@@ -140,7 +151,7 @@ def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: li
         order = np.lexsort((-margin[ok], np.round(objective[passing], 9)))
         for i in passing[order]:
             v = des_check(candidates.design(int(i)), traces, seeds, model, slo, rps=rps, duration_s=duration_s,
-                          perf=perf, n_jobs=n_jobs)
+                          perf=perf, n_jobs=n_jobs, store=store)
             des_runs += 1
             if on_progress is not None:
                 on_progress()
