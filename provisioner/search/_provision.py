@@ -41,6 +41,8 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
     unreachable = {f: problem.unservable(f) or problem.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
         raise ProvisionerError(next(iter(unreachable.values())), params=("slo_scale",))
+    if request.verify:
+        problem.des_pool.start()
     # Goals cost and power: a family's discrete-event re-check runs in the background while
     # the next family is searched; the families are finished in order once all are searched.
     started = {}   # family -> (function finishing it, seconds its search took)

@@ -79,16 +79,28 @@ class DesPool:
         self.n_jobs = n_jobs if n_jobs is not None else min(max(2, os.cpu_count() or 1), 8)
         self._executor = None
 
+    def start(self) -> None:
+        """Start the workers and load the DES in each: called before the search, so their
+        start-up (a second or so of imports each) overlaps it instead of the first check."""
+        if self.n_jobs > 1 and self._executor is None:
+            from joblib.externals.loky import get_reusable_executor
+            self._executor = get_reusable_executor(max_workers=self.n_jobs)
+            start_executor_deaf_to_ctrl_c(self._executor)   # Ctrl-C: one line from the parent only
+            for _ in range(self.n_jobs):
+                self._executor.submit(_load_des)
+
     def submit(self, design, traces: list, model: str, slo, perf) -> list:
         """Start the DES of `design` on each trace; one future (`.result()`) per trace.
         With one job, each runs here and now."""
         if self.n_jobs <= 1:
             return [_Done(_des_one(design, tr, model, slo, perf)) for tr in traces]
-        if self._executor is None:
-            from joblib.externals.loky import get_reusable_executor
-            self._executor = get_reusable_executor(max_workers=self.n_jobs)
-            start_executor_deaf_to_ctrl_c(self._executor)   # Ctrl-C: one line from the parent only
+        self.start()
         return [self._executor.submit(_des_one, design, tr, model, slo, perf) for tr in traces]
+
+
+def _load_des() -> None:
+    """A worker's first task: import what `_des_one` needs."""
+    from ..sim import _des, simulate  # noqa: F401
 
 
 @dataclass
