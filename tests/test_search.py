@@ -6,14 +6,18 @@ fast; the Fig. 12 scale runs in benchmarks/search.py.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import provisioner.search._problem as search_problem
 from provisioner.errors import ProvisionerError
 from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, capacity_bound, exhaustive_search,
                                 family_space, provision, staircase_search, sustainable_rps)
+from provisioner.search._verify import DesPool
 from provisioner.slo import SLO
 
 SMALL = dict(workload="coding", model="bloom-176b", duration_s=30.0, seed=0)
@@ -80,6 +84,24 @@ def test_bound_never_exceeds_the_verified_optimum(family, goal):
     key = "cost_usd_per_h" if goal == "cost" else "power_kw"
     assert fr.lower_bound <= fr.row[key] + 1e-6
     assert fr.gap_to_bound_pct == pytest.approx((fr.row[key] - fr.lower_bound) / fr.row[key] * 100)
+
+
+def _without_timings(x):
+    if isinstance(x, dict):
+        return {k: _without_timings(v) for k, v in x.items() if k != "elapsed_s"}
+    return [_without_timings(v) for v in x] if isinstance(x, list) else x
+
+
+def test_pooled_verification_gives_the_one_process_answer(monkeypatch):
+    """Every family's DES re-check runs in one worker pool while the next family is
+    searched; the answers (designs, verifications) are those of checks run one by one here."""
+    req = ProvisionRequest(goal="cost", rps=6, families=("splitwise-hh", "baseline-h100", "splitwise-ha"),
+                           verify=True, verify_duration_s=45.0, **SMALL)
+    pooled = provision(req).to_json()
+    monkeypatch.setattr(search_problem, "DesPool", functools.partial(DesPool, n_jobs=1))
+    assert _without_timings(provision(req).to_json()) == _without_timings(pooled)
+    for b in pooled["best"]:
+        assert b["verification"]["des_runs"] >= 1 and b["verification"]["seeds"] == [1, 2]
 
 
 def test_throughput_bound_is_above_the_sustained_load():
