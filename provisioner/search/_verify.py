@@ -64,7 +64,7 @@ class Verification:
 
 
 def _des_one(design, trace, model, slo, perf):
-    """One DES run (a joblib task: module-level so it pickles)."""
+    """One DES run (a pool task: module-level so it pickles)."""
     from ..sim import simulate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
