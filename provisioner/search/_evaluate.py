@@ -143,12 +143,24 @@ class Evaluator:
         return pd.concat(self.log, ignore_index=True)
 
 
+def stored_keys(kind: str, context: tuple, design, traces: list) -> list[str]:
+    """The store keys of `design` scored on each trace: content hashes of the kind of
+    score, its `context` (model, SLO, latency-model digest, engine options), the trace,
+    the design and the code version."""
+    dkey = design_keys(DesignBatch.from_designs([design]))[0]
+    return [digest(kind, *context, trace_digest(tr), dkey, code_version()) for tr in traces]
+
+
+def stored_record(row: pd.DataFrame) -> dict:
+    """A one-row result frame as the plain record the store keeps."""
+    return {k: _py(v) for k, v in row.to_dict("records")[0].items()}
+
+
 def stored_rows(store, kind: str, context: tuple, design, traces: list, compute: Callable) -> list[dict]:
     """One record per trace of `design` scored on it: from the store where there, else
     `compute(missing trace indices) -> records` (stored). `context`: what else the score
     depends on (model, SLO, latency-model digest, engine options)."""
-    dkey = design_keys(DesignBatch.from_designs([design]))[0]
-    keys = [digest(kind, *context, trace_digest(tr), dkey, code_version()) for tr in traces]
+    keys = stored_keys(kind, context, design, traces)
     found = store.get_many(keys) if store is not None else {}
     missing = [i for i, k in enumerate(keys) if k not in found]
     if missing:

@@ -22,6 +22,7 @@ from ._ilp import CapacityBound, capacity_bound, pool_options
 from ._progress import Progress
 from ._request import ProvisionRequest
 from ._space import FamilySpace, count_bound, family_space
+from ._verify import DesPool
 
 ILP_CAP_STEPS = 7               # power-cap grid of the integer program for a cap range
 
@@ -61,6 +62,7 @@ class SearchProblem:
             sample = self.trace
         self.demand = Demand.from_trace(sample)
         self._caps: dict[tuple, MachineCapacity] = {}
+        self.des_pool = DesPool()   # the workers of every family's discrete-event re-check
 
     @property
     def catalog(self):
