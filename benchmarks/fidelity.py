@@ -1,6 +1,6 @@
 """Fidelity of the fluid engine against the exact discrete-event engine (DES).
 
-For every base design (six families x two workloads x two cluster sizes) the script
+For every base design (every family x two workloads x two cluster sizes) the script
 
 1. finds the design's saturation rate `lambda_sat` with the fluid engine (below),
 2. draws a trace at 0.3, 0.6, 0.9 and 1.05 x `lambda_sat` (120 s, Poisson, seed 0),
@@ -246,7 +246,7 @@ def method_lines(args, df: pd.DataFrame) -> list[str]:
     return [
         "## Method",
         "",
-        f"- {df.groupby(['design', 'workload']).ngroups} base designs (each of the six families, a small "
+        f"- {df.groupby(['design', 'workload']).ngroups} base designs (each of the {df['family'].nunique()} families, a small "
         f"and a large cluster, on each of the {df['workload'].nunique()} workloads), each at "
         f"{len(LOAD_FACTORS)} loads = **{len(df)} designs** (model BLOOM-176B, SLO = Splitwise Table VI).",
         "- Loads are relative to each design's saturation rate `lambda_sat`, found with the fluid engine: "

@@ -18,7 +18,6 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from ._constants import Calibration, GpuConstants
 from ._model import LatencyModel
@@ -159,6 +158,8 @@ def _fit_gpu(catalog, gpu_name: str, train: pd.DataFrame) -> GpuConstants:
     def residuals(theta):
         p, d = _predict(catalog, gpu_name, constants(theta), points)
         return np.concatenate([(p - y_prefill) / y_prefill, (d - y_decode) / y_decode])
+
+    from scipy.optimize import least_squares   # here: scipy takes ~1 s to import, and only a fit needs it
 
     fit = least_squares(residuals, [p[1] for p in PARAMETERS],
                         bounds=([p[2] for p in PARAMETERS], [p[3] for p in PARAMETERS]),

@@ -13,17 +13,14 @@ import signal
 import sys
 import threading
 
-__all__ = ["start_workers_deaf_to_ctrl_c", "stop_workers"]
+__all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers"]
 
 
-def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
-    """Start the worker processes of an entered `joblib.Parallel` while SIGINT is ignored.
+def start_executor_deaf_to_ctrl_c(executor) -> None:
+    """Start the worker processes of a loky executor while SIGINT is ignored.
 
     loky starts every worker when the first task is submitted (fork + exec, synchronous),
     so the window in which a Ctrl-C would be ignored lasts only those few milliseconds."""
-    executor = getattr(getattr(parallel, "_backend", None), "_workers", None)
-    if executor is None or not hasattr(executor, "submit"):
-        return   # not loky (or a joblib that hides it): nothing to start early
     if threading.current_thread() is not threading.main_thread():
         executor.submit(int)
         return
@@ -32,6 +29,14 @@ def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
         executor.submit(int)   # a builtin: the task needs no import in the worker
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
+    """`start_executor_deaf_to_ctrl_c` for the workers of an entered `joblib.Parallel`."""
+    executor = getattr(getattr(parallel, "_backend", None), "_workers", None)
+    if executor is None or not hasattr(executor, "submit"):
+        return   # not loky (or a joblib that hides it): nothing to start early
+    start_executor_deaf_to_ctrl_c(executor)
 
 
 def stop_workers() -> None:

@@ -10,6 +10,8 @@ Public surface:
   (`non_dominated`), `summary_bars`, `load_curves`, `latency_model_curves`, `token_cdfs`.
 - `build_report_html(result)`: one self-contained HTML page (plotly.js inlined once).
 - `write_report(result, path)`: write it, refusing to overwrite unless `force`.
+- `write_sweep_report(table, path)`, `build_sweep_html`, `sweep_figures`: the summary of
+  a sweep (`provision sweep`): machines and cost per request vs rate, per family.
 - `perf_plot_data(report)`, `perf_figure(data)`: the latency model against its
   calibration measurements (`provision perf plot`), as a table and a figure.
 
@@ -27,10 +29,12 @@ from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
 from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
 from ._perf import PANELS, perf_figure, perf_plot_data, profile_curves
+from ._sweep import build_sweep_html, sweep_figures, write_sweep_report
 
 __all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure", "profile_curves",
            "PANELS", "evaluated_frame", "heatmap", "heatmaps", "Heatmap", "pareto", "non_dominated", "summary_bars",
-           "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS"]
+           "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS",
+           "build_sweep_html", "sweep_figures", "write_sweep_report"]
 
 
 def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:

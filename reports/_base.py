@@ -87,12 +87,13 @@ def best_throughput_rps(best: dict) -> float:
 
 
 def design_label(design: dict) -> str:
-    """`27P + 3T` for a split design, `40 mixed` for a baseline, `no design` when the
-    search scored none (its counts are null)."""
+    """`27P + 3T` for a split design, `40 mixed` for a baseline (`, chunk 512` with chunked
+    prefill), `no design` when the search scored none (its counts are null)."""
     if design.get("prompt_machines") is None:
         return "no design"
     p, t = int(design["prompt_machines"]), int(design.get("token_machines") or 0)
-    return f"{p}P + {t}T" if t else f"{p} mixed"
+    chunk = int(design.get("prefill_chunk_tokens") or 0)
+    return (f"{p}P + {t}T" if t else f"{p} mixed") + (f", chunk {chunk}" if chunk else "")
 
 
 def goal_rps(result: dict) -> float:

@@ -7,14 +7,18 @@ fast; the Fig. 12 scale runs in benchmarks/search.py.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from provisioner.designs import DesignBatch
 from provisioner.errors import ProvisionerError
 from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, capacity_bound, exhaustive_search,
                                 family_space, provision, staircase_search, sustainable_rps)
+from provisioner.sim import simulate
 from provisioner.slo import SLO
+from workloads import make_workload
 
 SMALL = dict(workload="coding", model="bloom-176b", duration_s=30.0, seed=0)
 QUICK = dict(SMALL, verify=False)
@@ -80,6 +84,25 @@ def test_bound_never_exceeds_the_verified_optimum(family, goal):
     key = "cost_usd_per_h" if goal == "cost" else "power_kw"
     assert fr.lower_bound <= fr.row[key] + 1e-6
     assert fr.gap_to_bound_pct == pytest.approx((fr.row[key] - fr.lower_bound) / fr.row[key] * 100)
+
+
+def test_pooled_verification_is_the_des_of_each_answer():
+    """Every family's DES re-check runs in one worker pool while the next family is
+    searched; each family's verification must be the DES of its own answer on the
+    verification traces (seeds 1 and 2), as run here one by one."""
+    families = ("splitwise-hh", "baseline-h100", "splitwise-ha")
+    req = ProvisionRequest(goal="cost", rps=6, families=families, verify=True, verify_duration_s=45.0, **SMALL)
+    res = provision(req)
+    traces = [make_workload("coding", 6, duration_s=45.0, seed=s) for s in (1, 2)]
+    for fr in res.families:
+        v = fr.verification
+        assert fr.feasible and v["seeds"] == [1, 2] and v["des_runs"] == 1   # the answer is the design checked
+        design = DesignBatch.from_frame(fr.row.to_frame().T).design(0)
+        rows = pd.concat([simulate(design, tr, "bloom-176b", engine="des") for tr in traces])
+        assert v["min_margin"] == rows["min_margin"].min()
+        for m in ("ttft", "tbt", "e2e"):
+            for q in ("p50", "p90", "p99"):
+                assert v["worst_slowdown"][m][q] == rows[f"slowdown_{m}_{q}"].max()
 
 
 def test_throughput_bound_is_above_the_sustained_load():

@@ -32,13 +32,15 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from . import _catalog, _main, _perf, _report, _simulate
+    from . import _catalog, _main, _perf, _report, _simulate, _sweep
 
     app.callback(invoke_without_command=True)(_main.main_command)
     app.add_typer(_perf.app, name="perf", help="Latency models: predict, calibrate, plot.")
     app.command("catalog", help="List the GPUs, machines and models of the catalog.")(_catalog.catalog_command)
     app.command("simulate", help="Score one cluster design against a workload.")(_simulate.simulate_command)
     app.command("report", help="Render a saved provisioning result (JSON) as an HTML report.")(_report.report_command)
+    app.command("sweep", help="Answer a grid of questions (TOML spec); write a table and an HTML summary.")(
+        _sweep.sweep_command)
     _registered = True
 
 

@@ -135,3 +135,11 @@ def recorded_profile(result: dict, interp: str | None = None):
         raise ProvisionerError(f"the latency profile '{path}' changed since the answer was found "
                                f"(SHA-256 differs); restore it or pass --latency-profile PATH.csv")
     return str(path), interp or recorded.get("interp")
+
+
+def study_option():
+    return typer.Option(None, "--study", metavar="PATH.db|URL",
+                        help="Keep every simulation, DES re-check and optuna trial in this SQLite file (created "
+                             "if missing) or database URL (postgresql://user@host/db, shared by several "
+                             "workers): the same command run again, after a kill too, re-uses them and gives "
+                             "the same answer.")

@@ -42,6 +42,7 @@ PARAM_FLAGS = {
     "max_machines": "--max-machines", "n_trials": "--trials", "engine": "--engine", "arrival": "--arrival", "cv": "--cv",
     "prefill_chunk_tokens": "--prefill-chunk-tokens", "mps_prefill_share": "--mps-prefill-share",
     "duplicate_weights": "--duplicate-weights",
+    "study": "--study",
 }
 
 

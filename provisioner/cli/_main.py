@@ -16,7 +16,7 @@ from ..errors import ProvisionerError
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       echo_json, latency_interp_option, latency_model_json, latency_profile_option,
-                      load_latency_model, mps_share_option, prefill_chunk_option, replay_note)
+                      load_latency_model, mps_share_option, prefill_chunk_option, replay_note, study_option)
 from ._tables import render_result
 
 
@@ -70,6 +70,7 @@ def main_command(
     duplicate_weights: bool = typer.Option(False, "--duplicate-weights",
                                            help="Splitwiser families: each process loads its own copy of the "
                                                 "weights (default: one copy shared through CUDA IPC)."),
+    study: str = study_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -108,7 +109,7 @@ def main_command(
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:
-        result = provision(request, progress=progress, perf=perf)
+        result = provision(request, progress=progress, perf=perf, study=study)
     _answer(result, request, latency, report, json_out, perf, _input_files(workload, latency_profile))
 
 

@@ -3,6 +3,8 @@ of `provision --json` on the trace it was found on (`--from-result`)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import typer
@@ -86,14 +88,22 @@ def simulate_command(
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
     perf = load_latency_model(latency_profile, latency_interp)
+    t0 = time.perf_counter()
     row = simulate(d, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
+    elapsed_s = time.perf_counter() - t0
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
+    # Wall time of the engine call (metrics included; a first run also compiles the kernel).
+    # Never in the JSON, which stays byte-identical from run to run.
+    speed = (f"simulated {len(trace):,} requests in {elapsed_s:.2f} s "
+             f"({len(trace) / max(elapsed_s, 1e-9):,.0f} simulated requests/s)")
     if perf is not None:
         obj["latency_model"] = latency_model_json(perf, model, _pools(d, perf), trace.prompt_tokens)
     if json_out:
         echo_json(obj)
+        if sys.stderr.isatty():   # for the person at the terminal; never mixed into captured output
+            typer.echo(speed, err=True)
         return
-    _print_summary(obj, row, replay_note(traces, rps, len(trace)))
+    _print_summary(obj, row, replay_note(traces, rps, len(trace)), speed)
 
 
 def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
@@ -156,7 +166,7 @@ def _refuse_flags_of_other_families(spec, prompt_machines: int, token_machines: 
                                f"not --token-power-cap")
 
 
-def _print_summary(obj: dict, row, note: str | None) -> None:
+def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
     from rich.table import Table
 
     from ._common import console as make_console
@@ -190,3 +200,4 @@ def _print_summary(obj: dict, row, note: str | None) -> None:
                    f"any machine of the design holds")
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")
+    console.print(speed)

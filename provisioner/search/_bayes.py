@@ -48,7 +48,7 @@ class BayesOutcome:
 def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callable, bounds: Callable,
                  n_trials: int = 48, batch: int = 6, seed: int = 0, warm_starts: list[dict] | None = None,
                  lower_bound: float | None = None, on_batch: Callable[[int], None] | None = None,
-                 designed_start: bool = True) -> BayesOutcome:
+                 designed_start: bool = True, durable=None) -> BayesOutcome:
     """Minimize the objective over `space` subject to every SLO (see the module docstring).
 
     Parameters
@@ -63,6 +63,7 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
     lower_bound : a bound on the objective (cells below it start infeasible).
     designed_start : the first batch also holds `type_seeds(space)` (every (machine type,
         TP) combination at full power); False leaves the start to TPE (an ablation).
+    durable : a `DurableStudy` each told trial is recorded in (or checked against).
     """
     import optuna
 
@@ -100,6 +101,9 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
             study.tell(t, value)
             rows.append({**hw, "value": value, "feasible": feasible, "trial": t.number,
                          "evaluations": run.sc.evaluations})
+            if durable is not None:
+                durable.record(study.trials[t.number], value, violation,
+                               {"feasible": feasible, "evaluations": int(run.sc.evaluations)})
             runs[t.number] = run
         asked += k
         if on_batch is not None:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..designs import DesignBatch, DESIGN_FIELDS
 from ..sim import simulate
+from ..store import code_version, digest, latency_model_digest, trace_digest
 
 # Columns of a scored row that the search and the result need (the rest is dropped
 # from the log to keep it small).
@@ -49,15 +50,18 @@ class Evaluator:
     engine : "fluid" for search, "des" for verification.
     stop_infeasible : stop a design as soon as a p99 SLO is certainly violated (fluid).
     on_evaluate : called with the number of new designs after each batch (progress bars).
+    store : a `provisioner.store.ResultStore` (None: remember in memory only).
 
     Attributes
     ----------
-    evaluations : designs simulated so far (cache hits not counted).
+    evaluations : designs scored so far, simulated or recalled from the store (repeats
+        within this evaluator not counted).
+    recalled : how many of them came from the store.
     log : list of scored frames, each with the columns of `LOG_COLUMNS` plus `rps`.
     """
 
     def __init__(self, trace, model: str, slo, perf, *, engine: str = "fluid", stop_infeasible: bool = True,
-                 on_evaluate: Callable[[int], None] | None = None):
+                 on_evaluate: Callable[[int], None] | None = None, store=None):
         self.trace = trace
         self.model = model
         self.slo = slo
@@ -65,7 +69,10 @@ class Evaluator:
         self.engine = engine
         self.stop_infeasible = stop_infeasible
         self.on_evaluate = on_evaluate
+        self.store = store
         self.evaluations = 0
+        self.recalled = 0
+        self._context_key = None
         self.log: list[pd.DataFrame] = []
         self._cache: dict[tuple, dict] = {}
 
@@ -82,23 +89,84 @@ class Evaluator:
             first_index.setdefault(k, i)
         todo = [i for k, i in first_index.items() if k not in self._cache]
         if todo:
-            with warnings.catch_warnings():
-                # Early-stopped designs have +inf latencies; numpy warns on their percentiles.
-                warnings.simplefilter("ignore", RuntimeWarning)
-                frame = simulate(batch.take(np.asarray(todo)), self.trace, self.model, engine=self.engine,
-                                 slo=self.slo, perf=self.perf,
-                                 stop_infeasible=self.stop_infeasible and self.engine == "fluid")
-            frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
-            self.log.append(frame)
-            for i, rec in zip(todo, frame.to_dict("records")):
-                self._cache[keys[i]] = rec
+            records = self._recall([keys[i] for i in todo])
+            missing = [i for i in todo if keys[i] not in records]
+            if missing:
+                records.update(self._simulate(batch, missing, keys))
+            self.log.append(pd.DataFrame([records[keys[i]] for i in todo]))
+            for i in todo:
+                self._cache[keys[i]] = records[keys[i]]
             self.evaluations += len(todo)
+            self.recalled += len(todo) - len(missing)
             if self.on_evaluate is not None:
                 self.on_evaluate(len(todo))
         return pd.DataFrame([self._cache[k] for k in keys])
+
+    def _simulate(self, batch: DesignBatch, idx: list[int], keys: list[tuple]) -> dict[tuple, dict]:
+        """Score designs `idx` of `batch` in one simulation; their records by design key (stored)."""
+        with warnings.catch_warnings():
+            # Early-stopped designs have +inf latencies; numpy warns on their percentiles.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            frame = simulate(batch.take(np.asarray(idx)), self.trace, self.model, engine=self.engine,
+                             slo=self.slo, perf=self.perf,
+                             stop_infeasible=self.stop_infeasible and self.engine == "fluid")
+        frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
+        records = {keys[i]: {k: _py(v) for k, v in rec.items()} for i, rec in zip(idx, frame.to_dict("records"))}
+        if self.store is not None:
+            self.store.put_many("fluid" if self.engine == "fluid" else self.engine,
+                                {self._store_key(k): rec for k, rec in records.items()})
+        return records
+
+    def _recall(self, keys: list[tuple]) -> dict[tuple, dict]:
+        """Records of `keys` found in the store."""
+        if self.store is None:
+            return {}
+        by_hash = {self._store_key(k): k for k in keys}
+        return {by_hash[h]: rec for h, rec in self.store.get_many(list(by_hash)).items()}
+
+    @property
+    def context_key(self) -> str:
+        """Content hash of everything but the design that a score depends on."""
+        if self._context_key is None:
+            self._context_key = digest("evaluator", trace_digest(self.trace), str(self.model), repr(self.slo),
+                                       latency_model_digest(self.perf), self.engine,
+                                       bool(self.stop_infeasible and self.engine == "fluid"), code_version())
+        return self._context_key
+
+    def _store_key(self, design_key: tuple) -> str:
+        return digest(self.context_key, design_key)
 
     def scored(self) -> pd.DataFrame:
         """Every design scored so far (one row each)."""
         if not self.log:
             return pd.DataFrame(columns=[*LOG_COLUMNS, "rps"])
         return pd.concat(self.log, ignore_index=True)
+
+
+def stored_keys(kind: str, context: tuple, design, traces: list) -> list[str]:
+    """The store keys of `design` scored on each trace: content hashes of the kind of
+    score, its `context` (model, SLO, latency-model digest, engine options), the trace,
+    the design and the code version."""
+    dkey = design_keys(DesignBatch.from_designs([design]))[0]
+    return [digest(kind, *context, trace_digest(tr), dkey, code_version()) for tr in traces]
+
+
+def stored_record(row: pd.DataFrame) -> dict:
+    """A one-row result frame as the plain record the store keeps."""
+    return {k: _py(v) for k, v in row.to_dict("records")[0].items()}
+
+
+def stored_rows(store, kind: str, context: tuple, design, traces: list, compute: Callable) -> list[dict]:
+    """One record per trace of `design` scored on it: from the store where there, else
+    `compute(missing trace indices) -> records` (stored). `context`: what else the score
+    depends on (model, SLO, latency-model digest, engine options)."""
+    keys = stored_keys(kind, context, design, traces)
+    found = store.get_many(keys) if store is not None else {}
+    missing = [i for i, k in enumerate(keys) if k not in found]
+    if missing:
+        new = [{k: _py(v) for k, v in rec.items()} for rec in compute(missing)]
+        fresh = {keys[i]: rec for i, rec in zip(missing, new)}
+        if store is not None:
+            store.put_many(kind, fresh)
+        found.update(fresh)
+    return [found[k] for k in keys]

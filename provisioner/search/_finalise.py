@@ -16,7 +16,7 @@ from ._evaluate import Evaluator
 from ._ilp import CapacityBound
 from ._problem import SearchProblem
 from ._result import FamilyResult
-from ._verify import verify_candidates
+from ._verify import start_verification
 
 
 @dataclass
@@ -29,22 +29,46 @@ class Choice:
     reason: str | None
 
 
+class PendingChoice:
+    """A `Choice` whose discrete-event re-check may still be running: `result()` waits."""
+
+    def __init__(self, finish):
+        self._finish, self._choice = finish, None
+
+    def result(self) -> Choice:
+        if self._choice is None:
+            self._choice = self._finish()
+        return self._choice
+
+
 def choose(problem: SearchProblem, family: str, cand: DesignBatch, objective: np.ndarray, ev: Evaluator,
            rps: float) -> Choice:
     """The design to report among `cand` (sorted by `objective`); `ev` is the search-trace
     evaluator at `rps`."""
+    return start_choice(problem, family, cand, objective, ev, rps).result()
+
+
+def start_choice(problem: SearchProblem, family: str, cand: DesignBatch, objective: np.ndarray, ev: Evaluator,
+                 rps: float) -> PendingChoice:
+    """`choose`, its discrete-event re-check left running in `problem.des_pool`."""
     req = problem.req
     if not req.verify:
-        return _cheapest_scored(cand, objective, ev)
-    seeds = req.verification_seeds
+        choice = _cheapest_scored(cand, objective, ev)
+        return PendingChoice(lambda: choice)
     verify_traces = verification_traces(problem, rps)
     # The verification traces' fluid screen is counted in the verification, not in the
     # family's `evaluations` (which match its `evaluated` rows on the search trace).
     screen = [ev] + [problem.evaluator(tr, [0]) for tr in verify_traces]
     problem.progress.start(f"{family}: verify (DES)", None)
-    out = verify_candidates(cand, objective, screen, traces=verify_traces, seeds=seeds, model=req.model,
-                            slo=problem.slo, rps=rps, duration_s=req.verification_duration_s, perf=problem.perf,
-                            on_progress=lambda: problem.progress.advance(1))
+    pending = start_verification(cand, objective, screen, traces=verify_traces, seeds=req.verification_seeds,
+                                 model=req.model, slo=problem.slo, rps=rps, duration_s=req.verification_duration_s,
+                                 perf=problem.perf, pool=problem.des_pool, store=problem.store,
+                                 on_progress=lambda: problem.progress.advance(1))
+    return PendingChoice(lambda: _verified_choice(req, cand, pending.outcome()))
+
+
+def _verified_choice(req, cand: DesignBatch, out) -> Choice:
+    """The `Choice` of a finished candidate walk (`VerifyOutcome` out)."""
     if out.index is None:
         if out.last_failure is not None:
             v = out.last_failure
@@ -53,8 +77,8 @@ def choose(problem: SearchProblem, family: str, cand: DesignBatch, objective: np
                       f"{', '.join(map(str, v.seeds))}); relax with more machines, a looser SLO or a lower load")
             return Choice(None, {**v.to_json(), "des_runs": out.des_runs, "screened": out.screened}, reason)
         reason = (f"no design passes the fluid screen on the {req.verification_duration_s:g}-s verification "
-                  f"traces (seeds {', '.join(map(str, seeds))}); relax with more machines (--max-machines), "
-                  f"a looser SLO or a lower load")
+                  f"traces (seeds {', '.join(map(str, req.verification_seeds))}); relax with more machines "
+                  f"(--max-machines), a looser SLO or a lower load")
         return Choice(None, None, reason)
     return Choice(cand.design(out.index),
                   {**out.verification.to_json(), "des_runs": out.des_runs, "screened": out.screened}, None)

@@ -5,12 +5,13 @@ A count grid (fixed hardware) is decided by the frontier search, started from th
 program's bound; fixed hardware with a few batch caps or chunk budgets is one such grid
 each, the candidates merged; a wider space (custom families, or `searcher="optuna"`) by optuna, each
 trial's counts found by the frontier search. The candidates, cheapest first, go to
-`_finalise.choose`.
+`_finalise.start_choice`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ from ..results import json_number
 from ._bayes import BayesOutcome, bayes_search
 from ._enumerate import Staircase, exhaustive_search, staircase_search
 from ._evaluate import Evaluator
-from ._finalise import choose, infeasible
+from ._finalise import infeasible, start_choice
 from ._ilp import CapacityBound, gap_pct
 from ._problem import SearchProblem, objective_key
 from ._result import FamilyResult
@@ -40,8 +41,10 @@ class _Found:
     closest: DesignBatch | None = None      # the design to report when nothing is feasible
 
 
-def least_objective_family(problem: SearchProblem, family: str) -> FamilyResult:
-    """The cheapest (goal cost) or least-power (goal power) design of `family` at `rps`."""
+def start_least_objective_family(problem: SearchProblem, family: str) -> Callable[[], FamilyResult]:
+    """The cheapest (goal cost) or least-power (goal power) design of `family` at `rps`, in
+    two steps: the search runs now, and the returned function finishes the family (its
+    discrete-event re-check runs in between)."""
     req = problem.req
     key = objective_key(req.goal)
     space = problem.space(family)
@@ -54,21 +57,26 @@ def least_objective_family(problem: SearchProblem, family: str) -> FamilyResult:
     searcher = "optuna" if not grid else ("ilp+enumeration" if req.searcher == "auto" else "enumeration")
     found = _grids_search(problem, parts, ev, bound, key) if grid else _bayes_search(problem, space, ev, bound, key)
     if found.candidates is None:
-        return infeasible(problem, family, counter, bound, found.closest, searcher, evaluated=ev.scored())
+        fr = infeasible(problem, family, counter, bound, found.closest, searcher, evaluated=ev.scored())
+        return lambda: fr
     cand = found.candidates
-    objective = problem.objective_values(cand, key)
-    choice = choose(problem, family, cand, objective, ev, req.rps)
-    if choice.design is None:
-        return infeasible(problem, family, counter, bound, cand.take(np.array([0])), searcher,
-                          evaluated=ev.scored(), reason=choice.reason, verification=choice.verification)
-    row = problem.final_row(choice.design, problem.trace)
-    value = float(row[key])
-    fr = FamilyResult(family, True, row, req.rps, lower_bound=json_number(bound.value),
-                      gap_to_bound_pct=json_number(gap_pct(value, bound.value)), searcher=searcher,
-                      evaluations=counter[0], verification=choice.verification, staircase=found.staircase,
-                      bound=bound, bayes=found.bayes, evaluated=ev.scored())
-    problem.progress.done()
-    return fr
+    pending = start_choice(problem, family, cand, problem.objective_values(cand, key), ev, req.rps)
+
+    def finish() -> FamilyResult:
+        choice = pending.result()
+        if choice.design is None:
+            return infeasible(problem, family, counter, bound, cand.take(np.array([0])), searcher,
+                              evaluated=ev.scored(), reason=choice.reason, verification=choice.verification)
+        row = problem.final_row(choice.design, problem.trace)
+        value = float(row[key])
+        fr = FamilyResult(family, True, row, req.rps, lower_bound=json_number(bound.value),
+                          gap_to_bound_pct=json_number(gap_pct(value, bound.value)), searcher=searcher,
+                          evaluations=counter[0], verification=choice.verification, staircase=found.staircase,
+                          bound=bound, bayes=found.bayes, evaluated=ev.scored())
+        problem.progress.done()
+        return fr
+
+    return finish
 
 
 def _grids_search(problem: SearchProblem, parts: list[FamilySpace], ev: Evaluator, bound: CapacityBound,
@@ -130,7 +138,7 @@ def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bou
                        bounds=lambda hw: problem.hardware_bounds(space, hw, req.rps), n_trials=req.n_trials,
                        batch=req.trial_batch, seed=req.seed if req.sampler_seed is None else req.sampler_seed,
                        warm_starts=warm, lower_bound=bound.value if bound.feasible else None,
-                       designed_start=req.optuna_designed_start)
+                       designed_start=req.optuna_designed_start, durable=problem.durable_study(space.family))
     frames = []
     for run in out.runs.values():
         p, t = run.sc.feasible_cells()

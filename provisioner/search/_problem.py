@@ -15,12 +15,14 @@ from perfmodels import LatencyModel
 from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DesignBatch
 from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
+from ..store import latency_model_digest
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
-from ._evaluate import Evaluator
+from ._evaluate import Evaluator, stored_rows
 from ._ilp import CapacityBound, capacity_bound, pool_options
 from ._progress import Progress
 from ._request import ProvisionRequest
 from ._space import FamilySpace, count_bound, family_space
+from ._verify import DesPool
 
 ILP_CAP_STEPS = 7               # power-cap grid of the integer program for a cap range
 
@@ -40,8 +42,9 @@ class SearchProblem:
     """
 
     def __init__(self, request: ProvisionRequest, perf: LatencyModel | None = None,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, store=None):
         self.req = request
+        self.store = store          # a `provisioner.store.ResultStore`, or None
         self.perf = perf if perf is not None else LatencyModel()
         self.llm = self.perf.llm(request.model)
         for m in (request.prompt_machine_types or ()) + (request.token_machine_types or ()):
@@ -59,6 +62,7 @@ class SearchProblem:
             sample = self.trace
         self.demand = Demand.from_trace(sample)
         self._caps: dict[tuple, MachineCapacity] = {}
+        self.des_pool = DesPool()   # the workers of every family's discrete-event re-check
 
     @property
     def catalog(self):
@@ -262,17 +266,30 @@ class SearchProblem:
         cost, power = cluster_cost_power(batch, self.catalog)
         return power if key == "power_kw" else cost
 
+    def durable_study(self, family: str):
+        """The RDB study that records `family`'s optuna trials (None without a store), named
+        after the question's content hash."""
+        if self.store is None:
+            return None
+        from ..store import code_version, digest, trace_digest
+        from ._study import DurableStudy
+        key = digest(repr(self.req), trace_digest(self.trace), latency_model_digest(self.perf), code_version())
+        return DurableStudy(self.store, f"{family}-{key[:20]}")
+
     # -- simulations -------------------------------------------------------------------------
     def evaluator(self, trace, counter: list) -> Evaluator:
         """The one evaluation path on `trace`; `counter[0]` counts its simulations."""
         def tick(n):
             counter[0] += n
             self.progress.advance(n)
-        return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick)
+        return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick, store=self.store)
 
     def final_row(self, design, trace) -> pd.Series:
         """The reported design scored in full (no early stop), for every metric of the result."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf)
-        return frame.iloc[0].copy()
+        def run(_missing):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf)
+            return frame.to_dict("records")
+        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf))
+        return pd.Series(stored_rows(self.store, "final", context, design, [trace], run)[0])

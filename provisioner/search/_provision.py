@@ -23,7 +23,8 @@ import pandas as pd
 from perfmodels import LatencyModel
 
 from ..errors import ProvisionerError
-from ._goal_cost_power import least_objective_family
+from ..store import open_store
+from ._goal_cost_power import start_least_objective_family
 from ._goal_throughput import max_throughput_family
 from ._problem import SearchProblem
 from ._progress import Progress
@@ -34,24 +35,52 @@ __all__ = ["Progress", "provision"]
 
 
 def provision(request: ProvisionRequest, *, progress: Progress | None = None,
-              perf: LatencyModel | None = None) -> ProvisionResult:
-    """Answer a provisioning question (see `ProvisionRequest`)."""
+              perf: LatencyModel | None = None, study=None) -> ProvisionResult:
+    """Answer a provisioning question (see `ProvisionRequest`).
+
+    study : a SQLite file path, a database URL (`postgresql://...`) or a
+        `provisioner.store.ResultStore`: every simulation, DES re-check and optuna trial
+        is stored there, so the same call run again (after a kill, say) re-uses them and
+        gives the same answer. None: nothing is kept.
+    """
     t0 = time.perf_counter()
-    problem = SearchProblem(request, perf, progress)
+    problem = SearchProblem(request, perf, progress, store=open_store(study))
     unreachable = {f: problem.unservable(f) or problem.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
         raise ProvisionerError(next(iter(unreachable.values())), params=("slo_scale",))
-    search = max_throughput_family if request.goal == "throughput" else least_objective_family
-    results = []
+    if request.verify:
+        problem.des_pool.start()
+    # Goals cost and power: a family's discrete-event re-check runs in the background while
+    # the next family is searched; the families are finished in order once all are searched.
+    started = {}   # family -> (function finishing it, seconds its search took)
     for family in request.families:
         if unreachable[family]:
-            searcher = "ilp+enumeration" if problem.space(family, (1, 1)).fixed_hardware else "optuna"
-            results.append(FamilyResult(family, False, None, request.rps, reason=unreachable[family],
-                                        searcher=searcher))
             continue
         t_family = time.perf_counter()
-        results.append(search(problem, family))
-        results[-1].elapsed_s = time.perf_counter() - t_family
+        if request.goal == "throughput":
+            finish = _done(max_throughput_family(problem, family))
+        else:
+            finish = start_least_objective_family(problem, family)
+        started[family] = (finish, time.perf_counter() - t_family)
+    results = [_finish(*started[f]) if f in started else _unreachable(problem, f, unreachable[f])
+               for f in request.families]
     evaluated = pd.concat([f.evaluated for f in results if f.evaluated is not None] or [pd.DataFrame()],
                           ignore_index=True)
     return ProvisionResult(request, results, evaluated, time.perf_counter() - t0, problem.catalog)
+
+
+def _done(fr: FamilyResult):
+    return lambda: fr
+
+
+def _finish(finish, searched_s: float) -> FamilyResult:
+    """A family's result; its `elapsed_s` is its search plus the wait for its re-check."""
+    t0 = time.perf_counter()
+    fr = finish()
+    fr.elapsed_s = searched_s + time.perf_counter() - t0
+    return fr
+
+
+def _unreachable(problem: SearchProblem, family: str, reason: str) -> FamilyResult:
+    searcher = "ilp+enumeration" if problem.space(family, (1, 1)).fixed_hardware else "optuna"
+    return FamilyResult(family, False, None, problem.req.rps, reason=reason, searcher=searcher)

@@ -9,8 +9,14 @@ no random draws, so it is re-checked once, on its own window).
 Finalists are taken in increasing objective. Before spending a DES run on one, the
 fluid engine screens a chunk of candidates on the verification traces (cheap, batched);
 among the candidates of the cheapest objective level that pass the screen, the one with
-the widest worst-case margin goes to the DES, its seeds in parallel (joblib). If it
-fails, the next candidate goes.
+the widest worst-case margin goes to the DES. If it fails, the next candidate goes.
+
+The DES runs of one `provision` call share one pool of worker processes (`DesPool`),
+one task per (design, trace): a family's check is submitted and the search of the next
+family goes on while it runs (`start_verification`), so both cores stay busy; the walk
+resumes when the family's answer is collected (`PendingVerification.outcome`).
+With a result store (`--study`), a (design, trace) run already stored is recalled instead
+of submitted, and each new run is stored when collected.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._workers import start_workers_deaf_to_ctrl_c
+from .._workers import start_executor_deaf_to_ctrl_c
 from ..designs import DesignBatch
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
-from ._evaluate import Evaluator
+from ..store import latency_model_digest
+from ._evaluate import Evaluator, stored_keys, stored_record
 
 SLOWDOWN_COLUMNS = [f"slowdown_{m}_p{p}" for m in METRICS for p in PERCENTILES]
 
@@ -60,28 +67,81 @@ class Verification:
 
 
 def _des_one(design, trace, model, slo, perf):
-    """One DES run (a joblib task: module-level so it pickles)."""
+    """One DES run (a pool task: module-level so it pickles)."""
     from ..sim import simulate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return simulate(design, trace, model, engine="des", slo=slo, perf=perf)
 
 
-def des_check(design, traces: list, seeds: tuple[int, ...], model: str, slo, *, rps: float,
-              duration_s: float, perf, n_jobs: int | None = None) -> Verification:
-    """Run the DES on every trace (in parallel) and summarize the worst case; `perf` is the
-    search's latency model (the only source of hardware data of the call)."""
-    from joblib import Parallel, delayed
+class DesPool:
+    """Where the DES checks of one `provision` call run: worker processes (one per core,
+    2 to 8) shared by every family's checks, each (design, trace) one task."""
 
-    # One process per trace even beyond the core count: equal-length tasks finish together
-    # (3 traces on 2 cores take 1.5x one run instead of 2x).
-    n_jobs = n_jobs if n_jobs is not None else min(len(traces), max(2, os.cpu_count() or 1), 8)
-    if n_jobs > 1 and len(traces) > 1:
-        with Parallel(n_jobs=n_jobs) as parallel:
-            start_workers_deaf_to_ctrl_c(parallel, n_jobs)   # Ctrl-C: one line from the parent only
-            frames = parallel(delayed(_des_one)(design, tr, model, slo, perf) for tr in traces)
-    else:
-        frames = [_des_one(design, tr, model, slo, perf) for tr in traces]
+    def __init__(self, n_jobs: int | None = None):
+        self.n_jobs = n_jobs if n_jobs is not None else min(max(2, os.cpu_count() or 1), 8)
+        self._executor = None
+
+    def start(self) -> None:
+        """Start the workers and load the DES in each: called before the search, so their
+        start-up (a second or so of imports each) overlaps it instead of the first check."""
+        if self.n_jobs > 1 and self._executor is None:
+            from joblib.externals.loky import get_reusable_executor
+            self._executor = get_reusable_executor(max_workers=self.n_jobs)
+            start_executor_deaf_to_ctrl_c(self._executor)   # Ctrl-C: one line from the parent only
+            for _ in range(self.n_jobs):
+                self._executor.submit(_load_des)
+
+    def submit(self, design, traces: list, model: str, slo, perf) -> list:
+        """Start the DES of `design` on each trace; one future (`.result()`) per trace.
+        With one job, each runs here and now."""
+        if self.n_jobs <= 1:
+            return [_Done(_des_one(design, tr, model, slo, perf)) for tr in traces]
+        self.start()
+        return [self._executor.submit(_des_one, design, tr, model, slo, perf) for tr in traces]
+
+
+def _load_des() -> None:
+    """A worker's first task: import what `_des_one` needs."""
+    from ..sim import _des, simulate  # noqa: F401
+
+
+def _stored_checks(pool: DesPool, store, design, traces: list, model: str, slo, perf) -> list:
+    """`pool.submit`, recalling the runs `store` has and storing the new ones when collected."""
+    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf)), design, traces)
+    found = store.get_many(keys)
+    missing = [j for j, k in enumerate(keys) if k not in found]
+    running = iter(pool.submit(design, [traces[j] for j in missing], model, slo, perf) if missing else [])
+    return [_Done(pd.DataFrame([found[k]])) if k in found else _Storing(next(running), store, k) for k in keys]
+
+
+@dataclass
+class _Storing:
+    """A pool future whose DES row is stored when it is collected."""
+
+    future: object
+    store: object
+    key: str
+
+    def result(self):
+        frame = self.future.result()
+        self.store.put_many("des", {self.key: stored_record(frame)})
+        return frame
+
+
+@dataclass
+class _Done:
+    """A result computed in this process, behind the futures' `result()`."""
+
+    value: object
+
+    def result(self):
+        return self.value
+
+
+def summarize_checks(frames: list[pd.DataFrame], seeds: tuple[int, ...], *, rps: float,
+                     duration_s: float) -> Verification:
+    """The worst case over the DES rows of one design (one row per verification trace)."""
     rows = pd.concat(frames, ignore_index=True).assign(seed=list(seeds))
     worst = rows[SLOWDOWN_COLUMNS].to_numpy(float).max(axis=0).reshape(3, 3)
     worst_row = rows.loc[rows["min_margin"].idxmin()]
@@ -100,19 +160,18 @@ class VerifyOutcome:
     last_failure: Verification | None = None
 
 
-def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
-                      traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float, perf,
-                      chunk: int = 24, max_des: int = 3, n_jobs: int | None = None,
-                      on_progress=None) -> VerifyOutcome:
+def candidate_walk(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
+                   chunk: int = 24, max_des: int = 3, on_progress=None):
     """Walk candidates in increasing objective until one passes the DES on every trace.
+
+    A generator: it yields the index of each candidate to check with the DES and is sent
+    that candidate's `Verification`; its return value is the `VerifyOutcome`.
 
     Parameters
     ----------
     candidates : designs, sorted by `objective` (ascending).
     screen : fluid evaluators, one per trace the candidate must pass (search trace and
         verification traces).
-    traces, seeds : the verification traces for the DES (and their seeds).
-    perf : the latency model of the search (the screen's evaluators use it too).
     max_des : give up after this many DES failures.
     """
     screened = 0
@@ -139,8 +198,7 @@ def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: li
         # Cheapest objective first; within a level, the widest margin.
         order = np.lexsort((-margin[ok], np.round(objective[passing], 9)))
         for i in passing[order]:
-            v = des_check(candidates.design(int(i)), traces, seeds, model, slo, rps=rps, duration_s=duration_s,
-                          perf=perf, n_jobs=n_jobs)
+            v = yield int(i)
             des_runs += 1
             if on_progress is not None:
                 on_progress()
@@ -150,3 +208,49 @@ def verify_candidates(candidates: DesignBatch, objective: np.ndarray, screen: li
             if des_runs >= max_des:
                 return VerifyOutcome(None, None, screened, des_runs, last)
     return VerifyOutcome(None, None, screened, des_runs, last)
+
+
+class PendingVerification:
+    """A candidate walk whose current DES check runs in the pool."""
+
+    def __init__(self, walk, check, summarize):
+        self._walk, self._check, self._summarize = walk, check, summarize
+        self._outcome = self._futures = None
+        self._advance(None)
+
+    def _advance(self, verification):
+        """Send the walk the last check's result (None: start it); submit the next check."""
+        try:
+            i = next(self._walk) if verification is None else self._walk.send(verification)
+        except StopIteration as stop:
+            self._outcome = stop.value
+            return
+        self._futures = self._check(i)
+
+    def outcome(self) -> VerifyOutcome:
+        """Wait for the checks; a failed candidate's successors are checked the same way."""
+        while self._outcome is None:
+            self._advance(self._summarize([f.result() for f in self._futures]))
+        return self._outcome
+
+
+def start_verification(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
+                       traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float,
+                       perf, pool: DesPool, store=None, chunk: int = 24, max_des: int = 3,
+                       on_progress=None) -> PendingVerification:
+    """Screen candidates and submit the first DES check to `pool` (see `candidate_walk`);
+    `traces`, `seeds` are the verification traces and their seeds, `perf` the search's
+    latency model (the screen's evaluators use it too), `store` a `ResultStore` for the
+    DES runs (None: none)."""
+    walk = candidate_walk(candidates, objective, screen, chunk=chunk, max_des=max_des, on_progress=on_progress)
+
+    def check(i):
+        design = candidates.design(i)
+        if store is None:
+            return pool.submit(design, traces, model, slo, perf)
+        return _stored_checks(pool, store, design, traces, model, slo, perf)
+
+    return PendingVerification(
+        walk, check,
+        lambda frames: summarize_checks(frames, seeds, rps=rps, duration_s=duration_s))
+

@@ -1,12 +1,14 @@
 """Reference discrete-event engine: every batch iteration on every machine.
 
 `run_des(inputs)` applies the rules of SEMANTICS.md exactly, one design at a time.
-A heap holds three kinds of events -- iteration ends, KV-transfer arrivals and request
-arrivals -- plus a deferred "start" event per machine (below). Per-request state lives
+Events are iteration ends, KV-transfer arrivals, request arrivals and a deferred
+"start" per machine (Reading 1). A heap holds the ends, transfers and starts; request
+arrivals, sorted already, are merged in from the trace; a start with no other event
+due at its instant runs at once instead of through the heap. Per-request state lives
 in plain Python lists indexed by request (no object per request); a running set is a
 count plus a context sum, and each running request is filed under the iteration index
 at whose end it finishes, so an iteration costs O(prefills + finishers), not
-O(decode batch).
+O(decode batch). Routing compares all machines per arrival, in numpy vectors.
 
 Readings of SEMANTICS.md where the text leaves a choice (the fluid engine must make the
 same ones):
@@ -47,6 +49,8 @@ same ones):
 9. Outputs: `decode_batch_time_s` sums decode batch x duration and `decode_time_s` the
    durations of iterations with a decode batch > 0, per pool; their ratio is the
    time-weighted mean decode batch. `busy_s` sums all iteration durations per pool.
+10. Splitwiser (`_des_colocated.py`): a re-timed iteration's end event is filed anew and
+   the old one skipped; ends at one instant are then taken in event-id order.
 """
 
 from __future__ import annotations
@@ -56,45 +60,26 @@ from collections import deque
 
 import numpy as np
 
-from perfmodels import N_COEF, profile_iteration_s
-
 from ..errors import ProvisionerError
+from ._des_scalar import iteration_fn, kv_visible_s
 from ._inputs import EngineOutput, SimInputs
 
 _END, _KV, _ARRIVAL, _START = 0, 1, 2, 3  # event kinds, in their order at equal times
 
 
-def _iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
-    """Scalar `perfmodels.time_from_coefficients` (same formula, same operation order).
-
-    `c` is a sequence of the N_COEF coefficients of one pool (layout `COEF_NAMES`),
-    followed for a measured-profile model by its table (looked up first).
-    """
-    if len(c) > N_COEF:
-        t = profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch,
-                                decode_context_tokens)
-        if t > 0.0:
-            return t
-    tokens = prefill_tokens + decode_batch
-    compute = (c[0] * tokens + c[1] * (prefill_seqs + decode_batch) + c[2] * prefill_sq_tokens
-               + c[3] * decode_context_tokens)
-    memory = c[4] + c[5] * (decode_context_tokens + tokens)
-    knee = c[8]
-    allreduce = c[6] + c[7] * min(tokens, knee) + c[9] * max(tokens - knee, 0.0)
-    overhead = (max(c[10] if prefill_seqs > 0 else 0.0, c[11] if decode_batch > 0 else 0.0)
-                + c[12] * prefill_seqs + c[13] * decode_batch)
-    return max(compute, memory) + allreduce + overhead
+_NO_PROMPTS = ((), 0, 0, 0)   # (prompts, tokens, sum of squares, prompts) of an iteration without prefill
 
 
 class _Machine:
     """One replica: prompt queue, decode wait queue, running set, KV budget (tokens)."""
 
-    __slots__ = ("pool", "coef", "kv_cap", "batch_cap", "chunk", "head_done", "prompt_q", "wait_q", "running",
-                 "ctx", "kv_used", "busy", "start_pending", "iteration", "done_at", "prefilling",
-                 "decoding", "duration", "started", "prefill_tokens")
+    __slots__ = ("pool", "coef", "iteration_s", "kv_cap", "batch_cap", "chunk", "head_done", "prompt_q", "wait_q",
+                 "running", "ctx", "kv_used", "busy", "start_pending", "iteration", "done_at", "prefilling",
+                 "decoding", "duration", "prefill_tokens")
 
     def __init__(self, pool, coef, kv_cap, batch_cap, chunk=0):
         self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
+        self.iteration_s = iteration_fn(coef)
         self.chunk = chunk          # chunked-prefill budget (0: whole prompts under batch_cap)
         self.head_done = 0          # prompt tokens of the prompt-queue head already prefilled
         self.prompt_q, self.wait_q = deque(), deque()
@@ -102,8 +87,8 @@ class _Machine:
         self.busy = self.start_pending = False
         self.iteration = 0          # index of the next iteration to end
         self.done_at = {}           # iteration index -> requests finishing at its end
-        self.prefilling, self.decoding, self.duration = [], 0, 0.0
-        self.started, self.prefill_tokens = 0.0, 0   # start time and prompt tokens of the iteration
+        self.prefilling, self.decoding, self.duration = (), 0, 0.0
+        self.prefill_tokens = 0     # prompt tokens of the iteration in flight
 
     def join(self, r, s, n):
         """Request r (first token out) enters the running set before iteration `self.iteration`."""
@@ -123,32 +108,14 @@ class _Machine:
             self.kv_used += s + n
             self.join(r, s, n)
 
-    def start(self, S, N, local):
-        """Start an iteration if there is work; return its duration or None (stays idle)."""
-        self.admit(S, N)
-        batch, tokens, sq, seqs = (self._take_chunks if self.chunk else self._take_prompts)(S, N, local)
-        b = self.running
-        if not seqs and not b:
-            return None
-        self.busy, self.prefilling, self.decoding = True, batch, b
-        self.prefill_tokens = tokens
-        self.duration = _iteration_s(self.coef, tokens, sq, seqs, b, self.ctx)
-        return self.duration
-
-    def _holds_kv(self, r, S, N, local) -> bool:
-        """Reserve the KV of a prompt whose decode stays here; False when it does not fit."""
-        if local[r]:
-            need = S[r] + N[r]
-            if self.kv_used and self.kv_used + need > self.kv_cap:
-                return False
-            self.kv_used += need
-        return True
-
-    def _take_prompts(self, S, N, local):
-        """Whole prompts from the queue head while they fit the batch cap (the first always).
-        Returns (prefilled requests, prompt tokens, sum of squares, prompts)."""
-        batch, tokens, sq = [], 0, 0
+    def select_prompts(self, S, N, local):
+        """The prompts of the iteration starting now, taken off the queue: FCFS up to the
+        token cap and the KV budget (Readings 4 and 7), or chunks (`_take_chunks`).
+        Returns (prefilled prompts, tokens, sum of squared lengths, prompts or chunks)."""
+        if self.chunk:
+            return self._take_chunks(S, N, local)
         pq, cap = self.prompt_q, self.batch_cap
+        batch, tokens, sq = [], 0, 0
         while pq:
             r = pq[0]
             s = S[r]
@@ -162,11 +129,20 @@ class _Machine:
             sq += s * s
         return batch, tokens, sq, len(batch)
 
+    def _holds_kv(self, r, S, N, local) -> bool:
+        """Reserve the KV of a prompt whose decode stays here; False when it does not fit."""
+        if local[r]:
+            need = S[r] + N[r]
+            if self.kv_used and self.kv_used + need > self.kv_cap:
+                return False
+            self.kv_used += need
+        return True
+
     def _take_chunks(self, S, N, local):
         """Chunked prefill: up to `chunk` prompt tokens from the queue head, the last prompt
         cut to fit (it stays at the head). A chunk of c tokens at offset o adds
-        (o + c)^2 - o^2 to the sum of squares. Returns what `_take_prompts` does, the
-        completed prompts as the prefilled requests and every chunk counted as a prompt."""
+        (o + c)^2 - o^2 to the sum of squares; every chunk counts as a prompt, and only
+        the prompts whose last chunk is in this iteration are returned as prefilled."""
         batch, tokens, sq, seqs = [], 0, 0, 0
         pq, budget, done = self.prompt_q, self.chunk, self.head_done
         while pq and tokens < budget:
@@ -186,11 +162,25 @@ class _Machine:
             done = self.head_done = 0
         return batch, tokens, sq, seqs
 
-    def prompt_work(self, pending_tokens, t):
-        """Pending prompt tokens less the share of the iteration in flight already done at t."""
-        if self.busy and self.prefilling and self.duration > 0:
-            return pending_tokens - self.prefill_tokens * min((t - self.started) / self.duration, 1.0)
-        return pending_tokens
+    def start(self, S, N, local):
+        """Start an iteration if there is work; return its duration or None (stays idle)."""
+        work = self.take_work(S, N, local)
+        if work is None:
+            return None
+        self.duration = self.iteration_s(*work, self.ctx)
+        return self.duration
+
+    def take_work(self, S, N, local):
+        """Admit decodes and take prompts for the iteration starting now: (prompt tokens, sum
+        of squares, prompts, decode batch), or None when there is nothing to run."""
+        if self.wait_q:
+            self.admit(S, N)
+        batch, tokens, sq, seqs = self.select_prompts(S, N, local) if self.prompt_q else _NO_PROMPTS
+        b = self.running
+        if not seqs and not b:
+            return None
+        self.busy, self.prefilling, self.decoding, self.prefill_tokens = True, batch, b, tokens
+        return tokens, sq, seqs, b
 
     def end_decodes(self, S, N):
         """Steps 2 of an iteration end: every running request gains a token; return finishers."""
@@ -208,7 +198,11 @@ class _Machine:
 
 
 class _Cluster:
-    """Machines of one design plus the scheduler's per-machine counters and routing."""
+    """Machines of one design plus the scheduler's per-machine counters and routing.
+
+    The routing counters are numpy arrays: every arrival compares all machines, and the
+    comparisons are a few vector operations instead of a Python loop over machines (the
+    same values and the same lowest-index tie-break, so the same choices)."""
 
     def __init__(self, inputs: SimInputs, d: int):
         self.n_prompt, self.n_token = int(inputs.n_machines[d, 0]), int(inputs.n_machines[d, 1])
@@ -222,14 +216,20 @@ class _Cluster:
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
         self.machines = [_Machine(p, coefs[p], kv[p], cap, chunk) for p in pools]
         self.pools = pools
-        self.lent = [False] * len(pools)     # serving the other pool's phase (the mixed pool)
-        self.kv_cap = [kv[p] for p in pools]
         m = len(pools)
-        self.pending_prompt, self.pending_decode, self.reserved = [0] * m, [0] * m, [0] * m
+        self.index = np.arange(m)
+        self.token_pool = np.array(pools) == 1
+        self.prompt_pool = ~self.token_pool
+        self.lent = np.zeros(m, dtype=bool)     # serving the other pool's phase (the mixed pool)
+        self.n_lent = 0
+        self.kv_cap = np.array([kv[p] for p in pools])
+        self.pending_prompt, self.pending_decode, self.reserved = (np.zeros(m, dtype=np.int64) for _ in range(3))
+        # the prefill in flight per machine (no prefill: 0 tokens), for the routing's prompt work
+        self.pf_tokens, self.pf_start, self.pf_dur = np.zeros(m), np.zeros(m), np.ones(m)
         self.borrow = bool(inputs.allow_borrow[d])
         self.overload = float(inputs.overload_tokens[d])
-        self.kv_s_per_token, self.kv_setup = float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d])
-        self.n_layers, self.layerwise_min = int(inputs.n_layers), float(inputs.layerwise_min_tokens)
+        self.kv_link = (float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d]), int(inputs.n_layers),
+                        float(inputs.layerwise_min_tokens))   # kv_visible_s's parameters
         r = len(inputs.arrival_s)
         self.S, self.N = inputs.prompt_tokens.tolist(), inputs.output_tokens.tolist()
         self.prefill_on, self.decode_on, self.local = [0] * r, [0] * r, [False] * r
@@ -239,62 +239,66 @@ class _Cluster:
         self.decode_tokens = 0      # tokens generated by decode iterations (a conservation check)
         self.kv_visible_sum = 0.0
 
+    def prompt_work(self, t):
+        """Pending prompt tokens per machine less the share of the prefill in flight already
+        done at t (a machine without one: its pending tokens)."""
+        return self.pending_prompt - self.pf_tokens * np.minimum((t - self.pf_start) / self.pf_dur, 1.0)
+
     def route(self, r, t):
         """Assign request r's prefill and decode machines at time t (SEMANTICS.md, routing)."""
         s, n = self.S[r], self.N[r]
-        pp, pd, res = self.pending_prompt, self.pending_decode, self.reserved
-        work = [mc.prompt_work(pp[m], t) for m, mc in enumerate(self.machines)]
+        work = self.prompt_work(t)
         if self.n_token == 0:
-            p = d = min(range(self.n_prompt), key=lambda i: work[i] + pd[i])
+            p = d = int(np.argmin(work + self.pending_decode))
         else:
             p, d = self._route_split(s + n, work)
             self.borrowed_prefills += self.pools[p] == 1
             self.borrowed_decodes += self.pools[d] == 0 and n > 1
         self.prefill_on[r], self.decode_on[r], self.local[r] = p, d, p == d
-        pp[p] += s
-        pd[d] += n - 1
-        res[d] += s + n
+        self.pending_prompt[p] += s
+        self.pending_decode[d] += n - 1
+        self.reserved[d] += s + n
         return p
 
     def _route_split(self, need, work):
         """Least-loaded home machines; lent machines (the mixed pool) only when no home one can."""
-        pools, lent, pp, pd, res, cap = self.pools, self.lent, self.pending_prompt, self.pending_decode, \
-            self.reserved, self.kv_cap
-        machines = range(len(pools))
-        for m in machines:   # a lent machine goes home once its borrowed work has drained
-            if lent[m] and ((pools[m] == 0 and res[m] == 0) or (pools[m] == 1 and pp[m] == 0)):
-                lent[m] = False
-        home = [[m for m in machines if pools[m] == k and not lent[m]] for k in (0, 1)]
-        p = min(home[0], key=work.__getitem__)
+        prompt, token, lent, pp, pd, res = self.prompt_pool, self.token_pool, self.lent, self.pending_prompt, \
+            self.pending_decode, self.reserved
+        home0, home1 = prompt, token
+        if self.n_lent:   # a lent machine goes home once its borrowed work has drained
+            lent &= ~((prompt & (res == 0)) | (token & (pp == 0)))
+            self.n_lent = int(lent.sum())
+            home0, home1 = prompt & ~lent, token & ~lent
+        p = _least(home0, work)
         # decode: a home token machine with room, else a lent prompt machine with room, else lend one
-        fits = [m for m in machines if res[m] + need <= cap[m]]
-        t = _least([m for m in fits if m in home[1]], pd)
+        fits = res + need <= self.kv_cap
+        t = _least(fits & home1, pd)
         token_room = t is not None
         prompt_slack = work[p] <= self.overload     # lending never starves the prompt side
         if t is None and prompt_slack:
-            t = _least([m for m in fits if pools[m] == 0 and lent[m]], pd)
+            t = _least(fits & prompt & lent, pd)
         if t is None:
-            t = min(home[1], key=pd.__getitem__)
-            if self.borrow and len(home[0]) >= 2 and prompt_slack:
-                t = self._lend(min((m for m in home[0] if m != p), key=work.__getitem__))
+            t = _least(home1, pd)
+            if self.borrow and home0.sum() >= 2 and prompt_slack:
+                t = self._lend(_least(home0 & (self.index != p), work))
         # prefill: the home prompt machine unless it is overloaded; then a lent token machine
         # below the threshold, else lend one
         if self.borrow and work[p] > self.overload:
-            c = _least([m for m in machines if pools[m] == 1 and lent[m]], work)
+            c = _least(token & lent, work)
             if c is not None and work[c] <= self.overload:
                 p = c
-            elif len(home[1]) >= 2 and token_room:   # never starve the token side
-                p = self._lend(min((m for m in home[1] if m != t), key=res.__getitem__))
+            elif home1.sum() >= 2 and token_room:   # never starve the token side
+                p = self._lend(_least(home1 & (self.index != t), res))
         return p, t
 
     def _lend(self, m):
         self.lent[m] = True
+        self.n_lent += 1
         return m
 
     def start(self, m, t):
         """Start an iteration on idle machine m at time t; return its duration or None."""
         mc = self.machines[m]
-        mc.started = t
         dur = mc.start(self.S, self.N, self.local)
         if dur is not None:
             pool = mc.pool
@@ -303,6 +307,8 @@ class _Cluster:
                 self.decode_tokens += mc.decoding
                 self.batch_time_s[pool] += mc.decoding * dur
                 self.decode_time_s[pool] += dur
+            if mc.prefill_tokens and dur > 0:   # whole prompts or chunks
+                self.pf_tokens[m], self.pf_start[m], self.pf_dur[m] = mc.prefill_tokens, t, dur
         return dur
 
     def end(self, m, e):
@@ -313,8 +319,11 @@ class _Cluster:
             self.finish[r] = e
             res[m] -= S[r] + N[r]
         self.pending_decode[m] -= mc.decoding
-        transfers = []
+        if not mc.prefill_tokens:
+            return ()
         self.pending_prompt[m] -= mc.prefill_tokens    # whole prompts and chunks alike
+        self.pf_tokens[m] = 0.0
+        transfers = []
         for r in mc.prefilling:
             s, n = S[r], N[r]
             self.first[r] = e
@@ -326,61 +335,95 @@ class _Cluster:
             elif self.local[r]:
                 mc.join(r, s, n)
             else:
-                transfers.append((r, e + self._kv_visible(s, mc.duration)))
-        mc.prefilling = []
+                visible = kv_visible_s(s, mc.duration, *self.kv_link)
+                self.kv_transfers += 1
+                self.kv_visible_sum += visible
+                transfers.append((r, e + visible))
+        mc.prefilling = ()
         return transfers
-
-    def _kv_visible(self, s, prefill_s):
-        """`perfmodels.kv_transfer_time_s(mode="auto")` for one request, in scalars."""
-        total = self.kv_s_per_token * s
-        if s < self.layerwise_min:
-            visible = self.kv_setup + total
-        else:
-            last = total / self.n_layers
-            visible = self.kv_setup + last + max(total - last - prefill_s, 0.0)
-        self.kv_transfers += 1
-        self.kv_visible_sum += visible
-        return visible
 
 
 def _least(candidates, load):
-    """The candidate with the least load (lowest index on ties), or None."""
-    return min(candidates, key=load.__getitem__) if candidates else None
+    """The candidate (boolean mask) with the least load (lowest index on ties), or None.
+    Loads are finite, so the minimum of the masked loads is a candidate if there is one."""
+    i = int(np.where(candidates, load, np.inf).argmin())
+    return i if candidates[i] else None
 
 
 def _simulate(inputs: SimInputs, d: int) -> _Cluster:
-    """Run design d to the end of the last request; the cluster holds the results."""
-    cl = _Cluster(inputs, d)
+    """Run design d to the end of the last request; the cluster holds the results.
+
+    Request arrivals are read in order from the trace rather than kept in the heap (they
+    come sorted), so the heap holds only the machines' ends, starts and KV transfers.
+    """
+    colocated = inputs.mps_share[d] > 0
+    if colocated:
+        from ._des_colocated import ColocatedCluster
+    cl = ColocatedCluster(inputs, d) if colocated else _Cluster(inputs, d)
     machines = cl.machines
-    heap = [(t, _ARRIVAL, r) for r, t in enumerate(inputs.arrival_s.tolist())]
-    heapq.heapify(heap)
+    n_requests = len(inputs.arrival_s)
+    arrivals = inputs.arrival_s.tolist() + [float("inf")]   # a sentinel after the last request
+    heap = []
     push, pop = heapq.heappush, heapq.heappop
 
-    def wake(m, t):
+    def begin(m, t):
+        """Start an iteration on m at t and file its end (Splitwiser: an end event's id
+        carries its version, and the sibling's re-timed end is filed too)."""
+        dur = cl.start(m, t)
+        if dur is not None:
+            push(heap, (t + dur, _END, cl.end_event(m) if colocated else m))
+        if colocated:
+            file_retimed()
+
+    def file_retimed():
+        for event in cl.retimed:
+            push(heap, (event[0], _END, event[1]))
+        cl.retimed.clear()
+
+    def wake(m, t, next_arrival):
+        """An idle machine with possible work starts at t, after every other event at t
+        (Reading 1): deferred through the heap if one is due at t, else at once (the
+        deferred start would be the next event anyway)."""
         mc = machines[m]
-        if not mc.busy and not mc.start_pending:
+        if mc.busy or mc.start_pending:
+            return
+        if next_arrival <= t or (heap and heap[0][0] <= t):
             mc.start_pending = True
             push(heap, (t, _START, m))
+            return
+        begin(m, t)
 
-    while heap:
-        t, kind, i = pop(heap)
+    r, a = 0, arrivals[0]
+    while True:
+        if heap and (heap[0][0] < a or (heap[0][0] == a and heap[0][1] < _ARRIVAL)):
+            t, kind, i = pop(heap)
+        elif r < n_requests:
+            t, kind, i = a, _ARRIVAL, r
+            r += 1
+            a = arrivals[r]
+        else:
+            break
         if kind == _END:
-            for r, at in cl.end(i, t):
-                push(heap, (at, _KV, r))
-            wake(i, t)
+            if colocated:
+                if not cl.is_current(i):
+                    continue   # a re-timed iteration's old end
+                i %= cl.n_servers
+            for req, at in cl.end(i, t):
+                push(heap, (at, _KV, req))
+            if colocated:
+                file_retimed()
+            wake(i, t, a)
         elif kind == _KV:
             m = cl.decode_on[i]
             machines[m].wait_q.append(i)
-            wake(m, t)
+            wake(m, t, a)
         elif kind == _ARRIVAL:
             m = cl.route(i, t)
             machines[m].prompt_q.append(i)
-            wake(m, t)
+            wake(m, t, a)
         else:
             machines[i].start_pending = False
-            dur = cl.start(i, t)
-            if dur is not None:
-                push(heap, (t + dur, _END, i))
+            begin(i, t)
     return cl
 
 

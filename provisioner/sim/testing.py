@@ -16,7 +16,7 @@ Importing this module loads numba (the fluid kernel).
 from contextlib import contextmanager
 
 from . import _des
-from ._des import _iteration_s as des_iteration_s
+from ._des_scalar import iteration_s as des_iteration_s
 from ._des import _Machine as DesMachine
 from ._des import _simulate as des_simulate_design
 from ._des import run_des
@@ -31,16 +31,21 @@ __all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "De
 @contextmanager
 def recorded_des_iterations():
     """Yield a list that gets (prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch,
-    decode_context_tokens) of every discrete-event iteration run inside the block."""
+    decode_context_tokens) of every iteration of the discrete-event engines built inside the
+    block (each machine binds its iteration-time function when it is built)."""
     log = []
-    real = _des._iteration_s
+    real = _des.iteration_fn
 
-    def recording(c, *quantities):
-        log.append(quantities)
-        return real(c, *quantities)
+    def recording_fn(c):
+        timed = real(c)
 
-    _des._iteration_s = recording
+        def recording(*quantities):
+            log.append(quantities)
+            return timed(*quantities)
+        return recording
+
+    _des.iteration_fn = recording_fn
     try:
         yield log
     finally:
-        _des._iteration_s = real
+        _des.iteration_fn = real

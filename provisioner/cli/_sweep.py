@@ -1,0 +1,121 @@
+"""`provision sweep SPEC.toml --out DIR`: a grid of questions (CONTRACTS.md, command 7).
+
+Reads the spec (`provisioner.sweep.load_sweep_spec`), answers every question through
+`provisioner.search.provision` in parallel (joblib: local processes, or Dask with
+`--dask-scheduler` / `--dask-local`), and writes DIR/results.parquet, DIR/results.csv
+(one row per question x family) and DIR/summary.html.
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import typer
+
+from ..errors import ProvisionerError
+from ..files import check_output_path, write_output
+from ._common import study_option
+
+OUTPUTS = ("results.parquet", "results.csv", "summary.html")
+
+
+def sweep_command(
+    spec: Path = typer.Argument(..., metavar="SPEC.toml", help="The grid of questions (TOML; see the README)."),
+    out: Path = typer.Option(None, "--out", help="Directory for results.parquet, results.csv and summary.html "
+                                                  "(created if missing)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the output files if they exist."),
+    jobs: int = typer.Option(None, "--jobs", help="Questions in parallel on this machine (default: the cores; "
+                                                  "each process gets cores / jobs numba threads)."),
+    dask_scheduler: str = typer.Option(None, "--dask-scheduler", metavar="ADDRESS",
+                                       help="Run the questions on this Dask cluster (tcp://host:8786)."),
+    dask_local: int = typer.Option(None, "--dask-local", metavar="N",
+                                   help="Start a local Dask cluster of N worker processes and run on it."),
+    study: str = study_option(),
+) -> None:
+    if out is None:
+        raise ProvisionerError("--out DIR is required: the directory for results.parquet, results.csv and "
+                               "summary.html")
+    if dask_scheduler is not None and dask_local is not None:
+        raise ProvisionerError("give --dask-scheduler ADDRESS or --dask-local N, not both")
+    for name, value in (("--jobs", jobs), ("--dask-local", dask_local)):
+        if value is not None and value < 1:
+            raise ProvisionerError(f"{name} must be >= 1 (got {value})")
+    if out.exists() and not out.is_dir():
+        raise ProvisionerError(f"--out '{out}' is a file; give a directory")
+    from ..sweep import load_sweep_spec, run_sweep
+
+    questions = load_sweep_spec(spec).questions
+    paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,),
+                               parents=True) for name in OUTPUTS]
+    with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:
+        backend, n_jobs, threads = cluster if cluster is not None else ("loky", jobs, None)
+        table = run_sweep(questions, study=study, n_jobs=n_jobs, backend=backend, threads=threads,
+                          on_answer=progress.advance)
+    _write(table, paths, force, spec)
+
+
+def _write(table, paths: list[Path], force: bool, spec: Path) -> None:
+    from reports import build_sweep_html
+
+    parquet = io.BytesIO()
+    table.to_parquet(parquet, index=False)
+    data = (parquet.getvalue(), table.to_csv(index=False), build_sweep_html(table, title=f"Sweep: {spec.name}"))
+    for path, payload in zip(paths, data):
+        write_output(path, payload, flag="--out", force=force, force_hint="--force", inputs=(spec,))
+    feasible = int(table["feasible"].sum())
+    typer.echo(f"{table['question'].nunique()} questions, {len(table)} answers ({feasible} feasible): "
+               + ", ".join(str(p) for p in paths))
+
+
+@contextmanager
+def _cluster(scheduler: str | None, local: int | None):
+    """(backend, n_jobs, threads) of a Dask client made active for joblib, or None (local)."""
+    if scheduler is None and local is None:
+        yield None
+        return
+    from distributed import Client, LocalCluster
+
+    from ..sweep import local_threads
+    if local is not None:
+        n_workers, threads = local, local_threads(local)
+        cluster = LocalCluster(n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None,
+                               env={"NUMBA_NUM_THREADS": str(threads)})   # set before numba loads
+    else:
+        cluster, threads = nullcontext(scheduler), "per-host"
+    with cluster as address:
+        try:
+            client = Client(address, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ProvisionerError(f"--dask-scheduler '{scheduler}': cannot connect ({str(exc).splitlines()[0]}); "
+                                   f"start one with `dask scheduler` and `dask worker ADDRESS`") from None
+        with client:
+            if local is None:
+                n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+            yield "dask", n_workers, threads
+
+
+class _Progress:
+    """A rich progress bar over questions on stderr (nothing when stderr is not a terminal)."""
+
+    def __init__(self, total: int):
+        self.total = total
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("questions"),
+                             TimeElapsedColumn(), console=console, transient=True,
+                             disable=not console.is_terminal)
+        self._bar.__enter__()
+        self._task = self._bar.add_task("sweep", total=self.total)
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    def advance(self, _question=None) -> None:
+        self._bar.advance(self._task, 1)

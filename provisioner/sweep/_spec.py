@@ -1,0 +1,218 @@
+"""A sweep spec: a TOML file naming a grid of provisioning questions.
+
+    goals = ["cost"]                   # cost | power (take `rps`), throughput (takes a budget)
+    models = ["bloom-176b"]
+    workloads = ["coding", "conversation"]     # or CSV trace paths (relative to the spec)
+    rps = [20, 40, 70]                 # goals cost and power
+    power_budget_kw = [455]            # goal throughput, iso-power (or cost_budget_usd_per_h)
+    families = ["splitwise-hh", "baseline-h100"]   # every question searches all of them
+    seeds = [0, 1]
+    duration_s = 60                    # the other ProvisionRequest settings, one value each
+    verify = false
+
+    [price_lists]                      # optional; default one list, "catalog" (shipped prices)
+    catalog = {}
+    spot = { dgx-h100 = 20.0, dgx-a100 = 9.0 }     # $/machine-hour overrides
+    table-v = "sw-table-v"             # a cost option of the catalog, for every machine that has it
+
+The grid is goals x models x workloads x (rates or budgets) x price lists x seeds; each
+point is one `ProvisionRequest`, validated when the spec is read (every error: one line
+naming the file, the key and the fix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hardware_catalog import CatalogError, load_catalog
+from workloads import WorkloadError, default_arrival
+
+from ..designs import FAMILIES, family_spec
+from ..errors import ProvisionerError
+from ..search import ProvisionRequest
+
+__all__ = ["SweepSpec", "Question", "load_sweep_spec", "price_catalog"]
+
+GRID_KEYS = ("goals", "models", "workloads", "rps", "power_budget_kw", "cost_budget_usd_per_h", "families",
+             "seeds")
+# One value each, passed to every ProvisionRequest (name in the spec -> request field).
+SETTINGS = {"duration_s": "duration_s", "arrival": "arrival", "cv": "cv", "slo_scale": "slo_scale",
+            "searcher": "searcher", "verify": "verify", "verify_duration_s": "verify_duration_s",
+            "max_machines": "max_machines", "trials": "n_trials"}
+DEFAULT_PRICE_LIST = "catalog"
+
+
+@dataclass(frozen=True)
+class Question:
+    """One point of the grid: its number, the request and the price list it runs with."""
+
+    index: int
+    request: ProvisionRequest
+    price_list: str
+    prices: dict = field(default_factory=dict)   # machine -> $/h overrides
+
+    def columns(self) -> dict:
+        """The question's columns of the sweep table."""
+        r = self.request
+        return {"question": self.index, "goal": r.goal, "model": r.model, "workload": str(r.workload),
+                "rps": r.rps if r.goal != "throughput" else None, "power_budget_kw": r.power_budget_kw,
+                "cost_budget_usd_per_h": r.cost_budget_usd_per_h, "price_list": self.price_list, "seed": r.seed}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    path: Path
+    questions: tuple[Question, ...]
+
+
+def load_sweep_spec(path) -> SweepSpec:
+    """Read and validate a sweep spec; `ProvisionerError` (file, key, fix) on any problem."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProvisionerError(f"{path}: no such sweep spec; give a TOML file (see provision sweep --help)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProvisionerError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProvisionerError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    known = set(GRID_KEYS) | set(SETTINGS) | {"price_lists"}
+    for key in raw:
+        if key not in known:
+            from hardware_catalog.errors import close_matches
+            near = close_matches(key, known)
+            hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known))}"
+            raise ProvisionerError(f"{path}: unknown key '{key}'; {hint}")
+    grid = {k: _list(path, k, raw[k]) for k in GRID_KEYS if k in raw}
+    settings = {SETTINGS[k]: raw[k] for k in SETTINGS if k in raw}
+    prices = _price_lists(path, raw.get("price_lists", {DEFAULT_PRICE_LIST: {}}))
+    questions = _questions(path, grid, settings, prices)
+    return SweepSpec(path, tuple(questions))
+
+
+def _list(path: Path, key: str, value) -> list:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ProvisionerError(f"{path}: key '{key}' is an empty list; give at least one value or drop the key")
+    return values
+
+
+def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Question]:
+    goals = grid.get("goals", ["cost"])
+    families = tuple(grid.get("families", FAMILIES))
+    _check_names(path, "families", families, family_spec)
+    _check_names(path, "models", grid.get("models", []), load_catalog().model)
+    out = []
+    for goal in goals:
+        if goal in ("cost", "power"):
+            loads = [{"rps": r} for r in _needed(path, grid, "rps", goal)]
+        elif goal == "throughput":
+            loads = [{"power_budget_kw": b} for b in grid.get("power_budget_kw", [])]
+            loads += [{"cost_budget_usd_per_h": b} for b in grid.get("cost_budget_usd_per_h", [])]
+            if not loads:
+                raise ProvisionerError(f"{path}: goal throughput needs key 'power_budget_kw' or "
+                                       f"'cost_budget_usd_per_h' (a list of budgets)")
+        else:
+            raise ProvisionerError(f"{path}: key 'goals': unknown goal '{goal}'; use cost, power or throughput")
+        combos = itertools.product(grid.get("models", ["bloom-176b"]), grid.get("workloads", ["coding"]), loads,
+                                   prices.items(), grid.get("seeds", [0]))
+        for model, workload, load, (pname, plist), seed in combos:
+            request = _request(path, dict(goal=goal, model=model, workload=_workload(path, workload), seed=seed,
+                                          families=families, **load, **settings))
+            out.append(Question(len(out), request, pname, plist))
+    return out
+
+
+def _check_names(path: Path, key: str, names, lookup) -> None:
+    for name in names:
+        if not isinstance(name, str):
+            raise ProvisionerError(f"{path}: key '{key}' must list names (strings); got {name!r}")
+        try:
+            lookup(name)
+        except (ProvisionerError, CatalogError) as exc:
+            raise ProvisionerError(f"{path}: key '{key}': {exc}") from None
+
+
+def _needed(path: Path, grid: dict, key: str, goal: str) -> list:
+    if key not in grid:
+        raise ProvisionerError(f"{path}: goal {goal} needs key '{key}' (a list of request rates, requests/s)")
+    return grid[key]
+
+
+def _workload(path: Path, workload):
+    """A shipped name, or a CSV path relative to the spec's directory."""
+    if isinstance(workload, str) and workload.endswith(".csv") and not Path(workload).is_absolute():
+        return str((path.parent / workload).resolve())
+    return workload
+
+
+def _request(path: Path, kwargs: dict) -> ProvisionRequest:
+    if "duration_s" not in kwargs:   # as `provision`: a replayed file runs whole, drawn arrivals 120 s
+        replay = (kwargs.get("arrival") or _default_arrival(kwargs["workload"])) == "replay"
+        kwargs["duration_s"] = None if replay else 120.0
+    try:
+        return ProvisionRequest(**kwargs)
+    except (ProvisionerError, CatalogError, WorkloadError, TypeError, ValueError) as exc:
+        params = getattr(exc, "params", ()) or (("workload",) if isinstance(exc, WorkloadError) else ())
+        key = next((k for k, v in {**SETTINGS, **_GRID_FIELDS}.items() if v in params), None)
+        where = f"key '{key}'" if key else "a question"
+        raise ProvisionerError(f"{path}: {where}: {str(exc).splitlines()[0]}") from None
+
+
+_GRID_FIELDS = {"goals": "goal", "models": "model", "workloads": "workload", "rps": "rps",
+                "power_budget_kw": "power_budget_kw", "cost_budget_usd_per_h": "cost_budget_usd_per_h",
+                "families": "families", "seeds": "seed"}
+
+
+def _default_arrival(workload) -> str | None:
+    try:
+        return default_arrival(workload)
+    except (WorkloadError, TypeError, ValueError):
+        return None   # the request's own check words the error
+
+
+def _price_lists(path: Path, raw) -> dict[str, dict]:
+    """name -> {machine: $/h}; every machine name and price checked against the catalog."""
+    if not isinstance(raw, dict) or not raw:
+        raise ProvisionerError(f"{path}: key 'price_lists' must be a table of named price lists, e.g. "
+                               f"[price_lists] spot = {{ dgx-h100 = 20.0 }}")
+    catalog = load_catalog()
+    out = {}
+    for name, entry in raw.items():
+        key = f"price_lists.{name}"
+        if isinstance(entry, str):
+            prices = {m: v.cost_options_usd_per_h[entry] for m, v in catalog.machines.items()
+                      if entry in v.cost_options_usd_per_h}
+            if not prices:
+                raise ProvisionerError(f"{path}: key '{key}': no machine of the catalog has cost option "
+                                       f"'{entry}'; give a table of machine = $/h instead")
+        elif isinstance(entry, dict):
+            prices = {}
+            for machine, price in entry.items():
+                try:
+                    catalog.machine(machine)
+                except CatalogError as exc:
+                    raise ProvisionerError(f"{path}: key '{key}.{machine}': {exc}") from None
+                if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price < float("inf"):
+                    raise ProvisionerError(f"{path}: key '{key}.{machine}' must be a price > 0 in $/machine-hour "
+                                           f"(got {price!r})")
+                prices[machine] = float(price)
+        else:
+            raise ProvisionerError(f"{path}: key '{key}' must be a table of machine = $/h or the name of a cost "
+                                   f"option (got {entry!r})")
+        out[str(name)] = prices
+    return out
+
+
+def price_catalog(prices: dict):
+    """The shipped catalog with machine prices replaced by `prices` (machine -> $/h)."""
+    catalog = load_catalog()
+    if not prices:
+        return catalog
+    machines = {name: dataclasses.replace(m, cost_usd_per_h=prices[name]) if name in prices else m
+                for name, m in catalog.machines.items()}
+    return dataclasses.replace(catalog, machines=machines)

@@ -1,0 +1,158 @@
+"""`provision sweep SPEC.toml --out DIR` (CONTRACTS.md, command 7) as a user types it.
+
+A tiny grid (10-s traces, two families, no DES re-check) so each sweep takes seconds:
+the table's rows and columns, the price lists, the summary page, the overwrite rule,
+spec errors (one line naming the file and the key, exit 2), and the same table on a
+`distributed.LocalCluster` as on the local backend.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from provisioner.sweep import SWEEP_COLUMNS
+
+PROVISION = str(Path(sys.executable).with_name("provision"))
+SPEC = """\
+goals = ["cost"]
+rps = [5, 10]
+families = ["splitwise-hh", "baseline-h100"]
+duration_s = 10
+verify = false
+
+[price_lists]
+catalog = {}
+spot = { dgx-h100 = 20.0 }
+"""
+
+
+def provision(*args, timeout=300):
+    return subprocess.run([PROVISION, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """(spec path, output dir) of one local sweep of SPEC."""
+    root = tmp_path_factory.mktemp("sweep")
+    spec = root / "spec.toml"
+    spec.write_text(SPEC)
+    proc = provision("sweep", spec, "--out", root / "local", "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    return spec, root / "local"
+
+
+def test_sweep_table_one_row_per_question_and_family(swept):
+    _, out = swept
+    table = pd.read_parquet(out / "results.parquet")
+    assert list(table.columns) == list(SWEEP_COLUMNS)
+    assert len(table) == 4 * 2 and table["question"].nunique() == 4   # 2 rates x 2 price lists, 2 families
+    assert set(table["family"]) == {"splitwise-hh", "baseline-h100"}
+    assert table.groupby("question")["winner"].sum().eq(1).all()
+    csv = pd.read_csv(out / "results.csv")
+    assert len(csv) == len(table) and list(csv.columns) == list(table.columns)
+    feasible = table[table["feasible"]]
+    assert (feasible["machines"] == feasible["prompt_machines"] + feasible["token_machines"]).all()
+    # cost per request = $/h / 3600 / (requests/s)
+    assert feasible["cost_usd_per_request"].to_numpy() == pytest.approx(
+        (feasible["cost_usd_per_h"] / 3600 / feasible["rps"]).to_numpy())
+    for c in ("margin_ttft_p99", "slowdown_tbt_p90", "lower_bound", "gap_to_bound_pct", "min_margin"):
+        assert feasible[c].notna().all(), c
+
+
+def test_sweep_price_lists_reprice_the_machines(swept):
+    _, out = swept
+    table = pd.read_parquet(out / "results.parquet")
+    spot = table[(table["price_list"] == "spot") & table["feasible"]]
+    assert (spot["cost_usd_per_h"] == 20.0 * spot["machines"]).all()   # every machine is a DGX-H100 at $20/h
+    listed = table[(table["price_list"] == "catalog") & table["feasible"]]
+    assert (listed["cost_usd_per_h"] == 38.0 * listed["machines"]).all()
+
+
+def test_sweep_summary_is_self_contained(swept):
+    _, out = swept
+    html = (out / "summary.html").read_text()
+    assert 'id="plotly-js"' in html and 'data-chart="machines"' in html and 'data-chart="cost"' in html
+    assert not re.search(r"""<script[^>]+src=""", html, flags=re.I)   # plotly.js inlined, nothing fetched
+    assert html.count("spot") >= 2 and "baseline-h100" in html
+
+
+def test_sweep_refuses_to_overwrite_without_force(swept):
+    spec, out = swept
+    before = (out / "results.csv").read_bytes()
+    proc = provision("sweep", spec, "--out", out)
+    assert proc.returncode == 2 and "already exists; pass --force" in proc.stderr
+    assert (out / "results.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize("body, needles", [
+    ('rps = [5]\nfamilys = ["splitwise-hh"]\n', ["unknown key 'familys'", "families"]),
+    ('rps = [-5]\n', ["key 'rps'", "> 0"]),
+    ('rps = [5]\nfamilies = ["splitwise-hx"]\n', ["key 'families'", "splitwise-hh"]),
+    ('rps = [5]\nmodels = ["gpt"]\n', ["key 'models'", "bloom-176b"]),
+    ('goals = ["throughput"]\n', ["power_budget_kw", "cost_budget_usd_per_h"]),
+    ('goals = ["cost"]\n', ["key 'rps'"]),
+    ('rps = [5]\n[price_lists]\nspot = { dgx-h10 = 3.0 }\n', ["key 'price_lists.spot.dgx-h10'", "dgx-h100"]),
+    ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 0 }\n', ["key 'price_lists.spot.dgx-h100'", "> 0"]),
+    ('rps = [5\n', ["not valid TOML"]),
+])
+def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
+    from provisioner.cli import run   # the console script's error path, in this process
+    spec = tmp_path / "bad.toml"
+    spec.write_text(body)
+    assert run(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {spec}: "), lines
+    for needle in needles:
+        assert needle in lines[0]
+    assert not (tmp_path / "out").exists()   # refused before any work or output
+
+
+def test_sweep_on_dask_local_cluster_gives_the_local_table(swept, tmp_path):
+    """`--dask-local 2` runs the questions on a `distributed.LocalCluster` (joblib's dask
+    backend): the same table, byte for byte in CSV, as the local backend."""
+    spec, local = swept
+    proc = provision("sweep", spec, "--out", tmp_path, "--dask-local", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "results.csv").read_bytes() == (local / "results.csv").read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "results.parquet"),
+                                  pd.read_parquet(local / "results.parquet"))
+
+
+def test_a_worker_limited_to_one_numba_thread_still_simulates():
+    """A sweep task lowers numba's threads (Dask workers: cores / workers on the machine);
+    the fluid engine then runs its designs on that many threads, and simulating works."""
+    code = ("import numba; from provisioner.sweep._run import _limit_numba_threads; _limit_numba_threads(1); "
+            "from provisioner import grid, simulate; from workloads import make_workload; "
+            "t = simulate(grid('splitwise-hh', [2, 3], [1]), make_workload('coding', rps=2, duration_s=5, seed=0)); "
+            "print(numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS, len(t))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "1", "2"]
+
+
+def test_spec_grid_and_trace_files_relative_to_the_spec(tmp_path):
+    """The grid is goals x models x workloads x loads x price lists x seeds; a CSV workload is
+    read relative to the spec and replayed whole (as `provision` does), drawn ones 120 s."""
+    from provisioner.sweep import load_sweep_spec
+    rows = "\n".join(f"{i * 0.5},{100 + i},{5 + i % 3}" for i in range(40))
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+    (tmp_path / "s.toml").write_text('goals = ["cost", "throughput"]\nworkloads = ["t.csv", "coding"]\n'
+                                     'rps = [2, 4]\npower_budget_kw = [100]\nseeds = [0, 1]\n'
+                                     'families = ["splitwise-hh"]\n[price_lists]\na = {}\nb = "sw-table-v"\n')
+    questions = load_sweep_spec(tmp_path / "s.toml").questions
+    assert len(questions) == (2 * 2 + 2 * 1) * 2 * 2   # (workloads x rates + workloads x budgets) x lists x seeds
+    assert [q.index for q in questions] == list(range(len(questions)))
+    replayed = [q.request for q in questions if q.request.workload != "coding"]
+    assert all(r.workload == str(tmp_path / "t.csv") and r.arrival == "replay" for r in replayed)
+    # the whole file: its 40 rows, time-scaled to the rate (cost) or at its own 2 req/s (throughput)
+    assert all(r.duration_s == 40 / (r.rps or 2.0) for r in replayed)
+    drawn = [q.request for q in questions if q.request.workload == "coding"]
+    assert all(r.arrival == "poisson" and r.duration_s == 120.0 for r in drawn)
+    table_v = next(q for q in questions if q.price_list == "b").prices
+    assert table_v["dgx-h100"] == 41.36   # the catalog's sw-table-v option
