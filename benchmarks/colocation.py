@@ -43,7 +43,9 @@ def answer(workload: str, rps: float, family: str, model: str) -> dict:
     chunk = int(r.get("prefill_chunk_tokens", 0) or 0)
     counts = (f"{int(r['prompt_machines'])}P+{int(r['token_machines'])}T" if int(r["token_machines"])
               else f"{int(r['prompt_machines'])}")
-    return {"text": counts + (f" c{chunk}" if chunk else ""), "cost": float(r["cost_usd_per_h"])}
+    share = float(r.get("mps_prefill_share", 0.0) or 0.0)
+    return {"text": counts + (f" c{chunk}" if chunk else "") + (f" f{share:g}" if share else ""),
+            "cost": float(r["cost_usd_per_h"])}
 
 
 def table(workload: str, rates, fams, model: str) -> list[str]:
@@ -78,7 +80,8 @@ def main(argv=None) -> int:
         f"{info['nproc']} CPUs, {info['cpu']}, Python {info['python']}, load average {info['loadavg']}; "
         f"{time.perf_counter() - t0:.0f} s.", "",
         f"Model {args.model}, SLOs of Splitwise Table VI, 120-s Poisson traces (seed 0), fluid engine, no DES "
-        "re-check. A cell: machines (P+T for Splitwise; `cN`: chunked prefill with an N-token budget) and $/h "
+        "re-check. A cell: machines (P+T for Splitwise; `cN`: chunked prefill with an N-token budget; `fF`: "
+        "Splitwiser's prefill SM share) and $/h "
         "of the cheapest design meeting every SLO; `cheapest`: the families at the least $/h.", ""]
     RESULTS.write_text("\n".join(head + body))
     print(f"wrote {RESULTS}")

@@ -88,11 +88,15 @@ def best_throughput_rps(best: dict) -> float:
 
 def design_label(design: dict) -> str:
     """`27P + 3T` for a split design, `40 mixed` for a baseline (`, chunk 512` with chunked
-    prefill), `no design` when the search scored none (its counts are null)."""
+    prefill), `28 co-located, MPS 0.7` for Splitwiser, `no design` when the search scored
+    none (its counts are null)."""
     if design.get("prompt_machines") is None:
         return "no design"
     p, t = int(design["prompt_machines"]), int(design.get("token_machines") or 0)
     chunk = int(design.get("prefill_chunk_tokens") or 0)
+    share = float(design.get("mps_prefill_share") or 0.0)
+    if share:   # Splitwiser: each machine runs a prefill and a decode process
+        return f"{p} co-located, MPS {share:g}" + (f", chunk {chunk}" if chunk else "")
     return (f"{p}P + {t}T" if t else f"{p} mixed") + (f", chunk {chunk}" if chunk else "")
 
 
