@@ -177,7 +177,8 @@ def _validate(d: Design) -> None:
     if colocated_family and not 0 < d.mps_prefill_share < 1:
         raise ProvisionerError(f"--mps-prefill-share must be strictly between 0 and 1 (got {d.mps_prefill_share:g}): "
                                "the prefill process's share of the SMs, the decode process gets the rest")
-    for flag, given in (("--mps-prefill-share", d.mps_prefill_share != 0), ("--duplicate-weights", d.duplicate_weights)):
+    for flag, given in (("--mps-prefill-share", d.mps_prefill_share != 0),
+                        ("--duplicate-weights", d.duplicate_weights)):
         if given and not colocated_family:
             raise ProvisionerError(f"{flag} applies to the splitwiser families only (not {d.family})")
     for name in ("prompt_tp", "token_tp"):

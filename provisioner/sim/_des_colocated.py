@@ -16,6 +16,7 @@ import numpy as np
 
 from perfmodels import iteration_parts, shared_iteration_s
 
+from ..errors import ProvisionerError
 from ._des import _Cluster
 
 
@@ -26,7 +27,8 @@ class ColocatedCluster(_Cluster):
         super().__init__(inputs, d)
         n = self.n_prompt
         if self.n_token != n:
-            raise ValueError(f"design {d}: a Splitwiser design pairs its servers (got {n} and {self.n_token})")
+            raise ProvisionerError(f"design {d}: a Splitwiser design pairs its servers (got {n} and "
+                                   f"{self.n_token})")
         self.n = n
         share = float(inputs.mps_share[d])
         self.share = [share] * n + [1.0 - share] * n   # SM share while the sibling runs
