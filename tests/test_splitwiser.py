@@ -93,6 +93,8 @@ def test_two_concurrent_compute_bound_phases(engine, perf, llm):
     assert prefill_s == pytest.approx(c_p + c_d, rel=1e-9)
     for took, solo, other in ((decode_s, c_d, c_p), (prefill_s, c_p, c_d)):
         assert solo * (1 - 1e-9) <= took <= (solo + other) * (1 + 1e-9)
+    # busy time is real elapsed time: both prefills on the prompt server, the decode on the token server
+    np.testing.assert_allclose(out.busy_s[0], [a + prefill_s, decode_s], rtol=1e-9)
 
 
 @pytest.mark.parametrize("workload, rps, machines", [("coding", 12, 8), ("conversation", 20, 6)])
