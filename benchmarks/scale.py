@@ -8,8 +8,8 @@
 2. Peak memory (max RSS of the process) of each of those runs, each in its own process.
 3. A 2,000-machine design (Splitwise-HH 1,800P + 200T) at 4,667 req/s (the 27P+3T load
    scaled by 2000/30) on a 10^5-request trace.
-4. A 24-question sweep (`provision sweep`, 6 rates x 2 price lists x 2 seeds, all six
-   families, 120-s traces, no DES) on one core (`taskset -c 0`, `--jobs 1`, one numba
+4. A 24-question sweep (`provision sweep`, 6 rates x 2 price lists x 2 seeds, every
+   family, 120-s traces, no DES) on one core (`taskset -c 0`, `--jobs 1`, one numba
    thread) vs two (`--jobs 2`: two worker processes, one numba thread each).
 
 Usage:  python benchmarks/scale.py [--max-requests 1000000] [--skip-sweep]
@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import machine_info  # noqa: E402
+
+from provisioner.designs import FAMILIES  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.md"
 SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
@@ -131,7 +133,7 @@ def report(rows: list[dict], big: dict, sweep: dict | None, info: dict) -> str:
                      f"SLO met: {big['slo_met']}.")
     if sweep is not None:
         lines += ["", "## 24-question sweep, 1 core vs 2", "",
-                  "`provision sweep` (6 rates x 2 price lists x 2 seeds; all six families; 120-s traces; no DES). "
+                  f"`provision sweep` (6 rates x 2 price lists x 2 seeds; all {len(FAMILIES)} families; 120-s traces; no DES). "
                   "Load average (1 min) before each run: "
                   f"{sweep['load_one']:.1f} and {sweep['load_two']:.1f} (other processes share the cores).",
                   "", f"- 1 core (`taskset -c 0`, `--jobs 1`, NUMBA_NUM_THREADS=1): {sweep['one_s']:.1f} s",
