@@ -159,6 +159,16 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     assert_one_line_error(*cli(*args), needle)
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "5", "--cv", "3", "--design", "baseline-h100", "--no-verify"], "--arrival gamma"),
+    (["simulate", "--design", "baseline-h100", "--machines", "3", "--cv", "4"], "--arrival gamma"),
+    (["--goal", "cost", "--rps", "5", "--no-verify", "--verify-seeds", "3"], "--verify-seeds"),
+    (["--goal", "cost", "--rps", "5", "--no-verify", "--verify-duration", "60"], "--verify-duration"),
+])
+def test_a_flag_that_would_change_nothing_is_refused(args, needle):
+    assert_one_line_error(*cli(*args), needle)
+
+
 @pytest.mark.parametrize("mangle, needle", [
     (lambda r: r["best"][0]["design"].__setitem__("prompt_machines", "many"), "best[0].design.prompt_machines"),
     (lambda r: r["question"].__setitem__("families", 7), "question.families"),

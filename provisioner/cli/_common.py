@@ -63,6 +63,24 @@ def console():
     return out if out.is_terminal else Console(width=PIPED_WIDTH, soft_wrap=True)
 
 
+def given(ctx: typer.Context, param: str) -> bool:
+    """The user typed this option (it is not at its default)."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def refuse_idle_flags(ctx: typer.Context, workload: str, arrival: str | None, verify: bool = True) -> None:
+    """A flag that would change nothing is an error, not silently dropped: the user meant
+    something by it (one line naming the flag and the fix)."""
+    if given(ctx, "cv") and (arrival or default_arrival(workload)) != "gamma":
+        raise ProvisionerError("--cv sets the burstiness of gamma arrivals: add --arrival gamma, or drop --cv")
+    for param in ("verify_seeds", "verify_duration"):
+        if not verify and param in ctx.params and given(ctx, param):
+            flag = "--" + param.replace("_", "-")
+            raise ProvisionerError(f"{flag} sets the discrete-event re-check, which --no-verify turns off: "
+                                   f"drop one of them")
+
+
 def check_seed(seed: int) -> None:
     if not 0 <= seed < 2**63:
         raise ProvisionerError(f"--seed must be a whole number in [0, 2**63) (got {seed})")

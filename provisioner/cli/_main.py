@@ -16,7 +16,8 @@ from ..errors import ProvisionerError
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       echo_json, latency_interp_option, latency_model_json, latency_profile_option,
-                      load_latency_model, mps_share_option, prefill_chunk_option, replay_note, study_option)
+                      load_latency_model, mps_share_option, prefill_chunk_option, refuse_idle_flags, replay_note,
+                      study_option)
 from ._tables import render_result
 
 
@@ -79,6 +80,7 @@ def main_command(
         raise typer.Exit(0)
     if goal is None:
         raise ProvisionerError("--goal is required: cost or power (with --rps) or throughput (with a budget)")
+    refuse_idle_flags(ctx, workload, arrival, verify)
     if verify_seeds < 1:
         raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
     if report is not None:  # refuse before the search, not after it

@@ -16,7 +16,7 @@ from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
-                      mps_share_option, prefill_chunk_option, recorded_profile,
+                      mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
@@ -77,6 +77,7 @@ def simulate_command(
             raise ProvisionerError("--family goes with --from-result; to score a design give --design FAMILY")
         if design is None:
             raise ProvisionerError("--design is required (a family such as splitwise-hh), or --from-result RESULT.json")
+        refuse_idle_flags(ctx, workload, arrival)
         d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
                     prefill_chunk_tokens, mps_prefill_share, duplicate_weights)
         traces = trace_generator(workload, arrival, rps, duration, seed, cv)
