@@ -111,6 +111,12 @@ def mps_share_option():
                              "Default: searched over 0.3, 0.5, 0.7 (simulate: 0.5).")
 
 
+def duplicate_weights_option():
+    return typer.Option(False, "--duplicate-weights",
+                        help="Splitwiser families: each process loads its own copy of the weights (default: "
+                             "one copy shared through CUDA IPC).")
+
+
 def latency_interp_option():
     return typer.Option(None, "--latency-interp",
                         help="How --latency-profile is interpolated: grid (default; prompt tokens x batch "

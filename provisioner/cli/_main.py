@@ -15,9 +15,9 @@ from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
-                      echo_json, latency_interp_option, latency_model_json, latency_profile_option,
-                      load_latency_model, mps_share_option, prefill_chunk_option, refuse_idle_flags, replay_note,
-                      study_option)
+                      duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
+                      latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
+                      refuse_idle_flags, replay_note, study_option)
 from ._tables import render_result
 
 
@@ -68,9 +68,7 @@ def main_command(
     latency_interp: str = latency_interp_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(),
     mps_prefill_share: float = mps_share_option(),
-    duplicate_weights: bool = typer.Option(False, "--duplicate-weights",
-                                           help="Splitwiser families: each process loads its own copy of the "
-                                                "weights (default: one copy shared through CUDA IPC)."),
+    duplicate_weights: bool = duplicate_weights_option(),
     study: str = study_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:

@@ -14,9 +14,9 @@ from ..errors import ProvisionerError
 from ..results import design_result_json
 from ..sim import ENGINES, simulate
 from ..slo import SLO
-from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
-                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
-                      mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
+                      duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
+                      latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
@@ -55,9 +55,7 @@ def simulate_command(
     latency_interp: str = latency_interp_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(),
     mps_prefill_share: float = mps_share_option(),
-    duplicate_weights: bool = typer.Option(False, "--duplicate-weights",
-                                           help="Splitwiser families: each process loads its own copy of the "
-                                                "weights (default: one copy shared through CUDA IPC)."),
+    duplicate_weights: bool = duplicate_weights_option(),
 ) -> None:
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
