@@ -221,3 +221,22 @@ def test_kernel_percentiles_are_numpys(values, n_inf):
     below = np.sort(everything)[np.floor(pos).astype(int)]
     expected = np.where(np.isnan(expected), np.where(pos == np.floor(pos), below, np.inf), expected)
     np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_the_kernel_runs_as_many_threads_as_numba_set_num_threads_allows(monkeypatch):
+    """The memory plan and the sweep lower `numba.set_num_threads`; the fluid engine's
+    design threads must follow it (it once read only NUMBA_NUM_THREADS)."""
+    import numba
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a thread pool was started although one numba thread is allowed")
+
+    trace = make_workload("coding", rps=5, duration_s=10, seed=0)
+    designs = [make_design("splitwise-hh", 2, 1), make_design("splitwise-hh", 3, 1)]
+    before = numba.get_num_threads()
+    monkeypatch.setattr("provisioner.sim._fluid.ThreadPoolExecutor", no_pool)
+    numba.set_num_threads(1)
+    try:
+        assert len(simulate(designs, trace, MODEL)) == 2
+    finally:
+        numba.set_num_threads(before)

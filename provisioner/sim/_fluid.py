@@ -33,7 +33,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import config, njit
+import numba
+from numba import njit
 
 from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
@@ -746,7 +747,8 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
 
     Python threads over a `nogil` kernel instead of numba's `parallel=True` prange:
     same blocks, same results, but no parfor passes and gufunc to compile (~17 s CPU of
-    the first run). NUMBA_NUM_THREADS sets the number of threads, as it did for prange."""
+    the first run). `numba.get_num_threads()` (NUMBA_NUM_THREADS, or less after
+    `numba.set_num_threads`) sets the number of threads, as it did for prange."""
     D = n_machines.shape[0]
     R = arrival.shape[0]
     kept = D if keep_requests else 0
@@ -757,7 +759,7 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     args = (n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
             overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
             stats, pct)
-    n_threads = max(1, min(int(config.NUMBA_NUM_THREADS), D))
+    n_threads = max(1, min(numba.get_num_threads(), D))
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
     if n_threads == 1:
         _run_block(order, 0, D, *args)

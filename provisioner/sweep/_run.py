@@ -63,12 +63,11 @@ def answer_question(question: Question, study=None, threads: int | None = None) 
 
 
 def _limit_numba_threads(threads: int) -> None:
-    """At most `threads` numba threads in this process (never more than it has).
-
-    The fluid engine sizes its pool of kernel threads from `numba.config.NUMBA_NUM_THREADS`
-    (`provisioner/sim/_fluid.py`), so that is lowered too, after `set_num_threads` (which
-    checks against it). loky's workers already start with NUMBA_NUM_THREADS = cores / jobs
-    (joblib sets it); Dask workers need this."""
+    """At most `threads` numba threads in this process (never more than it has): the fluid
+    engine runs `numba.get_num_threads()` kernel threads. `numba.config.NUMBA_NUM_THREADS`
+    is lowered as well, so code that reads the configured count sees the limit too. loky's
+    workers already start with NUMBA_NUM_THREADS = cores / jobs (joblib sets it); Dask
+    workers need this."""
     import numba
     n = max(1, min(threads, int(numba.config.NUMBA_NUM_THREADS)))
     numba.set_num_threads(n)
