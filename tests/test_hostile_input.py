@@ -234,6 +234,19 @@ def test_an_internal_error_is_one_line_with_a_saved_traceback(tmp_path, monkeypa
     assert saved.parent == tmp_path and "RuntimeError: boom" in saved.read_text()
 
 
+def test_an_unreadable_input_is_not_called_an_output(monkeypatch):
+    import errno
+
+    from rich.table import Table
+
+    def refuse(*args, **kwargs):   # any open() the command did not wrap itself
+        raise PermissionError(errno.EACCES, "Permission denied", "/data/profile.csv")
+
+    monkeypatch.setattr(Table, "add_row", refuse)
+    line = assert_one_line_error(*cli("catalog"), "cannot open '/data/profile.csv'", "Permission denied")
+    assert "write" not in line
+
+
 @pytest.mark.parametrize("phase", ["search", "verification"])
 def test_ctrl_c_stops_the_search_with_one_line(phase):
     """Ctrl-C in a terminal signals the whole process group, joblib's workers included."""

@@ -96,6 +96,10 @@ def _unexpected(exc: BaseException) -> int:
     if isinstance(cause, OSError) and cause.errno == errno.EPIPE:   # `provision catalog | head`
         _silence_stdout()
         return EXIT_OK
+    if isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM) and cause.filename:
+        # A file we were not allowed to open: it may be an input, so do not say "write".
+        return _say(f"cannot open '{cause.filename}': {cause.strerror or cause}; check its permissions "
+                    f"or choose another path", EXIT_USER_ERROR)
     if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS,
                                                       errno.EACCES, errno.EBADF):
         _silence_stdout()
