@@ -17,7 +17,7 @@ from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
-                      refuse_idle_flags, replay_note, study_option)
+                      given, refuse_idle_flags, replay_note, study_option)
 from ._tables import render_result
 
 
@@ -89,14 +89,15 @@ def main_command(
     families = tuple(design) if design else None
     ptypes = _names(prompt_machine_types)
     ttypes = _names(token_machine_types)
-    for flag, given in (("--mps-prefill-share", mps_prefill_share is not None),
-                        ("--duplicate-weights", duplicate_weights)):
-        if given and families and not any(f.startswith("splitwiser") for f in families):
+    for flag, flag_given in (("--mps-prefill-share", mps_prefill_share is not None),
+                             ("--duplicate-weights", duplicate_weights)):
+        if flag_given and families and not any(f.startswith("splitwiser") for f in families):
             raise ProvisionerError(f"{flag} applies to the splitwiser families: add --design splitwiser-h100 "
                                    f"(or splitwiser-a100, splitwiser-custom)")
     if (ptypes or ttypes) and not any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
                                       for f in (families or ())):
         families = (*(families or ()), CUSTOM_SPLIT)
+    _refuse_idle_search_flags(ctx, families or FAMILIES, searcher)
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
         workload=workload, model=model, families=families or FAMILIES, seed=seed, arrival=arrival, cv=cv,
@@ -111,6 +112,19 @@ def main_command(
     with _RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf, study=study)
     _answer(result, request, latency, report, json_out, perf, _input_files(workload, latency_profile))
+
+
+def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str) -> None:
+    """--power-cap-range and --trials steer the search of the custom families (and
+    --trials any optuna search): with none of those they would change nothing."""
+    custom = any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED) for f in families)
+    if given(ctx, "power_cap_range") and not custom:
+        raise ProvisionerError(f"--power-cap-range sets the power caps the custom families search; the named "
+                               f"families have fixed caps: add --design {CUSTOM_SPLIT} (or {CUSTOM_BASELINE}, "
+                               f"{CUSTOM_COLOCATED}), or drop --power-cap-range")
+    if given(ctx, "trials") and not custom and searcher != "optuna":
+        raise ProvisionerError(f"--trials sets the optuna search, which runs for --searcher optuna or the "
+                               f"custom families only: add one of them, or drop --trials")
 
 
 def _input_files(workload: str, latency_profile) -> tuple:
