@@ -147,11 +147,11 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
         prompt_machines = machines if machines is not None else prompt_machines
         token_machines = 0
         if prompt_machines < 1:
-            raise ProvisionerError(f"{family}: --machines must be >= 1 (got {prompt_machines})")
+            raise ProvisionerError(f"{family}: machines must be >= 1 (got {prompt_machines})", params=("machines",))
     elif prompt_machines < 1 or token_machines < 1:
         raise ProvisionerError(
-            f"{family}: --prompt-machines and --token-machines must both be >= 1 "
-            f"(got {prompt_machines} and {token_machines})")
+            f"{family}: prompt_machines and token_machines must both be >= 1 "
+            f"(got {prompt_machines} and {token_machines})", params=("prompt_machines", "token_machines"))
     d = Design(family, int(prompt_machines), int(token_machines), spec.prompt_machine,
                spec.token_machine, spec.prompt_power_cap, spec.token_power_cap,
                prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0,
@@ -165,25 +165,28 @@ def _validate(d: Design) -> None:
     for name in ("prompt_power_cap", "token_power_cap"):
         v = getattr(d, name)
         if not MIN_POWER_CAP <= v <= 1:
-            raise ProvisionerError(f"--{name.replace('_', '-')} must be a fraction of rated GPU power in "
+            raise ProvisionerError(f"{name} must be a fraction of rated GPU power in "
                                    f"[{math.ceil(MIN_POWER_CAP * 100) / 100:g}, 1] (got {v:g}); below "
-                                   f"{MIN_POWER_CAP:.3f} the GPU's static power leaves no clock to run at")
+                                   f"{MIN_POWER_CAP:.3f} the GPU's static power leaves no clock to run at",
+                                   params=(name,))
     if d.prompt_batch_cap_tokens < 1:
-        raise ProvisionerError("prompt-batch-cap-tokens must be >= 1")
+        raise ProvisionerError("prompt_batch_cap_tokens must be >= 1", params=("prompt_batch_cap_tokens",))
     if d.prefill_chunk_tokens < 0:
-        raise ProvisionerError(f"--prefill-chunk-tokens must be >= 0 (got {d.prefill_chunk_tokens}); "
-                               "0 turns chunked prefill off")
+        raise ProvisionerError(f"prefill_chunk_tokens must be >= 0 (got {d.prefill_chunk_tokens}); "
+                               "0 turns chunked prefill off", params=("prefill_chunk_tokens",))
     colocated_family = d.family.startswith("splitwiser")
     if colocated_family and not 0 < d.mps_prefill_share < 1:
-        raise ProvisionerError(f"--mps-prefill-share must be strictly between 0 and 1 (got {d.mps_prefill_share:g}): "
-                               "the prefill process's share of the SMs, the decode process gets the rest")
-    for flag, given in (("--mps-prefill-share", d.mps_prefill_share != 0),
-                        ("--duplicate-weights", d.duplicate_weights)):
+        raise ProvisionerError(f"mps_prefill_share must be strictly between 0 and 1 (got {d.mps_prefill_share:g}): "
+                               "the prefill process's share of the SMs, the decode process gets the rest",
+                               params=("mps_prefill_share",))
+    for name, given in (("mps_prefill_share", d.mps_prefill_share != 0),
+                        ("duplicate_weights", d.duplicate_weights)):
         if given and not colocated_family:
-            raise ProvisionerError(f"{flag} applies to the splitwiser families only (not {d.family})")
+            raise ProvisionerError(f"{name} applies to the splitwiser families only (not {d.family})",
+                                   params=(name,))
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
-            raise ProvisionerError(f"{name.replace('_', '-')} must be 1, 2, 4 or 8 (got {getattr(d, name)})")
+            raise ProvisionerError(f"{name} must be 1, 2, 4 or 8 (got {getattr(d, name)})", params=(name,))
 
 
 DESIGN_FIELDS = tuple(f.name for f in fields(Design))

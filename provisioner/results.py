@@ -119,15 +119,16 @@ def _family_entry(result: dict, family: str | None) -> dict:
     if family is None:
         winner = result.get("winner")
         if not isinstance(winner, dict):
-            raise ProvisionerError(f"the result has no winner (no feasible family); choose one with --family "
-                                   f"({', '.join(names) or 'none in the result'})")
+            raise ProvisionerError(f"the result has no winner (nothing in it is feasible); choose one with family "
+                                   f"({', '.join(names) or 'none in the result'})", params=("family",))
         family = str(winner["design"]["family"])
     if family not in names:
-        raise ProvisionerError(f"--family {family} is not in the result; use one of {', '.join(names)}")
+        raise ProvisionerError(f"family {family} is not in the result; use one of {', '.join(names)}",
+                               params=("family",))
     entry = best[names.index(family)]
     if entry["design"].get("prompt_machines") is None:
         raise ProvisionerError(f"the result has no design for {family} ({entry.get('reason') or 'none scored'}); "
-                               f"choose another --family")
+                               f"choose another family", params=("family",))
     return entry
 
 

@@ -360,3 +360,13 @@ def test_overwrite_message_names_one_override_only(tmp_path):
 
 def test_a_misspelt_workload_gets_a_suggestion():
     assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--workload", "codng"), "did you mean 'coding'")
+
+
+def test_the_library_names_parameters_and_the_cli_names_flags():
+    import provisioner
+
+    with pytest.raises(provisioner.ProvisionerError) as err:
+        provisioner.make_design("splitwiser-h100", machines=3, mps_prefill_share=1.5)
+    assert str(err.value).startswith("mps_prefill_share must be") and "--" not in str(err.value)
+    assert_one_line_error(*cli("simulate", "--design", "splitwiser-h100", "--machines", "3",
+                               "--mps-prefill-share", "1.5"), "--mps-prefill-share must be")

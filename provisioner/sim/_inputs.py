@@ -93,10 +93,10 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
         _colocate(designs, colocated, llm, cat, batch_cap, kv_cap, kv_s_per_token, kv_setup)
     if np.any(kv_cap[:, 0] <= 0) or np.any(kv_cap[split, 1] <= 0):
         bad = designs.design(int(np.flatnonzero((kv_cap[:, 0] <= 0) | (split & (kv_cap[:, 1] <= 0)))[0]))
-        what = (f"twice (--duplicate-weights) beside the prefill working set on a {bad.prompt_machine}"
+        what = (f"twice (duplicate_weights) beside the prefill working set on a {bad.prompt_machine}"
                 if bad.duplicate_weights else f"on a {bad.prompt_machine} / {bad.token_machine} replica")
         raise ProvisionerError(f"{llm.name} weights do not fit {what} at this TP degree: "
-                               f"use more GPUs per replica or a smaller model")
+                               f"use more GPUs per replica or a smaller model", params=("duplicate_weights",))
     return SimInputs(
         n_machines=n_machines.astype(np.int64), coef=coef, kv_cap_tokens=kv_cap,
         batch_cap_tokens=batch_cap, chunk_tokens=designs.prefill_chunk_tokens.astype(float),

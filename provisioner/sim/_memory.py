@@ -34,6 +34,9 @@ MAX_BUDGET_BYTES = 64e9
 class MemoryBudgetError(ProvisionerError):
     """A simulation would need more memory than the budget allows (one line, with the fix)."""
 
+    def __init__(self, message: str):
+        super().__init__(message, params=("duration_s", "rps"))
+
 
 @dataclass(frozen=True)
 class FluidPlan:
@@ -113,7 +116,7 @@ def _refusal(need: float, budget: float, servers: int, n_requests: int, duration
 
 def _shorter(duration_s: float | None, fraction: float) -> str:
     if duration_s is not None and duration_s > 0:
-        return (f"shorten --duration to {max(duration_s * fraction * 0.9, 1e-3):.3g} s or lower --rps "
+        return (f"shorten duration_s to {max(duration_s * fraction * 0.9, 1e-3):.3g} s or lower rps "
                 f"(fewer requests and machines)")
     return "use a shorter trace or a lower rate"
 
