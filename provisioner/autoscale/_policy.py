@@ -65,7 +65,8 @@ class ScalingSchedule:
     billed_from_s : when it started loading weights (0 for the machines there at the start).
     serve_from_s : when it takes its first request (billed_from_s + startup_s, or 0).
     serve_until_s : when it stopped taking new requests (inf: never scaled in).
-    decisions : (time_s, serving machines after the decision's changes take effect) per tick.
+    decision_s, observed_rps, machines : per tick, its time, the rate it observed and the
+        machines serving or loading after its decision.
     """
 
     billed_from_s: np.ndarray

@@ -55,12 +55,13 @@ class AutoscaleResult:
 
     def to_json(self) -> dict:
         s = self.schedule
+        counts = s.machines if len(s.machines) else np.array([s.n_machines])   # a profile shorter than a tick
         return {
             "family": self.family, "duration_s": self.duration_s, "capacity_rps": self.capacity_rps,
             "policy": {k: getattr(self.policy, k) for k in self.policy.__dataclass_fields__},
             "static": {"machines": self.static_machines, **self.static.to_json()},
-            "autoscaled": {"machines_started": s.n_machines, "machines_max": int(max(s.machines.max(initial=0), len(s.machines) == 0 and s.n_machines)),
-                           "machines_min": int(s.machines.min() if len(s.machines) else s.n_machines), **self.autoscaled.to_json()},
+            "autoscaled": {"machines_started": s.n_machines, "machines_max": int(counts.max()),
+                           "machines_min": int(counts.min()), **self.autoscaled.to_json()},
             "saving_pct": self.saving_pct,
             "machine_hours_saving_pct": _saving(self.static.machine_hours, self.autoscaled.machine_hours),
             "energy_saving_pct": _saving(self.static.energy_kwh, self.autoscaled.energy_kwh),
