@@ -161,3 +161,27 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert code == 2
     lines = err.getvalue().strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():
+    from provisioner.autoscale import size_for_peak
+    from provisioner.slo import SLO
+
+    peak = TraceGenerator("coding", 300, seed=0).at(4.0)
+    n = size_for_peak("baseline-a100", peak, MODEL, SLO(), PERF)
+    rows = simulate([make_design("baseline-a100", machines=k) for k in (n - 1, n)], peak, MODEL, perf=PERF)
+    assert rows["slo_met"].tolist() == [False, True]
+
+
+def test_cli_is_reproducible_and_writes_the_report(tmp_path):
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n600,2\n1200,1\n")
+    args = ["autoscale", "--profile", str(profile), "--design", "baseline-h100", "--model", MODEL,
+            "--arrival", "gamma", "--cv", "3", "--seed", "7", "--json"]
+    first = runner.invoke(get_app(), args + ["--report", str(tmp_path / "day.html")])
+    second = runner.invoke(get_app(), args)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output
+    assert first.stdout == second.stdout
+    assert json.loads(first.stdout)["trace"]["arrival"] == "gamma"
+    html = (tmp_path / "day.html").read_text()
+    assert "plotly" in html and "machines (serving or loading)" in html
