@@ -185,3 +185,19 @@ def test_cli_is_reproducible_and_writes_the_report(tmp_path):
     assert json.loads(first.stdout)["trace"]["arrival"] == "gamma"
     html = (tmp_path / "day.html").read_text()
     assert "plotly" in html and "machines (serving or loading)" in html
+
+
+def test_cli_takes_a_measured_latency_profile(tmp_path):
+    from pathlib import Path
+
+    import perfmodels
+
+    measured = Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv"   # the shipped copy
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n600,2\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100", "--model",
+                                    MODEL, "--latency-profile", str(measured), "--latency-interp", "splitwisesim",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["latency_model"]["kind"] == "profile" and obj["latency_model"]["interp"] == "splitwisesim"

@@ -16,7 +16,7 @@ from ..errors import ProvisionerError
 from ..sim import ENGINES
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
-                      latency_interp_option, latency_profile_option, load_latency_model, refuse_idle_flags,
+                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
                       trace_generator)
 
 DIURNAL = "diurnal"
@@ -83,10 +83,10 @@ def autoscale_command(
         check_output_path(report, flag="--report", force=True, inputs=(profile,) if Path(profile).exists() else ())
     policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines)
     traces = trace_generator(workload, arrival, None, sizing_duration, seed, cv)
-    perf = load_latency_model(latency_profile, latency_interp)
-    if perf is None:
+    measured = load_latency_model(latency_profile, latency_interp)
+    if measured is None:
         from perfmodels import LatencyModel
-        perf = LatencyModel()
+    perf = measured if measured is not None else LatencyModel()
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
     result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
@@ -96,6 +96,11 @@ def autoscale_command(
            "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
                        "mean_rps": rate.mean_rps, "requests": len(day)},
            "trace": traces.to_json(), **result.to_json()}
+    if measured is not None:
+        from ..designs import make_design
+        d = make_design(design, machines=1)
+        pool = (perf.catalog.machine(d.prompt_machine).gpu, d.prompt_tp)
+        obj["latency_model"] = latency_model_json(perf, model, [pool], day.prompt_tokens)
     if report is not None:
         _write_report(report, obj)
     if json_out:
