@@ -14,6 +14,7 @@ and :func:`make_workload` is its trace at one rate:
 
 from workloads._arrivals import gamma_arrivals, poisson_arrivals, replay_arrivals
 from workloads._generate import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
+from workloads._profile import ProfileFormatError, RateProfile, diurnal_profile, read_profile_csv
 from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
 from workloads._workload import make_workload
@@ -21,6 +22,8 @@ from workloads.errors import TraceFormatError, UnknownWorkloadError, WorkloadErr
 
 __all__ = [
     "ARRIVAL_PROCESSES",
+    "ProfileFormatError",
+    "RateProfile",
     "TraceGenerator",
     "WORKLOAD_NAMES",
     "Trace",
@@ -29,9 +32,11 @@ __all__ = [
     "WorkloadError",
     "azure_trace",
     "default_arrival",
+    "diurnal_profile",
     "gamma_arrivals",
     "make_workload",
     "poisson_arrivals",
+    "read_profile_csv",
     "read_trace_csv",
     "replay_arrivals",
 ]

@@ -109,6 +109,39 @@ class TraceGenerator:
         self._grow(k)
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
+    def with_profile(self, profile) -> Trace:
+        """The trace under a time-varying rate (a :class:`~workloads.RateProfile`), window
+        ``[0, profile.duration_s)``: this generator's unit-rate stream (the requests of
+        every constant-rate trace, in the same order) with unit time ``u`` placed at
+        ``profile.time_at(u)``, the inverse of the cumulative rate (time rescaling)."""
+        total = profile.expected_requests
+        if total > MAX_TRACE_REQUESTS:
+            raise WorkloadError(f"the rate profile '{profile.name}' holds {total:.3g} requests, more than a trace "
+                                f"holds (at most {MAX_TRACE_REQUESTS:,}); lower its rates or shorten it")
+        if self.arrival == "replay":
+            unit, prompt, output = self._replay_unit(total)
+        else:
+            self._grow(int(total) + 2)
+            while self._unit[self._n - 1] < total:
+                self._grow(2 * self._n)
+            k = int(np.searchsorted(self._unit, total, side="left"))
+            unit, prompt, output = self._unit[:k], self._sizes[0][:k], self._sizes[1][:k]
+        if len(unit) < 1:
+            raise WorkloadError(f"no request arrives under the rate profile '{profile.name}'; raise its rates")
+        arrival = np.minimum(profile.time_at(unit), np.nextafter(profile.end_s, 0.0))
+        return Trace(arrival, prompt, output, self.name, profile.duration_s)
+
+    def _replay_unit(self, total: float):
+        """The file's requests at unit rate (mean gap 1), wrapped, up to unit time ``total``."""
+        src = self.source
+        m = len(src)
+        unit = (src.arrival_s - src.arrival_s[0]) * self.native_rps
+        copies = max(1, math.ceil(total / m))
+        pos = (unit[np.newaxis, :] + m * np.arange(copies)[:, np.newaxis]).ravel()
+        k = int(np.searchsorted(pos, total * (1.0 - _WINDOW_REL_TOL), side="left"))
+        rows = np.arange(k) % m
+        return pos[:k], src.prompt_tokens[rows], src.output_tokens[rows]
+
     def rescaled(self, rps: float | None) -> bool:
         """Whether the trace at ``rps`` moves a replayed file's arrivals in time."""
         return self.arrival == "replay" and rps is not None and float(rps) != self.native_rps

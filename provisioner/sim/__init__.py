@@ -7,6 +7,8 @@ fast path for search, the discrete-event engine the reference it is tested again
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -23,7 +25,7 @@ from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
-           "fluid_plan", "COMPILING_MESSAGE"]
+           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
@@ -84,12 +86,15 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     return batch, inputs, out
 
 
-def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True):
+def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None):
     """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e)).
 
-    keep_requests : False lets the fluid engine return only per-design figures."""
+    keep_requests : False lets the fluid engine return only per-design figures.
+    windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None."""
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf)
+    if windows is not None:
+        inputs = dataclasses.replace(inputs, active_from_s=windows[0], active_until_s=windows[1])
     duration_s = getattr(trace, "duration_s", None)
     if engine != "fluid":
         des_check(inputs.n_designs, len(trace), duration_s)
@@ -152,3 +157,6 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     result.loc[failed, "slo_met"] = False
     result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
     return result
+
+
+from ._scaled import simulate_scaled  # noqa: E402  (uses _run above)

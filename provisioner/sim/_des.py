@@ -63,6 +63,7 @@ import numpy as np
 from ..errors import ProvisionerError
 from ._des_scalar import iteration_fn, kv_visible_s
 from ._inputs import EngineOutput, SimInputs
+from ._windows import server_drained_s, windowed_cluster
 
 _END, _KV, _ARRIVAL, _START = 0, 1, 2, 3  # event kinds, in their order at equal times
 
@@ -359,7 +360,7 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     colocated = inputs.mps_share[d] > 0
     if colocated:
         from ._des_colocated import ColocatedCluster
-    cl = ColocatedCluster(inputs, d) if colocated else _Cluster(inputs, d)
+    cl = windowed_cluster(ColocatedCluster if colocated else _Cluster, inputs, d)
     machines = cl.machines
     n_requests = len(inputs.arrival_s)
     arrivals = inputs.arrival_s.tolist() + [float("inf")]   # a sentinel after the last request
@@ -451,7 +452,7 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
         busy_s=np.zeros((len(idx), 2)), decode_batch_time_s=np.zeros((len(idx), 2)),
         decode_time_s=np.zeros((len(idx), 2)), borrowed_decodes=np.zeros(len(idx), dtype=np.int64),
         borrowed_prefills=np.zeros(len(idx), dtype=np.int64), kv_visible_s_sum=np.zeros(len(idx)),
-        kv_transfers=np.zeros(len(idx), dtype=np.int64))
+        kv_transfers=np.zeros(len(idx), dtype=np.int64), drained_s=np.zeros((len(idx), inputs.n_machines.sum(1).max())))
     for row, d in enumerate(idx):
         cl = _simulate(inputs, int(d))
         out.first_token_s[row], out.finish_s[row] = cl.first, cl.finish
@@ -461,4 +462,5 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
             cl.busy_s, cl.batch_time_s, cl.decode_time_s)
         out.borrowed_decodes[row], out.borrowed_prefills[row] = cl.borrowed_decodes, cl.borrowed_prefills
         out.kv_visible_s_sum[row], out.kv_transfers[row] = cl.kv_visible_sum, cl.kv_transfers
+        out.drained_s[row] = server_drained_s(cl.prefill_on, cl.decode_on, cl.finish, out.drained_s.shape[1])
     return out

@@ -40,6 +40,7 @@ from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ._inputs import EngineOutput, SimInputs
+from ._windows import server_windows
 
 profile_iteration_s = jit_profile_lookup()   # the measured-profile lookup, compiled into iter_time
 iteration_parts, shared_iteration_s = jit_contention()   # Splitwiser's GPU-sharing rule
@@ -139,7 +140,7 @@ def _pop(keys, vals, st, col, m):
 @njit(cache=True)
 def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                      layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, first_out, finish_out,
-                     stats):
+                     stats, window, drained):
     R = arrival.shape[0]
     M = n0 + n1
     fs = np.zeros((M, N_F))
@@ -164,14 +165,18 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
     sim = (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
            arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64))
-    _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim)
+    _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window)
+    for r in range(R):   # a server has drained when the last request it served finishes
+        if finish_out[r] < INF:
+            drained[req[r, 1]] = _fmax(drained[req[r, 1]], finish_out[r])
+            drained[req[r, 2]] = _fmax(drained[req[r, 2]], finish_out[r])
 
 
 # The event loop runs without reference counting (`_nrt=False`): in a function that may
 # allocate, numba increfs and decrefs every array it takes out of `sim` on each use, which
 # cost 15% of the kernel when this loop lived in `_simulate_design`.
 @njit(cache=True, _nrt=False)
-def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
+def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
     """Route each request at its arrival, after every machine event due before it."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
@@ -184,10 +189,10 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim):
             return
         need = s_arr[r] + n_arr[r]
         if n1 == 0:
-            p = _least_loaded_mixed(t, n0, fs, st)
+            p = _least_loaded_mixed(t, n0, fs, st, window)
             d = p
         elif prompt_budget[2] > 0.0:
-            p = _least_loaded_machine(t, n0, fs, st)
+            p = _least_loaded_machine(t, n0, fs, st, window)
             d = p + n0
         else:
             p, d = _route_split(t, need, n0, M, allow_borrow, overload, kv_cap, fs, st, lent)
@@ -242,9 +247,11 @@ def _prompt_work(m, t, fs, st):
 
 
 @njit(cache=True, _nrt=False)
-def _least_loaded_mixed(t, n0, fs, st):
+def _least_loaded_mixed(t, n0, fs, st, window):
     best, best_load = 0, INF
     for m in range(n0):
+        if t < window[m, 0] or t >= window[m, 1]:   # not serving yet, or scaled in (SEMANTICS.md)
+            continue
         load = _prompt_work(m, t, fs, st) + _decode_progress(m, t, fs, st)
         if load < best_load - EPS:
             best, best_load = m, load
@@ -252,11 +259,13 @@ def _least_loaded_mixed(t, n0, fs, st):
 
 
 @njit(cache=True, _nrt=False)
-def _least_loaded_machine(t, n0, fs, st):
+def _least_loaded_machine(t, n0, fs, st, window):
     """Splitwiser: the machine with the least pending prompt work of its prefill server
     plus pending decode tokens of its decode server (ties: lowest index)."""
     best, best_load = 0, INF
     for m in range(n0):
+        if t < window[m, 0] or t >= window[m, 1]:
+            continue
         load = _prompt_work(m, t, fs, st) + _decode_progress(m + n0, t, fs, st)
         if load < best_load - EPS:
             best, best_load = m, load
@@ -702,6 +711,8 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     # Each thread gets one contiguous block of designs. A design space is ordered by machine counts, so the
     # long-running feasible designs sit together; a fixed interleaving spreads them.
     order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
+    window = server_windows(inputs, idx)
+    drained = np.zeros(window.shape[:2])
     _announce_compile()
     first, finish, stats, pct = _run_batch(
         n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx],
@@ -710,7 +721,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
         np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), inv_solo, want_pct,
-        keep_requests, order)
+        keep_requests, order, window, drained)
     return EngineOutput(
         first_token_s=first if keep_requests else None, finish_s=finish if keep_requests else None,
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],
@@ -718,7 +729,8 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         borrowed_prefills=stats[:, ST_BORROW_P], kv_visible_s_sum=stats[:, ST_KV_SUM],
         kv_transfers=stats[:, ST_KV_N], aborted=stats[:, ST_ABORTED] > 0,
         makespan_s=stats[:, ST_LAST_FINISH] - inputs.arrival_s[0],
-        latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None)
+        latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None,
+        drained_s=drained)
 
 
 from . import COMPILING_MESSAGE  # noqa: E402  (the package's constant; the package never imports this module eagerly)
@@ -742,7 +754,7 @@ def _announce_compile() -> None:
 
 def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, order):
+               keep_requests, order, window, drained):
     """Simulate every design, `order` split into one contiguous block per thread.
 
     Python threads over a `nogil` kernel instead of numba's `parallel=True` prange:
@@ -758,7 +770,7 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
     args = (n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
             overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
-            stats, pct)
+            stats, pct, window, drained)
     n_threads = max(1, min(numba.get_num_threads(), D))
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
     if n_threads == 1:
@@ -774,17 +786,17 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
 @njit(cache=True, nogil=True)
 def _run_block(order, lo, hi, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, first, finish, stats, pct):
+               keep_requests, first, finish, stats, pct, window, drained):
     for j in range(lo, hi):
         _one_design(order[j], n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup,
                     n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
-                    want_pct, keep_requests, first, finish, stats, pct)
+                    want_pct, keep_requests, first, finish, stats, pct, window, drained)
 
 
 @njit(cache=True)
 def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                 layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-                keep_requests, first, finish, stats, pct):
+                keep_requests, first, finish, stats, pct, window, drained):
     """Simulate design i into row i of the outputs."""
     R = arrival.shape[0]
     if keep_requests:
@@ -795,7 +807,7 @@ def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_p
     finish_i[:] = INF
     _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
                      kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i])
+                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i], window[i], drained[i])
     stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
     if want_pct:
         _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])

@@ -44,6 +44,10 @@ class SimInputs:
     arrival_s: np.ndarray           # (r,) float64 sorted
     prompt_tokens: np.ndarray       # (r,) int64
     output_tokens: np.ndarray       # (r,) int64
+    # Availability windows per server (autoscaling, SEMANTICS.md "Availability windows"):
+    # (d, max servers) float64 [from, until) in s; None: every server always available.
+    active_from_s: np.ndarray | None = None
+    active_until_s: np.ndarray | None = None
 
     @property
     def n_designs(self) -> int:
@@ -145,3 +149,4 @@ class EngineOutput:
     makespan_s: np.ndarray | None = None     # (d,) first arrival to last finish, when the engine computed it
     latency_pct_s: np.ndarray | None = None  # (d, 3 metrics, 3 percentiles), when the engine computed them
     slowdown_pct: np.ndarray | None = None   # (d, 3, 3) percentiles of per-request slowdowns
+    drained_s: np.ndarray | None = None      # (d, max servers) when each server's last request finished (0: none)

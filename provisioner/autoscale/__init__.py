@@ -1,0 +1,16 @@
+"""Autoscaling: what scaling machines in and out saves over a day against buying for the peak.
+
+    from provisioner.autoscale import AutoscalePolicy, autoscale
+    result = autoscale("baseline-a100", day_trace, peak_trace, "bloom-176b", AutoscalePolicy(), perf=perf)
+    result.saving_pct, result.to_json()
+
+`plan_scaling` is the controller (causal, on observed arrivals); `size_for_peak` the
+static cluster (the fewest machines meeting the SLOs at the peak, by the `Evaluator`).
+The rules are in `provisioner/sim/SEMANTICS.md`, "Autoscaling".
+"""
+
+from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
+from ._run import AutoscaleResult, ClusterDay, autoscale, machine_hours, size_for_peak
+
+__all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "AutoscaleResult", "ClusterDay", "autoscale",
+           "machine_hours", "size_for_peak"]

@@ -1,0 +1,159 @@
+"""Static (sized for the peak) versus autoscaled clusters over a rate profile."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..designs import DesignBatch, family_spec, make_design
+from ..errors import ProvisionerError
+from ..results import latency_json
+from ..sim import cluster_cost_power, simulate, simulate_scaled
+from ..slo import SLO
+from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
+
+__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "SIZING_BATCH",
+           "MAX_STATIC_MACHINES"]
+
+SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
+MAX_STATIC_MACHINES = 1024
+
+
+@dataclass(frozen=True)
+class ClusterDay:
+    """What one cluster costs and how it serves over the profile."""
+
+    machine_hours: float
+    cost_usd: float
+    energy_kwh: float
+    row: pd.Series = field(repr=False)   # the engine's result row (latencies, SLO verdict)
+
+    def to_json(self) -> dict:
+        out = {"machine_hours": self.machine_hours, "cost_usd": self.cost_usd, "energy_kwh": self.energy_kwh,
+               "requests": int(self.row["requests"])}
+        out.update(latency_json(self.row))
+        return out
+
+
+@dataclass(frozen=True)
+class AutoscaleResult:
+    family: str
+    static_machines: int
+    capacity_rps: float
+    static: ClusterDay
+    autoscaled: ClusterDay
+    schedule: ScalingSchedule
+    policy: AutoscalePolicy
+    duration_s: float
+
+    @property
+    def saving_pct(self) -> float:
+        return _saving(self.static.cost_usd, self.autoscaled.cost_usd)
+
+    def to_json(self) -> dict:
+        s = self.schedule
+        counts = s.machines if len(s.machines) else np.array([s.n_machines])   # a profile shorter than a tick
+        return {
+            "family": self.family, "duration_s": self.duration_s, "capacity_rps": self.capacity_rps,
+            "policy": {k: getattr(self.policy, k) for k in self.policy.__dataclass_fields__},
+            "static": {"machines": self.static_machines, **self.static.to_json()},
+            "autoscaled": {"machines_started": s.n_machines, "machines_max": int(counts.max()),
+                           "machines_min": int(counts.min()), **self.autoscaled.to_json()},
+            "saving_pct": self.saving_pct,
+            "machine_hours_saving_pct": _saving(self.static.machine_hours, self.autoscaled.machine_hours),
+            "energy_saving_pct": _saving(self.static.energy_kwh, self.autoscaled.energy_kwh),
+            "timeline": {"time_s": s.decision_s.tolist(), "observed_rps": s.observed_rps.tolist(),
+                         "machines": s.machines.tolist()},
+        }
+
+
+def _saving(static: float, scaled: float) -> float:
+    return 100.0 * (1.0 - scaled / static) if static > 0 else 0.0
+
+
+def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid", **overrides) -> int:
+    """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
+    trace at the profile's peak), scored by the search's `Evaluator` in batches of counts."""
+    from ..search import Evaluator
+
+    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine)
+    lo = 1
+    while lo <= MAX_STATIC_MACHINES:
+        counts = range(lo, lo + SIZING_BATCH)
+        met = evaluate([make_design(family, machines=n, **overrides) for n in counts])["slo_met"].to_numpy(bool)
+        if met.any():
+            return counts[int(np.argmax(met))]
+        lo += SIZING_BATCH
+    raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs at the "
+                           f"profile's peak of {peak_trace.rate_rps:g} req/s; lower the profile's rates or "
+                           f"loosen the SLOs (--slo-scale)")
+
+
+def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
+              engine: str = "fluid", capacity_rps: float | None = None, static_machines: int | None = None,
+              initial_rps: float | None = None, **overrides) -> AutoscaleResult:
+    """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
+
+    trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
+    peak_trace : a constant-rate trace at the profile's peak (the static sizing question).
+    capacity_rps : requests/s per machine the controller plans with; default the peak
+        rate over the static count (what one machine of the static cluster carries at the peak).
+    initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
+        arrivals of its first control window).
+    """
+    spec = family_spec(family)
+    if spec.split:
+        raise ProvisionerError(f"autoscale scales one pool of machines: {family} has two (prompt and token) with "
+                               f"lending; use a baseline or splitwiser family")
+    slo = slo if slo is not None else SLO()
+    n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, engine, **overrides)
+    capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
+    horizon_s = float(trace.duration_s)
+    if initial_rps is None:
+        first = min(policy.window_s, horizon_s)
+        initial_rps = np.searchsorted(trace.arrival_s, first) / first
+    initial = max(policy.min_machines, math.ceil(initial_rps / (capacity * policy.target_load)))
+    schedule = plan_scaling(trace.arrival_s, horizon_s, capacity, initial, policy)
+    static_design = make_design(family, machines=n_static, **overrides)
+    scaled_design = make_design(family, machines=schedule.n_machines, **overrides)
+    usd_per_h, kw = (float(v[0]) / n_static for v in cluster_cost_power(DesignBatch.from_designs([static_design]),
+                                                                        perf.catalog))
+    static_row = simulate(static_design, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
+    hours = n_static * horizon_s / 3600.0
+    static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
+    lo, hi, layout = _server_windows(scaled_design, schedule, perf)
+    scaled_row, drained_s = simulate_scaled(scaled_design, trace, model, lo, hi, engine=engine, slo=slo, perf=perf)
+    hours = machine_hours(schedule, _machine_drained_s(drained_s, layout, schedule.n_machines), horizon_s)
+    scaled = ClusterDay(hours, hours * usd_per_h, hours * kw, scaled_row.iloc[0])
+    return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s)
+
+
+def machine_hours(schedule: ScalingSchedule, drained_s: np.ndarray, horizon_s: float) -> float:
+    """Paid hours: each machine from the start of its weight loading to the end of its
+    draining (its last request's finish, or the scale-in if it held none), within the
+    profile's window; a machine never scaled in to the window's end."""
+    stopped = np.isfinite(schedule.serve_until_s)
+    end = np.where(stopped, np.maximum(schedule.serve_until_s, np.where(stopped, drained_s, 0.0)), horizon_s)
+    end = np.minimum(end, horizon_s)
+    return float(np.sum(np.maximum(end - schedule.billed_from_s, 0.0))) / 3600.0
+
+
+def _server_windows(design, schedule: ScalingSchedule, perf):
+    """(from, until, layout) per server: machine k's replicas are servers k x rep ..
+    (k + 1) x rep - 1 of each pool (Splitwiser: its prefill then its decode servers);
+    layout = (pools, rep)."""
+    machine = perf.catalog.machine(design.prompt_machine)
+    rep = machine.gpus_per_machine // int(design.prompt_tp)
+    pools = 2 if design.mps_prefill_share > 0 else 1
+    lo = np.tile(np.repeat(schedule.serve_from_s, rep), pools)
+    hi = np.tile(np.repeat(schedule.serve_until_s, rep), pools)
+    return lo, hi, (pools, rep)
+
+
+def _machine_drained_s(drained_s: np.ndarray, layout: tuple[int, int], n_machines: int) -> np.ndarray:
+    """Per machine: the latest drain time of its servers (the layout of `_server_windows`)."""
+    pools, rep = layout
+    return np.asarray(drained_s, float)[:pools * n_machines * rep].reshape(pools, n_machines, rep).max(axis=(0, 2))

@@ -1,0 +1,172 @@
+"""`provision autoscale`: a statically provisioned cluster (sized for the peak) against one
+that scales machines in and out, over a rate profile (CONTRACTS.md, command 9)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from workloads import diurnal_profile, read_profile_csv
+
+from ..errors import ProvisionerError
+from ..sim import ENGINES
+from ..slo import SLO
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
+                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
+                      trace_generator)
+
+DIURNAL = "diurnal"
+DEFAULT_SIZING_S = 600.0
+
+
+def autoscale_command(
+    ctx: typer.Context,
+    profile: str = typer.Option(..., "--profile", metavar="RATE.csv|diurnal",
+                                help="The load over time: a CSV with columns time_s,rps (piecewise-constant from "
+                                     "each row's time) or 'diurnal' (24 h cosine, peak at 14:00 = 3x the trough "
+                                     "at 02:00; its peak is --rps)."),
+    design: str = typer.Option(..., "--design", help="A family with one pool: baseline-a100, baseline-h100, "
+                                                     "splitwiser-a100, splitwiser-h100."),
+    workload: str = typer.Option(DEFAULT_WORKLOAD, "--workload", help=WORKLOAD_HELP),
+    rps: float = typer.Option(None, "--rps", help="The profile's peak rate (req/s): required for 'diurnal'; for a "
+                                                  "CSV profile, rescales its rates to this peak."),
+    duration: float = typer.Option(None, "--duration", help="The profile's length (s; default: 24 h for diurnal, "
+                                                            "a CSV's rows with the last one as long as the gap "
+                                                            "before it)."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", help="Catalog model name."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workload's random draws."),
+    arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
+    cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
+    engine: str = typer.Option("fluid", "--engine", help="fluid (fast) or des (exact reference; slow on a day)."),
+    slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
+    static_machines: int = typer.Option(None, "--static-machines", help="The static cluster's size (default: the "
+                                        "fewest machines meeting the SLOs at the profile's peak)."),
+    sizing_duration: float = typer.Option(DEFAULT_SIZING_S, "--sizing-duration",
+                                          help="Length (s) of the constant-rate trace at the peak the static "
+                                               "cluster is sized on."),
+    capacity_rps: float = typer.Option(None, "--capacity-rps", help="Requests/s one machine carries, for the "
+                                       "controller (default: the peak over the static machine count)."),
+    scale_out_load: float = typer.Option(0.95, "--scale-out-load", help="Add machines when the observed rate "
+                                         "exceeds this fraction of the capacity of the machines up or starting."),
+    scale_in_load: float = typer.Option(0.7, "--scale-in-load", help="Stop machines when the rate would stay "
+                                        "below this fraction of the capacity of one machine fewer."),
+    target_load: float = typer.Option(0.85, "--target-load", help="The load a scaling step aims at."),
+    startup_s: float = typer.Option(120.0, "--startup-s", help="Weight loading: a started machine serves this "
+                                                               "many seconds after the decision (paid from it)."),
+    interval_s: float = typer.Option(60.0, "--interval-s", help="Seconds between scaling decisions."),
+    window_s: float = typer.Option(300.0, "--window-s", help="A decision looks at the arrivals of this many "
+                                                             "seconds before it."),
+    min_machines: int = typer.Option(1, "--min-machines", help="Never fewer serving machines."),
+    json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
+    report: Path = typer.Option(None, "--report", metavar="PATH.html",
+                                help="Write rate and machines over time (both clusters) as an HTML page."),
+    latency_profile: str = latency_profile_option(),
+    latency_interp: str = latency_interp_option(),
+    # --scheduler (CONTRACTS.md item 9) joins here once the scheduler lands: pass it to both runs.
+) -> None:
+    from ..autoscale import AutoscalePolicy, autoscale
+
+    if engine not in ENGINES:
+        raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
+    if not 0 < slo_scale < math.inf:
+        raise ProvisionerError(f"--slo-scale must be a finite number > 0 (got {slo_scale:g})")
+    if static_machines is not None and static_machines < 1:
+        raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
+    refuse_idle_flags(ctx, workload, arrival)
+    rate = _profile(profile, rps, duration)
+    if report is not None:   # before any work: a bad output path is refused at once
+        from ..files import check_output_path
+        check_output_path(report, flag="--report", force=True, inputs=(profile,) if Path(profile).exists() else ())
+    policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines)
+    traces = trace_generator(workload, arrival, None, sizing_duration, seed, cv)
+    measured = load_latency_model(latency_profile, latency_interp)
+    if measured is None:
+        from perfmodels import LatencyModel
+    perf = measured if measured is not None else LatencyModel()
+    t0 = time.perf_counter()
+    day = traces.with_profile(rate)
+    result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
+                       engine=engine, capacity_rps=capacity_rps, static_machines=static_machines)
+    elapsed_s = time.perf_counter() - t0
+    obj = {"workload": workload, "model": model, "engine": engine,
+           "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
+                       "mean_rps": rate.mean_rps, "requests": len(day)},
+           "trace": traces.to_json(), **result.to_json()}
+    if measured is not None:
+        from ..designs import make_design
+        d = make_design(design, machines=1)
+        pool = (perf.catalog.machine(d.prompt_machine).gpu, d.prompt_tp)
+        obj["latency_model"] = latency_model_json(perf, model, [pool], day.prompt_tokens)
+    if report is not None:
+        _write_report(report, obj)
+    if json_out:
+        echo_json(obj)
+        if sys.stderr.isatty():
+            typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
+        return
+    _print_summary(obj, elapsed_s)
+
+
+def _profile(profile: str, rps: float | None, duration: float | None):
+    if rps is not None and not 0 < rps < math.inf:
+        raise ProvisionerError(f"--rps must be > 0 and finite, the profile's peak in requests per second (got {rps:g})")
+    if duration is not None and not 0 < duration < math.inf:
+        raise ProvisionerError(f"--duration must be > 0 and finite, in seconds (got {duration:g})")
+    if profile.strip().lower() == DIURNAL:
+        if rps is None:
+            raise ProvisionerError("--profile diurnal needs its peak rate: add --rps R (requests/s)")
+        return diurnal_profile(rps, duration if duration is not None else 86400.0)
+    if not Path(profile).exists():
+        raise ProvisionerError(f"--profile: '{profile}' is neither a file nor 'diurnal'; give a CSV with columns "
+                               f"time_s,rps or 'diurnal'")
+    rate = read_profile_csv(profile, duration)
+    return rate.scaled_to_peak(rps) if rps is not None else rate
+
+
+def _print_summary(obj: dict, elapsed_s: float) -> None:
+    from rich.table import Table
+
+    from ._common import console as make_console
+
+    p = obj["profile"]
+    table = Table(title=f"{obj['family']} over '{p['name']}' ({p['duration_s'] / 3600:.3g} h, peak {p['peak_rps']:.3g} "
+                        f"req/s, mean {p['mean_rps']:.3g} req/s, {p['requests']:,} requests) — {obj['workload']}, "
+                        f"{obj['model']}")
+    table.add_column("cluster")
+    for col in ("machines", "machine-hours", "cost ($)", "energy (kWh)", "TTFT p99 (ms)", "E2E p99 (ms)", "SLOs"):
+        table.add_column(col, justify="right")
+    s, a = obj["static"], obj["autoscaled"]
+    for name, c, machines in (("static (sized for the peak)", s, f"{s['machines']}"),
+                              ("autoscaled", a, f"{a['machines_min']}..{a['machines_max']}")):
+        table.add_row(name, machines, f"{c['machine_hours']:.1f}", f"{c['cost_usd']:,.0f}", f"{c['energy_kwh']:,.0f}",
+                      f"{c['ttft_ms']['p99']:.0f}", f"{c['e2e_ms']['p99']:.0f}",
+                      "met" if c["slo"]["met"] else f"violated ({c['slo']['binding']})")
+    console = make_console()
+    console.print(table)
+    console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
+                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); the controller plans with "
+                  f"{obj['capacity_rps']:.3g} req/s per machine and started {a['machines_started']} machines")
+    console.print(f"simulated {p['requests']:,} requests twice in {elapsed_s:.1f} s")
+
+
+def _write_report(path: Path, obj: dict) -> None:
+    """Rate and machines over time, one self-contained HTML page (plotly, loaded lazily)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    tl = obj["timeline"]
+    hours = [t / 3600.0 for t in tl["time_s"]]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True,
+                        subplot_titles=("observed request rate (req/s)", "machines (serving or loading)"))
+    fig.add_trace(go.Scatter(x=hours, y=tl["observed_rps"], name="observed rate"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=hours, y=tl["machines"], name="autoscaled", line_shape="hv"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[0, obj["duration_s"] / 3600.0], y=[obj["static"]["machines"]] * 2,
+                             name="static (peak)", line_dash="dash"), row=2, col=1)
+    fig.update_xaxes(title_text="hour", row=2, col=1)
+    fig.update_layout(title=f"Autoscaling {obj['family']}: saves {obj['saving_pct']:.1f}% of the cost")
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+    typer.echo(f"wrote {path}", err=True)

@@ -1,0 +1,203 @@
+"""Autoscaling: availability windows in both engines, the controller against a
+hand-computed case, and `provision autoscale` as typed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from perfmodels import LatencyModel
+from provisioner.autoscale import AutoscalePolicy, autoscale, machine_hours, plan_scaling
+from provisioner.cli import get_app
+from provisioner.designs import make_design
+from provisioner.errors import ProvisionerError
+from provisioner.sim import simulate, simulate_scaled
+from workloads import RateProfile, TraceGenerator
+
+MODEL = "llama2-70b"
+PERF = LatencyModel()
+DGX_A100_USD_PER_H = 17.6      # Splitwise Table I (the catalog's default cost option)
+DGX_A100_KW = 6.5
+
+
+def two_levels(levels=(1.0, 3.0), step_s=1800.0):
+    """The load of the hand-computed case: 1 req/s, then 3 req/s (then back, if given)."""
+    starts = np.arange(len(levels)) * step_s
+    return RateProfile(starts, np.array(levels), step_s * len(levels), "two-levels")
+
+
+# Capacity 1 req/s per machine, decisions every 300 s on the last 300 s, 120-s start-up,
+# scale out above 0.9 to a load of 0.8, scale in below 0.5 (of one machine fewer).
+POLICY = AutoscalePolicy(scale_out_load=0.9, scale_in_load=0.5, target_load=0.8, startup_s=120.0,
+                         interval_s=300.0, window_s=300.0, min_machines=1)
+
+
+def run_case(levels, engine="fluid", seed=0):
+    gen = TraceGenerator("coding", 300, seed=seed)
+    day = gen.with_profile(two_levels(levels))
+    return autoscale("baseline-a100", day, gen.at(3.0), MODEL, POLICY, perf=PERF, engine=engine,
+                     capacity_rps=1.0, static_machines=4)
+
+
+def test_hand_computed_two_levels():
+    """At 1 req/s the controller keeps ceil(1 / 0.8) = 2 machines; the first tick whose
+    window holds only the 3-req/s level is 1800 + 300 = 2100 s: 3 > 0.9 x 2 x 1 starts
+    ceil(3 / 0.8) - 2 = 2 machines, serving at 2220 s. Paid: 2 x 1 h + 2 x 1500 s =
+    2.8333 machine-hours against the static 4 x 1 h."""
+    r = run_case((1.0, 3.0))
+    s = r.schedule
+    assert s.billed_from_s.tolist() == [0, 0, 2100, 2100]
+    assert s.serve_from_s.tolist() == [0, 0, 2220, 2220]
+    assert np.isinf(s.serve_until_s).all()
+    hours = 2 + 2 * 1500 / 3600
+    assert r.autoscaled.machine_hours == pytest.approx(hours)
+    assert r.static.machine_hours == pytest.approx(4.0)
+    assert r.autoscaled.cost_usd == pytest.approx(hours * DGX_A100_USD_PER_H)
+    assert r.static.energy_kwh == pytest.approx(4.0 * DGX_A100_KW)
+    assert r.saving_pct == pytest.approx(100 * (1 - hours / 4))
+    assert s.serving_at([2219.0, 2220.0]).tolist() == [2, 4]
+
+
+def test_scale_in_pays_until_the_drain():
+    """Back to 1 req/s at 3600 s: the tick at 3900 s sees 1 < 0.5 x 3 and stops the two
+    newest machines; each stays paid until its last request finishes, if that is later."""
+    r = run_case((1.0, 3.0, 1.0))
+    s = r.schedule
+    assert s.serve_until_s[2:].tolist() == [3900, 3900] and np.isinf(s.serve_until_s[:2]).all()
+    extra_h = r.autoscaled.machine_hours - (2 * 1.5 + 2 * 1800 / 3600)
+    assert 0 <= extra_h < 2 * 120 / 3600
+    # the billing rule itself: drained after the scale-in extends the bill, before it does not
+    drained = np.array([5000.0, 5000.0, 3960.0, 3850.0])
+    assert machine_hours(s, drained, 5400.0) == pytest.approx((2 * 5400 + 3960 - 2100 + 3900 - 2100) / 3600)
+
+
+def test_default_windows_change_nothing():
+    trace = TraceGenerator("coding", 60, seed=2).at(4.0)
+    d = make_design("baseline-a100", machines=3)
+    for engine in ("fluid", "des"):
+        plain = simulate(d, trace, MODEL, engine=engine, perf=PERF).iloc[0]
+        row, drained = simulate_scaled(d, trace, MODEL, np.zeros(3), np.full(3, np.inf), engine=engine, perf=PERF)
+        for col in ("ttft_p50_s", "ttft_p99_s", "tbt_p99_s", "e2e_p99_s", "throughput_rps"):
+            assert row.iloc[0][col] == plain[col]
+        assert trace.arrival_s[-1] < drained.max() < np.inf   # the last request finishes after it arrives
+
+
+def test_engines_agree_on_an_autoscaled_run():
+    """The fluid engine against the discrete-event reference on the two-level case
+    (benchmarks/fidelity.py's tolerances: medians within 5%, p99 within 10%)."""
+    fluid, des = run_case((1.0, 3.0), "fluid"), run_case((1.0, 3.0), "des")
+    assert fluid.schedule.billed_from_s.tolist() == des.schedule.billed_from_s.tolist()
+    for col, tol in (("ttft_p50_s", 0.05), ("e2e_p50_s", 0.05), ("ttft_p99_s", 0.10), ("e2e_p99_s", 0.10)):
+        assert fluid.autoscaled.row[col] == pytest.approx(des.autoscaled.row[col], rel=tol), col
+    assert fluid.autoscaled.machine_hours == pytest.approx(des.autoscaled.machine_hours, rel=0.01)
+
+
+def test_windows_refused_where_they_cannot_hold():
+    trace = TraceGenerator("coding", 30, seed=0).at(2.0)
+    with pytest.raises(ProvisionerError, match="no server is available"):
+        simulate_scaled(make_design("baseline-a100", machines=2), trace, MODEL, np.array([0.0, 20.0]),
+                        np.array([10.0, np.inf]), perf=PERF)
+    with pytest.raises(ProvisionerError, match="two pools"):
+        simulate_scaled(make_design("splitwise-aa", 1, 1), trace, MODEL, np.zeros(2), np.full(2, np.inf), perf=PERF)
+
+
+def test_controller_keeps_the_minimum():
+    s = plan_scaling(np.array([]), 3600.0, 1.0, 3, AutoscalePolicy(min_machines=2))
+    assert s.machines.min() == 2 and s.serving_at([3599.0])[0] == 2
+
+
+runner = CliRunner()
+
+
+def test_cli_json_keeps_the_contract(tmp_path):
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n1800,3\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-a100",
+                                    "--workload", "coding", "--model", MODEL, "--static-machines", "4",
+                                    "--capacity-rps", "1", "--interval-s", "300", "--window-s", "300",
+                                    "--scale-out-load", "0.9", "--scale-in-load", "0.5", "--target-load", "0.8",
+                                    "--arrival", "poisson", "--seed", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    for side in ("static", "autoscaled"):
+        assert {"machine_hours", "cost_usd", "energy_kwh", "slo"} <= set(obj[side])
+        assert isinstance(obj[side]["slo"]["met"], bool) and "p99" in obj[side]["slo"]["slowdown"]["ttft"]
+    assert obj["autoscaled"]["machine_hours"] == pytest.approx(2 + 2 * 1500 / 3600)
+    assert obj["saving_pct"] == pytest.approx(100 * (1 - obj["autoscaled"]["cost_usd"] / obj["static"]["cost_usd"]))
+
+
+def test_cli_diurnal_day_saves_at_equal_slos():
+    """The issue's case: a 24-hour diurnal day (peak 3x the trough); the static cluster
+    is sized for the peak by the search's evaluator."""
+    res = runner.invoke(get_app(), ["autoscale", "--profile", "diurnal", "--rps", "4", "--design",
+                                    "baseline-a100", "--model", MODEL, "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["static"]["slo"]["met"] and obj["autoscaled"]["slo"]["met"]
+    assert obj["saving_pct"] > 10
+    assert obj["static"]["machine_hours"] == pytest.approx(24 * obj["static"]["machines"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "{bad}"], ":3: column 2 (rps): 'x'"),
+    (["--profile", "diurnal"], "--profile diurnal needs its peak rate"),
+    (["--profile", "nope.csv"], "neither a file nor 'diurnal'"),
+    (["--profile", "diurnal", "--rps", "2", "--scale-in-load", "0.9"], "--scale-in-load < --target-load"),
+])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    from provisioner.cli import run
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time_s,rps\n0,2\n60,x\n")
+    args = [a.replace("{bad}", str(bad)) for a in args]
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run(["autoscale", "--design", "baseline-a100", *args])
+    assert code == 2
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():
+    from provisioner.autoscale import size_for_peak
+    from provisioner.slo import SLO
+
+    peak = TraceGenerator("coding", 300, seed=0).at(4.0)
+    n = size_for_peak("baseline-a100", peak, MODEL, SLO(), PERF)
+    rows = simulate([make_design("baseline-a100", machines=k) for k in (n - 1, n)], peak, MODEL, perf=PERF)
+    assert rows["slo_met"].tolist() == [False, True]
+
+
+def test_cli_is_reproducible_and_writes_the_report(tmp_path):
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n600,2\n1200,1\n")
+    args = ["autoscale", "--profile", str(profile), "--design", "baseline-h100", "--model", MODEL,
+            "--arrival", "gamma", "--cv", "3", "--seed", "7", "--json"]
+    first = runner.invoke(get_app(), args + ["--report", str(tmp_path / "day.html")])
+    second = runner.invoke(get_app(), args)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output
+    assert first.stdout == second.stdout
+    assert json.loads(first.stdout)["trace"]["arrival"] == "gamma"
+    html = (tmp_path / "day.html").read_text()
+    assert "plotly" in html and "machines (serving or loading)" in html
+
+
+def test_cli_takes_a_measured_latency_profile(tmp_path):
+    from pathlib import Path
+
+    import perfmodels
+
+    measured = Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv"   # the shipped copy
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n600,2\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100", "--model",
+                                    MODEL, "--latency-profile", str(measured), "--latency-interp", "splitwisesim",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["latency_model"]["kind"] == "profile" and obj["latency_model"]["interp"] == "splitwisesim"
