@@ -44,6 +44,7 @@ class SimInputs:
     arrival_s: np.ndarray           # (r,) float64 sorted
     prompt_tokens: np.ndarray       # (r,) int64
     output_tokens: np.ndarray       # (r,) int64
+    servers: tuple | None = None    # (d,) per design a cloud ServerPlan (_des_cloud.py) or None; DES only
 
     @property
     def n_designs(self) -> int:
