@@ -32,7 +32,7 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from . import _catalog, _main, _perf, _report, _simulate, _sweep
+    from . import _catalog, _cloud, _main, _perf, _report, _simulate, _sweep
 
     app.callback(invoke_without_command=True)(_main.main_command)
     app.add_typer(_perf.app, name="perf", help="Latency models: predict, calibrate, plot.")
@@ -41,6 +41,8 @@ def _register() -> None:
     app.command("report", help="Render a saved provisioning result (JSON) as an HTML report.")(_report.report_command)
     app.command("sweep", help="Answer a grid of questions (TOML spec); write a table and an HTML summary.")(
         _sweep.sweep_command)
+    app.command("cloud", help="Plan a heterogeneous cloud inventory (ThunderServe): replicas, phases, routing.")(
+        _cloud.cloud_command)
     _registered = True
 
 

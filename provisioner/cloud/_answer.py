@@ -1,0 +1,149 @@
+"""The cloud question end to end: plan, compare with the best non-split plan, bound,
+simulate (DES), and optionally re-plan without a node or choose what to rent."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from ..errors import ProvisionerError
+from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan
+from ._search import canon, score
+from ._simulate import simulate_plan
+
+TARGET_ATTAINMENT = 0.99
+
+
+def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
+               without=None, target=TARGET_ATTAINMENT) -> dict:
+    """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
+
+    traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found)."""
+    t0 = time.perf_counter()
+    if goal == "cost":
+        inventory = choose_rental(inventory, llm, perf, traces, rps, kv_bits, slo_scale, seed)
+    sizes = traces.at(rps if rps is not None else 1.0)
+    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits)
+    plan, cap = search_plan(ctx, seed=seed)
+    plan_s = time.perf_counter() - t0
+    ns_plan, ns_cap = search_plan(ctx, seed=seed, phases=("both",))
+    bound = bounds(ctx)
+    if goal == "throughput":
+        rps = sustained_rps(ctx, plan, traces, cap, target)
+    out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
+           "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
+           "rented": {t.name: t.count for t in inventory.types},
+           "replicas": replicas_json(ctx, plan, plan_routing(ctx, plan, rps)),
+           "throughput_rps": cap, "upper_bound_rps": bound["split"],
+           "gap": 1.0 - cap / bound["split"] if bound["split"] > 0 else 0.0,
+           "slo_scale": slo_scale, "target_attainment": target}
+    trace = traces.at(rps)
+    sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))
+    out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"])
+    ns_sim = simulate_plan(ctx, ns_plan, trace)
+    out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
+                        "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
+                        "slo": ns_sim["slo"]}
+    out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 else None
+    if without is not None:
+        out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed)
+    out["elapsed_s"] = plan_s
+    return out
+
+
+def sustained_rps(ctx, plan, traces, cap, target) -> float:
+    """Highest rate (bisection, DES) at which every metric's attainment is >= target."""
+    def ok(rate):
+        sim = simulate_plan(ctx, plan, traces.at(rate), plan_routing(ctx, plan, rate))
+        return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+    lo, hi = 0.0, max(cap, 1e-3) * 1.2
+    for _ in range(8):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    if lo <= 0:
+        raise ProvisionerError(f"no rate meets {target:.0%} attainment on this inventory: loosen --slo-scale "
+                               f"or lower --target-attainment")
+    return round(lo, 4)
+
+
+def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, seed) -> dict:
+    """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
+    re-routing only: no model reload) and after a full re-plan, at the same rate."""
+    inv2, k = ctx.inventory.without(node)
+    ctx2 = make_context(inv2, llm, perf, trace, slo_scale, kv_bits)
+    survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
+                       if all(n != k for n, _ in st)])
+    before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))["slo_attainment"]
+    none = _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps)
+    t0 = time.perf_counter()
+    light, light_cap = search_plan(ctx2, seed=seed, start=survivors, moves=("flip",))
+    light_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    full, full_cap = search_plan(ctx2, seed=seed)
+    full_s = time.perf_counter() - t0
+    res = {"node": node, "before": before, "none": none}
+    for name, p, cap, secs in (("light", light, light_cap, light_s), ("full", full, full_cap, full_s)):
+        sim = simulate_plan(ctx2, p, trace, plan_routing(ctx2, p, rps))
+        res[name] = {"slo_attainment": sim["slo_attainment"], "throughput_rps": cap, "elapsed_s": secs,
+                     "replicas": replicas_json(ctx2, p, plan_routing(ctx2, p, rps))}
+    res["none"]["throughput_rps"] = score(ctx2.scorer, survivors) if survivors else 0.0
+    return res
+
+
+def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps) -> dict:
+    """No re-plan: the surviving replicas keep their phases and the old routing, with the
+    lost replicas' shares spread over the rest in proportion."""
+    from ._score import Routing
+    pre, dec, r = plan_routing(ctx, plan, rps)
+    keep_p = [i for i, st in enumerate(pre) if all(n != k for n, _ in st)]
+    keep_d = [j for j, st in enumerate(dec) if all(n != k for n, _ in st)]
+    ds = r.decode_share[np.ix_(keep_p, keep_d)]
+    rows = ds.sum(axis=1)
+    ok = rows > 0
+    if not keep_p or not keep_d or not ok.any():
+        return {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
+    ps = r.prefill_share[keep_p] * ok
+    routing = Routing(r.throughput_rps, ps / ps.sum(), np.where(ok[:, None], ds / np.where(ok, rows, 1)[:, None], 0))
+    shift = lambda st: tuple((n - (n > k), tp) for n, tp in st)   # noqa: E731
+    new = [(shift(pre[i]), "prefill") for i in keep_p] + [(shift(dec[j]), "decode") for j in keep_d]
+    routed = ([shift(pre[i]) for i in keep_p], [shift(dec[j]) for j in keep_d], routing)
+    return {"slo_attainment": simulate_plan(ctx2, new, trace, routed)["slo_attainment"]}
+
+
+def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, max_tries=60):
+    """The cheapest node counts (within availability) whose planned capacity covers rps."""
+    if rps is None:
+        raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
+    limits = [t.available if t.available is not None else t.count for t in price_list.types]
+    if not any(limits):
+        raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
+                               f"`available` limits)")
+    combos = sorted(itertools.product(*[range(a + 1) for a in limits]),
+                    key=lambda c: sum(n * t.price_usd_per_h for n, t in zip(c, price_list.types)))
+    sizes = traces.at(rps)
+    tries = 0
+    for counts in combos:
+        if sum(counts) == 0:
+            continue
+        inv = price_list.with_counts(counts)
+        try:
+            ctx = make_context(inv, llm, perf, sizes, slo_scale, kv_bits)
+            if bounds_split_only(ctx) < rps:
+                continue
+            tries += 1
+            _, cap = search_plan(ctx, seed=seed, steps=30)
+        except ProvisionerError:
+            continue
+        if cap >= rps:
+            return inv
+        if tries >= max_tries:
+            break
+    raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s: "
+                           f"lower --rps or raise `available`")
+
+
+def bounds_split_only(ctx) -> float:
+    from ._bound import upper_bound_rps
+    return upper_bound_rps(ctx.scorer)
