@@ -154,8 +154,9 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
     names = [t.name for t in types]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
-        raise loc.error(f"nodes[{names.index(dup) + 1}].type", f"'{dup}' appears twice: give one entry a "
-                        f"different name", node=len(names) - 1 - names[::-1].index(dup))
+        second = len(names) - 1 - names[::-1].index(dup)
+        raise loc.error(f"nodes[{second + 1}].type", f"'{dup}' appears twice: give one entry a different "
+                        f"name, or raise the first entry's count", node=second)
     net = raw.get("network", {})
     if not isinstance(net, dict):
         raise loc.error("network", "must be a table [network]")

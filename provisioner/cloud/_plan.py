@@ -87,8 +87,13 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
             [(g, "both") for g in initial_groups(ctx.physics)])
     if not start:
         raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name}")
-    kw = {} if moves is None else {"moves": moves}
-    plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, **kw)
+    if moves is not None:
+        plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, moves=moves)
+        return plan, rps
+    # ThunderServe's moves first, then GPUs dealt anew between pairs of groups (regroup)
+    plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases)
+    plan, rps, _ = tabu_search(sc, plan, steps=steps, sample=sample, rng=seed, phases=phases,
+                               moves=("flip", "split", "merge", "move", "regroup"))
     return plan, rps
 
 

@@ -93,7 +93,10 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
             for st in _merges(a, b, physics):
                 for ph in {pa, pb}:
                     out.add(canon(rest + [(st, ph)]))
-        if "move" in moves:
+        if "regroup" in moves:
+            for regrouped in _regroup(a, b, physics):
+                for assign in itertools.product(*[phases] * len(regrouped)):
+                    out.add(canon(rest + list(zip(regrouped, assign))))
             for src, dst, psrc, pdst in ((a, b, pa, pb), (b, a, pb, pa)):
                 if len(src) < 2 or len(dst) >= MAX_PP:
                     continue
@@ -105,9 +108,34 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
     return [p for p in out if _valid(p)]
 
 
+def _n_flips(p, q) -> int:
+    """Groups whose phase differs between two plans of the same groups (else a large number)."""
+    if sorted(st for st, _ in p) != sorted(st for st, _ in q):
+        return 99
+    return sum(a != b for a, b in zip(p, q))
+
+
 def _valid(plan) -> bool:
     phases = {ph for _, ph in plan}
     return phases == {"both"} or ("prefill" in phases and "decode" in phases)
+
+
+def _regroup(a, b, physics, max_slices=4):
+    """Move GPUs between two groups: their slices (each halved too, while at most
+    `max_slices` in all) dealt anew into two groups that hold the weights."""
+    base = list(a + b)
+    variants = {tuple(sorted(base))}
+    for k, (node, tp) in enumerate(base):
+        if tp > 1 and len(base) < max_slices:
+            variants.add(tuple(sorted(base[:k] + base[k + 1:] + [(node, tp // 2)] * 2)))
+    if len(base) + 1 < max_slices:
+        halved = [h for node, tp in base for h in ([(node, tp // 2)] * 2 if tp > 1 else [(node, tp)])]
+        if len(halved) <= max_slices:
+            variants.add(tuple(sorted(halved)))
+    for slices in variants:
+        for groups in _groupings(list(slices)):
+            if len(groups) == 2 and all(physics.group(g) for g in groups):
+                yield groups
 
 
 def _splits(st):
@@ -145,8 +173,11 @@ def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, r
         cands = [p for p in neighbours(cur, scorer.ph, moves, phases) if p not in tabu]
         if not cands:
             break
-        if len(cands) > sample:
-            cands = [cands[k] for k in rng.choice(len(cands), sample, replace=False)]
+        if len(cands) > sample:   # every phase flip (cheap, often best), a seeded sample of the rest
+            flips = [p for p in cands if len(p) == len(cur) and _n_flips(p, cur) == 1]
+            others = sorted(set(cands) - set(flips))
+            k = min(sample, len(others))
+            cands = flips + [others[i] for i in rng.choice(len(others), k, replace=False)]
         vals = [score(scorer, p) for p in sorted(cands)]
         scored += len(cands)
         k = int(np.argmax(vals))
