@@ -14,6 +14,7 @@ from ._search import canon, score
 from ._simulate import simulate_plan
 
 TARGET_ATTAINMENT = 0.99
+BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -30,8 +31,13 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     plan_s = time.perf_counter() - t0
     ns_plan, ns_cap = search_plan(ctx, seed=seed, phases=("both",))
     bound = bounds(ctx)
+    sustained = sustained_rps(ctx, plan, traces, cap, target)
+    ns_sustained = sustained_rps(ctx, ns_plan, traces, ns_cap, target, split=False)
     if goal == "throughput":
-        rps = sustained_rps(ctx, plan, traces, cap, target)
+        if sustained <= 0:
+            raise ProvisionerError(f"no rate meets {target:.0%} attainment on this inventory: loosen "
+                                   f"--slo-scale or lower --target-attainment")
+        rps = sustained
     out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
            "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
            "rented": {t.name: t.count for t in inventory.types},
@@ -47,24 +53,25 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                         "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
                         "slo": ns_sim["slo"]}
     out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 else None
+    out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
+    out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 else None
     if without is not None:
         out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed)
     out["elapsed_s"] = plan_s
     return out
 
 
-def sustained_rps(ctx, plan, traces, cap, target) -> float:
-    """Highest rate (bisection, DES) at which every metric's attainment is >= target."""
+def sustained_rps(ctx, plan, traces, cap, target, split=True) -> float:
+    """Highest rate (bisection on the DES, traces nested across rates) at which every
+    metric's attainment is >= target; 0 when even a tiny rate misses it."""
     def ok(rate):
-        sim = simulate_plan(ctx, plan, traces.at(rate), plan_routing(ctx, plan, rate))
+        routing = plan_routing(ctx, plan, rate) if split else None
+        sim = simulate_plan(ctx, plan, traces.at(rate), routing)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
-    for _ in range(8):
+    for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    if lo <= 0:
-        raise ProvisionerError(f"no rate meets {target:.0%} attainment on this inventory: loosen --slo-scale "
-                               f"or lower --target-attainment")
     return round(lo, 4)
 
 

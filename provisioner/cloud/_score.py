@@ -41,6 +41,14 @@ class Workload:
     def mean_output(self) -> float:
         return float(self.output_tokens.mean())
 
+    @property
+    def kv_tokens_held(self) -> float:
+        """KV tokens a running request holds on average over decode time: s + n weighted by
+        the n - 1 iterations it holds them (Little's law; long decodes hold longer)."""
+        steps = np.maximum(self.output_tokens - 1.0, 0.0)
+        size = self.prompt_tokens + self.output_tokens
+        return float((size * steps).sum() / max(steps.sum(), 1.0))
+
 
 @dataclass(frozen=True)
 class Routing:
@@ -91,7 +99,7 @@ class Scorer:
         b = np.arange(1, _MAX_BATCH + 1, dtype=float)
         ctx = w.mean_prompt + w.mean_output / 2.0
         t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * ctx) / (1.0 - prefill_busy)
-        ok = (t <= w.tbt_limit_s) & (b * (w.mean_prompt + w.mean_output) <= kv_cap)
+        ok = (t <= w.tbt_limit_s) & (b * w.kv_tokens_held <= kv_cap)
         if not ok.any():
             return 0.0, float(t[0])
         k = int(np.flatnonzero(ok)[-1])
