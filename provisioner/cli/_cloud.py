@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from ..errors import ProvisionerError
@@ -36,6 +38,8 @@ def cloud_command(
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
+    report: Path = typer.Option(None, "--report", help="Also write the plan's HTML report to this file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
 ) -> None:
@@ -51,6 +55,10 @@ def cloud_command(
         raise ProvisionerError(f"--inter-node-gbps must be a number > 0 (got {inter_node_gbps:g})")
     if not 0 < target_attainment <= 1:
         raise ProvisionerError(f"--target-attainment must be in (0, 1] (got {target_attainment:g})")
+    if report is not None:   # refuse before the search, not after it
+        from ..files import check_output_path
+        inputs = tuple(p for p in (inventory, workload, latency_profile) if p and Path(str(p)).is_file())
+        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
     from perfmodels import LatencyModel
 
     from ..cloud import load_inventory, plan_cloud
@@ -67,10 +75,15 @@ def cloud_command(
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
                         seed=seed, without=without, target=target_attainment)
     answer["workload"] = workload
+    if report is not None:
+        from reports import write_cloud_report
+        write_cloud_report(answer, report, force=True)   # checked before the search
     if json_out:
         echo_json(answer)
         return
     _render(answer)
+    if report is not None:
+        typer.echo(f"report: {report}")
 
 
 def _render(a: dict) -> None:

@@ -42,6 +42,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
            "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
            "rented": {t.name: t.count for t in inventory.types},
            "replicas": replicas_json(ctx, plan, plan_routing(ctx, plan, rps)),
+           "flows": flows_json(plan_routing(ctx, plan, rps)),
            "throughput_rps": cap, "upper_bound_rps": bound["split"],
            "gap": 1.0 - cap / bound["split"] if bound["split"] > 0 else 0.0,
            "slo_scale": slo_scale, "target_attainment": target}
@@ -59,6 +60,14 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed)
     out["elapsed_s"] = plan_s
     return out
+
+
+def flows_json(routed) -> list:
+    """[prefill replica index, decode replica index, share of all requests] per routed pair
+    (indices into `replicas`: prefill replicas first)."""
+    pre, _, r = routed
+    flow = r.prefill_share[:, None] * r.decode_share
+    return [[int(i), len(pre) + int(j), round(float(flow[i, j]), 6)] for i, j in zip(*np.nonzero(flow > 1e-9))]
 
 
 def sustained_rps(ctx, plan, traces, cap, target, split=True) -> float:
