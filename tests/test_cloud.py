@@ -135,3 +135,58 @@ def test_cli_json_contract():
     assert obj["throughput_rps"] <= obj["upper_bound_rps"] * (1 + 1e-9)
     # coding is prefill-heavy (TS Table 3): more prefill than decode replicas
     assert phases.count("prefill") > phases.count("decode")
+
+
+PRICES = """name = "prices"
+[network]
+inter_node_gbps = 40
+[[nodes]]
+type = "a6000-4x"
+available = 2
+[[nodes]]
+type = "rtx3090ti-4x"
+available = 2
+"""
+
+
+def test_cli_goal_cost_rents_the_cheapest_mix_that_serves(tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_text(PRICES)
+    args = ["cloud", "--inventory", str(path), "--workload", "conversation", "--duration", "30", "--json"]
+    low = json.loads(CliRunner().invoke(get_app(), args + ["--goal", "cost", "--rps", "0.5"]).output)
+    high = json.loads(CliRunner().invoke(get_app(), args + ["--goal", "cost", "--rps", "2"]).output)
+    assert 0 < low["cost_usd_per_h"] < high["cost_usd_per_h"]
+    for a in (low, high):
+        assert a["throughput_rps"] >= a["rps"]
+        assert all(a["rented"][k] <= 2 for k in a["rented"])
+
+
+def test_cli_goal_throughput_meets_the_target(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL.format(second="rtx3090ti-4x"))
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(path), "--workload", "conversation",
+                                         "--goal", "throughput", "--duration", "60", "--json"])
+    a = json.loads(res.output)
+    assert a["rps"] == a["sustained_rps"] > 0
+    assert min(a["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99
+
+
+def test_cli_without_a_node_replans_and_reports(tmp_path):
+    out = tmp_path / "plan.html"
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "conversation",
+                                         "--rps", "2", "--duration", "30", "--without", "a6000-4x-1", "--json",
+                                         "--report", str(out)])
+    assert res.exit_code == 0, res.output
+    rp = json.loads(res.output)["replan"]
+    assert rp["light"]["elapsed_s"] <= 2.0
+    for case in ("light", "full"):
+        assert all("a6000-4x-1" not in r["nodes"] for r in rp[case]["replicas"])
+    assert rp["full"]["throughput_rps"] >= rp["light"]["throughput_rps"] - 1e-9
+    html = out.read_text()
+    assert "SLO attainment without a6000-4x-1" in html and "routed shares" in html
+
+
+def test_cli_without_an_unknown_node_is_one_line(capsys):
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--without", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a6000-4x-0" in err

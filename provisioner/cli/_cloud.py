@@ -70,6 +70,8 @@ def cloud_command(
     inv = load_inventory(inventory, perf.catalog)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
+    if without is not None:
+        inv.without(without)   # an unknown node is refused before the search
     traces = trace_generator(workload, arrival, rps, duration, seed, cv)
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
