@@ -3,10 +3,11 @@ simulate (DES), and optionally re-plan without a node or choose what to rent."""
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
+
+from perfmodels import TP_DEGREES
 
 from ..errors import ProvisionerError
 from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan
@@ -15,6 +16,8 @@ from ._simulate import simulate_plan
 
 TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
+FINALISTS = 5        # plans the DES re-scores after the tabu search
+MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -23,16 +26,17 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found)."""
     t0 = time.perf_counter()
+    reference = inventory
     if goal == "cost":
-        inventory = choose_rental(inventory, llm, perf, traces, rps, kv_bits, slo_scale, seed)
+        price_list = inventory
+        inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target)
+        reference = price_list
     sizes = traces.at(rps if rps is not None else 1.0)
-    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits)
-    plan, cap = search_plan(ctx, seed=seed)
+    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
+    plan, cap, sustained = best_by_des(ctx, traces, target, seed)
     plan_s = time.perf_counter() - t0
-    ns_plan, ns_cap = search_plan(ctx, seed=seed, phases=("both",))
+    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",))
     bound = bounds(ctx)
-    sustained = sustained_rps(ctx, plan, traces, cap, target)
-    ns_sustained = sustained_rps(ctx, ns_plan, traces, ns_cap, target, split=False)
     if goal == "throughput":
         if sustained <= 0:
             raise ProvisionerError(f"no rate meets {target:.0%} attainment on this inventory: loosen "
@@ -62,6 +66,19 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     return out
 
 
+def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS):
+    """(plan, predicted rps, DES-sustained rps): the tabu search's `finalists` best plans by
+    the analytic score, re-scored by the rate the DES sustains at the target attainment
+    (the analytic score ranks; the simulation decides among the best it found)."""
+    seen: dict = {}
+    search_plan(ctx, seed=seed, phases=phases, seen=seen)
+    ranked = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
+    split = phases != ("both",)
+    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split), cap, p) for p, cap in ranked]
+    sustained, cap, plan = max(rated, key=lambda r: (r[0], r[1]))
+    return plan, cap, sustained
+
+
 def flows_json(routed) -> list:
     """[prefill replica index, decode replica index, share of all requests] per routed pair
     (indices into `replicas`: prefill replicas first)."""
@@ -78,6 +95,10 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True) -> float:
         sim = simulate_plan(ctx, plan, traces.at(rate), routing)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
+    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+    if hi <= floor or not ok(floor) if floor > 0 else False:
+        return 0.0
+    lo = floor
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
@@ -88,7 +109,7 @@ def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, s
     """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
     re-routing only: no model reload) and after a full re-plan, at the same rate."""
     inv2, k = ctx.inventory.without(node)
-    ctx2 = make_context(inv2, llm, perf, trace, slo_scale, kv_bits)
+    ctx2 = make_context(inv2, llm, perf, trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
     survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
                        if all(n != k for n, _ in st)])
     before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))["slo_attainment"]
@@ -128,38 +149,89 @@ def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps) -> dict:
     return {"slo_attainment": simulate_plan(ctx2, new, trace, routed)["slo_attainment"]}
 
 
-def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, max_tries=60):
-    """The cheapest node counts (within availability) whose planned capacity covers rps."""
+def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
+                  rounds=12):
+    """The cheapest node counts (within availability) whose plan meets `target` attainment
+    at `rps` in the DES.
+
+    A small integer program (OR-Tools SCIP) gives the cheapest counts per node type such
+    that, each node serving prefill or decode at its type's single-node rates, both sides
+    carry a required rate `need`; those nodes are planned (tabu) and checked in the DES.
+    `need` starts at rps; after a miss it rises to rps / (DES-sustained / predicted rate)
+    of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass."""
     if rps is None:
         raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
     limits = [t.available if t.available is not None else t.count for t in price_list.types]
     if not any(limits):
         raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
                                f"`available` limits)")
-    combos = sorted(itertools.product(*[range(a + 1) for a in limits]),
-                    key=lambda c: sum(n * t.price_usd_per_h for n, t in zip(c, price_list.types)))
-    sizes = traces.at(rps)
-    tries = 0
-    for counts in combos:
-        if sum(counts) == 0:
-            continue
-        inv = price_list.with_counts(counts)
-        try:
-            ctx = make_context(inv, llm, perf, sizes, slo_scale, kv_bits)
-            if bounds_split_only(ctx) < rps:
-                continue
-            tries += 1
-            _, cap = search_plan(ctx, seed=seed, steps=30)
-        except ProvisionerError:
-            continue
-        if cap >= rps:
-            return inv
-        if tries >= max_tries:
-            break
-    raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s: "
-                           f"lower --rps or raise `available`")
+    trace = traces.at(rps)
+    rates = [_node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits) for k in range(len(limits))]
+    verdicts: dict = {}
+
+    def passes(counts):
+        if counts not in verdicts:
+            ctx = make_context(price_list.with_counts(counts), llm, perf, trace, slo_scale, kv_bits,
+                               reference=price_list)
+            plan, cap = search_plan(ctx, seed=seed, steps=30)
+            sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))
+            ok = min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+            realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target) / max(cap, 1e-9)
+            verdicts[counts] = (ok, realised)
+        return verdicts[counts]
+
+    everything = tuple(limits)
+    lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
+    for _ in range(rounds):
+        counts = _cheapest_counts(price_list, limits, rates, need) or everything
+        ok, realised = passes(counts)
+        if ok:
+            best = (counts, need)
+            if need <= max(lo, rps) * 1.05:
+                break
+            need = 0.5 * (max(lo, rps) + need)
+        elif counts == everything:
+            break   # renting every available node is not enough
+        else:
+            lo = need
+            need = 0.5 * (lo + best[1]) if best else min(max(rps / max(realised, 1e-3), lo * 1.3), lo * 3.0)
+    if best is None:
+        raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
+                               f"at {target:.0%} attainment: lower --rps or raise `available`")
+    return price_list.with_counts(best[0])
 
 
-def bounds_split_only(ctx) -> float:
-    from ._bound import upper_bound_rps
-    return upper_bound_rps(ctx.scorer)
+def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits) -> tuple[float, float]:
+    """(prefill rps, decode rps) of one node of type k cut into equal TP groups, the best TP
+    for each phase."""
+    one = price_list.with_counts([int(i == k) for i in range(len(price_list.types))])
+    try:
+        ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list)
+    except ProvisionerError:
+        return 0.0, 0.0
+    gpus = one.types[k].gpus
+    best = [0.0, 0.0]
+    for tp in TP_DEGREES:
+        group = ((0, tp),)
+        if tp <= gpus and gpus % tp == 0 and ctx.physics.group(group):
+            best[0] = max(best[0], gpus // tp * ctx.scorer.prefill(group)[0])
+            best[1] = max(best[1], gpus // tp * ctx.scorer.decode(group)[0])
+    return best[0], best[1]
+
+
+def _cheapest_counts(price_list, limits, rates, need) -> tuple | None:
+    from ortools.linear_solver import pywraplp
+
+    solver = pywraplp.Solver.CreateSolver("SCIP")
+    pre = [solver.IntVar(0, a, "") for a in limits]
+    dec = [solver.IntVar(0, a, "") for a in limits]
+    for p, d, a in zip(pre, dec, limits):
+        solver.Add(p + d <= a)
+    solver.Add(solver.Sum([p * r[0] for p, r in zip(pre, rates)]) >= need)
+    solver.Add(solver.Sum([d * r[1] for d, r in zip(dec, rates)]) >= need)
+    solver.Minimize(solver.Sum([(p + d) * t.price_usd_per_h for p, d, t in zip(pre, dec, price_list.types)]))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    return tuple(int(round(p.solution_value() + d.solution_value())) for p, d in zip(pre, dec))
+
+

@@ -41,9 +41,12 @@ class Context:
     ref: tuple               # (ttft, tbt, e2e) per request of `trace` alone on the reference
     physics: Physics
     scorer: Scorer
+    ref_physics: Physics     # whose best node is the SLO reference
 
 
-def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16) -> Context:
+def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16, reference=None) -> Context:
+    """reference : the inventory whose best node defines the SLO (default: `inventory`;
+    a price list's every node type when choosing what to rent)."""
     if kv_bits not in (16, 8, 4):
         raise ProvisionerError(f"--kv-bits must be 16, 8 or 4 (got {kv_bits})")
     if inventory.n_gpus == 0:
@@ -51,14 +54,18 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
                                f"use --goal cost to choose what to rent")
     slo = SLO().scaled(slo_scale)
     physics = Physics(inventory, llm, perf)
-    ref = reference_latencies(physics, trace.prompt_tokens, trace.output_tokens)
+    ref_inv = inventory if reference is None else reference.with_counts(
+        [int(t.count > 0 or bool(t.available)) for t in reference.types])
+    ref_physics = physics if reference is None else Physics(ref_inv, llm, perf)
+    ref = reference_latencies(ref_physics, trace.prompt_tokens, trace.output_tokens)
     lim = slo.limits()[:, 0]
     k = min(SIZE_SAMPLE, len(trace))
     tbt_ref = ref[1][np.isfinite(ref[1])]
     w = Workload(np.asarray(trace.prompt_tokens[:k]), np.asarray(trace.output_tokens[:k]),
                  ttft_limit_s=lim[0] * float(ref[0].mean()), tbt_limit_s=lim[1] * float(tbt_ref.mean()),
                  e2e_limit_s=lim[2] * float(ref[2].mean()))
-    return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits))
+    return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits),
+                   ref_physics)
 
 
 def reference_latencies(physics, prompt_tokens, output_tokens):
@@ -79,8 +86,9 @@ def reference_latencies(physics, prompt_tokens, output_tokens):
 
 
 def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=100,
-                sample=40):
-    """(plan, rps): tabu search from `start` (default: the bandwidth clustering)."""
+                sample=40, seen: dict | None = None):
+    """(plan, rps): tabu search from `start` (default: the bandwidth clustering); `seen`
+    collects every plan scored, with its rps."""
     sc = ctx.scorer
     if start is None:
         start = initial_plan(ctx.physics, sc) if phases != ("both",) else canon(
@@ -88,12 +96,15 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     if not start:
         raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name}")
     if moves is not None:
-        plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, moves=moves)
+        plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, moves=moves,
+                                   seen=seen)
         return plan, rps
     # ThunderServe's moves first, then GPUs dealt anew between pairs of groups (regroup)
-    plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases)
+    plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, seen=seen)
     plan, rps, _ = tabu_search(sc, plan, steps=steps, sample=sample, rng=seed, phases=phases,
-                               moves=("flip", "split", "merge", "move", "regroup"))
+                               moves=("flip", "split", "merge", "move", "regroup"), seen=seen)
+    if seen is not None:
+        seen[plan] = rps
     return plan, rps
 
 

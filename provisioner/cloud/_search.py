@@ -160,10 +160,11 @@ def _merges(a, b, physics):
 
 
 def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, rng=0,
-                moves=("flip", "split", "merge", "move"), phases=PHASES):
+                moves=("flip", "split", "merge", "move"), phases=PHASES, seen: dict | None = None):
     """ThunderServe's tabu search: each step scores a seeded sample of `sample` neighbours
     (all of them when fewer) as one batch and moves to the best one not in the tabu list
-    of the last `memory` plans. Returns (best plan, its rps, plans scored)."""
+    of the last `memory` plans. Returns (best plan, its rps, plans scored); `seen`, when
+    given, collects every scored plan's rps."""
     rng = np.random.default_rng(rng)
     cur = best = canon(start)
     best_s = score(scorer, cur)
@@ -180,6 +181,8 @@ def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, r
             cands = flips + [others[i] for i in rng.choice(len(others), k, replace=False)]
         vals = [score(scorer, p) for p in sorted(cands)]
         scored += len(cands)
+        if seen is not None:
+            seen.update(zip(sorted(cands), vals))
         k = int(np.argmax(vals))
         cur = sorted(cands)[k]
         tabu = (tabu + [cur])[-memory:]

@@ -62,7 +62,7 @@ def simulate_plan(ctx, plan, trace, routing=None) -> dict:
     out = run_des(inputs)
     lat = request_latencies(out, inputs.arrival_s, inputs.output_tokens)
     from ._plan import reference_latencies
-    ref = reference_latencies(ctx.physics, trace.prompt_tokens, trace.output_tokens)
+    ref = reference_latencies(ctx.ref_physics, trace.prompt_tokens, trace.output_tokens)
     limits = ctx.slo.limits()
     attain, checks, ok_all = {}, {}, np.ones(r, dtype=bool)
     for k, m in enumerate(METRICS):
