@@ -164,8 +164,8 @@ def test_cli_goal_cost_rents_within_availability_and_meets_the_target(tmp_path):
 def test_cli_goal_throughput_meets_the_target(tmp_path):
     path = tmp_path / "small.toml"
     path.write_text(SMALL.format(second="rtx3090ti-4x"))
-    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(path), "--workload", "conversation",
-                                         "--goal", "throughput", "--duration", "60", "--json"])
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(path), "--workload", "coding",
+                                         "--goal", "throughput", "--json"])
     a = json.loads(res.output)
     assert a["rps"] == a["sustained_rps"] > 0
     assert min(a["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99

@@ -103,10 +103,10 @@ class Scorer:
         if not ok.any():
             return 0.0, float(t[0])
         k = int(np.flatnonzero(ok)[-1])
-        # B decode slots are B servers: square-root staffing (B = a + sqrt(a)) keeps the
-        # wait for a slot short at an offered load of a busy slots
-        busy = ((np.sqrt(1.0 + 4.0 * b[k]) - 1.0) / 2.0) ** 2
-        return float(busy / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
+        # B decode slots are B servers: a headroom of one in sqrt(B) slots (square-root
+        # staffing) keeps the wait for a slot short
+        headroom = max(1.0 - 1.0 / np.sqrt(b[k]), 0.0)
+        return float(headroom * b[k] / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
 
     def both(self, group) -> float:
         """Sustainable rps of a non-split replica (mixed batching), by bisection on the rate."""
