@@ -9,9 +9,7 @@ import numpy as np
 from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
-from ..sim import SimInputs, request_latencies
-from ..sim._des import run_des
-from ..sim._des_cloud import ServerPlan
+from ..sim import ServerPlan, SimInputs, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
 
 
