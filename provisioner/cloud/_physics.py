@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import HBM_UTILIZATION, N_COEF, TP_DEGREES, time_from_coefficients
+from perfmodels import COEF_NAMES, HBM_UTILIZATION, N_COEF, TP_DEGREES
 
 GB = 1e9
 ONE_REQUEST_KV_TOKENS = 2048   # as perfmodels.fits_in_memory: room for one 2048-token request
-_C_LM_HEAD, _C_AR_FIXED, _C_AR_TOKEN, _C_KNEE, _C_AR_BEYOND = 1, 6, 7, 8, 9
+_C_LM_HEAD, _C_AR_FIXED, _C_AR_TOKEN, _C_KNEE, _C_AR_BEYOND = (COEF_NAMES.index(n) for n in (
+    "s_per_seq_lm_head", "s_allreduce_fixed", "s_per_token_allreduce", "allreduce_knee_tokens",
+    "s_per_token_allreduce_beyond_knee"))
 
 
 @dataclass(frozen=True)
@@ -164,10 +166,3 @@ def split_layers(n_layers: int, speed: np.ndarray, hold: np.ndarray) -> np.ndarr
         left -= int(take.sum())
         free &= layers < hold
     return layers
-
-
-def iteration_s(coef, **batch) -> np.ndarray:
-    return time_from_coefficients(coef, **batch)
-
-
-assert N_COEF == 14   # the layout indices above

@@ -10,7 +10,6 @@ test as the p99 check.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,11 +17,11 @@ import numpy as np
 from perfmodels import TP_DEGREES
 
 from ..errors import ProvisionerError
-from ..slo import METRICS, PERCENTILES, SLO, row_percentiles
+from ..slo import SLO
 from ._bound import upper_bound_rps
 from ._physics import Physics
 from ._score import Scorer, Workload, balanced_routing
-from ._search import canon, initial_groups, initial_plan, score, tabu_search
+from ._search import canon, initial_groups, initial_plan, tabu_search
 
 DEFAULT_SLO_SCALE = 2.0
 SIZE_SAMPLE = 2000     # requests whose sizes the analytic score averages over
@@ -146,15 +145,9 @@ def _replica(ctx, stages, phase, share, names) -> dict:
             "layers": list(ctx.physics.group(stages).layers), "capacity_rps": round(rate, 4)}
 
 
-def timed(fn, *args, **kw):
-    t0 = time.perf_counter()
-    out = fn(*args, **kw)
-    return out, time.perf_counter() - t0
-
-
 def bounds(ctx: Context) -> dict:
     return {"split": upper_bound_rps(ctx.scorer), "non_split": upper_bound_rps(ctx.scorer, ("both",))}
 
 
 __all__ = ["Context", "make_context", "search_plan", "plan_routing", "replicas_json", "reference_latencies",
-           "bounds", "timed", "score", "METRICS", "PERCENTILES", "row_percentiles"]
+           "bounds"]
