@@ -114,7 +114,7 @@ def test_slow_network_keeps_kv_in_node_and_4bit_helps(perf):
     pre, dec, r = plan_routing(ctx16, plan)
     cross = sum(r.prefill_share[i] * r.decode_share[i, j] for i, a in enumerate(pre) for j, b in enumerate(dec)
                 if {n for n, _ in a} != {n for n, _ in b})
-    assert cross < 0.5   # most requests keep their KV transfer inside a node
+    assert cross <= 0.01   # at 5 Gbps every request's KV transfer stays inside a node
     _, rps4 = search_plan(_ctx(perf, inv, "coding", kv_bits=4), steps=30)
     assert rps4 > rps16
 
