@@ -121,9 +121,10 @@ def test_slow_network_keeps_kv_in_node_and_4bit_helps(perf):
 
 def test_cli_json_contract():
     res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding",
-                                         "--rps", "3", "--duration", "30", "--json"])
+                                         "--rps", "3", "--duration", "30", "--inter-node-gbps", "20", "--json"])
     assert res.exit_code == 0, res.output
     obj = json.loads(res.output)
+    assert obj["inter_node_gbps"] == 20 and obj["model"] == "llama-30b"
     assert {"replicas", "throughput_rps", "slo_attainment", "elapsed_s"} <= set(obj)
     assert obj["elapsed_s"] <= 10.0
     phases = [r["phase"] for r in obj["replicas"]]
