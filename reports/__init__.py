@@ -12,6 +12,8 @@ Public surface:
 - `write_report(result, path)`: write it, refusing to overwrite unless `force`.
 - `write_sweep_report(table, path)`, `build_sweep_html`, `sweep_figures`: the summary of
   a sweep (`provision sweep`): machines and cost per request vs rate, per family.
+- `write_cloud_report(answer, path)`, `build_cloud_html`, `cloud_figures`, `cloud_flow`: a
+  cloud plan (`provision cloud --report`) drawn as nodes -> replicas -> routed shares.
 - `perf_plot_data(report)`, `perf_figure(data)`: the latency model against its
   calibration measurements (`provision perf plot`), as a table and a figure.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from provisioner.files import check_output_path, write_output
 
+from ._cloud import build_cloud_html, cloud_figures, cloud_flow, write_cloud_report
 from ._base import CHECK_NAMES, LOAD_FACTORS, evaluated_frame
 from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
@@ -34,7 +37,8 @@ from ._sweep import build_sweep_html, sweep_figures, write_sweep_report
 __all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure", "profile_curves",
            "PANELS", "evaluated_frame", "heatmap", "heatmaps", "Heatmap", "pareto", "non_dominated", "summary_bars",
            "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS",
-           "build_sweep_html", "sweep_figures", "write_sweep_report"]
+           "build_sweep_html", "sweep_figures", "write_sweep_report",
+           "build_cloud_html", "cloud_figures", "cloud_flow", "write_cloud_report"]
 
 
 def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:

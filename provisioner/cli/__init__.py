@@ -32,7 +32,7 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from . import _autoscale, _catalog, _main, _perf, _report, _simulate, _sweep
+    from . import _autoscale, _catalog, _cloud, _main, _perf, _report, _simulate, _sweep
 
     app.callback(invoke_without_command=True)(_main.main_command)
     app.add_typer(_perf.app, name="perf", help="Latency models: predict, calibrate, plot.")
@@ -43,6 +43,8 @@ def _register() -> None:
         _sweep.sweep_command)
     app.command("autoscale", help="A cluster sized for the peak against one that scales in and out over a "
                                   "rate profile: machine-hours, cost, energy, SLOs.")(_autoscale.autoscale_command)
+    app.command("cloud", help="Plan a heterogeneous cloud inventory (ThunderServe): replicas, phases, routing.")(
+        _cloud.cloud_command)
     _registered = True
 
 

@@ -22,10 +22,12 @@ from ._inputs import EngineOutput, SimInputs, build_inputs
 from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
+from ._des import run_des                 # the reference engine, for callers that build SimInputs (cloud plans)
+from ._des_cloud import ServerPlan
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
-           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled"]
+           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "run_des", "ServerPlan"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"

@@ -292,6 +292,10 @@ class _Cluster:
                 p = self._lend(_least(home1 & (self.index != t), res))
         return p, t
 
+    def kv_link_of(self, p, d):
+        """kv_visible_s's link parameters for a transfer p -> d (one link per design here)."""
+        return self.kv_link
+
     def _lend(self, m):
         self.lent[m] = True
         self.n_lent += 1
@@ -336,7 +340,7 @@ class _Cluster:
             elif self.local[r]:
                 mc.join(r, s, n)
             else:
-                visible = kv_visible_s(s, mc.duration, *self.kv_link)
+                visible = kv_visible_s(s, mc.duration, *self.kv_link_of(m, self.decode_on[r]))
                 self.kv_transfers += 1
                 self.kv_visible_sum += visible
                 transfers.append((r, e + visible))
@@ -351,6 +355,15 @@ def _least(candidates, load):
     return i if candidates[i] else None
 
 
+def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
+    if colocated:
+        return ColocatedCluster
+    if inputs.servers is not None and inputs.servers[d] is not None:   # a cloud plan (_des_cloud.py)
+        from ._des_cloud import CloudCluster
+        return CloudCluster
+    return _Cluster
+
+
 def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     """Run design d to the end of the last request; the cluster holds the results.
 
@@ -360,7 +373,7 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     colocated = inputs.mps_share[d] > 0
     if colocated:
         from ._des_colocated import ColocatedCluster
-    cl = windowed_cluster(ColocatedCluster if colocated else _Cluster, inputs, d)
+    cl = windowed_cluster(_cluster_class(inputs, d, colocated), inputs, d)
     machines = cl.machines
     n_requests = len(inputs.arrival_s)
     arrivals = inputs.arrival_s.tolist() + [float("inf")]   # a sentinel after the last request

@@ -48,6 +48,7 @@ class SimInputs:
     # (d, max servers) float64 [from, until) in s; None: every server always available.
     active_from_s: np.ndarray | None = None
     active_until_s: np.ndarray | None = None
+    servers: tuple | None = None    # (d,) per design a cloud ServerPlan (_des_cloud.py) or None; DES only
 
     @property
     def n_designs(self) -> int:

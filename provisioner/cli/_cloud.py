@@ -1,0 +1,119 @@
+"""`provision cloud`: plan a heterogeneous cloud inventory (CONTRACTS.md, command 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import ProvisionerError
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, latency_interp_option,
+                      latency_profile_option, load_latency_model, refuse_idle_flags, trace_generator)
+
+CLOUD_MODEL = "llama-30b"
+GOALS = ("rps", "throughput", "cost")
+
+
+def cloud_command(
+    ctx: typer.Context,
+    inventory: str = typer.Option(..., "--inventory", help="Inventory TOML path, or a shipped example: "
+                                                           "thunderserve-32gpu, cloud-prices (a price list)."),
+    workload: str = typer.Option(DEFAULT_WORKLOAD, "--workload", help=WORKLOAD_HELP),
+    rps: float = typer.Option(None, "--rps", help="Request rate to plan for (req/s)."),
+    goal: str = typer.Option(None, "--goal", help="rps (default with --rps: plan this inventory for the rate), "
+                                                  "throughput (highest rate at the target attainment) or cost "
+                                                  "(what to rent from a price list to serve --rps)."),
+    model: str = typer.Option(CLOUD_MODEL, "--model", help="Catalog model name."),
+    inter_node_gbps: float = typer.Option(None, "--inter-node-gbps", help="Override the inventory's "
+                                                                          "inter-node bandwidth (Gbps)."),
+    kv_bits: int = typer.Option(16, "--kv-bits", help="Bits per KV element on the wire: 16, 8 or 4."),
+    without: str = typer.Option(None, "--without", help="Re-plan without this node (e.g. a6000-4x-1): "
+                                                        "none vs lightweight vs full re-plan."),
+    slo_scale: float = typer.Option(2.0, "--slo-scale", help="Multiply Table VI's limits (cloud default 2; "
+                                                             "slowdowns against the inventory's best node)."),
+    target_attainment: float = typer.Option(0.99, "--target-attainment",
+                                            help="--goal throughput: share of requests within each p99 limit."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the trace and of the tabu search."),
+    duration: float = typer.Option(None, "--duration", help="Trace length (s; default 120)."),
+    arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
+    cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
+    report: Path = typer.Option(None, "--report", help="Also write the plan's HTML report to this file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
+    latency_profile: str = latency_profile_option(),
+    latency_interp: str = latency_interp_option(),
+) -> None:
+    refuse_idle_flags(ctx, workload, arrival)
+    goal = goal or ("throughput" if rps is None else "rps")
+    if goal not in GOALS:
+        raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{goal}')")
+    if goal in ("rps", "cost") and rps is None:
+        raise ProvisionerError(f"--goal {goal} needs --rps R (requests/s)")
+    if goal == "throughput" and rps is not None:
+        raise ProvisionerError("--goal throughput finds the rate itself: drop --rps")
+    if inter_node_gbps is not None and not 0 < inter_node_gbps < float("inf"):
+        raise ProvisionerError(f"--inter-node-gbps must be a number > 0 (got {inter_node_gbps:g})")
+    if not 0 < target_attainment <= 1:
+        raise ProvisionerError(f"--target-attainment must be in (0, 1] (got {target_attainment:g})")
+    if report is not None:   # refuse before the search, not after it
+        from ..files import check_output_path
+        inputs = tuple(p for p in (inventory, workload, latency_profile) if p and Path(str(p)).is_file())
+        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
+    from perfmodels import LatencyModel
+
+    from ..cloud import load_inventory, plan_cloud
+    perf = load_latency_model(latency_profile, latency_interp)
+    if perf is not None:
+        typer.echo("warning: --latency-profile: cloud replicas use the roofline (a measured table is per "
+                   "whole replica; mixed-GPU pipeline groups have none)", err=True)
+    perf = perf or LatencyModel()
+    inv = load_inventory(inventory, perf.catalog)
+    if inter_node_gbps is not None:
+        inv = inv.with_bandwidth(inter_node_gbps)
+    if without is not None:
+        inv.without(without)   # an unknown node is refused before the search
+    traces = trace_generator(workload, arrival, rps, duration, seed, cv)
+    llm = perf.llm(model)
+    answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
+                        seed=seed, without=without, target=target_attainment)
+    answer["workload"] = workload
+    if report is not None:
+        from reports import write_cloud_report
+        write_cloud_report(answer, report, force=True)   # checked before the search
+    if json_out:
+        echo_json(answer)
+        return
+    _render(answer)
+    if report is not None:
+        typer.echo(f"report: {report}")
+
+
+def _render(a: dict) -> None:
+    from rich.table import Table
+
+    from ._common import console as make_console
+    con = make_console()
+    con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
+              f"{a['elapsed_s']:.2f} s; rented {a['rented']}")
+    for title, reps in (("split plan", a["replicas"]), ("best non-split plan", a["non_split"]["replicas"])):
+        t = Table(title=title)
+        for col in ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity rps"):
+            t.add_column(col)
+        for r in reps:
+            t.add_row(r["phase"], ", ".join(f"{n}x{g}" for g, n in r["gpus"].items()), str(r["tp"]), str(r["pp"]),
+                      ", ".join(r["nodes"]), "/".join(map(str, r["layers"])), f"{r['share']:.3f}",
+                      f"{r['capacity_rps']:.2f}")
+        con.print(t)
+    att = a["slo_attainment"]
+    ns = a["non_split"]
+    con.print(f"split: {a['throughput_rps']:.2f} req/s (bound {a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}); "
+              f"non-split: {ns['throughput_rps']:.2f} req/s; ratio {a['split_over_non_split'] or 0:.2f}x")
+    con.print(f"at {a['rps']:g} req/s (DES): attainment ttft {att['ttft']:.1%} tbt {att['tbt']:.1%} "
+              f"e2e {att['e2e']:.1%}; non-split ttft {ns['slo_attainment']['ttft']:.1%} "
+              f"tbt {ns['slo_attainment']['tbt']:.1%} e2e {ns['slo_attainment']['e2e']:.1%}")
+    if "replan" in a:
+        rp = a["replan"]
+        for k in ("before", "none", "light", "full"):
+            s = rp[k] if k in ("before",) else rp[k]["slo_attainment"]
+            extra = f" in {rp[k]['elapsed_s']:.2f} s" if k in ("light", "full") else ""
+            con.print(f"without {rp['node']}: {k:6s} attainment(all) {s['all']:.1%}{extra}")

@@ -1,0 +1,20 @@
+"""Heterogeneous cloud inventories (ThunderServe): which GPUs hold which replica, in which
+phase, and how requests are routed between them; what to rent; re-planning after a loss.
+
+`load_inventory(spec, catalog)` reads an inventory TOML (or a shipped example's name);
+`plan_cloud(...)` answers the question as the JSON of `provision cloud --json`.
+"""
+
+from ._answer import TARGET_ATTAINMENT, best_by_des, plan_cloud, sustained_rps
+from ._bound import upper_bound_rps
+from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
+from ._physics import Physics, split_layers
+from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan
+from ._score import Routing, Scorer, Workload
+from ._search import exhaustive, initial_plan, neighbours, score, tabu_search
+from ._simulate import simulate_plan
+
+__all__ = ["load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
+           "Physics", "split_layers", "make_context", "search_plan", "plan_routing", "replicas_json",
+           "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
+           "neighbours", "score", "upper_bound_rps", "simulate_plan"]

@@ -1,0 +1,237 @@
+"""The cloud question end to end: plan, compare with the best non-split plan, bound,
+simulate (DES), and optionally re-plan without a node or choose what to rent."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from perfmodels import TP_DEGREES
+
+from ..errors import ProvisionerError
+from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan
+from ._search import canon, score
+from ._simulate import simulate_plan
+
+TARGET_ATTAINMENT = 0.99
+BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
+FINALISTS = 5        # plans the DES re-scores after the tabu search
+MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
+
+
+def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
+               without=None, target=TARGET_ATTAINMENT) -> dict:
+    """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
+
+    traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found)."""
+    t0 = time.perf_counter()
+    reference = inventory
+    if goal == "cost":
+        price_list = inventory
+        inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target)
+        reference = price_list
+    sizes = traces.at(rps if rps is not None else 1.0)
+    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
+    plan, cap, sustained = best_by_des(ctx, traces, target, seed)
+    plan_s = time.perf_counter() - t0
+    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",))
+    bound = bounds(ctx)
+    if goal == "throughput":
+        if sustained <= 0:
+            raise ProvisionerError(f"no rate meets {target:.0%} attainment on this inventory: loosen "
+                                   f"--slo-scale or lower --target-attainment")
+        rps = sustained
+    out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
+           "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
+           "rented": {t.name: t.count for t in inventory.types},
+           "replicas": replicas_json(ctx, plan, plan_routing(ctx, plan, rps)),
+           "flows": flows_json(plan_routing(ctx, plan, rps)),
+           "throughput_rps": cap, "upper_bound_rps": bound["split"],
+           "gap": 1.0 - cap / bound["split"] if bound["split"] > 0 else 0.0,
+           "slo_scale": slo_scale, "target_attainment": target}
+    trace = traces.at(rps)
+    sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))
+    out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"])
+    ns_sim = simulate_plan(ctx, ns_plan, trace)
+    out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
+                        "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
+                        "slo": ns_sim["slo"]}
+    out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 else None
+    out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
+    out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 else None
+    if without is not None:
+        out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed)
+    out["elapsed_s"] = plan_s
+    return out
+
+
+def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS):
+    """(plan, predicted rps, DES-sustained rps): the tabu search's `finalists` best plans by
+    the analytic score, re-scored by the rate the DES sustains at the target attainment
+    (the analytic score ranks; the simulation decides among the best it found)."""
+    seen: dict = {}
+    search_plan(ctx, seed=seed, phases=phases, seen=seen)
+    ranked = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
+    split = phases != ("both",)
+    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split), cap, p) for p, cap in ranked]
+    sustained, cap, plan = max(rated, key=lambda r: (r[0], r[1]))
+    return plan, cap, sustained
+
+
+def flows_json(routed) -> list:
+    """[prefill replica index, decode replica index, share of all requests] per routed pair
+    (indices into `replicas`: prefill replicas first)."""
+    pre, _, r = routed
+    flow = r.prefill_share[:, None] * r.decode_share
+    return [[int(i), len(pre) + int(j), round(float(flow[i, j]), 6)] for i, j in zip(*np.nonzero(flow > 1e-9))]
+
+
+def sustained_rps(ctx, plan, traces, cap, target, split=True) -> float:
+    """Highest rate (bisection on the DES, traces nested across rates) at which every
+    metric's attainment is >= target; 0 when even a tiny rate misses it."""
+    def ok(rate):
+        routing = plan_routing(ctx, plan, rate) if split else None
+        sim = simulate_plan(ctx, plan, traces.at(rate), routing)
+        return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+    lo, hi = 0.0, max(cap, 1e-3) * 1.2
+    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+    if hi <= floor or not ok(floor) if floor > 0 else False:
+        return 0.0
+    lo = floor
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo   # a rate that passed (rounding could move it past one that did not)
+
+
+def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, seed) -> dict:
+    """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
+    re-routing only: no model reload) and after a full re-plan, at the same rate."""
+    inv2, k = ctx.inventory.without(node)
+    ctx2 = make_context(inv2, llm, perf, trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
+    survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
+                       if all(n != k for n, _ in st)])
+    before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))["slo_attainment"]
+    none = _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps)
+    t0 = time.perf_counter()
+    light, light_cap = search_plan(ctx2, seed=seed, start=survivors, moves=("flip",))
+    light_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    full, full_cap = search_plan(ctx2, seed=seed)
+    full_s = time.perf_counter() - t0
+    res = {"node": node, "before": before, "none": none}
+    for name, p, cap, secs in (("light", light, light_cap, light_s), ("full", full, full_cap, full_s)):
+        sim = simulate_plan(ctx2, p, trace, plan_routing(ctx2, p, rps))
+        res[name] = {"slo_attainment": sim["slo_attainment"], "throughput_rps": cap, "elapsed_s": secs,
+                     "replicas": replicas_json(ctx2, p, plan_routing(ctx2, p, rps))}
+    res["none"]["throughput_rps"] = score(ctx2.scorer, survivors) if survivors else 0.0
+    return res
+
+
+def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps) -> dict:
+    """No re-plan: the surviving replicas keep their phases and the old routing, with the
+    lost replicas' shares spread over the rest in proportion."""
+    from ._score import Routing
+    pre, dec, r = plan_routing(ctx, plan, rps)
+    keep_p = [i for i, st in enumerate(pre) if all(n != k for n, _ in st)]
+    keep_d = [j for j, st in enumerate(dec) if all(n != k for n, _ in st)]
+    ds = r.decode_share[np.ix_(keep_p, keep_d)]
+    rows = ds.sum(axis=1)
+    ok = rows > 0
+    if not keep_p or not keep_d or not ok.any():
+        return {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
+    ps = r.prefill_share[keep_p] * ok
+    routing = Routing(r.throughput_rps, ps / ps.sum(), np.where(ok[:, None], ds / np.where(ok, rows, 1)[:, None], 0))
+    shift = lambda st: tuple((n - (n > k), tp) for n, tp in st)   # noqa: E731
+    new = [(shift(pre[i]), "prefill") for i in keep_p] + [(shift(dec[j]), "decode") for j in keep_d]
+    routed = ([shift(pre[i]) for i in keep_p], [shift(dec[j]) for j in keep_d], routing)
+    return {"slo_attainment": simulate_plan(ctx2, new, trace, routed)["slo_attainment"]}
+
+
+def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
+                  rounds=12):
+    """The cheapest node counts (within availability) whose plan meets `target` attainment
+    at `rps` in the DES.
+
+    A small integer program (OR-Tools SCIP) gives the cheapest counts per node type such
+    that, each node serving prefill or decode at its type's single-node rates, both sides
+    carry a required rate `need`; those nodes are planned (tabu) and checked in the DES.
+    `need` starts at rps; after a miss it rises to rps / (DES-sustained / predicted rate)
+    of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass."""
+    if rps is None:
+        raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
+    limits = [t.available if t.available is not None else t.count for t in price_list.types]
+    if not any(limits):
+        raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
+                               f"`available` limits)")
+    trace = traces.at(rps)
+    rates = [_node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits) for k in range(len(limits))]
+    verdicts: dict = {}
+
+    def passes(counts):
+        if counts not in verdicts:
+            ctx = make_context(price_list.with_counts(counts), llm, perf, trace, slo_scale, kv_bits,
+                               reference=price_list)
+            plan, cap = search_plan(ctx, seed=seed, steps=30)
+            sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))
+            ok = min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+            realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target) / max(cap, 1e-9)
+            verdicts[counts] = (ok, realised)
+        return verdicts[counts]
+
+    everything = tuple(limits)
+    lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
+    for _ in range(rounds):
+        counts = _cheapest_counts(price_list, limits, rates, need) or everything
+        ok, realised = passes(counts)
+        if ok:
+            best = (counts, need)
+            if need <= max(lo, rps) * 1.05:
+                break
+            need = 0.5 * (max(lo, rps) + need)
+        elif counts == everything:
+            break   # renting every available node is not enough
+        else:
+            lo = need
+            need = 0.5 * (lo + best[1]) if best else min(max(rps / max(realised, 1e-3), lo * 1.3), lo * 3.0)
+    if best is None:
+        raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
+                               f"at {target:.0%} attainment: lower --rps or raise `available`")
+    return price_list.with_counts(best[0])
+
+
+def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits) -> tuple[float, float]:
+    """(prefill rps, decode rps) of one node of type k cut into equal TP groups, the best TP
+    for each phase."""
+    one = price_list.with_counts([int(i == k) for i in range(len(price_list.types))])
+    try:
+        ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list)
+    except ProvisionerError:
+        return 0.0, 0.0
+    gpus = one.types[k].gpus
+    best = [0.0, 0.0]
+    for tp in TP_DEGREES:
+        group = ((0, tp),)
+        if tp <= gpus and gpus % tp == 0 and ctx.physics.group(group):
+            best[0] = max(best[0], gpus // tp * ctx.scorer.prefill(group)[0])
+            best[1] = max(best[1], gpus // tp * ctx.scorer.decode(group)[0])
+    return best[0], best[1]
+
+
+def _cheapest_counts(price_list, limits, rates, need) -> tuple | None:
+    from ortools.linear_solver import pywraplp
+
+    solver = pywraplp.Solver.CreateSolver("SCIP")
+    pre = [solver.IntVar(0, a, "") for a in limits]
+    dec = [solver.IntVar(0, a, "") for a in limits]
+    for p, d, a in zip(pre, dec, limits):
+        solver.Add(p + d <= a)
+    solver.Add(solver.Sum([p * r[0] for p, r in zip(pre, rates)]) >= need)
+    solver.Add(solver.Sum([d * r[1] for d, r in zip(dec, rates)]) >= need)
+    solver.Minimize(solver.Sum([(p + d) * t.price_usd_per_h for p, d, t in zip(pre, dec, price_list.types)]))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    return tuple(int(round(p.solution_value() + d.solution_value())) for p, d in zip(pre, dec))
+
+

@@ -1,0 +1,246 @@
+"""Cloud inventories (TOML): rented nodes, their prices and the network between them.
+
+An inventory lists `[[nodes]]` entries, each a catalog machine (`type = "a40-8x"`) or an
+inline GPU node (`name`, `gpu = "a100-80gb"`, `gpus = 8`), with `count` (default 1),
+`price_usd_per_h` (default: the catalog's price of the node), `available` (a price
+list's limit for `--goal cost`; then `count` defaults to 0) and `intra_link_gb_per_s`
+(default: the GPU's intra-node link). `[network]` gives `inter_node_gbps` and
+`inter_node_latency_ms`, or a full `bandwidth_gbps` matrix over the expanded nodes.
+Every error names the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ProvisionerError
+
+SHIPPED = ("thunderserve-32gpu", "cloud-prices")
+_NODE_KEYS = {"type", "name", "gpu", "gpus", "count", "price_usd_per_h", "available", "intra_link_gb_per_s"}
+_NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps"}
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """One kind of node of an inventory (a `[[nodes]]` entry)."""
+
+    name: str
+    gpu: str                    # catalog GPU name
+    gpus: int                   # GPUs per node
+    count: int                  # nodes in the inventory
+    price_usd_per_h: float      # per node
+    available: int | None       # price list: how many may be rented (None: no limit given)
+    intra_link_gb_per_s: float  # per GPU, per direction
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Node types and the network; `nodes` expands the counts (one entry per rented node)."""
+
+    name: str
+    types: tuple[NodeType, ...]
+    inter_node_gbps: float
+    inter_node_latency_s: float
+    bandwidth_gbps: np.ndarray | None = None   # (nodes, nodes) when given in full
+
+    @property
+    def nodes(self) -> list[tuple[str, int]]:
+        """(node name, type index) per node: `a40-8x-0`, `a40-8x-1`, ... in file order."""
+        return [(f"{t.name}-{k}", i) for i, t in enumerate(self.types) for k in range(t.count)]
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(t.gpus * t.count for t in self.types)
+
+    @property
+    def cost_usd_per_h(self) -> float:
+        return sum(t.price_usd_per_h * t.count for t in self.types)
+
+    def link_gbps(self) -> np.ndarray:
+        """(nodes, nodes) inter-node bandwidth, Gbps (diagonal: inf, the intra-node link is separate)."""
+        n = len(self.nodes)
+        bw = np.full((n, n), float(self.inter_node_gbps)) if self.bandwidth_gbps is None else self.bandwidth_gbps.copy()
+        np.fill_diagonal(bw, np.inf)
+        return bw
+
+    def with_counts(self, counts) -> "Inventory":
+        """The same node types with other counts (a full matrix no longer applies)."""
+        types = tuple(replace(t, count=int(c)) for t, c in zip(self.types, counts))
+        return replace(self, types=types, bandwidth_gbps=None)
+
+    def with_bandwidth(self, gbps: float) -> "Inventory":
+        return replace(self, inter_node_gbps=float(gbps), bandwidth_gbps=None)
+
+    def without(self, node: str) -> tuple["Inventory", int]:
+        """The inventory less one named node; also that node's index in `nodes`."""
+        names = [n for n, _ in self.nodes]
+        if node not in names:
+            raise ProvisionerError(f"--without: no node '{node}' in inventory {self.name}; its nodes are "
+                                   f"{', '.join(names)}")
+        k = names.index(node)
+        ti = self.nodes[k][1]
+        counts = [t.count - (i == ti) for i, t in enumerate(self.types)]
+        bw = None
+        if self.bandwidth_gbps is not None:
+            keep = [i for i in range(len(names)) if i != k]
+            bw = self.bandwidth_gbps[np.ix_(keep, keep)]
+        return replace(self.with_counts(counts), bandwidth_gbps=bw), k
+
+
+def load_inventory(spec: str | Path, catalog) -> Inventory:
+    """An inventory from a TOML path or a shipped example's name (`thunderserve-32gpu`)."""
+    path = Path(str(spec))
+    if str(spec) in SHIPPED and not path.exists():
+        res = resources.files("hardware_catalog") / "data" / "inventories" / f"{spec}.toml"
+        text, where = res.read_text(encoding="utf-8"), f"{spec}.toml"
+    else:
+        try:
+            text, where = path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProvisionerError(f"--inventory: cannot read '{spec}' ({getattr(exc, 'strerror', None) or exc}); "
+                                   f"give a TOML file or a shipped example: {', '.join(SHIPPED)}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProvisionerError(f"{where}: not valid TOML ({exc})") from None
+    return _parse(raw, _Locator(where, text), catalog, default_name=path.stem)
+
+
+class _Locator:
+    """File:line of a field: the line of `key =` in the k-th `[[nodes]]` (or `[network]`)."""
+
+    def __init__(self, where: str, text: str):
+        self.where, self.lines = where, text.splitlines()
+
+    def error(self, field: str, message: str, node: int | None = None, section: str | None = None) -> ProvisionerError:
+        line = self._line(field.split(".")[-1], node, section)
+        return ProvisionerError(f"{self.where}:{line}: {field}: {message}")
+
+    def _line(self, key: str, node: int | None, section: str | None) -> int:
+        start, seen = 0, -1
+        for i, text in enumerate(self.lines):
+            s = text.strip()
+            if node is not None and s == "[[nodes]]":
+                seen += 1
+                if seen == node:
+                    start = i
+            elif section is not None and s == f"[{section}]":
+                start = i
+        if node is not None and seen < node:
+            start = 0
+        pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+        for i in range(start, len(self.lines)):
+            if pattern.match(self.lines[i]):
+                return i + 1
+        return start + 1
+
+
+def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
+    unknown = set(raw) - {"name", "source", "network", "nodes"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise loc.error(key, "unknown field; an inventory has name, source, [network] and [[nodes]]")
+    nodes = raw.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise loc.error("nodes", "no [[nodes]] entries: list at least one node type")
+    types = tuple(_node(entry, k, loc, catalog) for k, entry in enumerate(nodes))
+    names = [t.name for t in types]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        second = len(names) - 1 - names[::-1].index(dup)
+        raise loc.error(f"nodes[{second + 1}].type", f"'{dup}' appears twice: give one entry a different "
+                        f"name, or raise the first entry's count", node=second)
+    net = raw.get("network", {})
+    if not isinstance(net, dict):
+        raise loc.error("network", "must be a table [network]")
+    for key in set(net) - _NET_KEYS:
+        raise loc.error(f"network.{key}", f"unknown field; use {', '.join(sorted(_NET_KEYS))}", section="network")
+    gbps = _number(net.get("inter_node_gbps", 40.0), "network.inter_node_gbps", loc, None, "network")
+    lat_ms = _number(net.get("inter_node_latency_ms", 0.5), "network.inter_node_latency_ms", loc, None, "network",
+                     allow_zero=True)
+    inv = Inventory(name=str(raw.get("name", default_name)), types=types, inter_node_gbps=gbps,
+                    inter_node_latency_s=lat_ms / 1e3)
+    if "bandwidth_gbps" in net:
+        inv = replace(inv, bandwidth_gbps=_matrix(net["bandwidth_gbps"], len(inv.nodes), loc))
+    return inv
+
+
+def _node(entry, k: int, loc: _Locator, catalog) -> NodeType:
+    field = f"nodes[{k + 1}]"
+    if not isinstance(entry, dict):
+        raise loc.error(field, "must be a table [[nodes]]", node=k)
+    for key in set(entry) - _NODE_KEYS:
+        raise loc.error(f"{field}.{key}", f"unknown field; use {', '.join(sorted(_NODE_KEYS))}", node=k)
+    if "type" in entry:
+        try:
+            machine = catalog.machine(str(entry["type"]))
+        except Exception as exc:
+            raise loc.error(f"{field}.type", str(exc).splitlines()[0], node=k) from None
+        name, gpu_name, gpus = str(entry.get("name", machine.name)), machine.gpu, machine.gpus_per_machine
+        price = machine.cost_usd_per_h
+        if "gpu" in entry or "gpus" in entry:
+            raise loc.error(f"{field}.gpu", "give either type (a catalog node) or gpu + gpus (inline)", node=k)
+    elif "gpu" in entry:
+        gpu_name, name = str(entry["gpu"]), str(entry.get("name", f"{entry['gpu']}-node"))
+        gpus = _integer(entry.get("gpus"), f"{field}.gpus", loc, k, low=1)
+        price = None
+    else:
+        raise loc.error(f"{field}.type", "missing: give type (a catalog node such as a40-8x) or gpu + gpus",
+                        node=k)
+    try:
+        gpu = catalog.gpu(gpu_name)
+    except Exception as exc:
+        raise loc.error(f"{field}.gpu", str(exc).splitlines()[0], node=k) from None
+    if "price_usd_per_h" in entry or price is None:
+        if "price_usd_per_h" not in entry:
+            price = gpu.price_usd_per_h * gpus if getattr(gpu, "price_usd_per_h", None) else None
+        else:
+            price = _number(entry["price_usd_per_h"], f"{field}.price_usd_per_h", loc, k, allow_zero=True)
+        if price is None:
+            raise loc.error(f"{field}.price_usd_per_h", "missing: the catalog has no price for this GPU", node=k)
+    available = None if "available" not in entry else _integer(entry["available"], f"{field}.available", loc, k,
+                                                               low=0)
+    count = _integer(entry.get("count", 1 if available is None else 0), f"{field}.count", loc, k, low=0)
+    if available is not None and count > available:
+        raise loc.error(f"{field}.count", f"{count} nodes but only {available} available: lower count",
+                        node=k)
+    link = _number(entry.get("intra_link_gb_per_s", gpu.intra_link_bandwidth_gb_per_s),
+                   f"{field}.intra_link_gb_per_s", loc, k)
+    return NodeType(name=name, gpu=gpu.name, gpus=gpus, count=count, price_usd_per_h=float(price),
+                    available=available, intra_link_gb_per_s=link)
+
+
+def _number(value, field, loc, node, section=None, allow_zero=False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise loc.error(field, f"must be a finite number {bound} (got {value!r})", node=node, section=section)
+    return float(value)
+
+
+def _integer(value, field, loc, node, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise loc.error(field, f"must be a whole number >= {low} (got {value!r})", node=node)
+    return int(value)
+
+
+def _matrix(value, n: int, loc: _Locator) -> np.ndarray:
+    field = "network.bandwidth_gbps"
+    try:
+        m = np.array(value, dtype=float)
+    except (TypeError, ValueError):
+        raise loc.error(field, f"must be a {n}x{n} matrix of numbers (Gbps)", section="network") from None
+    if m.shape != (n, n):
+        raise loc.error(field, f"must be {n}x{n} (one row per node, in file order; got shape {m.shape})",
+                        section="network")
+    off = m[~np.eye(n, dtype=bool)]
+    if np.any(~np.isfinite(off)) or np.any(off <= 0):
+        raise loc.error(field, "every off-diagonal bandwidth must be a finite number > 0", section="network")
+    return m

@@ -1,0 +1,153 @@
+"""`plan_cloud`: the whole cloud question as one call (the CLI's `provision cloud`).
+
+SLOs: Table VI's slowdown limits x `slo_scale` (default 2), each request's slowdown taken
+against the same request alone on the inventory's best single node (per metric, the
+fastest node type at its largest TP that holds the model): a rented inventory has no
+DGX-A100 to compare with. SLO attainment (ThunderServe's metric) is the share of requests
+whose slowdown is within the p99 limit, per metric; 99% on every metric is the same
+test as the p99 check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodels import TP_DEGREES
+
+from ..errors import ProvisionerError
+from ..slo import SLO
+from ._bound import upper_bound_rps
+from ._physics import Physics
+from ._score import Scorer, Workload, balanced_routing
+from ._search import canon, initial_groups, initial_plan, tabu_search
+
+DEFAULT_SLO_SCALE = 2.0
+SIZE_SAMPLE = 2000     # requests whose sizes the analytic score averages over
+
+
+@dataclass
+class Context:
+    """Everything fixed while planning one question."""
+
+    inventory: object
+    llm: object
+    perf: object
+    trace: object            # sizes and arrivals at the asked rate
+    slo: SLO
+    kv_bits: int
+    ref: tuple               # (ttft, tbt, e2e) per request of `trace` alone on the reference
+    physics: Physics
+    scorer: Scorer
+    ref_physics: Physics     # whose best node is the SLO reference
+
+
+def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16, reference=None) -> Context:
+    """reference : the inventory whose best node defines the SLO (default: `inventory`;
+    a price list's every node type when choosing what to rent)."""
+    if kv_bits not in (16, 8, 4):
+        raise ProvisionerError(f"--kv-bits must be 16, 8 or 4 (got {kv_bits})")
+    if inventory.n_gpus == 0:
+        raise ProvisionerError(f"inventory {inventory.name} has no nodes to plan (every count is 0): "
+                               f"use --goal cost to choose what to rent")
+    slo = SLO().scaled(slo_scale)
+    physics = Physics(inventory, llm, perf)
+    ref_inv = inventory if reference is None else reference.with_counts(
+        [int(t.count > 0 or bool(t.available)) for t in reference.types])
+    ref_physics = physics if reference is None else Physics(ref_inv, llm, perf)
+    ref = reference_latencies(ref_physics, trace.prompt_tokens, trace.output_tokens)
+    lim = slo.limits()[:, 0]
+    k = min(SIZE_SAMPLE, len(trace))
+    tbt_ref = ref[1][np.isfinite(ref[1])]
+    w = Workload(np.asarray(trace.prompt_tokens[:k]), np.asarray(trace.output_tokens[:k]),
+                 ttft_limit_s=lim[0] * float(ref[0].mean()), tbt_limit_s=lim[1] * float(tbt_ref.mean()),
+                 e2e_limit_s=lim[2] * float(ref[2].mean()))
+    return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits),
+                   ref_physics)
+
+
+def reference_latencies(physics, prompt_tokens, output_tokens):
+    """Per request (ttft, tbt, e2e) alone on the inventory's best single node, per metric."""
+    best = None
+    for node, ti in enumerate(physics.node_type):
+        gpus = physics.inv.types[ti].gpus
+        tp = max((t for t in TP_DEGREES if t <= gpus and physics.group(((node, t),))), default=None)
+        if tp is None:
+            continue
+        lat = physics.perf.solo_request_s(physics.llm, physics.gpus[ti], tp, prompt_tokens, output_tokens)
+        best = lat if best is None else tuple(np.minimum(a, b) for a, b in zip(best, lat))
+    if best is None:
+        raise ProvisionerError(f"{physics.llm.name} fits on no single node of inventory {physics.inv.name}: "
+                               f"rent larger nodes or pick a smaller --model")
+    ttft, tbt, e2e = best
+    return ttft, np.where(np.asarray(output_tokens) > 1, tbt, np.nan), e2e
+
+
+def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=100,
+                sample=40, seen: dict | None = None):
+    """(plan, rps): tabu search from `start` (default: the bandwidth clustering); `seen`
+    collects every plan scored, with its rps."""
+    sc = ctx.scorer
+    if start is None:
+        start = initial_plan(ctx.physics, sc) if phases != ("both",) else canon(
+            [(g, "both") for g in initial_groups(ctx.physics)])
+    if not start:
+        raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name}")
+    if moves is not None:
+        plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, moves=moves,
+                                   seen=seen)
+        return plan, rps
+    # ThunderServe's moves first, then GPUs dealt anew between pairs of groups (regroup)
+    plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, seen=seen)
+    plan, rps, _ = tabu_search(sc, plan, steps=steps, sample=sample, rng=seed, phases=phases,
+                               moves=("flip", "split", "merge", "move", "regroup"), seen=seen)
+    if seen is not None:
+        seen[plan] = rps
+    return plan, rps
+
+
+def plan_routing(ctx: Context, plan, rps: float | None = None):
+    """(prefill groups, decode groups, Routing) of a split plan: the throughput LP's
+    routing, or with `rps` the least-utilization routing of that rate."""
+    pre = [st for st, ph in plan if ph == "prefill"]
+    dec = [st for st, ph in plan if ph == "decode"]
+    if rps is None:
+        return pre, dec, ctx.scorer.route(pre, dec)
+    return pre, dec, balanced_routing(ctx.scorer, pre, dec, rps)
+
+
+def replicas_json(ctx: Context, plan, routing=None) -> list[dict]:
+    """The CONTRACTS.md replica objects: phase, gpus (type -> count), tp, pp, share."""
+    inv = ctx.inventory
+    names = [n for n, _ in inv.nodes]
+    out = []
+    if all(ph == "both" for _, ph in plan):
+        rates = np.array([ctx.scorer.both(st) for st, _ in plan])
+        shares = rates / rates.sum() if rates.sum() > 0 else rates
+        return [_replica(ctx, st, "both", float(s), names) for (st, _), s in zip(plan, shares)]
+    pre, dec, r = routing or plan_routing(ctx, plan)
+    dshare = r.prefill_share @ r.decode_share if len(pre) else np.zeros(len(dec))
+    out += [_replica(ctx, st, "prefill", float(s), names) for st, s in zip(pre, r.prefill_share)]
+    out += [_replica(ctx, st, "decode", float(s), names) for st, s in zip(dec, dshare)]
+    return out
+
+
+def _replica(ctx, stages, phase, share, names) -> dict:
+    gpus: dict = {}
+    for node, tp in stages:
+        g = ctx.inventory.types[ctx.physics.node_type[node]].gpu
+        gpus[g] = gpus.get(g, 0) + tp
+    rate = {"prefill": lambda: ctx.scorer.prefill(stages)[0], "decode": lambda: ctx.scorer.decode(stages)[0],
+            "both": lambda: ctx.scorer.both(stages)}[phase]()
+    return {"phase": phase, "gpus": gpus, "tp": max(tp for _, tp in stages), "pp": len(stages),
+            "share": round(share, 6), "nodes": [names[n] for n, _ in stages],
+            "layers": list(ctx.physics.group(stages).layers), "capacity_rps": round(rate, 4)}
+
+
+def bounds(ctx: Context) -> dict:
+    return {"split": upper_bound_rps(ctx.scorer), "non_split": upper_bound_rps(ctx.scorer, ("both",))}
+
+
+__all__ = ["Context", "make_context", "search_plan", "plan_routing", "replicas_json", "reference_latencies",
+           "bounds"]

@@ -1,0 +1,253 @@
+"""Fast analytic score of a plan: each replica's sustainable rate under the SLOs, and the
+routing LP (ThunderServe's two-stage transportation problem) over the real links.
+
+- prefill replica: M/G/1 at the rate where the mean TTFT (service + Pollaczek-Khinchine
+  wait) equals the p50 TTFT limit: rho = k / (1 + k), k = 2 slack E[S] / E[S^2];
+- decode replica: the largest batch B whose iteration time stays within the p50 TBT
+  limit and whose KV (s + n per request) fits; B / (t(B) (n - 1)) requests/s;
+- non-split replica ("both"): prefills interleave with decodes, stretching each decode
+  step by 1 / (1 - rho_prefill); the largest rate meeting both limits (bisection);
+- a prefill -> decode pair is usable when its mean KV transfer fits in the p50 E2E slack
+  left by the two replicas; each inter-node link (per direction) carries at most its
+  bandwidth of KV bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodels import time_from_coefficients
+
+_MAX_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The request sizes a plan is scored on and the SLO's per-request reference latencies."""
+
+    prompt_tokens: np.ndarray   # (r,) sample of prompt sizes
+    output_tokens: np.ndarray   # (r,)
+    ttft_limit_s: float         # mean budgets: p50 limit x mean reference latency
+    tbt_limit_s: float
+    e2e_limit_s: float
+
+    @property
+    def mean_prompt(self) -> float:
+        return float(self.prompt_tokens.mean())
+
+    @property
+    def mean_output(self) -> float:
+        return float(self.output_tokens.mean())
+
+    @property
+    def kv_tokens_held(self) -> float:
+        """KV tokens a running request holds on average over decode time: s + n weighted by
+        the n - 1 iterations it holds them (Little's law; long decodes hold longer)."""
+        steps = np.maximum(self.output_tokens - 1.0, 0.0)
+        size = self.prompt_tokens + self.output_tokens
+        return float((size * steps).sum() / max(steps.sum(), 1.0))
+
+
+@dataclass(frozen=True)
+class Routing:
+    throughput_rps: float
+    prefill_share: np.ndarray   # (p,) fraction of requests to each prefill replica
+    decode_share: np.ndarray    # (p, d) fraction of prefill i's requests sent to decode j
+
+
+class Scorer:
+    """Rates per replica (cached per group) and the routing LP of a plan."""
+
+    def __init__(self, physics, workload: Workload, kv_bits: int = 16):
+        self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
+        self._rates: dict = {}
+        self._pairs: dict = {}
+        self._plans: dict = {}
+        self.lp_solves = 0
+
+    # -- per replica ------------------------------------------------------------
+    def prefill(self, group) -> tuple[float, float]:
+        """(sustainable rps, mean service s) of a prefill replica."""
+        key = ("p", group)
+        if key not in self._rates:
+            self._rates[key] = self._prefill(self.ph.group(group).coef)
+        return self._rates[key]
+
+    def _prefill(self, coef):
+        s = self.w.prompt_tokens.astype(float)
+        t = time_from_coefficients(coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)
+        es, es2 = float(t.mean()), float((t * t).mean())
+        rho = np.linspace(0.0, 0.99, 100)[1:]
+        wait = rho * es2 / (2.0 * (1.0 - rho) * es)            # Pollaczek-Khinchine mean wait
+        ok = es + wait <= self.w.ttft_limit_s
+        if not ok.any():
+            return 0.0, es
+        return float(rho[np.flatnonzero(ok)[-1]]) / es, es
+
+    def decode(self, group) -> tuple[float, float]:
+        """(sustainable rps, iteration s at that batch) of a decode replica."""
+        key = ("d", group)
+        if key not in self._rates:
+            g = self.ph.group(group)
+            self._rates[key] = self._decode(g.coef, g.kv_cap_tokens, 0.0)
+        return self._rates[key]
+
+    def _decode(self, coef, kv_cap, prefill_busy):
+        w = self.w
+        b = np.arange(1, _MAX_BATCH + 1, dtype=float)
+        ctx = w.mean_prompt + w.mean_output / 2.0
+        t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * ctx) / (1.0 - prefill_busy)
+        ok = (t <= w.tbt_limit_s) & (b * w.kv_tokens_held <= kv_cap)
+        if not ok.any():
+            return 0.0, float(t[0])
+        k = int(np.flatnonzero(ok)[-1])
+        # B decode slots are B servers: a headroom of one in sqrt(B) slots (square-root
+        # staffing) keeps the wait for a slot short
+        headroom = max(1.0 - 1.0 / np.sqrt(b[k]), 0.0)
+        return float(headroom * b[k] / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
+
+    def both(self, group) -> float:
+        """Sustainable rps of a non-split replica (mixed batching), by bisection on the rate."""
+        key = ("b", group)
+        if key not in self._rates:
+            g = self.ph.group(group)
+            p_rate, es = self._prefill(g.coef)
+            lo, hi = 0.0, p_rate
+            for _ in range(30):
+                mid = 0.5 * (lo + hi)
+                busy = mid * es
+                d_rate, _ = self._decode(g.coef, g.kv_cap_tokens, busy) if busy < 1 else (0.0, 0.0)
+                # prefill slows too: its queue sees the decode iterations' share of time
+                p_ok = self._prefill_ok(g.coef, mid, busy)
+                lo, hi = (mid, hi) if (d_rate >= mid and p_ok) else (lo, mid)
+            self._rates[key] = lo
+        return self._rates[key]
+
+    def _prefill_ok(self, coef, rate, busy):
+        s = self.w.prompt_tokens.astype(float)
+        t = time_from_coefficients(coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)
+        es, es2 = float(t.mean()), float((t * t).mean())
+        rho = rate * es
+        if rho >= 1:
+            return False
+        return es + rho * es2 / (2 * (1 - rho) * es) <= self.w.ttft_limit_s
+
+    # -- pairs and the LP ----------------------------------------------------------
+    def pair(self, src, dst):
+        """(usable, mean transfer s, {(a, b): bytes per request over inter-node links})."""
+        key = (src, dst)
+        if key not in self._pairs:
+            setup, per_token = self.ph.kv_seconds(src, dst, self.kv_bits)
+            t = setup + per_token * self.w.mean_prompt
+            _, es = self.prefill(src)
+            _, step = self.decode(dst)
+            slack = self.w.e2e_limit_s - es - (self.w.mean_output - 1.0) * step
+            req_bytes = self.ph.llm.kv_bytes_per_token * self.w.mean_prompt * self.kv_bits / 16.0
+            traffic = {ab: share * req_bytes for ab, share in self.ph.kv_traffic(src, dst).items() if ab[0] != ab[1]}
+            self._pairs[key] = (t <= slack, t, traffic)
+        return self._pairs[key]
+
+    def route(self, prefill_groups, decode_groups) -> Routing:
+        """ThunderServe's routing LP: the most requests/s through prefill i then decode j."""
+        key = (tuple(prefill_groups), tuple(decode_groups))
+        if key in self._plans:
+            return self._plans[key]
+        p_cap = np.array([self.prefill(g)[0] for g in prefill_groups])
+        d_cap = np.array([self.decode(g)[0] for g in decode_groups])
+        out = self._solve(prefill_groups, decode_groups, p_cap, d_cap)
+        self._plans[key] = out
+        return out
+
+    def _solve(self, pg, dg, p_cap, d_cap) -> Routing:
+        from ortools.linear_solver import pywraplp
+
+        n_p, n_d = len(pg), len(dg)
+        empty = Routing(0.0, np.zeros(n_p), np.zeros((n_p, n_d)))
+        if n_p == 0 or n_d == 0 or p_cap.sum() <= 0 or d_cap.sum() <= 0:
+            return empty
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        x = {}
+        links: dict = {}
+        for i in range(n_p):
+            for j in range(n_d):
+                usable, _, traffic = self.pair(pg[i], dg[j])
+                if usable and p_cap[i] > 0 and d_cap[j] > 0:
+                    x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
+                    for ab, b in traffic.items():
+                        links.setdefault(ab, []).append((x[i, j], b))
+        if not x:
+            return empty
+        for i in range(n_p):
+            row = [v for (a, _), v in x.items() if a == i]
+            if row:
+                solver.Add(solver.Sum(row) <= float(p_cap[i]))
+        for j in range(n_d):
+            col = [v for (_, b), v in x.items() if b == j]
+            if col:
+                solver.Add(solver.Sum(col) <= float(d_cap[j]))
+        bw = self.ph.link_bytes_per_s
+        for (a, b), terms in links.items():
+            solver.Add(solver.Sum([v * by for v, by in terms]) <= float(bw[a, b]))
+        solver.Maximize(solver.Sum(list(x.values())))
+        self.lp_solves += 1
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            return empty
+        flow = np.zeros((n_p, n_d))
+        for (i, j), v in x.items():
+            flow[i, j] = max(v.solution_value(), 0.0)
+        total = float(flow.sum())
+        if total <= 1e-12:
+            return empty
+        row = flow.sum(axis=1)
+        share = row / total
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
+        return Routing(total, share, dshare)
+
+
+def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
+    """Routing for serving `rps` (capped at the plan's capacity) with the least maximum
+    utilization of any replica or link: the second stage after the throughput LP, which
+    leaves the split among equal optima to the solver's vertex."""
+    from ortools.linear_solver import pywraplp
+
+    best = scorer.route(prefill_groups, decode_groups)
+    rate = min(float(rps), best.throughput_rps)
+    if rate <= 0:
+        return best
+    p_cap = [scorer.prefill(g)[0] for g in prefill_groups]
+    d_cap = [scorer.decode(g)[0] for g in decode_groups]
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    u = solver.NumVar(0.0, solver.infinity(), "u")
+    x, links = {}, {}
+    for i, a in enumerate(prefill_groups):
+        for j, b in enumerate(decode_groups):
+            usable, _, traffic = scorer.pair(a, b)
+            if usable and p_cap[i] > 0 and d_cap[j] > 0:
+                x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
+                for ab, by in traffic.items():
+                    links.setdefault(ab, []).append((x[i, j], by))
+    solver.Add(solver.Sum(list(x.values())) == rate)
+    for i, cap in enumerate(p_cap):
+        row = [v for (a, _), v in x.items() if a == i]
+        if row:
+            solver.Add(solver.Sum(row) <= u * float(cap))
+    for j, cap in enumerate(d_cap):
+        col = [v for (_, b), v in x.items() if b == j]
+        if col:
+            solver.Add(solver.Sum(col) <= u * float(cap))
+    bw = scorer.ph.link_bytes_per_s
+    for (a, b), terms in links.items():
+        solver.Add(solver.Sum([v * by for v, by in terms]) <= u * float(bw[a, b]))
+    solver.Minimize(u)
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return best
+    flow = np.zeros((len(prefill_groups), len(decode_groups)))
+    for (i, j), v in x.items():
+        flow[i, j] = max(v.solution_value(), 0.0)
+    row = flow.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
+    return Routing(best.throughput_rps, row / flow.sum(), dshare)

@@ -1,0 +1,248 @@
+"""Plan search: ThunderServe's tabu search, an exhaustive check for small inventories,
+the best non-split plan, and an LP-relaxation upper bound on throughput.
+
+A plan is a sorted tuple of (stages, phase); stages a sorted tuple of (node, tp) slices
+(see `_physics`). Every GPU of the inventory belongs to one group.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from perfmodels import TP_DEGREES
+
+PHASES = ("prefill", "decode")
+MAX_PP = 2   # pipeline stages per group the search forms
+
+
+def canon(plan) -> tuple:
+    return tuple(sorted((tuple(sorted(st)), ph) for st, ph in plan))
+
+
+def score(scorer, plan) -> float:
+    """Sustainable rps of a plan (split: routing LP; non-split: the replicas' rates summed)."""
+    if all(ph == "both" for _, ph in plan):
+        return float(sum(scorer.both(st) for st, _ in plan))
+    pre = [st for st, ph in plan if ph == "prefill"]
+    dec = [st for st, ph in plan if ph == "decode"]
+    return scorer.route(pre, dec).throughput_rps
+
+
+def initial_groups(physics) -> list[tuple]:
+    """Each node cut into the smallest TP groups that hold the model; a node too small for
+    one group joins (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
+    groups, leftovers = [], []
+    for node, ti in enumerate(physics.node_type):
+        gpus = physics.inv.types[ti].gpus
+        tp = next((t for t in TP_DEGREES if t <= gpus and gpus % t == 0 and physics.group(((node, t),))), None)
+        if tp is None:
+            leftovers.append(node)
+            continue
+        groups += [((node, tp),)] * (gpus // tp)
+    bw = physics.link_bytes_per_s
+    while leftovers:
+        a = leftovers.pop(0)
+        gpus_a = physics.inv.types[physics.node_type[a]].gpus
+        order = [b for b in np.argsort(-bw[a]) if b != a]
+        partner = next((b for b in order if b in leftovers), None)
+        if partner is not None:
+            leftovers.remove(partner)
+            st = tuple(sorted(((a, gpus_a), (int(partner), physics.inv.types[physics.node_type[partner]].gpus))))
+            if physics.group(st):
+                groups.append(st)
+    return groups
+
+
+def initial_plan(physics, scorer) -> tuple:
+    """Phases by comparative advantage: groups sorted by prefill/decode rate, the prefix
+    that balances the two sides best goes to prefill."""
+    groups = initial_groups(physics)
+    ratio = [scorer.prefill(g)[0] / max(scorer.decode(g)[0], 1e-9) for g in groups]
+    order = list(np.argsort(ratio)[::-1])
+    best, best_k = -1.0, 1
+    for k in range(1, len(groups)):
+        plan = [(groups[i], "prefill" if r < k else "decode") for r, i in enumerate(order)]
+        s = score(scorer, plan)
+        if s > best:
+            best, best_k = s, k
+    return canon([(groups[i], "prefill" if r < best_k else "decode") for r, i in enumerate(order)])
+
+
+def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=PHASES) -> list[tuple]:
+    """Every plan one move away (flip a phase, split a group, merge two, move a stage);
+    groups that cannot hold the weights are pruned before any evaluation."""
+    out = set()
+    plan = list(plan)
+    n = len(plan)
+    for i, (st, ph) in enumerate(plan):
+        rest = plan[:i] + plan[i + 1:]
+        if "flip" in moves:
+            for other in phases:
+                if other != ph:
+                    out.add(canon(rest + [(st, other)]))
+        if "split" in moves:
+            for parts in _splits(st):
+                if all(physics.group(p) for p in parts):
+                    out.add(canon(rest + [(p, ph) for p in parts]))
+    for i, j in itertools.combinations(range(n), 2):
+        (a, pa), (b, pb) = plan[i], plan[j]
+        rest = [plan[k] for k in range(n) if k not in (i, j)]
+        if "merge" in moves:
+            for st in _merges(a, b, physics):
+                for ph in {pa, pb}:
+                    out.add(canon(rest + [(st, ph)]))
+        if "regroup" in moves:
+            for regrouped in _regroup(a, b, physics):
+                for assign in itertools.product(*[phases] * len(regrouped)):
+                    out.add(canon(rest + list(zip(regrouped, assign))))
+            for src, dst, psrc, pdst in ((a, b, pa, pb), (b, a, pb, pa)):
+                if len(src) < 2 or len(dst) >= MAX_PP:
+                    continue
+                for k in range(len(src)):
+                    s2 = tuple(sorted(src[:k] + src[k + 1:]))
+                    d2 = tuple(sorted(dst + (src[k],)))
+                    if physics.group(s2) and physics.group(d2):
+                        out.add(canon(rest + [(s2, psrc), (d2, pdst)]))
+    return [p for p in out if _valid(p)]
+
+
+def _n_flips(p, q) -> int:
+    """Groups whose phase differs between two plans of the same groups (else a large number)."""
+    if sorted(st for st, _ in p) != sorted(st for st, _ in q):
+        return 99
+    return sum(a != b for a, b in zip(p, q))
+
+
+def _valid(plan) -> bool:
+    phases = {ph for _, ph in plan}
+    return phases == {"both"} or ("prefill" in phases and "decode" in phases)
+
+
+def _regroup(a, b, physics, max_slices=4):
+    """Move GPUs between two groups: their slices (each halved too, while at most
+    `max_slices` in all) dealt anew into two groups that hold the weights."""
+    base = list(a + b)
+    variants = {tuple(sorted(base))}
+    for k, (node, tp) in enumerate(base):
+        if tp > 1 and len(base) < max_slices:
+            variants.add(tuple(sorted(base[:k] + base[k + 1:] + [(node, tp // 2)] * 2)))
+    if len(base) + 1 < max_slices:
+        halved = [h for node, tp in base for h in ([(node, tp // 2)] * 2 if tp > 1 else [(node, tp)])]
+        if len(halved) <= max_slices:
+            variants.add(tuple(sorted(halved)))
+    for slices in variants:
+        for groups in _groupings(list(slices)):
+            if len(groups) == 2 and all(physics.group(g) for g in groups):
+                yield groups
+
+
+def _splits(st):
+    if len(st) > 1:
+        yield tuple((s,) for s in st)
+    elif st[0][1] > 1:
+        node, tp = st[0]
+        yield (((node, tp // 2),), ((node, tp // 2),))
+        yield (((node, tp // 2), (node, tp // 2)),)   # TP t -> PP of two TP t/2 stages
+
+
+def _merges(a, b, physics):
+    if len(a) == 1 and len(b) == 1 and a[0][0] == b[0][0] and a[0][1] == b[0][1]:
+        node, tp = a[0]
+        st = ((node, 2 * tp),)
+        if 2 * tp in TP_DEGREES and physics.group(st):
+            yield st
+    if len(a) + len(b) <= MAX_PP:
+        st = tuple(sorted(a + b))
+        if physics.group(st):
+            yield st
+
+
+def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, rng=0,
+                moves=("flip", "split", "merge", "move"), phases=PHASES, seen: dict | None = None):
+    """ThunderServe's tabu search: each step scores a seeded sample of `sample` neighbours
+    (all of them when fewer) as one batch and moves to the best one not in the tabu list
+    of the last `memory` plans. Returns (best plan, its rps, plans scored); `seen`, when
+    given, collects every scored plan's rps."""
+    rng = np.random.default_rng(rng)
+    cur = best = canon(start)
+    best_s = score(scorer, cur)
+    tabu = [cur]
+    stale = scored = 0
+    for _ in range(steps):
+        cands = [p for p in neighbours(cur, scorer.ph, moves, phases) if p not in tabu]
+        if not cands:
+            break
+        if len(cands) > sample:   # every phase flip (cheap, often best), a seeded sample of the rest
+            flips = [p for p in cands if len(p) == len(cur) and _n_flips(p, cur) == 1]
+            others = sorted(set(cands) - set(flips))
+            k = min(sample, len(others))
+            cands = flips + [others[i] for i in rng.choice(len(others), k, replace=False)]
+        vals = [score(scorer, p) for p in sorted(cands)]
+        scored += len(cands)
+        if seen is not None:
+            seen.update(zip(sorted(cands), vals))
+        k = int(np.argmax(vals))
+        cur = sorted(cands)[k]
+        tabu = (tabu + [cur])[-memory:]
+        if vals[k] > best_s + 1e-9:
+            best, best_s, stale = cur, vals[k], 0
+        else:
+            stale += 1
+            if stale >= patience:
+                break
+    return best, best_s, scored
+
+
+def exhaustive(scorer, phases=PHASES):
+    """Every plan (all slice cuts of every node, every grouping of at most MAX_PP slices,
+    every phase assignment): the optimum the tabu search is checked against."""
+    ph = scorer.ph
+    per_node = [_cuts(ph.inv.types[ti].gpus) for ti in ph.node_type]
+    best, best_s = None, -1.0
+    seen = set()
+    for cut in itertools.product(*per_node):
+        slices = [(node, tp) for node, tps in enumerate(cut) for tp in tps]
+        for groups in _groupings(slices):
+            if not all(ph.group(g) for g in groups):
+                continue
+            labels = [phases] * len(groups) if phases != ("both",) else [("both",)] * len(groups)
+            for assign in itertools.product(*labels):
+                plan = canon(list(zip(groups, assign)))
+                if plan in seen or not _valid(plan):
+                    continue
+                seen.add(plan)
+                s = score(scorer, plan)
+                if s > best_s + 1e-9:
+                    best, best_s = plan, s
+    return best, best_s, len(seen)
+
+
+def _cuts(gpus: int):
+    """Multisets of TP degrees summing to `gpus`, largest first."""
+    out = []
+
+    def rec(left, largest, acc):
+        if left == 0:
+            out.append(tuple(acc))
+            return
+        for t in sorted(TP_DEGREES, reverse=True):
+            if t <= left and t <= largest:
+                rec(left - t, t, acc + [t])
+    rec(gpus, gpus, [])
+    return out
+
+
+def _groupings(slices):
+    """Partitions of the slices into groups of at most MAX_PP (sorted stage tuples)."""
+    if not slices:
+        yield []
+        return
+    first, rest = slices[0], slices[1:]
+    for size in range(0, min(MAX_PP - 1, len(rest)) + 1):
+        for mates in itertools.combinations(range(len(rest)), size):
+            group = tuple(sorted((first,) + tuple(rest[k] for k in mates)))
+            left = [s for k, s in enumerate(rest) if k not in mates]
+            for tail in _groupings(left):
+                yield [group] + tail

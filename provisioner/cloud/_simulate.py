@@ -1,0 +1,78 @@
+"""A plan through the discrete-event engine: per-server latency vectors and KV budgets,
+the plan's routing, per-pair KV links (SEMANTICS.md, "Cloud plans"); SLO attainment and
+the Table VI percentile checks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
+
+from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
+from ..sim import ServerPlan, SimInputs, request_latencies, run_des
+from ..slo import METRICS, PERCENTILES, row_percentiles
+
+
+def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
+    """(ServerPlan, prefill-or-mixed servers, decode servers) of a plan."""
+    ph = ctx.physics
+    if all(p == "both" for _, p in plan):
+        groups = [st for st, _ in plan]
+        rates = np.array([ctx.scorer.both(st) for st in groups])
+        share = rates / rates.sum()
+        sp = ServerPlan(coef=np.stack([ph.group(g).coef for g in groups]),
+                        kv_cap_tokens=np.array([ph.group(g).kv_cap_tokens for g in groups]),
+                        prefill_share=share, decode_share=np.zeros((len(groups), 0)),
+                        kv_setup_s=np.zeros((len(groups), 0)), kv_s_per_token=np.zeros((len(groups), 0)))
+        return sp, len(groups), 0
+    from ._plan import plan_routing
+    pre, dec, r = routing or plan_routing(ctx, plan)
+    groups = pre + dec
+    setup = np.zeros((len(pre), len(dec)))
+    per_token = np.zeros_like(setup)
+    for i, a in enumerate(pre):
+        for j, b in enumerate(dec):
+            setup[i, j], per_token[i, j] = ph.kv_seconds(a, b, ctx.kv_bits)
+    sp = ServerPlan(coef=np.stack([ph.group(g).coef for g in groups]),
+                    kv_cap_tokens=np.array([ph.group(g).kv_cap_tokens for g in groups]),
+                    prefill_share=r.prefill_share, decode_share=r.decode_share, kv_setup_s=setup,
+                    kv_s_per_token=per_token)
+    return sp, len(pre), len(dec)
+
+
+def simulate_plan(ctx, plan, trace, routing=None) -> dict:
+    """SLO attainment per metric (share within the p99 limit), the nine percentile checks,
+    and the achieved throughput of `plan` on `trace` (DES)."""
+    sp, n_p, n_d = server_plan(ctx, plan, routing)
+    if sp.prefill_share.sum() <= 0:
+        return {"slo_attainment": {m: 0.0 for m in (*METRICS, "all")}, "slo": {"met": False},
+                "served_rps": 0.0, "requests": len(trace)}
+    r = len(trace)
+    inputs = SimInputs(
+        n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
+        kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
+        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]), chunk_tokens=np.zeros(1),
+        allow_borrow=np.zeros(1, dtype=bool), mps_share=np.zeros(1), kv_s_per_token=np.zeros(1),
+        kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
+        overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),
+        prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
+        output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64), servers=(sp,))
+    out = run_des(inputs)
+    lat = request_latencies(out, inputs.arrival_s, inputs.output_tokens)
+    from ._plan import reference_latencies
+    ref = reference_latencies(ctx.ref_physics, trace.prompt_tokens, trace.output_tokens)
+    limits = ctx.slo.limits()
+    attain, checks, ok_all = {}, {}, np.ones(r, dtype=bool)
+    for k, m in enumerate(METRICS):
+        slow = lat[k][0] / ref[k]
+        has = np.isfinite(ref[k])
+        within = slow[has] <= limits[k, -1]
+        attain[m] = float(within.mean()) if within.size else 1.0
+        ok_all[has] &= within
+        pct = row_percentiles(slow[has][None, :])[0]
+        checks[m] = {f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}
+    attain["all"] = float(ok_all.mean())
+    met = all(checks[m][f"p{p}"] <= limits[k, j] for k, m in enumerate(METRICS) for j, p in enumerate(PERCENTILES))
+    span = float(np.nanmax(out.finish_s[0]) - inputs.arrival_s[0]) if r else 0.0
+    return {"slo_attainment": attain, "slo": {"met": bool(met), "slowdown": checks},
+            "served_rps": r / span if span > 0 else 0.0, "requests": r}

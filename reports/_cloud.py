@@ -1,0 +1,119 @@
+"""The HTML report of a cloud plan (`provision cloud --report`): the plan drawn as a flow
+diagram (nodes -> replica groups -> routed shares from prefill to decode replicas), the
+split and non-split plans side by side, and the re-plan's attainment when a node left.
+
+Only cartesian traces (lines, markers, bars), so the vendored plotly.js bundle serves.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from provisioner.files import check_output_path, write_output
+
+__all__ = ["cloud_flow", "cloud_figures", "build_cloud_html", "write_cloud_report"]
+
+_COLORS = {"prefill": "#1f77b4", "decode": "#d62728", "both": "#7f7f7f", "node": "#2ca02c"}
+
+
+def cloud_flow(answer: dict) -> dict:
+    """The diagram as data: node and replica positions, GPU edges and routed-share edges."""
+    reps = answer["replicas"]
+    nodes = sorted({n for r in reps for n in r["nodes"]})
+    pre = [i for i, r in enumerate(reps) if r["phase"] == "prefill"]
+    dec = [i for i, r in enumerate(reps) if r["phase"] == "decode"]
+    pos = {("node", n): (0.0, _y(k, len(nodes))) for k, n in enumerate(nodes)}
+    pos.update({("rep", i): (1.0, _y(k, len(pre))) for k, i in enumerate(pre)})
+    pos.update({("rep", i): (2.0, _y(k, len(dec))) for k, i in enumerate(dec)})
+    gpu_edges = [(("node", n), ("rep", i), sum(r["gpus"].values()) / len(r["nodes"]))
+                 for i, r in enumerate(reps) for n in r["nodes"]]
+    flows = [(("rep", i), ("rep", j), f) for (i, j, f) in answer.get("flows", [])]
+    return {"nodes": nodes, "positions": pos, "gpu_edges": gpu_edges, "flows": flows, "replicas": reps}
+
+
+def _y(k: int, n: int) -> float:
+    return 1.0 - (k + 0.5) / max(n, 1)
+
+
+def cloud_figures(answer: dict) -> list[tuple[str, object]]:
+    import plotly.graph_objects as go
+
+    flow = cloud_flow(answer)
+    pos, reps = flow["positions"], flow["replicas"]
+    fig = go.Figure()
+    for a, b, gpus in flow["gpu_edges"]:
+        (x0, y0), (x1, y1) = pos[a], pos[b]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", line={"width": 1 + gpus, "color": "#bbb"},
+                                 hoverinfo="skip", showlegend=False))
+    for a, b, share in flow["flows"]:
+        (x0, y0), (x1, y1) = pos[a], pos[b]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", opacity=0.6,
+                                 line={"width": 1 + 30 * share, "color": "#9467bd"}, showlegend=False,
+                                 hovertemplate=f"{share:.1%} of requests<extra></extra>"))
+    xs = [pos[("node", n)][0] for n in flow["nodes"]]
+    ys = [pos[("node", n)][1] for n in flow["nodes"]]
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=flow["nodes"], textposition="middle left",
+                             marker={"size": 16, "color": _COLORS["node"], "symbol": "square"}, name="node"))
+    for phase in ("prefill", "decode"):
+        idx = [i for i, r in enumerate(reps) if r["phase"] == phase]
+        labels = [f"{'+'.join(f'{c}x{g}' for g, c in reps[i]['gpus'].items())} TP{reps[i]['tp']} PP{reps[i]['pp']}"
+                  f" ({reps[i]['share']:.0%})" for i in idx]
+        fig.add_trace(go.Scatter(x=[pos[("rep", i)][0] for i in idx], y=[pos[("rep", i)][1] for i in idx],
+                                 mode="markers+text", text=labels,
+                                 textposition="middle right" if phase == "decode" else "top center",
+                                 marker={"size": 14, "color": _COLORS[phase]}, name=phase))
+    fig.update_layout(title="The plan: nodes -> replica groups -> routed shares (prefill -> decode)",
+                      xaxis={"visible": False, "range": [-0.6, 2.8]}, yaxis={"visible": False},
+                      height=120 + 40 * max(len(reps), len(flow["nodes"])), template="plotly_white")
+    figs = [("plan", fig)]
+    if "replan" in answer:
+        rp = answer["replan"]
+        cases = [("before", rp["before"]), ("no re-plan", rp["none"]["slo_attainment"]),
+                 ("lightweight", rp["light"]["slo_attainment"]), ("full", rp["full"]["slo_attainment"])]
+        bar = go.Figure()
+        for metric in ("ttft", "tbt", "e2e", "all"):
+            bar.add_trace(go.Bar(x=[c for c, _ in cases], y=[a[metric] for _, a in cases], name=metric))
+        bar.update_layout(title=f"SLO attainment without {rp['node']}", yaxis={"title": "share of requests",
+                          "range": [0, 1]}, barmode="group", template="plotly_white", height=420)
+        figs.append(("replan", bar))
+    return figs
+
+
+def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
+    from ._html import CSS, PLOTLY_CONFIG, plotly_js
+
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
+             f"<h1>{escape(title)}: {escape(str(answer['inventory']))}</h1>", f'<p class="lead">{_lead(answer)}</p>',
+             "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
+             f'<script id="plotly-js" charset="utf-8">{plotly_js({"scatter", "bar"})}</script>']
+    for index, (cid, fig) in enumerate(cloud_figures(answer)):
+        html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{index}", config=PLOTLY_CONFIG)
+        parts.append(f'<div class="chart" data-chart="{escape(cid)}">{html}</div>')
+    for name, reps in (("Split plan", answer["replicas"]), ("Best non-split plan", answer["non_split"]["replicas"])):
+        parts += [f"<h2>{name}</h2>", _table(reps)]
+    parts += ["<footer>self-contained: plotly.js is inlined; this file loads nothing from the network.</footer>",
+              "</main></body></html>"]
+    return "\n".join(parts)
+
+
+def _lead(a: dict) -> str:
+    att = a["slo_attainment"]
+    return escape(f"{a['model']} on {a['workload']}: {a['throughput_rps']:.2f} req/s predicted (bound "
+                  f"{a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}), {a['sustained_rps']:.2f} req/s at "
+                  f"{a['target_attainment']:.0%} attainment in the DES; non-split "
+                  f"{a['non_split']['sustained_rps']:.2f}. At {a['rps']:g} req/s: attainment ttft {att['ttft']:.1%}, "
+                  f"tbt {att['tbt']:.1%}, e2e {att['e2e']:.1%}. Planned in {a['elapsed_s']:.2f} s.")
+
+
+def _table(reps: list) -> str:
+    cols = ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity_rps")
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(c)))}</td>" for c in cols) + "</tr>" for r in reps)
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def write_cloud_report(answer: dict, path, *, force: bool = False):
+    """Write the page atomically (refusing an existing file unless `force`)."""
+    check_output_path(path, flag="--report", force=force)
+    return write_output(path, build_cloud_html(answer), flag="--report", force=force)

@@ -1,0 +1,193 @@
+"""provision cloud (issue 13): inventories, plan physics, routing, search, CLI contract."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from perfmodels import HBM_UTILIZATION, LatencyModel
+from provisioner.cli import get_app, run
+from provisioner.cloud import (exhaustive, load_inventory, make_context, plan_routing, search_plan, split_layers)
+from workloads import TraceGenerator
+
+SMALL = """name = "small"
+[network]
+inter_node_gbps = 10
+[[nodes]]
+type = "a6000-4x"
+[[nodes]]
+type = "{second}"
+"""
+
+
+@pytest.fixture(scope="module")
+def perf():
+    return LatencyModel()
+
+
+def _ctx(perf, inv, workload="coding", rps=4.0, duration=30.0, kv_bits=16):
+    trace = TraceGenerator(workload, duration, 0, arrival="poisson", rps=rps).at(rps)
+    return make_context(inv, perf.llm("llama-30b"), perf, trace, kv_bits=kv_bits)
+
+
+def test_shipped_inventory_matches_thunderserve(perf):
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    assert inv.n_gpus == 32   # TS: 2x 4xA6000, 2x 4xA5000, 1x 8xA40, 2x 4x3090Ti
+    assert {t.gpu: t.count * t.gpus for t in inv.types} == {"a6000": 8, "a5000": 8, "a40": 8, "rtx3090ti": 8}
+
+
+@pytest.mark.parametrize("body, field, line", [
+    ('[[nodes]]\ntype = "a40-8x"\ncount = -1\n', "nodes[1].count", 3),
+    ('[[nodes]]\ntype = "nope"\n', "nodes[1].type", 2),
+    ('[network]\ninter_node_gbps = 0\n[[nodes]]\ntype = "a40-8x"\n', "network.inter_node_gbps", 2),
+    ('[[nodes]]\ntype = "a40-8x"\navailable = 1\ncount = 2\n', "nodes[1].count", 4),
+])
+def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body, field, line):
+    path = tmp_path / "inv.toml"
+    path.write_text(body)
+    assert run(["cloud", "--inventory", str(path), "--rps", "1", "--json"]) == 2
+    err = capsys.readouterr().err
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and f"{path}:{line}: {field}:" in lines[0], err
+
+
+def test_layer_split_never_exceeds_memory():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        k = int(rng.integers(1, 5))
+        hold = rng.integers(1, 40, k)
+        speed = rng.uniform(0.1, 10, k)
+        n = int(rng.integers(1, 80))
+        layers = split_layers(n, speed, hold)
+        if hold.sum() < n:
+            assert layers is None
+        else:
+            assert layers.sum() == n and np.all(layers <= hold) and np.all(layers >= 0)
+
+
+def test_pp_group_fits_each_gpu(perf):
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    ctx = _ctx(perf, inv)
+    llm = ctx.llm
+    for stages in (((2, 2), (5, 2)), ((0, 1), (0, 1)), ((2, 4), (3, 4))):
+        g = ctx.physics.group(stages)
+        assert g is not None and sum(g.layers) == llm.n_layers
+        for (node, tp), layers in zip(stages, g.layers):
+            gpu = ctx.physics.gpus[ctx.physics.node_type[node]]
+            weights = llm.weight_bytes * layers / llm.n_layers + g.kv_cap_tokens * llm.kv_bytes_per_token * layers / llm.n_layers
+            assert weights <= tp * gpu.hbm_capacity_gb * 1e9 * HBM_UTILIZATION * (1 + 1e-9)
+
+
+def test_routing_sums_to_one_within_capacities(perf):
+    ctx = _ctx(perf, load_inventory("thunderserve-32gpu", perf.catalog), "conversation")
+    plan, rps = search_plan(ctx, steps=20)
+    pre, dec, r = plan_routing(ctx, plan)
+    assert r.throughput_rps == pytest.approx(rps)
+    assert r.prefill_share.sum() == pytest.approx(1.0)
+    used = r.prefill_share > 0
+    assert np.allclose(r.decode_share[used].sum(axis=1), 1.0)
+    flow = rps * r.prefill_share[:, None] * r.decode_share
+    for i, g in enumerate(pre):
+        assert flow[i].sum() <= ctx.scorer.prefill(g)[0] * (1 + 1e-6)
+    for j, g in enumerate(dec):
+        assert flow[:, j].sum() <= ctx.scorer.decode(g)[0] * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])
+@pytest.mark.parametrize("workload", ["coding", "conversation"])
+def test_tabu_finds_the_exhaustive_optimum_on_8_gpus(perf, tmp_path, second, workload):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL.format(second=second))
+    ctx = _ctx(perf, load_inventory(path, perf.catalog), workload)
+    _, best, n = exhaustive(ctx.scorer)
+    _, found = search_plan(ctx)
+    assert n > 10 and found == pytest.approx(best, rel=1e-9)
+
+
+def test_slow_network_keeps_kv_in_node_and_4bit_helps(perf):
+    inv = load_inventory("thunderserve-32gpu", perf.catalog).with_bandwidth(5)
+    ctx16 = _ctx(perf, inv, "coding")
+    plan, rps16 = search_plan(ctx16, steps=30)
+    pre, dec, r = plan_routing(ctx16, plan)
+    cross = sum(r.prefill_share[i] * r.decode_share[i, j] for i, a in enumerate(pre) for j, b in enumerate(dec)
+                if {n for n, _ in a} != {n for n, _ in b})
+    assert cross <= 0.01   # at 5 Gbps every request's KV transfer stays inside a node
+    _, rps4 = search_plan(_ctx(perf, inv, "coding", kv_bits=4), steps=30)
+    assert rps4 > rps16
+
+
+def test_cli_json_contract():
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding",
+                                         "--rps", "3", "--duration", "30", "--inter-node-gbps", "20", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.output)
+    assert obj["inter_node_gbps"] == 20 and obj["model"] == "llama-30b"
+    assert {"replicas", "throughput_rps", "slo_attainment", "elapsed_s"} <= set(obj)
+    assert obj["elapsed_s"] <= 10.0
+    phases = [r["phase"] for r in obj["replicas"]]
+    assert set(phases) == {"prefill", "decode"}
+    for r in obj["replicas"]:
+        assert {"phase", "gpus", "tp", "pp", "share"} <= set(r)
+    assert sum(r["share"] for r in obj["replicas"] if r["phase"] == "prefill") == pytest.approx(1.0, abs=1e-4)
+    assert obj["throughput_rps"] > obj["non_split"]["throughput_rps"]
+    assert obj["throughput_rps"] <= obj["upper_bound_rps"] * (1 + 1e-9)
+    # coding is prefill-heavy (TS Table 3): more prefill than decode replicas
+    assert phases.count("prefill") > phases.count("decode")
+
+
+PRICES = """name = "prices"
+[network]
+inter_node_gbps = 40
+[[nodes]]
+type = "a6000-4x"
+available = 2
+[[nodes]]
+type = "rtx3090ti-4x"
+available = 2
+"""
+
+
+def test_cli_goal_cost_rents_within_availability_and_meets_the_target(tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_text(PRICES)
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(path), "--workload", "conversation",
+                                         "--goal", "cost", "--rps", "0.3", "--json"])
+    a = json.loads(res.output)
+    everything = 2 * (4 * 0.483 + 4 * 0.307)    # TS Table 1 prices x GPUs x available nodes
+    assert 0 < a["cost_usd_per_h"] < everything
+    assert all(0 <= n <= 2 for n in a["rented"].values())
+    assert min(a["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99
+
+
+def test_cli_goal_throughput_meets_the_target(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL.format(second="rtx3090ti-4x"))
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(path), "--workload", "coding",
+                                         "--goal", "throughput", "--json"])
+    a = json.loads(res.output)
+    assert a["rps"] == a["sustained_rps"] > 0
+    assert min(a["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99
+
+
+def test_cli_without_a_node_replans_and_reports(tmp_path):
+    out = tmp_path / "plan.html"
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "conversation",
+                                         "--rps", "2", "--duration", "30", "--without", "a6000-4x-1", "--json",
+                                         "--report", str(out)])
+    assert res.exit_code == 0, res.output
+    rp = json.loads(res.output)["replan"]
+    assert rp["light"]["elapsed_s"] <= 2.0
+    for case in ("light", "full"):
+        assert all("a6000-4x-1" not in r["nodes"] for r in rp[case]["replicas"])
+    assert rp["full"]["throughput_rps"] >= rp["light"]["throughput_rps"] - 1e-9
+    html = out.read_text()
+    assert "SLO attainment without a6000-4x-1" in html and "routed shares" in html
+
+
+def test_cli_without_an_unknown_node_is_one_line(capsys):
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--without", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a6000-4x-0" in err
