@@ -121,7 +121,7 @@ def test_kv_budget_of_a_splitwiser_machine(perf):
 
 def test_duplicated_weights_that_do_not_fit_are_refused(perf, llm):
     from provisioner.errors import ProvisionerError
-    with pytest.raises(ProvisionerError, match="duplicate-weights"):
+    with pytest.raises(ProvisionerError, match="duplicate_weights"):
         _inputs(perf, llm, make_design("splitwiser-a100", machines=1, duplicate_weights=True), _trace([0.0], [9], [2]))
 
 

@@ -357,6 +357,7 @@ def _least(candidates, load):
 
 def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
     if colocated:
+        from ._des_colocated import ColocatedCluster   # it subclasses _Cluster: imported late
         return ColocatedCluster
     if inputs.servers is not None and inputs.servers[d] is not None:   # a cloud plan (_des_cloud.py)
         from ._des_cloud import CloudCluster
@@ -371,8 +372,6 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     come sorted), so the heap holds only the machines' ends, starts and KV transfers.
     """
     colocated = inputs.mps_share[d] > 0
-    if colocated:
-        from ._des_colocated import ColocatedCluster
     cl = windowed_cluster(_cluster_class(inputs, d, colocated), inputs, d)
     machines = cl.machines
     n_requests = len(inputs.arrival_s)
