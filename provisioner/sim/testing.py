@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from . import _des
 from ._des_scalar import iteration_s as des_iteration_s
-from ._des import _Machine as DesMachine
+from ._des_machine import Machine as DesMachine
 from ._des import _simulate as des_simulate_design
 from ._des import run_des
 from ._fluid import _percentiles_into as percentiles_into
