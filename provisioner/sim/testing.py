@@ -15,7 +15,7 @@ Importing this module loads numba (the fluid kernel).
 
 from contextlib import contextmanager
 
-from . import _des
+from . import _des_machine
 from ._des_scalar import iteration_s as des_iteration_s
 from ._des_machine import Machine as DesMachine
 from ._des import _simulate as des_simulate_design
@@ -34,7 +34,7 @@ def recorded_des_iterations():
     decode_context_tokens) of every iteration of the discrete-event engines built inside the
     block (each machine binds its iteration-time function when it is built)."""
     log = []
-    real = _des.iteration_fn
+    real = _des_machine.iteration_fn
 
     def recording_fn(c):
         timed = real(c)
@@ -44,8 +44,8 @@ def recorded_des_iterations():
             return timed(*quantities)
         return recording
 
-    _des.iteration_fn = recording_fn
+    _des_machine.iteration_fn = recording_fn
     try:
         yield log
     finally:
-        _des.iteration_fn = real
+        _des_machine.iteration_fn = real
