@@ -359,7 +359,10 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     colocated = inputs.mps_share[d] > 0
     if colocated:
         from ._des_colocated import ColocatedCluster
-    cl = ColocatedCluster(inputs, d) if colocated else _Cluster(inputs, d)
+    kind = _Cluster
+    if inputs.scheduler is not None and inputs.scheduler[d]:   # jsq, llumnix (SEMANTICS.md, "Schedulers")
+        from ._des_llumnix import OnDemandCluster as kind
+    cl = ColocatedCluster(inputs, d) if colocated else kind(inputs, d)
     machines = cl.machines
     n_requests = len(inputs.arrival_s)
     arrivals = inputs.arrival_s.tolist() + [float("inf")]   # a sentinel after the last request
@@ -461,4 +464,7 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
             cl.busy_s, cl.batch_time_s, cl.decode_time_s)
         out.borrowed_decodes[row], out.borrowed_prefills[row] = cl.borrowed_decodes, cl.borrowed_prefills
         out.kv_visible_s_sum[row], out.kv_transfers[row] = cl.kv_visible_sum, cl.kv_transfers
+        if hasattr(cl, "stats"):   # an on-demand scheduler's counts and timeline
+            from ._des_llumnix import record_stats
+            record_stats(out, row, cl)
     return out
