@@ -29,8 +29,11 @@ SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, le
 # preempt a running request at the very next decode step.
 WATERMARK_FRACTION = 0.01
 # Llumnix migrates from the least free to the freest instance when their freeness (free
-# KV tokens per running request, i.e. decode steps left) differs by more than this.
+# KV tokens per running request, i.e. decode steps left) differs by more than this ...
 MIGRATION_FREENESS_GAP = 100.0
+# ... and only from a machine under memory pressure: freeness below this many decode steps
+# (negative when its queue's demand exceeds its free KV).
+MIGRATION_SOURCE_FREENESS = 32.0
 # The multi-stage copy stops (downtime stage) once a stage has this many new tokens or
 # fewer, or after MIGRATION_MAX_STAGES stages whatever the count (the copy cannot converge
 # when the link is slower than decoding).

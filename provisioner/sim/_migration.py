@@ -1,8 +1,8 @@
 """Llumnix's live migration of decoding requests, for `_des_llumnix.OnDemandCluster`.
 
-SEMANTICS.md, "Schedulers": at the end of an iteration of the least free machine, if the
-freest machine's freeness exceeds its own by more than the gap, the request the source
-would preempt next starts moving. Stage 0 copies its whole KV (s + emitted tokens) while
+SEMANTICS.md, "Schedulers": at the end of an iteration of the least free machine, if its
+freeness is below MIGRATION_SOURCE_FREENESS and the freest machine's exceeds it by more
+than the gap, the request the source would preempt next starts moving. Stage 0 copies its whole KV (s + emitted tokens) while
 it keeps decoding on the source; each later stage copies the tokens emitted during the
 previous one; a stage takes the KV-transfer model's time (setup + tokens x seconds per
 token over the machines' link) and ends at the first source iteration end after that.
@@ -15,7 +15,8 @@ HBM and written to the destination's, charged as HBM time to each one's next ite
 
 from __future__ import annotations
 
-from ..schedulers import MIGRATION_FINAL_STAGE_TOKENS, MIGRATION_FREENESS_GAP, MIGRATION_MAX_STAGES
+from ..schedulers import (MIGRATION_FINAL_STAGE_TOKENS, MIGRATION_FREENESS_GAP, MIGRATION_MAX_STAGES,
+                          MIGRATION_SOURCE_FREENESS)
 
 _HBM_S_PER_KV_TOKEN = 5   # index of s_per_kv_token_rw in a pool's roofline coefficients
 
@@ -51,7 +52,8 @@ class Migrations:
         free = [mc.freeness() for mc in machines]
         low = min(range(len(free)), key=free.__getitem__)
         high = max(range(len(free)), key=free.__getitem__)
-        if low != m or high == m or high in self.into or free[high] - free[m] <= self.gap:
+        if (low != m or high == m or high in self.into or free[m] >= MIGRATION_SOURCE_FREENESS
+                or free[high] - free[m] <= self.gap):
             return
         st = self.cl
         r = next((q for q in reversed(src.running_set) if not st.high[q]), None)
