@@ -63,6 +63,23 @@ def design_result_json(row, *, workload: str, model: str, rps: float, catalog=No
     return obj
 
 
+SCHEDULER_COUNTS = ("preemptions", "migrations", "migration_downtime_s", "recomputed_tokens")
+
+
+def scheduler_json(row) -> dict:
+    """An on-demand scheduler's counts (`"scheduler_stats"`) and, with high-priority
+    requests, per-priority percentiles (`"priority"`); {} for least-work results."""
+    if "preemptions" not in row.index:
+        return {}
+    stats = {k: _py(row[k]) for k in SCHEDULER_COUNTS}
+    stats["fragmentation_mean"] = _py(row["scheduler_fragmentation_mean"])
+    out = {"scheduler_stats": stats}
+    if "ttft_p99_s_high" in row.index:
+        out["priority"] = {label: {f"{m}_ms": {f"p{p}": _py(row[f"{m}_p{p}_s_{label}"] * 1e3) for p in PERCENTILES}
+                                   for m in METRICS} for label in ("high", "low")}
+    return out
+
+
 def json_number(v) -> float | None:
     """float(v) for a JSON number; None for None, NaN and infinities (JSON has neither)."""
     if v is None:
