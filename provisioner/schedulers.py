@@ -68,3 +68,17 @@ def check_scheduler_family(scheduler: str, family: str, split: bool, colocated: 
         raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
                                f"phases, as a vLLM instance does), not {family}: use --scheduler least-work "
                                f"or a baseline-* family")
+
+
+def supports_on_demand(family: str) -> bool:
+    """Families whose machines run both phases (the on-demand schedulers' instances)."""
+    return family.startswith("baseline-")
+
+
+def refuse_scheduler_families(scheduler: str, families) -> None:
+    """A search with an on-demand scheduler covers baseline families only (one line otherwise)."""
+    bad = [f for f in families if not supports_on_demand(f)]
+    if scheduler != DEFAULT_SCHEDULER and bad:
+        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
+                               f"phases, as a vLLM instance does), not {bad[0]}: give --design baseline-a100 "
+                               f"(or another baseline-*) or --scheduler least-work")

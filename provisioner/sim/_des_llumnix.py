@@ -134,10 +134,10 @@ class OnDemandMachine(_Machine):
         return self.kv_cap - self.ctx - self.pf_kv - self.incoming
 
     def freeness(self) -> float:
-        """Llumnix's F = (M - virtual usage) / B: KV free per running request after the
-        queue's demand, the incoming copies and the high-priority headroom."""
+        """Llumnix's F = (M - virtual usage) / B: KV free per request (running, prefilling or queued)
+        after the queue's demand, the incoming copies and the high-priority headroom."""
         virtual = self.ctx + self.pf_kv + self.incoming + self.queued_kv + HIGH_PRIORITY_HEADROOM_TOKENS * self.high
-        return (self.kv_cap - virtual) / max(self.running, 1)
+        return (self.kv_cap - virtual) / max(self.running + len(self.prefilling) + len(self.prompt_q), 1)
 
 
 
