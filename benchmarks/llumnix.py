@@ -1,15 +1,15 @@
 """Llumnix's scheduler (freeness dispatch + live migration) next to dispatch-time load
 balancing, in the discrete-event engine, and what it is worth in machines.
 
-1. Fixed cluster, memory-bound load: `baseline-a100` (bloom-176b: ~56k KV tokens per
-   DGX-A100), the conversation workload at 20 req/s on 10 and 12 machines, where
-   dispatch-time balancing preempts. Poisson and gamma (cv 2) arrivals, seeds 0-2, 120-s
+1. Fixed cluster, memory-bound load: `baseline-h100` (bloom-176b: ~56k KV tokens per
+   DGX-H100, whose compute outruns its memory sooner than an A100's), the conversation
+   workload at 20 req/s on 7 and 8 machines, where dispatch-time balancing preempts. Poisson and gamma (cv 2) arrivals, seeds 0-2, 120-s
    traces. Policies: jsq (on-demand KV with vLLM preemption, least-work dispatch),
    llumnix-dispatch (INFaaS++-like: on-demand KV, dispatch by freeness, no migration) and
    llumnix (freeness + migration). Ratios are baseline / llumnix, as Llumnix reports them.
 2. Downtime of one migration against recomputing the request, at 1k-8k tokens of context,
    from the same KV-transfer and iteration models the engine uses.
-3. Machines: `provision --goal cost --rps 20 --workload conversation --design baseline-a100`
+3. Machines: `provision --goal cost --rps 20 --workload conversation --design baseline-h100`
    under each scheduler (the DES decides for the on-demand ones; no re-check).
 
 Usage:  python benchmarks/llumnix.py [--seeds 0,1,2] [--duration 120] [--timeline PATH.html]
@@ -36,8 +36,8 @@ from provisioner.sim.testing import des_iteration_s  # noqa: E402
 from workloads import TraceGenerator  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "llumnix.md"
-MODEL, FAMILY, WORKLOAD, RPS = "bloom-176b", "baseline-a100", "conversation", 20.0
-CLUSTERS = (10, 12)
+MODEL, FAMILY, WORKLOAD, RPS = "bloom-176b", "baseline-h100", "conversation", 20.0
+CLUSTERS = (7, 8)
 ARRIVALS = (("poisson", None), ("gamma", 2.0))
 POLICIES = ("jsq", "llumnix-dispatch", "llumnix")
 # Llumnix (OSDI'24) vs INFaaS++, "up to": mean / P99 TTFT, P99 TBT, preemption loss, fragmentation.
@@ -152,7 +152,7 @@ def main(argv=None) -> None:
              f"{MODEL} on `{FAMILY}` (KV per machine: HBM after the weights), {WORKLOAD} workload at {RPS:g} "
              f"req/s, {args.duration:g}-s traces, means over seeds {args.seeds}.", "",
              "## Latency, preemption and fragmentation", "", *clusters,
-             "## One migration against recomputation (DGX-A100 pair, the engine's stage rule)", "",
+             "## One migration against recomputation (DGX-H100 pair, the engine's stage rule)", "",
              *downtime_table(perf), "",
              "## Machines for the SLOs (`provision --goal cost`, no DES re-check)", "", *machines_table(perf), "",
              f"Total {time.perf_counter() - t0:.0f} s."]
