@@ -36,7 +36,7 @@ class OnDemandMachine(_Machine):
     def __init__(self, st, index, pool, coef, kv_cap, batch_cap, chunk=0):
         super().__init__(pool, coef, kv_cap, batch_cap, chunk)
         self.st, self.index = st, index   # the cluster (per-request lists, counters), this machine's index
-        self.running_set = {}        # running requests in admission order (the last is preempted first)
+        self.running_set = {}        # running requests (a dict: ordered, O(1) removal)
         self.pf_kv = self.incoming = self.queued_kv = 0
         self.high = 0                # running high-priority requests
         self.copy_charge_s = 0.0     # HBM time of migration copies, added to the next iteration
@@ -77,13 +77,12 @@ class OnDemandMachine(_Machine):
             self.join(r, st.gen[r])
 
     def preempt(self):
-        """While the running set's next iteration needs more KV than there is, the last
-        admitted request (low priority first) loses its KV and goes back to the prompt queue
+        """While the running set's next iteration needs more KV than there is, the latest
+        arrival (low priority first) loses its KV and goes back to the prompt queue
         (recompute); a lone request always runs."""
         st = self.st
         while self.running > 1 and self.ctx + self.pf_kv > self.kv_cap:
-            r = next((q for q in reversed(self.running_set) if not st.high[q]), None)
-            r = next(reversed(self.running_set)) if r is None else r
+            r = self.victim()
             g = self.leave(r)
             st.plen[r] = st.prompt[r] + g
             self.prompt_q.insert(1 if self.head_done else 0, r)   # behind a partly prefilled head
@@ -92,6 +91,13 @@ class OnDemandMachine(_Machine):
             st.pending_decode[self.index] -= 1   # the recompute emits the next token
             self.preemptions += 1
             st.recomputed_tokens += st.plen[r]
+
+    def victim(self) -> int:
+        """The running request preempted (or migrated) first: vLLM's FCFS order keeps the
+        running set sorted by arrival, so the latest arrival (highest index), low priority first."""
+        high = self.st.high
+        low = [q for q in self.running_set if not high[q]]
+        return max(low) if low else max(self.running_set)
 
     def _holds_kv(self, r, S, N, local) -> bool:
         """A prompt needs KV for its prefill (`plen`) plus the watermark, unless the machine holds none."""

@@ -56,8 +56,7 @@ class Migrations:
                 or free[high] - free[m] <= self.gap):
             return
         st = self.cl
-        r = next((q for q in reversed(src.running_set) if not st.high[q]), None)
-        r = next(reversed(src.running_set)) if r is None else r
+        r = src.victim()
         ctx = st.prompt[r] + src.emitted(r)
         dst = machines[high]
         if dst.free_kv() < ctx:
