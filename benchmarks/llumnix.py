@@ -9,8 +9,9 @@ balancing, in the discrete-event engine, and what it is worth in machines.
    llumnix (freeness + migration). Ratios are baseline / llumnix, as Llumnix reports them.
 2. Downtime of one migration against recomputing the request, at 1k-8k tokens of context,
    from the same KV-transfer and iteration models the engine uses.
-3. Machines: `provision --goal cost --rps 20 --workload conversation --design baseline-h100`
-   under each scheduler (the DES decides for the on-demand ones; no re-check).
+3. Machines: `provision --goal cost --rps 20 --workload conversation --design F` for
+   baseline-a100 and baseline-h100 under each scheduler (the DES decides for the
+   on-demand ones; no re-check).
 
 Usage:  python benchmarks/llumnix.py [--seeds 0,1,2] [--duration 120] [--timeline PATH.html]
 Writes  benchmarks/results/llumnix.md (and the timeline page if asked)
@@ -119,18 +120,19 @@ def downtime_table(perf) -> list[str]:
 
 
 def machines_table(perf) -> list[str]:
-    lines = ["| scheduler | machines | $/h | binding SLO | search time (s) |", "|---|---|---|---|---|"]
-    for policy in ("least-work", *POLICIES):
-        t0 = time.perf_counter()
-        req = ProvisionRequest(goal="cost", rps=RPS, workload=WORKLOAD, model=MODEL, families=(FAMILY,),
-                               verify=False, scheduler=policy)
-        fr = provision(req, perf=perf).families[0]
-        if fr.feasible:
-            r = fr.row
-            lines.append(f"| {policy} | {int(r['prompt_machines'])} | {r['cost_usd_per_h']:,.0f} | "
-                         f"{r['binding_slo']} | {time.perf_counter() - t0:.0f} |")
-        else:
-            lines.append(f"| {policy} | none | - | - | {time.perf_counter() - t0:.0f} |")
+    lines = ["| family | scheduler | machines | $/h | binding SLO | search time (s) |", "|---|---|---|---|---|---|"]
+    for family in ("baseline-a100", FAMILY):
+        for policy in ("least-work", *POLICIES):
+            t0 = time.perf_counter()
+            req = ProvisionRequest(goal="cost", rps=RPS, workload=WORKLOAD, model=MODEL, families=(family,),
+                                   verify=False, scheduler=policy)
+            fr = provision(req, perf=perf).families[0]
+            if fr.feasible:
+                r = fr.row
+                lines.append(f"| {family} | {policy} | {int(r['prompt_machines'])} | {r['cost_usd_per_h']:,.0f} | "
+                             f"{r['binding_slo']} | {time.perf_counter() - t0:.0f} |")
+            else:
+                lines.append(f"| {family} | {policy} | none | - | - | {time.perf_counter() - t0:.0f} |")
     return lines
 
 
