@@ -71,3 +71,12 @@ def test_sweep_spec_scheduler_key(tmp_path):
                     "verify = false\n", encoding="utf-8")
     q = load_sweep_spec(spec).questions[0].request
     assert q.scheduler == "llumnix" and all(f.startswith("baseline-") for f in q.families)
+
+
+def test_timeline_page(tmp_path):
+    page = tmp_path / "t.html"
+    proc = run(*SIMULATE, "--scheduler", "llumnix", "--timeline", str(page))
+    assert proc.returncode == 0, proc.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "fragmented KV memory" in html and "migration downtime" in html and "<script" in html
+    assert_user_error(run(*SIMULATE, "--timeline", str(tmp_path / "u.html")), "--scheduler")

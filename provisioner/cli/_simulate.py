@@ -11,6 +11,7 @@ import typer
 
 from ..designs import family_spec, make_design
 from ..errors import ProvisionerError
+from ..files import check_output_path, write_output
 from ..results import design_result_json, scheduler_json
 from ..schedulers import DEFAULT_SCHEDULER
 from ..sim import ENGINES, simulate
@@ -60,6 +61,9 @@ def simulate_command(
     duplicate_weights: bool = duplicate_weights_option(),
     scheduler: str = scheduler_option(),
     high_priority_fraction: float = high_priority_option(),
+    timeline: Path = typer.Option(None, "--timeline", metavar="PATH.html",
+                                  help="With an on-demand --scheduler: write a page of preemptions, migrations, "
+                                       "downtime and memory fragmentation over time."),
 ) -> None:
     engine = _engine_for(ctx, engine, scheduler)
     if engine not in ENGINES:
@@ -92,9 +96,20 @@ def simulate_command(
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
     perf = load_latency_model(latency_profile, latency_interp)
+    if timeline is not None:
+        if d.scheduler == DEFAULT_SCHEDULER:
+            raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
+                                   "--scheduler jsq, llumnix-dispatch or llumnix")
+        check_output_path(timeline, flag="--timeline")
     t0 = time.perf_counter()
-    row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
-                   high_priority_fraction=high_priority_fraction).iloc[0]
+    frame = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
+                     high_priority_fraction=high_priority_fraction)
+    row = frame.iloc[0]
+    if timeline is not None:
+        from reports import build_scheduler_html
+        write_output(timeline, build_scheduler_html({d.scheduler: frame.attrs["scheduler_timelines"][0]},
+                                                    lead=f"{d.family} x {d.machines}, {workload} at {rps:g} req/s, "
+                                                         f"{model}"), flag="--timeline")
     elapsed_s = time.perf_counter() - t0
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
     obj.update(scheduler_json(row))

@@ -142,7 +142,10 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     DataFrame with n rows: the design columns, `{ttft,tbt,e2e}_p{50,90,99}_s`,
     `slowdown_*`, `margin_*`, `slo_met`, `binding_slo`, `throughput_rps`, pool
     utilizations and mean decode batches, KV-transfer overhead, `cost_usd_per_h`,
-    `power_kw`, `energy_wh_per_request`.
+    `power_kw`, `energy_wh_per_request`. Under an on-demand scheduler also `preemptions`,
+    `migrations`, `migration_downtime_s`, `scheduler_fragmentation_mean`,
+    `recomputed_tokens` (and per-priority percentiles), with the per-second timelines in
+    `attrs["scheduler_timelines"]`.
     """
     validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     slo = slo if slo is not None else SLO()
@@ -163,4 +166,6 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     failed = result["unservable_requests"].to_numpy() > 0
     result.loc[failed, "slo_met"] = False
     result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
+    if out.timelines is not None:   # on-demand schedulers: (k, 6) samples per design (SEMANTICS.md)
+        result.attrs["scheduler_timelines"] = out.timelines
     return result
