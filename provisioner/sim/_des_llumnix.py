@@ -139,11 +139,17 @@ class OnDemandMachine(_Machine):
     def free_kv(self) -> float:
         return self.kv_cap - self.ctx - self.pf_kv - self.incoming
 
-    def freeness(self) -> float:
-        """Llumnix's F = (M - virtual usage) / B: KV free per request (running, prefilling or queued)
-        after the queue's demand, the incoming copies and the high-priority headroom."""
-        virtual = self.ctx + self.pf_kv + self.incoming + self.queued_kv + HIGH_PRIORITY_HEADROOM_TOKENS * self.high
-        return (self.kv_cap - virtual) / max(self.running + len(self.prefilling) + len(self.prompt_q), 1)
+    def freeness(self, queue: bool = True) -> float:
+        """Llumnix's F = (M - virtual usage) / B: KV free per request (running, prefilling and,
+        with `queue`, queued) after the incoming copies, the high-priority headroom and, with
+        `queue`, the queued prompts' demand. Without the queue (migration) it is the decode
+        steps left before the machine must preempt."""
+        virtual = self.ctx + self.pf_kv + self.incoming + HIGH_PRIORITY_HEADROOM_TOKENS * self.high
+        requests = self.running + len(self.prefilling)
+        if queue:
+            virtual += self.queued_kv
+            requests += len(self.prompt_q)
+        return (self.kv_cap - virtual) / max(requests, 1)
 
 
 

@@ -1,8 +1,9 @@
 """Llumnix's live migration of decoding requests, for `_des_llumnix.OnDemandCluster`.
 
 SEMANTICS.md, "Schedulers": at the end of an iteration of the least free machine, if its
-freeness is below MIGRATION_SOURCE_FREENESS and the freest machine's exceeds it by more
-than the gap, the request the source would preempt next starts moving. Stage 0 copies its whole KV (s + emitted tokens) while
+freeness without the queue (decode steps before it must preempt) is below
+MIGRATION_SOURCE_FREENESS and the freest machine's exceeds it by more than the gap, the
+request the source would preempt next starts moving. Stage 0 copies its whole KV (s + emitted tokens) while
 it keeps decoding on the source; each later stage copies the tokens emitted during the
 previous one; a stage takes the KV-transfer model's time (setup + tokens x seconds per
 token over the machines' link) and ends at the first source iteration end after that.
@@ -49,7 +50,7 @@ class Migrations:
         src = machines[m]
         if src.running < 2:
             return
-        free = [mc.freeness() for mc in machines]
+        free = [mc.freeness(queue=False) for mc in machines]   # preemption risk, not queueing
         low = min(range(len(free)), key=free.__getitem__)
         high = max(range(len(free)), key=free.__getitem__)
         if (low != m or high == m or high in self.into or free[m] >= MIGRATION_SOURCE_FREENESS
