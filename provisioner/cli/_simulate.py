@@ -207,6 +207,8 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
              if d["token_machines"] else f"{d['family']}: {d['prompt_machines']} machines")
     if d.get("prefill_chunk_tokens"):
         title += f", chunked prefill {d['prefill_chunk_tokens']} tokens"
+    if d.get("scheduler"):
+        title += f", scheduler {d['scheduler']}"
     if d.get("mps_prefill_share"):
         title += f", prefill/decode processes sharing each GPU (prefill SM share {d['mps_prefill_share']:g}"
         title += ", weights duplicated)" if d.get("duplicate_weights") else ")"
