@@ -58,10 +58,11 @@ def test_bad_scheduler_input_is_one_line():
 
 def test_provision_answers_with_migration():
     proc = run("--goal", "cost", "--rps", "4", "--workload", "conversation", "--duration", "30",
-               "--design", "baseline-h100", "--scheduler", "llumnix", "--no-verify", "--json")
+               "--design", "baseline-h100", "--scheduler", "llumnix", "--json")
     assert proc.returncode == 0, proc.stderr
     best = json.loads(proc.stdout)["best"][0]
     assert best["feasible"] and best["design"]["scheduler"] == "llumnix"
+    assert best["verification"]["engine"] == "des" and best["verification"]["met"]
     assert best["design"]["prompt_machines"] >= 1
 
 

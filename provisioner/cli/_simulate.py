@@ -102,12 +102,12 @@ def simulate_command(
                                    "--scheduler jsq, llumnix-dispatch or llumnix")
         check_output_path(timeline, flag="--timeline")
     t0 = time.perf_counter()
-    frame = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
-                     high_priority_fraction=high_priority_fraction)
-    row = frame.iloc[0]
+    timelines = []
+    row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
+                   high_priority_fraction=high_priority_fraction, timelines=timelines).iloc[0]
     if timeline is not None:
         from reports import build_scheduler_html
-        write_output(timeline, build_scheduler_html({d.scheduler: frame.attrs["scheduler_timelines"][0]},
+        write_output(timeline, build_scheduler_html({d.scheduler: timelines[0]},
                                                     lead=f"{d.family} x {d.machines}, {workload} at {rps:g} req/s, "
                                                          f"{model}"), flag="--timeline")
     elapsed_s = time.perf_counter() - t0

@@ -121,7 +121,8 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
 
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
              slo: SLO | None = None, perf: LatencyModel | None = None,
-             stop_infeasible: bool = False, high_priority_fraction: float = 0.0) -> pd.DataFrame:
+             stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
+             timelines: list | None = None) -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -136,6 +137,9 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
         the unfinished requests dominate. For search; keep False to see full metrics.
     high_priority_fraction : share of requests marked high priority (on-demand schedulers;
         the trace's own `high_priority` column wins when it has one).
+    timelines : a list that gets, per design under an on-demand scheduler, its (k, 6)
+        per-second samples (time, preemptions, migrations, downtime s, fragmentation,
+        queued prompts; SEMANTICS.md "Schedulers").
 
     Returns
     -------
@@ -144,8 +148,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     utilizations and mean decode batches, KV-transfer overhead, `cost_usd_per_h`,
     `power_kw`, `energy_wh_per_request`. Under an on-demand scheduler also `preemptions`,
     `migrations`, `migration_downtime_s`, `scheduler_fragmentation_mean`,
-    `recomputed_tokens` (and per-priority percentiles), with the per-second timelines in
-    `attrs["scheduler_timelines"]`.
+    `recomputed_tokens` (and per-priority percentiles).
     """
     validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     slo = slo if slo is not None else SLO()
@@ -166,6 +169,6 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     failed = result["unservable_requests"].to_numpy() > 0
     result.loc[failed, "slo_met"] = False
     result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
-    if out.timelines is not None:   # on-demand schedulers: (k, 6) samples per design (SEMANTICS.md)
-        result.attrs["scheduler_timelines"] = out.timelines
+    if timelines is not None and out.timelines is not None:
+        timelines.extend(out.timelines)
     return result
