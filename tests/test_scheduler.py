@@ -115,3 +115,16 @@ def test_on_demand_schedulers_refuse_split_families():
         make_design("splitwise-hh", 2, 2, scheduler="llumnix")
     with pytest.raises(ProvisionerError, match="--scheduler must be one of"):
         make_design("baseline-a100", machines=2, scheduler="fastest")
+
+
+def test_high_priority_requests_go_first():
+    # 10% high priority on a loaded cluster: their prompts jump the queue and their
+    # instances keep headroom, so their TTFT is a fraction of the others'.
+    trace = TraceGenerator("conversation", 60, 0).at(20.0)
+    row = simulate(make_design("baseline-h100", machines=6, scheduler="llumnix"), trace, "bloom-176b",
+                   engine="des", high_priority_fraction=0.1).iloc[0]
+    assert row["ttft_p50_s_high"] < 0.5 * row["ttft_p50_s_low"]
+    assert row["ttft_p99_s_high"] < row["ttft_p99_s_low"]
+    with pytest.raises(ProvisionerError, match="--high-priority-fraction must be in"):
+        simulate(make_design("baseline-h100", machines=6, scheduler="llumnix"), trace, "bloom-176b",
+                 engine="des", high_priority_fraction=1.5)

@@ -31,7 +31,7 @@ class OnDemandMachine(_Machine):
     (prompts whose prefill has started) ; `incoming` is reserved for migrations in and
     `queued_kv` is the prefill demand of the prompt queue (virtual usage, for freeness)."""
 
-    __slots__ = ("st", "index", "running_set", "pf_kv", "incoming", "queued_kv", "high", "copy_charge_s", "preemptions")
+    __slots__ = ("st", "index", "running_set", "pf_kv", "incoming", "queued_kv", "high", "promote", "copy_charge_s", "preemptions")
 
     def __init__(self, st, index, pool, coef, kv_cap, batch_cap, chunk=0):
         super().__init__(pool, coef, kv_cap, batch_cap, chunk)
@@ -39,6 +39,7 @@ class OnDemandMachine(_Machine):
         self.running_set = {}        # running requests (a dict: ordered, O(1) removal)
         self.pf_kv = self.incoming = self.queued_kv = 0
         self.high = 0                # running high-priority requests
+        self.promote = False         # a high-priority prompt joined the queue: reorder it
         self.copy_charge_s = 0.0     # HBM time of migration copies, added to the next iteration
         self.preemptions = 0
 
@@ -111,7 +112,19 @@ class OnDemandMachine(_Machine):
 
     def take_work(self, S, N, local):
         self.preempt()
+        if self.promote:
+            self.promote_high()
         return super().take_work(S, N, local)
+
+    def promote_high(self):
+        """High-priority prompts go ahead of low-priority ones (stable; a partly prefilled
+        head keeps its place)."""
+        high, pq = self.st.high, self.prompt_q
+        keep = [pq.popleft()] if self.head_done and pq else []
+        rest = list(pq)
+        pq.clear()
+        pq.extend(keep + [r for r in rest if high[r]] + [r for r in rest if not high[r]])
+        self.promote = False
 
     def start(self, S, N, local):
         work = self.take_work(S, N, local)
@@ -156,7 +169,7 @@ class OnDemandMachine(_Machine):
 class OnDemandCluster(_Cluster):
     """A design of machines that run both phases under an on-demand scheduler policy."""
 
-    def __init__(self, inputs, d: int, high_priority=None):
+    def __init__(self, inputs, d: int):
         super().__init__(inputs, d)
         policy = SCHEDULERS[int(inputs.scheduler[d])]
         self.by_freeness = policy in ("llumnix-dispatch", "llumnix")
@@ -165,7 +178,8 @@ class OnDemandCluster(_Cluster):
         self.S = list(self.prompt)              # the prefill length the machines see: plen
         self.plen = self.S
         self.gen, self.joined = [0] * r, [0] * r
-        self.high = [False] * r if high_priority is None else [bool(x) for x in high_priority]
+        high = inputs.high_priority
+        self.high = [False] * r if high is None else [bool(x) for x in high]
         self.reserved_in = {}                   # migrating request -> KV reserved on its destination
         self.recomputed_tokens = 0
         self.prefills_done = 0                  # prefills that emitted a token (first or recompute)
@@ -192,6 +206,7 @@ class OnDemandCluster(_Cluster):
         self.pending_prompt[m] += s
         self.pending_decode[m] += n - 1
         self.machines[m].queued_kv += s
+        self.machines[m].promote |= self.high[r]
         return m
 
     # -- iterations ----------------------------------------------------------------
