@@ -28,10 +28,11 @@ class OnDemandMachine(_Machine):
     """A machine whose requests hold only the KV they have computed (vLLM's paged cache).
 
     KV in use = `ctx` (the contexts of the running set for its next iteration) + `pf_kv`
-    (prompts whose prefill has started) ; `incoming` is reserved for migrations in and
+    (prompts whose prefill has started); `incoming` is reserved for migrations in and
     `queued_kv` is the prefill demand of the prompt queue (virtual usage, for freeness)."""
 
-    __slots__ = ("st", "index", "running_set", "pf_kv", "incoming", "queued_kv", "high", "promote", "copy_charge_s", "preemptions")
+    __slots__ = ("st", "index", "running_set", "pf_kv", "incoming", "queued_kv", "high", "promote", "copy_charge_s",
+                 "preemptions")
 
     def __init__(self, st, index, pool, coef, kv_cap, batch_cap, chunk=0):
         super().__init__(pool, coef, kv_cap, batch_cap, chunk)
