@@ -4,7 +4,8 @@ balancing, in the discrete-event engine, and what it is worth in machines.
 1. Fixed cluster, memory-bound load: `baseline-h100` (bloom-176b: ~56k KV tokens per
    DGX-H100, whose compute outruns its memory sooner than an A100's), the conversation
    workload at 20 req/s on 7 and 8 machines, where dispatch-time balancing preempts.
-   Poisson and gamma (cv 2) arrivals, seeds 0-2, 120-s traces. Policies: jsq (on-demand KV with vLLM preemption, least-work dispatch),
+   Poisson and gamma (cv 2) arrivals, seeds 0-2, 120-s traces. Policies: jsq (on-demand
+   KV with vLLM preemption, least-work dispatch),
    llumnix-dispatch (INFaaS++-like: on-demand KV, dispatch by freeness, no migration) and
    llumnix (freeness + migration). Ratios are baseline / llumnix, as Llumnix reports them.
 2. Downtime of one migration against recomputing the request, at 1k-8k tokens of context,
