@@ -81,3 +81,14 @@ def test_timeline_page(tmp_path):
     html = page.read_text(encoding="utf-8")
     assert "fragmented KV memory" in html and "migration downtime" in html and "<script" in html
     assert_user_error(run(*SIMULATE, "--timeline", str(tmp_path / "u.html")), "--scheduler")
+
+
+def test_sweep_with_a_scheduler_records_it(tmp_path):
+    import pandas as pd
+    spec = tmp_path / "s.toml"
+    spec.write_text('goals = ["cost"]\nrps = [4]\nworkloads = ["conversation"]\nfamilies = ["baseline-h100"]\n'
+                    'scheduler = "llumnix"\nduration_s = 30\nverify = false\n', encoding="utf-8")
+    proc = run("sweep", str(spec), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert table["scheduler"].tolist() == ["llumnix"] and bool(table["feasible"].iloc[0])

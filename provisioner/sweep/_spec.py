@@ -60,9 +60,12 @@ class Question:
     def columns(self) -> dict:
         """The question's columns of the sweep table."""
         r = self.request
-        return {"question": self.index, "goal": r.goal, "model": r.model, "workload": str(r.workload),
+        cols = {"question": self.index, "goal": r.goal, "model": r.model, "workload": str(r.workload),
                 "rps": r.rps if r.goal != "throughput" else None, "power_budget_kw": r.power_budget_kw,
                 "cost_budget_usd_per_h": r.cost_budget_usd_per_h, "price_list": self.price_list, "seed": r.seed}
+        if r.scheduler != DEFAULT_SCHEDULER:   # a least-work sweep keeps its columns
+            cols["scheduler"] = r.scheduler
+        return cols
 
 
 @dataclass(frozen=True)
