@@ -15,6 +15,24 @@ PANELS = (("preemptions", "preemptions (cumulative)", 1.0), ("migrations", "migr
           ("fragmentation", "fragmented KV memory (% of all KV)", 100.0), ("queued", "queued prompts", 1.0))
 
 
+def scheduler_timelines(result: dict, perf=None) -> dict:
+    """The timeline of every feasible answer under an on-demand scheduler, re-run by the
+    discrete-event engine on the question's trace: {"family (scheduler)": (k, 6) array}."""
+    from provisioner.schedulers import DEFAULT_SCHEDULER
+    from provisioner.sim import simulate
+
+    from ._curves import question_trace, slo_of, winner_designs
+
+    designs = [d for d in winner_designs(result) if d.scheduler != DEFAULT_SCHEDULER]
+    if not designs:
+        return {}
+    trace = question_trace(result)
+    timelines: list = []
+    simulate(designs, trace, result["question"]["model"], engine="des", slo=slo_of(result), perf=perf,
+             timelines=timelines)
+    return {f"{d.family} ({d.scheduler})": t for d, t in zip(designs, timelines)}
+
+
 def scheduler_timeline_figure(timelines: dict):
     """One plotly figure, a panel per quantity; `timelines`: policy -> (k, 6) array."""
     from plotly.subplots import make_subplots

@@ -56,13 +56,17 @@ def test_bad_scheduler_input_is_one_line():
                       "baseline families")
 
 
-def test_provision_answers_with_migration():
+def test_provision_answers_with_migration(tmp_path):
+    report = tmp_path / "r.html"
     proc = run("--goal", "cost", "--rps", "4", "--workload", "conversation", "--duration", "30",
-               "--design", "baseline-h100", "--scheduler", "llumnix", "--json")
+               "--design", "baseline-h100", "--scheduler", "llumnix", "--json", "--report", str(report))
     assert proc.returncode == 0, proc.stderr
     best = json.loads(proc.stdout)["best"][0]
     assert best["feasible"] and best["design"]["scheduler"] == "llumnix"
     assert best["verification"]["engine"] == "des" and best["verification"]["met"]
+    html = report.read_text(encoding="utf-8")
+    assert "Scheduler over time" in html and "baseline-h100 (llumnix)" in html
+    assert "curves skipped" not in html   # the latency-vs-load curves ran (in the DES)
     assert best["design"]["prompt_machines"] >= 1
 
 
