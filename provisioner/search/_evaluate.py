@@ -27,12 +27,17 @@ LOG_COLUMNS = (*DESIGN_FIELDS, "slo_met", "binding_slo", "min_margin", "stopped_
 
 
 def design_keys(batch: DesignBatch) -> list[tuple]:
-    """Hashable identity of each design of a batch (power caps rounded to 1e-6)."""
+    """Hashable identity of each design of a batch (power caps rounded to 1e-6). The
+    default scheduler is left out, so least-work keys (and stored studies) stay as they were."""
     cols = []
     for k in DESIGN_FIELDS:
+        if k == "scheduler":
+            continue
         v = batch.columns[k]
         cols.append(np.round(v.astype(float), 6) if k.endswith("power_cap") else v)
-    return [tuple(_py(c[i]) for c in cols) for i in range(len(batch))]
+    sched = batch.columns["scheduler"]
+    return [tuple(_py(c[i]) for c in cols) + (() if sched[i] == DEFAULT_SCHEDULER else (str(sched[i]),))
+            for i in range(len(batch))]
 
 
 def _py(v):
