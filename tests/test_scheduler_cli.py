@@ -67,6 +67,12 @@ def test_provision_answers_with_migration(tmp_path):
     html = report.read_text(encoding="utf-8")
     assert "Scheduler over time" in html and "baseline-h100 (llumnix)" in html
     assert "curves skipped" not in html   # the latency-vs-load curves ran (in the DES)
+    saved = tmp_path / "result.json"
+    saved.write_text(proc.stdout, encoding="utf-8")
+    again = run("simulate", "--from-result", str(saved), "--json")
+    assert again.returncode == 0, again.stderr
+    rescored = json.loads(again.stdout)
+    assert rescored["design"]["scheduler"] == "llumnix" and rescored["engine"] == "des"
     assert best["design"]["prompt_machines"] >= 1
 
 
