@@ -10,6 +10,7 @@ and preempt (vLLM) and run in the discrete-event engine only (`sim/_des_llumnix.
 | jsq               | on demand, preemption | least pending work | no        |
 | llumnix-dispatch  | on demand, preemption | most freeness      | no        |
 | llumnix           | on demand, preemption | most freeness      | yes       |
+| jsq-migration     | on demand, preemption | least pending work | yes       |
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import numpy as np
 
 from .errors import ProvisionerError
 
-SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix")
+SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
 DEFAULT_SCHEDULER = "least-work"
 SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, least pending work), jsq (KV on "
                   "demand with vLLM preemption, least pending work), llumnix-dispatch (on demand, dispatch by "
-                  "freeness) or llumnix (dispatch by freeness with live migration). All but least-work run "
-                  "in the discrete-event engine.")
+                  "freeness), llumnix (dispatch by freeness with live migration) or jsq-migration (least "
+                  "work with live migration). All but least-work run in the discrete-event engine.")
 
 # vLLM keeps 1% of the KV blocks free when it admits a prompt, so that admission does not
 # preempt a running request at the very next decode step.

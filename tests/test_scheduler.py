@@ -87,7 +87,7 @@ def test_no_migration_while_the_source_has_memory():
     assert run_des(migration_case(300)).scheduler_stats[0][1] == 1
 
 
-@pytest.mark.parametrize("name", ["jsq", "llumnix-dispatch", "llumnix"])
+@pytest.mark.parametrize("name", ["jsq", "llumnix-dispatch", "llumnix", "jsq-migration"])
 def test_tokens_are_conserved_under_preemption_and_migration(name):
     trace = TraceGenerator("conversation", 60, 0).at(20.0)
     from provisioner.sim import build_inputs
@@ -100,7 +100,7 @@ def test_tokens_are_conserved_under_preemption_and_migration(name):
     assert cl.decode_tokens + cl.prefills_done == int(trace.output_tokens.sum())
     assert sum(mc.preemptions for mc in cl.machines) > 0   # this load does preempt
     assert np.all(np.array(cl.finish) >= np.array(cl.first))
-    if name == "llumnix":
+    if name.endswith("migration") or name == "llumnix":
         assert cl.migrations.count > 0
 
 

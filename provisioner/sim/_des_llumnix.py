@@ -1,8 +1,9 @@
-"""Discrete-event engine for the on-demand schedulers: jsq, llumnix-dispatch, llumnix.
+"""Discrete-event engine for the on-demand schedulers: jsq, llumnix-dispatch, llumnix,
+jsq-migration.
 
 KV memory is allocated on demand and running requests are preempted by recomputation
 when it runs out (vLLM); dispatch is by least pending work (jsq) or by Llumnix's freeness;
-llumnix also live-migrates decoding requests (`_migration.py`). The rules are those of
+llumnix and jsq-migration also live-migrate decoding requests (`_migration.py`). The rules are those of
 SEMANTICS.md, "Schedulers"; the event loop is `_des._simulate`'s. Only designs whose
 machines run both phases (baselines) use these policies.
 
@@ -188,7 +189,7 @@ class OnDemandCluster(_Cluster):
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
         cap, chunk = float(inputs.batch_cap_tokens[d]), int(inputs.chunk_tokens[d])
         self.machines = [OnDemandMachine(self, i, p, coefs[p], kv[p], cap, chunk) for i, p in enumerate(self.pools)]
-        self.migrations = Migrations(self, inputs, d) if policy == "llumnix" else None
+        self.migrations = Migrations(self, inputs, d) if policy in ("llumnix", "jsq-migration") else None
         self.timeline = []                      # rows of (t, preemptions, migrations, downtime s, fragmentation, queued)
         self.next_sample_s = float(inputs.arrival_s[0]) if r else 0.0
         self.fragmentation_sum, self.samples = 0.0, 0
