@@ -46,6 +46,7 @@ import pandas as pd
 from perfmodels._power import MIN_POWER_CAP
 
 from .errors import ProvisionerError
+from .schedulers import DEFAULT_SCHEDULER, check_scheduler_family
 
 DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughput drops beyond it
 # Token budgets the chunked families search: Sarathi-Serve runs 512 for strict TBT SLOs
@@ -119,6 +120,7 @@ class Design:
     prefill_chunk_tokens: int = 0   # > 0: chunked prefill with this token budget per iteration
     mps_prefill_share: float = 0.0  # > 0: Splitwiser, the prefill process's SM share (module doc)
     duplicate_weights: bool = False  # Splitwiser: each process holds its own copy of the weights
+    scheduler: str = DEFAULT_SCHEDULER  # cluster scheduler policy (provisioner.schedulers.SCHEDULERS)
 
     @property
     def split(self) -> bool:
@@ -184,6 +186,7 @@ def _validate(d: Design) -> None:
         if given and not colocated_family:
             raise ProvisionerError(f"{name} applies to the splitwiser families only (not {d.family})",
                                    params=(name,))
+    check_scheduler_family(d.scheduler, d.family, d.split, d.colocated)
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
             raise ProvisionerError(f"{name} must be 1, 2, 4 or 8 (got {getattr(d, name)})", params=(name,))
@@ -191,7 +194,8 @@ def _validate(d: Design) -> None:
 
 DESIGN_FIELDS = tuple(f.name for f in fields(Design))
 # Columns that results written before they existed lack: their value then.
-OPTIONAL_DESIGN_FIELDS = {"prefill_chunk_tokens": 0, "mps_prefill_share": 0.0, "duplicate_weights": False}
+OPTIONAL_DESIGN_FIELDS = {"prefill_chunk_tokens": 0, "mps_prefill_share": 0.0, "duplicate_weights": False,
+                          "scheduler": DEFAULT_SCHEDULER}
 
 
 class DesignBatch:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .schedulers import DEFAULT_SCHEDULER
 from .slo import METRICS, PERCENTILES
 
 DESIGN_KEYS = ("family", "prompt_machines", "token_machines", "prompt_machine", "token_machine",
@@ -24,6 +25,9 @@ def design_json(row, catalog=None) -> dict:
             out[k] = catalog.machine(str(row["token_machine"])).gpu
         else:
             out[k] = _py(row[k])
+    scheduler = str(row.get("scheduler", DEFAULT_SCHEDULER) or DEFAULT_SCHEDULER)
+    if scheduler != DEFAULT_SCHEDULER:   # absent for the default: earlier results stay as they were
+        out["scheduler"] = scheduler
     return out
 
 
@@ -57,6 +61,23 @@ def design_result_json(row, *, workload: str, model: str, rps: float, catalog=No
                borrowed_decodes=_py(row["borrowed_decodes"]), borrowed_prefills=_py(row["borrowed_prefills"]),
                engine=str(row.get("engine", "fluid")))
     return obj
+
+
+SCHEDULER_COUNTS = ("preemptions", "migrations", "migration_downtime_s", "recomputed_tokens")
+
+
+def scheduler_json(row) -> dict:
+    """An on-demand scheduler's counts (`"scheduler_stats"`) and, with high-priority
+    requests, per-priority percentiles (`"priority"`); {} for least-work results."""
+    if "preemptions" not in row.index:
+        return {}
+    stats = {k: _py(row[k]) for k in SCHEDULER_COUNTS}
+    stats["fragmentation_mean"] = _py(row["scheduler_fragmentation_mean"])
+    out = {"scheduler_stats": stats}
+    if "ttft_p99_s_high" in row.index:
+        out["priority"] = {label: {f"{m}_ms": {f"p{p}": _py(row[f"{m}_p{p}_s_{label}"] * 1e3) for p in PERCENTILES}
+                                   for m in METRICS} for label in ("high", "low")}
+    return out
 
 
 def json_number(v) -> float | None:
@@ -145,7 +166,8 @@ def design_from_json(obj: dict):
                       token_tp=int(obj["token_tp"]), prompt_batch_cap_tokens=int(obj["prompt_batch_cap_tokens"]),
                       prefill_chunk_tokens=int(obj.get("prefill_chunk_tokens") or 0),
                       mps_prefill_share=float(obj.get("mps_prefill_share") or 0.0),
-                      duplicate_weights=bool(obj.get("duplicate_weights") or False))
+                      duplicate_weights=bool(obj.get("duplicate_weights") or False),
+                      scheduler=str(obj.get("scheduler") or DEFAULT_SCHEDULER))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProvisionerError(f"result JSON design of {obj.get('family')} is incomplete ({exc!r}); give the "
                                f"output of `provision --json`") from None

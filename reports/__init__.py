@@ -32,13 +32,15 @@ from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
 from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
 from ._perf import PANELS, perf_figure, perf_plot_data, profile_curves
+from ._scheduler import build_scheduler_html, scheduler_timeline_figure
 from ._sweep import build_sweep_html, sweep_figures, write_sweep_report
 
 __all__ = ["build_report_html", "write_report", "report_data", "ReportData", "perf_plot_data", "perf_figure", "profile_curves",
            "PANELS", "evaluated_frame", "heatmap", "heatmaps", "Heatmap", "pareto", "non_dominated", "summary_bars",
            "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS",
            "build_sweep_html", "sweep_figures", "write_sweep_report",
-           "build_cloud_html", "cloud_figures", "cloud_flow", "write_cloud_report"]
+           "build_cloud_html", "cloud_figures", "cloud_flow", "write_cloud_report", "build_scheduler_html",
+           "scheduler_timeline_figure"]
 
 
 def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:

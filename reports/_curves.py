@@ -11,6 +11,7 @@ import pandas as pd
 
 from provisioner import ProvisionerError
 from provisioner.designs import FAMILY_SPECS, Design, DesignBatch
+from provisioner.schedulers import DEFAULT_SCHEDULER
 from provisioner.slo import METRICS, PERCENTILES
 
 from ._base import (CURVE_DURATION_S, LOAD_FACTORS, PROFILE_DECODE_PROMPT_TOKENS, PROFILE_MODEL,
@@ -108,7 +109,8 @@ def load_curves(result: dict, *, perf=None, load_factors=LOAD_FACTORS,
     for factor in load_factors:
         rps = float(factor) * base
         trace = question_trace(result, rps=rps, duration_s=duration)
-        table = simulate(batch, trace, q["model"], engine="fluid", slo=slo, perf=perf)
+        on_demand = any(d.scheduler != DEFAULT_SCHEDULER for d in designs)   # jsq, llumnix: the DES only
+        table = simulate(batch, trace, q["model"], engine="des" if on_demand else "fluid", slo=slo, perf=perf)
         for k, (_, r) in enumerate(table.iterrows()):
             for i, m in enumerate(METRICS):
                 for j, p in enumerate(PERCENTILES):

@@ -21,6 +21,7 @@ from provisioner.slo import METRICS
 from ._base import (CHECK_NAMES, CHECKS, CURVE_DURATION_S, LOAD_FACTORS, best_throughput_rps, design_label,
                     evaluated_frame, is_feasible, slo_of)
 from ._curves import arrival_rate, latency_model_curves, load_curves, question_trace, token_cdfs
+from ._scheduler import scheduler_timelines
 from ._design_space import Heatmap, heatmaps, pareto, summary_bars
 from ._schema import as_result_dict, num
 
@@ -124,6 +125,7 @@ class ReportData:
     latency_curves: pd.DataFrame
     calibration_points: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    scheduler_timelines: dict = field(default_factory=dict)   # answer label -> (k, 6) samples (on-demand)
 
 
 def report_data(result, *, perf=None, baseline: str | None = None, load_factors=LOAD_FACTORS,
@@ -173,11 +175,16 @@ def report_data(result, *, perf=None, baseline: str | None = None, load_factors=
                 except Exception:  # an unknown machine name: its curve is simply not drawn
                     pass
     lat, pts = latency_model_curves(perf, [(model, g) for g in dict.fromkeys(gpus)])
+    try:
+        timelines = scheduler_timelines(result, perf)
+    except Exception as exc:
+        notes.append(f"scheduler timelines skipped ({_line(exc)})")
+        timelines = {}
     return ReportData(
         result=result, question=question_rows(result), answer=answer_table(result),
         heatmaps=heatmaps(result, ev), pareto=pareto(ev), load_curves=curves, slo=slo_of(result),
         summary=summary, baseline=chosen, token_cdfs=cdfs, arrival_rate=rate,
-        latency_curves=lat, calibration_points=pts, notes=notes)
+        latency_curves=lat, calibration_points=pts, notes=notes, scheduler_timelines=timelines)
 
 
 def _line(exc: BaseException) -> str:

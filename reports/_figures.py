@@ -288,6 +288,9 @@ def figures(data: ReportData) -> list[tuple[str, str, object]]:
     out.append(("latency-vs-load", "load", load_curves_figure(data.load_curves, data.slo)))
     out.append(("summary", "summary", summary_figure(data.summary, data.baseline)))
     out.append(("workload", "workload", workload_figure(data.token_cdfs, data.arrival_rate)))
+    if data.scheduler_timelines:
+        from ._scheduler import scheduler_timeline_figure
+        out.append(("scheduler-timeline", "scheduler", scheduler_timeline_figure(data.scheduler_timelines)))
     out.append(("latency-model", "perf", latency_model_figure(data.latency_curves, data.calibration_points)))
     return [(cid, sec, fig) for cid, sec, fig in out if fig is not None]
 

@@ -37,6 +37,11 @@ SECTIONS = {
     "summary": ("Summary",
                 "Each family's answer normalized to the baseline (Splitwise Figs. 18-19)."),
     "workload": ("Workload", "Request sizes and arrivals of the question's trace (same seed)."),
+    "scheduler": ("Scheduler over time",
+                  "Each on-demand-scheduler answer (jsq, llumnix) re-run by the discrete-event engine on the "
+                  "question's trace: cumulative preemptions, migrations and migration downtime, the fragmented "
+                  "KV memory (free KV a waiting prompt could use were it on one machine) and the queued prompts, "
+                  "sampled every second (SEMANTICS.md, Schedulers)."),
     "perf": ("Latency model",
              "The calibrated roofline model's per-phase times beside the measured profiles it was fitted on "
              "(Llama2-70B on DGX-A100/H100), and its prediction for the question's model."),
@@ -88,6 +93,8 @@ def render_page(data: ReportData, figures: list[tuple[str, str, object]]) -> str
             f'<div class="chart" data-chart="{escape(cid)}">{html}</div>')
     for section, (heading, note) in SECTIONS.items():
         charts = by_section.get(section)
+        if section == "scheduler" and not charts:   # only answers under an on-demand scheduler have one
+            continue
         parts.append(f"<section id=\"{section}\"><h2>{escape(heading)}</h2>")
         if section == "summary" and data.baseline:
             note = note.replace("the baseline", f"the baseline ({data.baseline})")

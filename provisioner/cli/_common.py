@@ -117,6 +117,18 @@ def duplicate_weights_option():
                              "one copy shared through CUDA IPC).")
 
 
+def scheduler_option():
+    """`--scheduler` (CONTRACTS.md item 9) for every command that simulates."""
+    from ..schedulers import DEFAULT_SCHEDULER, SCHEDULER_HELP
+    return typer.Option(DEFAULT_SCHEDULER, "--scheduler", metavar="POLICY", help=SCHEDULER_HELP)
+
+
+def high_priority_option():
+    return typer.Option(0.0, "--high-priority-fraction", metavar="F",
+                        help="Share of requests marked high priority (on-demand schedulers: admitted and kept "
+                             "first, Llumnix's headroom); the JSON then has per-priority percentiles.")
+
+
 def latency_interp_option():
     return typer.Option(None, "--latency-interp",
                         help="How --latency-profile is interpolated: grid (default; prompt tokens x batch "

@@ -13,11 +13,12 @@ import typer
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER, supports_on_demand
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
-                      given, refuse_idle_flags, replay_note, study_option)
+                      given, refuse_idle_flags, replay_note, scheduler_option, study_option)
 from ._tables import render_result
 
 
@@ -70,6 +71,7 @@ def main_command(
     mps_prefill_share: float = mps_share_option(),
     duplicate_weights: bool = duplicate_weights_option(),
     study: str = study_option(),
+    scheduler: str = scheduler_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -87,6 +89,8 @@ def main_command(
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
+    if families is None and scheduler != DEFAULT_SCHEDULER:   # the families it applies to
+        families = tuple(f for f in FAMILIES if supports_on_demand(f))
     ptypes = _names(prompt_machine_types)
     ttypes = _names(token_machine_types)
     for flag, flag_given in (("--mps-prefill-share", mps_prefill_share is not None),
@@ -106,7 +110,7 @@ def main_command(
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
-        mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights)
+        mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:

@@ -11,19 +11,22 @@ import typer
 
 from ..designs import family_spec, make_design
 from ..errors import ProvisionerError
-from ..results import design_result_json
+from ..files import check_output_path, write_output
+from ..results import design_result_json, scheduler_json
+from ..schedulers import DEFAULT_SCHEDULER
 from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
+                      given, high_priority_option, scheduler_option,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
 # Flags that describe the design or the trace: --from-result takes them from the result.
 QUESTION_FLAGS = ("design", "prompt_machines", "token_machines", "machines", "workload", "rps", "model", "duration",
                   "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale", "prefill_chunk_tokens",
-                  "mps_prefill_share", "duplicate_weights")
+                  "mps_prefill_share", "duplicate_weights", "scheduler")
 
 
 def simulate_command(
@@ -56,7 +59,13 @@ def simulate_command(
     prefill_chunk_tokens: int = prefill_chunk_option(),
     mps_prefill_share: float = mps_share_option(),
     duplicate_weights: bool = duplicate_weights_option(),
+    scheduler: str = scheduler_option(),
+    high_priority_fraction: float = high_priority_option(),
+    timeline: Path = typer.Option(None, "--timeline", metavar="PATH.html",
+                                  help="With an on-demand --scheduler: write a page of preemptions, migrations, "
+                                       "downtime and memory fragmentation over time."),
 ) -> None:
+    engine = _engine_for(ctx, engine, scheduler)
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
     if from_result is not None:
@@ -77,7 +86,7 @@ def simulate_command(
             raise ProvisionerError("--design is required (a family such as splitwise-hh), or --from-result RESULT.json")
         refuse_idle_flags(ctx, workload, arrival)
         d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
-                    prefill_chunk_tokens, mps_prefill_share, duplicate_weights)
+                    prefill_chunk_tokens, mps_prefill_share, duplicate_weights, scheduler)
         traces = trace_generator(workload, arrival, rps, duration, seed, cv)
         if rps is None and traces.arrival != "replay":
             rps = DEFAULT_RPS
@@ -87,10 +96,23 @@ def simulate_command(
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
     perf = load_latency_model(latency_profile, latency_interp)
+    if timeline is not None:
+        if d.scheduler == DEFAULT_SCHEDULER:
+            raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
+                                   "--scheduler jsq, llumnix-dispatch or llumnix")
+        check_output_path(timeline, flag="--timeline")
     t0 = time.perf_counter()
-    row = simulate(d, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
+    timelines = []
+    row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
+                   high_priority_fraction=high_priority_fraction, timelines=timelines).iloc[0]
+    if timeline is not None:
+        from reports import build_scheduler_html
+        write_output(timeline, build_scheduler_html({d.scheduler: timelines[0]},
+                                                    lead=f"{d.family} x {d.machines}, {workload} at {rps:g} req/s, "
+                                                         f"{model}"), flag="--timeline")
     elapsed_s = time.perf_counter() - t0
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
+    obj.update(scheduler_json(row))
     # Wall time of the engine call (metrics included; a first run also compiles the kernel).
     # Never in the JSON, which stays byte-identical from run to run.
     speed = (f"simulated {len(trace):,} requests in {elapsed_s:.2f} s "
@@ -105,11 +127,20 @@ def simulate_command(
     _print_summary(obj, row, replay_note(traces, rps, len(trace)), speed)
 
 
+def _engine_for(ctx, engine: str, scheduler: str) -> str:
+    """The on-demand schedulers run in the discrete-event engine: it is the default for
+    them, and asking for the fluid one is refused (by the simulator, one line)."""
+    if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
+        return "des"
+    return engine
+
+
 def _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
-            prefill_chunk_tokens=None, mps_prefill_share=None, duplicate_weights=False):
+            prefill_chunk_tokens=None, mps_prefill_share=None, duplicate_weights=False,
+            scheduler=DEFAULT_SCHEDULER):
     spec = family_spec(design)
     _refuse_flags_of_other_families(spec, prompt_machines, token_machines, machines, token_power_cap)
-    overrides = {}
+    overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     if prefill_chunk_tokens is not None:
         overrides["prefill_chunk_tokens"] = prefill_chunk_tokens
     if mps_prefill_share is not None:
@@ -176,6 +207,8 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
              if d["token_machines"] else f"{d['family']}: {d['prompt_machines']} machines")
     if d.get("prefill_chunk_tokens"):
         title += f", chunked prefill {d['prefill_chunk_tokens']} tokens"
+    if d.get("scheduler"):
+        title += f", scheduler {d['scheduler']}"
     if d.get("mps_prefill_share"):
         title += f", prefill/decode processes sharing each GPU (prefill SM share {d['mps_prefill_share']:g}"
         title += ", weights duplicated)" if d.get("duplicate_weights") else ")"
@@ -193,6 +226,11 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
     console.print(table)
     if note:
         console.print(note)
+    if "scheduler_stats" in obj:
+        s = obj["scheduler_stats"]
+        console.print(f"scheduler {d['scheduler']}: {s['preemptions']:.0f} preemptions ({s['recomputed_tokens']:.0f} "
+                      f"tokens recomputed), {s['migrations']:.0f} migrations ({s['migration_downtime_s']:.3f} s "
+                      f"downtime in all), mean fragmentation {100 * s['fragmentation_mean']:.1f}% of the KV memory")
     verdict = "meets every SLO" if obj["slo"]["met"] else f"violates the SLOs (binding: {row.binding_slo})"
     if obj["slo"]["unservable_requests"]:
         verdict = (f"cannot serve {obj['slo']['unservable_requests']} request(s): their KV cache is larger than "

@@ -98,6 +98,8 @@ def _design_text(r, cat) -> str:
     chunk_text = f", chunk {chunk}" if chunk else ""
     share = float(r.get("mps_prefill_share", 0.0) or 0.0)
     chunk_text += f", MPS {share:g}" if share else ""
+    scheduler = str(r.get("scheduler", "least-work") or "least-work")
+    chunk_text += f", {scheduler}" if scheduler != "least-work" else ""
     if int(r["token_machines"]) == 0:
         return pool(r["prompt_machines"], r["prompt_machine"], r["prompt_power_cap"], r["prompt_tp"], "") + chunk_text
     return (f"{pool(r['prompt_machines'], r['prompt_machine'], r['prompt_power_cap'], r['prompt_tp'], 'P')}\n"

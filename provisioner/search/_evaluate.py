@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..designs import DesignBatch, DESIGN_FIELDS
+from ..schedulers import DEFAULT_SCHEDULER
 from ..sim import simulate
 from ..store import code_version, digest, latency_model_digest, trace_digest
 
@@ -26,16 +27,27 @@ LOG_COLUMNS = (*DESIGN_FIELDS, "slo_met", "binding_slo", "min_margin", "stopped_
 
 
 def design_keys(batch: DesignBatch) -> list[tuple]:
-    """Hashable identity of each design of a batch (power caps rounded to 1e-6)."""
+    """Hashable identity of each design of a batch (power caps rounded to 1e-6). The
+    default scheduler is left out, so least-work keys (and stored studies) stay as they were."""
     cols = []
     for k in DESIGN_FIELDS:
+        if k == "scheduler":
+            continue
         v = batch.columns[k]
         cols.append(np.round(v.astype(float), 6) if k.endswith("power_cap") else v)
-    return [tuple(_py(c[i]) for c in cols) for i in range(len(batch))]
+    sched = batch.columns["scheduler"]
+    return [tuple(_py(c[i]) for c in cols) + (() if sched[i] == DEFAULT_SCHEDULER else (str(sched[i]),))
+            for i in range(len(batch))]
 
 
 def _py(v):
     return v.item() if hasattr(v, "item") else v
+
+
+def engine_for(batch: DesignBatch, engine: str) -> str:
+    """The discrete-event engine for designs under an on-demand scheduler (the fluid
+    engine models only least-work, SEMANTICS.md "Schedulers"); else `engine`."""
+    return "des" if np.any(batch.columns["scheduler"] != DEFAULT_SCHEDULER) else engine
 
 
 class Evaluator:
@@ -107,9 +119,10 @@ class Evaluator:
         with warnings.catch_warnings():
             # Early-stopped designs have +inf latencies; numpy warns on their percentiles.
             warnings.simplefilter("ignore", RuntimeWarning)
-            frame = simulate(batch.take(np.asarray(idx)), self.trace, self.model, engine=self.engine,
-                             slo=self.slo, perf=self.perf,
-                             stop_infeasible=self.stop_infeasible and self.engine == "fluid")
+            todo = batch.take(np.asarray(idx))
+            engine = engine_for(todo, self.engine)
+            frame = simulate(todo, self.trace, self.model, engine=engine, slo=self.slo, perf=self.perf,
+                             stop_infeasible=self.stop_infeasible and engine == "fluid")
         frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
         records = {keys[i]: {k: _py(v) for k, v in rec.items()} for i, rec in zip(idx, frame.to_dict("records"))}
         if self.store is not None:

@@ -17,7 +17,7 @@ from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ..store import latency_model_digest
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
-from ._evaluate import Evaluator, stored_rows
+from ._evaluate import Evaluator, engine_for, stored_rows
 from ._ilp import CapacityBound, capacity_bound, pool_options
 from ._progress import Progress
 from ._request import ProvisionRequest
@@ -178,7 +178,7 @@ class SearchProblem:
             tp = tuple((m, tp_options(self.perf, self.llm, m)) for m in machines) if req.search_tp else ()
             kwargs.update(prompt_machines=req.prompt_machine_types, token_machines=req.token_machine_types,
                           power_cap=req.power_cap_range, prompt_batch_caps=req.prompt_batch_caps, tp=tp)
-        sp = replace(family_space(family, **kwargs), catalog=self.perf.catalog)
+        sp = replace(family_space(family, **kwargs), catalog=self.perf.catalog, scheduler=req.scheduler)
         if bounds is not None:
             return sp.with_bounds(*bounds)
         return sp.with_bounds(*self.count_bounds(sp))
@@ -289,7 +289,8 @@ class SearchProblem:
         def run(_missing):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf)
+                frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf,
+                                 engine=engine_for(DesignBatch.from_designs(design), "fluid"))
             return frame.to_dict("records")
         context = (self.req.model, repr(self.slo), latency_model_digest(self.perf))
         return pd.Series(stored_rows(self.store, "final", context, design, [trace], run)[0])

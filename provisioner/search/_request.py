@@ -11,6 +11,7 @@ from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES,
                        family_spec)
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
@@ -44,6 +45,7 @@ _CONSTRAINTS = {
     "prefill_chunk_tokens": [None, Interval(Integral, 0, None, closed="left")],
     "mps_prefill_share": [None, Interval(Real, 0, 1, closed="neither")],
     "duplicate_weights": [bool],
+    "scheduler": [Options(SCHEDULERS)],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -120,6 +122,7 @@ class ProvisionRequest:
     prefill_chunk_tokens: int | None = None
     mps_prefill_share: float | None = None
     duplicate_weights: bool = False
+    scheduler: str = DEFAULT_SCHEDULER
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6
@@ -155,6 +158,7 @@ class ProvisionRequest:
             if f not in CUSTOM_FAMILIES:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
+        refuse_scheduler_families(self.scheduler, fams)
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",

@@ -24,6 +24,7 @@ import numpy as np
 from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILY_SPECS,
                        MPS_SHARE_CHOICES, DesignBatch)
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER
 
 # Count bounds: this many times the machines the work needs (the SLOs need headroom
 # over the bare work; Fig. 12's optimum is about 1.4x the work bound).
@@ -81,6 +82,7 @@ class FamilySpace:
     prefill_chunks: tuple[int, ...] = (0,)     # chunked-prefill budgets (0: whole prompts)
     mps_shares: tuple[float, ...] = (0.0,)      # Splitwiser: prefill SM shares (0: not co-located)
     duplicate_weights: bool = False             # Splitwiser: each process holds its own weights
+    scheduler: str = DEFAULT_SCHEDULER          # cluster scheduler policy of every design
     label: str = field(default="", compare=False)
     catalog: object = field(default=None, compare=False, repr=False)   # resolves TP 0; default: shipped
 
@@ -163,7 +165,8 @@ class FamilySpace:
             "prompt_machine": pm.astype(str), "token_machine": tm.astype(str), "prompt_power_cap": pc,
             "token_power_cap": tc, "prompt_tp": ptp, "token_tp": ttp, "prompt_batch_cap_tokens": bc,
             "allow_borrow": np.ones(n, bool), "prefill_chunk_tokens": chunk, "mps_prefill_share": share,
-            "duplicate_weights": np.full(n, self.duplicate_weights and self.mps_shares != (0.0,))})
+            "duplicate_weights": np.full(n, self.duplicate_weights and self.mps_shares != (0.0,)),
+            "scheduler": np.full(n, self.scheduler, dtype=object)})
 
 
 def family_space(family: str, *, prompt_machines=None, token_machines=None, power_cap=(MIN_POWER_CAP, 1.0),

@@ -17,6 +17,7 @@ from perfmodels import LatencyModel
 from ..designs import Design, DesignBatch
 from .._validation import Options, validate_params
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs
 from ._memory import des_check, fluid_plan
@@ -24,6 +25,7 @@ from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
 from ._des import run_des                 # the reference engine, for callers that build SimInputs (cloud plans)
 from ._des_cloud import ServerPlan
+from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on_demand_in_fluid
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
@@ -73,8 +75,9 @@ def cluster_cost_power(designs: DesignBatch, catalog):
 
 def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "fluid",
                       perf: LatencyModel | None = None, slo: SLO | None = None,
-                      stop_infeasible: bool = False):
-    """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times.
+                      stop_infeasible: bool = False, high_priority_fraction: float = 0.0):
+    """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times
+    (with an on-demand scheduler, the DES's `scheduler_stats` and `timelines` too).
 
     slo : the SLO whose reference machine defines slowdowns (default: Table VI).
     stop_infeasible : with the fluid engine, stop a design as soon as more than 1%
@@ -84,20 +87,24 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, _ = _run(designs, trace, perf.llm(model), perf, engine,
-                                 slo if slo is not None else SLO(), stop_infeasible)
+                                 slo if slo is not None else SLO(), stop_infeasible,
+                                 high_priority=high_priority_fraction)
     return batch, inputs, out
 
 
-def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None):
+def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None,
+         high_priority=0.0):
     """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e)).
 
     keep_requests : False lets the fluid engine return only per-design figures.
     windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None."""
     batch = DesignBatch.from_designs(designs)
-    inputs = build_inputs(batch, trace, llm, perf)
+    inputs = build_inputs(batch, trace, llm, perf, high_priority_mask(trace, high_priority))
     if windows is not None:
         inputs = dataclasses.replace(inputs, active_from_s=windows[0], active_until_s=windows[1])
     duration_s = getattr(trace, "duration_s", None)
+    if engine == "fluid":
+        refuse_on_demand_in_fluid(inputs)
     if engine != "fluid":
         des_check(inputs.n_designs, len(trace), duration_s)
         return batch, inputs, _engine(engine)(inputs), solo_latencies(trace, llm, perf, slo)
@@ -122,7 +129,8 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
 
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
              slo: SLO | None = None, perf: LatencyModel | None = None,
-             stop_infeasible: bool = False) -> pd.DataFrame:
+             stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
+             timelines: list | None = None) -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -135,21 +143,32 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     stop_infeasible : (fluid) stop a design once a p99 SLO is certainly violated; its
         row then has `stopped_early` True, `slo_met` False and +inf percentiles where
         the unfinished requests dominate. For search; keep False to see full metrics.
+    high_priority_fraction : share of requests marked high priority (on-demand schedulers;
+        the trace's own `high_priority` column wins when it has one).
+    timelines : a list that gets, per design under an on-demand scheduler, its (k, 6)
+        per-second samples (time, preemptions, migrations, downtime s, fragmentation,
+        queued prompts; SEMANTICS.md "Schedulers").
 
     Returns
     -------
     DataFrame with n rows: the design columns, `{ttft,tbt,e2e}_p{50,90,99}_s`,
     `slowdown_*`, `margin_*`, `slo_met`, `binding_slo`, `throughput_rps`, pool
     utilizations and mean decode batches, KV-transfer overhead, `cost_usd_per_h`,
-    `power_kw`, `energy_wh_per_request`.
+    `power_kw`, `energy_wh_per_request`. Under an on-demand scheduler also `preemptions`,
+    `migrations`, `migration_downtime_s`, `scheduler_fragmentation_mean`,
+    `recomputed_tokens` (and per-priority percentiles).
     """
     validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
-                                    keep_requests=False)
+                                    keep_requests=False, high_priority=high_priority_fraction)
     cost, power = cluster_cost_power(batch, perf.catalog)
-    result = summarize(batch.to_frame(), out, trace, solo, slo, cost, power, inputs.n_machines)
+    frame = batch.to_frame()
+    if (frame["scheduler"] == DEFAULT_SCHEDULER).all():   # least-work results keep their columns
+        frame = frame.drop(columns="scheduler")
+    result = summarize(frame, out, trace, solo, slo, cost, power, inputs.n_machines)
+    add_scheduler_columns(result, out, inputs, trace)
     result.insert(0, "engine", engine)
     result["stopped_early"] = out.aborted if out.aborted is not None else False
     # A request whose KV cache fits on none of a design's machines is not served, whatever
@@ -158,6 +177,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     failed = result["unservable_requests"].to_numpy() > 0
     result.loc[failed, "slo_met"] = False
     result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
+    if timelines is not None and out.timelines is not None:
+        timelines.extend(out.timelines)
     return result
 
 

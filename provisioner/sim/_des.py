@@ -232,6 +232,9 @@ def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
     if inputs.servers is not None and inputs.servers[d] is not None:   # a cloud plan (_des_cloud.py)
         from ._des_cloud import CloudCluster
         return CloudCluster
+    if inputs.scheduler is not None and inputs.scheduler[d]:   # jsq, llumnix (SEMANTICS.md, "Schedulers")
+        from ._des_llumnix import OnDemandCluster
+        return OnDemandCluster
     return _Cluster
 
 
@@ -345,4 +348,7 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
         out.borrowed_decodes[row], out.borrowed_prefills[row] = cl.borrowed_decodes, cl.borrowed_prefills
         out.kv_visible_s_sum[row], out.kv_transfers[row] = cl.kv_visible_sum, cl.kv_transfers
         out.drained_s[row] = server_drained_s(cl.prefill_on, cl.decode_on, cl.finish, out.drained_s.shape[1])
+        if hasattr(cl, "stats"):   # an on-demand scheduler's counts and timeline
+            from ._des_llumnix import record_stats
+            record_stats(out, row, cl)
     return out

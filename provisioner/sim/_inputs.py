@@ -18,6 +18,7 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
 from ..errors import ProvisionerError
+from ..schedulers import scheduler_codes
 
 # Splitwise's mixed pool: a prompt machine more than this many full batches behind
 # lends the prefill to a token machine (SEMANTICS.md, "prompt pool overloaded").
@@ -49,13 +50,15 @@ class SimInputs:
     active_from_s: np.ndarray | None = None
     active_until_s: np.ndarray | None = None
     servers: tuple | None = None    # (d,) per design a cloud ServerPlan (_des_cloud.py) or None; DES only
+    scheduler: np.ndarray | None = None      # (d,) int64 codes of provisioner.schedulers.SCHEDULERS (None: least-work)
+    high_priority: np.ndarray | None = None  # (r,) bool high-priority requests (None: none)
 
     @property
     def n_designs(self) -> int:
         return len(self.batch_cap_tokens)
 
 
-def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInputs:
+def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel, high_priority=None) -> SimInputs:
     cat = perf.catalog
     d = len(designs)
     colocated = designs.is_colocated
@@ -113,6 +116,7 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel) -> SimInp
         arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),
         prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
         output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
+        scheduler=scheduler_codes(designs.columns["scheduler"]), high_priority=high_priority,
     )
 
 
@@ -151,3 +155,5 @@ class EngineOutput:
     latency_pct_s: np.ndarray | None = None  # (d, 3 metrics, 3 percentiles), when the engine computed them
     slowdown_pct: np.ndarray | None = None   # (d, 3, 3) percentiles of per-request slowdowns
     drained_s: np.ndarray | None = None      # (d, max servers) when each server's last request finished (0: none)
+    scheduler_stats: np.ndarray | None = None  # (d, 5) on-demand schedulers (DES): SCHEDULER_STATS
+    timelines: list | None = None            # per design: rows of SCHEDULER_TIMELINE sampled every second

@@ -77,6 +77,7 @@ def _limit_numba_threads(threads: int) -> None:
 def _rows(question: Question, result) -> list[dict]:
     best = result.best
     rows = []
+    columns = SWEEP_COLUMNS + tuple(c for c in question.columns() if c not in SWEEP_COLUMNS)   # scheduler
     for rec in best.to_dict("records"):
         row = {**question.columns(), **{c: rec.get(c) for c in SWEEP_COLUMNS if c in rec}}
         row["winner"] = rec["family"] == result.winner_family
@@ -85,7 +86,7 @@ def _rows(question: Question, result) -> list[dict]:
         cost = rec.get("cost_usd_per_h")
         row["cost_usd_per_request"] = (json_number(float(cost) / 3600.0 / float(served))
                                        if cost is not None and served else None)
-        rows.append({c: _plain(row.get(c)) for c in SWEEP_COLUMNS})
+        rows.append({c: _plain(row.get(c)) for c in columns})
     return rows
 
 
@@ -185,7 +186,8 @@ def _indexed(question: Question, location, threads):
 
 def table_of(rows: list[dict]) -> pd.DataFrame:
     """The sweep table from its rows (the same dtypes however the rows were made)."""
-    frame = pd.DataFrame(rows, columns=list(SWEEP_COLUMNS))
+    extra = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in SWEEP_COLUMNS]   # scheduler
+    frame = pd.DataFrame(rows, columns=[*SWEEP_COLUMNS, *extra])
     for c in ("feasible", "winner"):
         frame[c] = frame[c].astype(bool)
     return frame

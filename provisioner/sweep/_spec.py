@@ -8,6 +8,7 @@
     families = ["splitwise-hh", "baseline-h100"]   # every question searches all of them
     seeds = [0, 1]
     duration_s = 60                    # the other ProvisionRequest settings, one value each
+    scheduler = "llumnix"              # least-work (default) | jsq | llumnix-dispatch | llumnix
     verify = false
 
     [price_lists]                      # optional; default one list, "catalog" (shipped prices)
@@ -33,6 +34,7 @@ from workloads import WorkloadError, default_arrival
 
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER, supports_on_demand
 from ..search import ProvisionRequest
 
 __all__ = ["SweepSpec", "Question", "load_sweep_spec", "price_catalog"]
@@ -42,7 +44,7 @@ GRID_KEYS = ("goals", "models", "workloads", "rps", "power_budget_kw", "cost_bud
 # One value each, passed to every ProvisionRequest (name in the spec -> request field).
 SETTINGS = {"duration_s": "duration_s", "arrival": "arrival", "cv": "cv", "slo_scale": "slo_scale",
             "searcher": "searcher", "verify": "verify", "verify_duration_s": "verify_duration_s",
-            "max_machines": "max_machines", "trials": "n_trials"}
+            "max_machines": "max_machines", "trials": "n_trials", "scheduler": "scheduler"}
 DEFAULT_PRICE_LIST = "catalog"
 
 
@@ -58,9 +60,12 @@ class Question:
     def columns(self) -> dict:
         """The question's columns of the sweep table."""
         r = self.request
-        return {"question": self.index, "goal": r.goal, "model": r.model, "workload": str(r.workload),
+        cols = {"question": self.index, "goal": r.goal, "model": r.model, "workload": str(r.workload),
                 "rps": r.rps if r.goal != "throughput" else None, "power_budget_kw": r.power_budget_kw,
                 "cost_budget_usd_per_h": r.cost_budget_usd_per_h, "price_list": self.price_list, "seed": r.seed}
+        if r.scheduler != DEFAULT_SCHEDULER:   # a least-work sweep keeps its columns
+            cols["scheduler"] = r.scheduler
+        return cols
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,9 @@ def _list(path: Path, key: str, value) -> list:
 
 def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Question]:
     goals = grid.get("goals", ["cost"])
-    families = tuple(grid.get("families", FAMILIES))
+    default = FAMILIES if settings.get("scheduler", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER else tuple(
+        f for f in FAMILIES if supports_on_demand(f))   # an on-demand scheduler: the families it applies to
+    families = tuple(grid.get("families", default))
     _check_names(path, "families", families, family_spec)
     _check_names(path, "models", grid.get("models", []), load_catalog().model)
     out = []

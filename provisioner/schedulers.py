@@ -1,0 +1,85 @@
+"""Cluster scheduler policies: their names, codes and constants (SEMANTICS.md, "Schedulers").
+
+`least-work` is the default rule of SEMANTICS.md (KV reserved for a whole request at
+admission, dispatch to the least pending work). The other policies allocate KV on demand
+and preempt (vLLM) and run in the discrete-event engine only (`sim/_des_llumnix.py`):
+
+| policy            | KV memory            | dispatch            | migration |
+|-------------------|----------------------|---------------------|-----------|
+| least-work        | whole request, oracle | least pending work | no        |
+| jsq               | on demand, preemption | least pending work | no        |
+| llumnix-dispatch  | on demand, preemption | most freeness      | no        |
+| llumnix           | on demand, preemption | most freeness      | yes       |
+| jsq-migration     | on demand, preemption | least pending work | yes       |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ProvisionerError
+
+SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
+DEFAULT_SCHEDULER = "least-work"
+SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, least pending work), jsq (KV on "
+                  "demand with vLLM preemption, least pending work), llumnix-dispatch (on demand, dispatch by "
+                  "freeness), llumnix (dispatch by freeness with live migration) or jsq-migration (least "
+                  "work with live migration). All but least-work run in the discrete-event engine.")
+
+# vLLM keeps 1% of the KV blocks free when it admits a prompt, so that admission does not
+# preempt a running request at the very next decode step.
+WATERMARK_FRACTION = 0.01
+# Llumnix migrates from the least free to the freest instance when their freeness (free
+# KV tokens per running request, i.e. decode steps left) differs by more than this ...
+MIGRATION_FREENESS_GAP = 100.0
+# ... and only from a machine under memory pressure: freeness below this many decode steps
+# (negative when its queue's demand exceeds its free KV).
+MIGRATION_SOURCE_FREENESS = 32.0
+# The multi-stage copy stops (downtime stage) once a stage has this many new tokens or
+# fewer, or after MIGRATION_MAX_STAGES stages whatever the count (the copy cannot converge
+# when the link is slower than decoding).
+MIGRATION_FINAL_STAGE_TOKENS = 1
+MIGRATION_MAX_STAGES = 8
+# Seconds between two samples of the scheduler timeline (fragmentation, counts).
+TIMELINE_STEP_S = 1.0
+# The high-priority headroom: Llumnix adds this many virtual KV tokens per running
+# high-priority request to its instance's usage, so new work avoids that instance.
+HIGH_PRIORITY_HEADROOM_TOKENS = 2048.0
+
+
+def scheduler_codes(names) -> np.ndarray:
+    """Policy names -> int codes (index in SCHEDULERS); one clear line for an unknown name."""
+    names = np.atleast_1d(np.asarray(names, dtype=object))
+    codes = np.empty(len(names), dtype=np.int64)
+    for i, name in enumerate(names):
+        codes[i] = scheduler_code(str(name))
+    return codes
+
+
+def scheduler_code(name: str) -> int:
+    if name not in SCHEDULERS:
+        raise ProvisionerError(f"--scheduler must be one of {', '.join(SCHEDULERS)} (got '{name}')")
+    return SCHEDULERS.index(name)
+
+
+def check_scheduler_family(scheduler: str, family: str, split: bool, colocated: bool) -> None:
+    """The on-demand policies model vLLM-like instances that run both phases: refuse others."""
+    scheduler_code(scheduler)
+    if scheduler != DEFAULT_SCHEDULER and (split or colocated):
+        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
+                               f"phases, as a vLLM instance does), not {family}: use --scheduler least-work "
+                               f"or a baseline-* family")
+
+
+def supports_on_demand(family: str) -> bool:
+    """Families whose machines run both phases (the on-demand schedulers' instances)."""
+    return family.startswith("baseline-")
+
+
+def refuse_scheduler_families(scheduler: str, families) -> None:
+    """A search with an on-demand scheduler covers baseline families only (one line otherwise)."""
+    bad = [f for f in families if not supports_on_demand(f)]
+    if scheduler != DEFAULT_SCHEDULER and bad:
+        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
+                               f"phases, as a vLLM instance does), not {bad[0]}: give --design baseline-a100 "
+                               f"(or another baseline-*) or --scheduler least-work")

@@ -1,0 +1,60 @@
+"""What the on-demand schedulers add to a result: preemption, migration and fragmentation
+counts, per-priority latency percentiles, and which requests are high priority."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ProvisionerError
+from ..schedulers import SCHEDULERS
+from ..slo import METRICS, PERCENTILES, row_percentiles
+from ._inputs import EngineOutput, SimInputs
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def high_priority_mask(trace, fraction: float) -> np.ndarray | None:
+    """Which requests are high priority: the trace's own `high_priority` column when it has
+    one, else a share `fraction` of them spread evenly over the trace (request i is high
+    when frac(i x golden ratio) < fraction: deterministic, no seed, and within one request
+    of the exact share in every window). None when there are none."""
+    own = getattr(trace, "high_priority", None)
+    if own is not None:
+        return np.asarray(own, dtype=bool)
+    if not 0.0 <= fraction <= 1.0:
+        raise ProvisionerError(f"--high-priority-fraction must be in [0, 1] (got {fraction:g})")
+    if fraction == 0.0:
+        return None
+    i = np.arange(len(trace.arrival_s), dtype=float)
+    return np.mod(i * _GOLDEN, 1.0) < fraction
+
+
+def refuse_on_demand_in_fluid(inputs: SimInputs) -> None:
+    """The fluid engine models the least-work rule only (SEMANTICS.md, "Schedulers")."""
+    if inputs.scheduler is not None and np.any(inputs.scheduler != 0):
+        name = SCHEDULERS[int(inputs.scheduler[np.flatnonzero(inputs.scheduler)[0]])]
+        raise ProvisionerError(f"the fluid engine does not model --scheduler {name} (on-demand KV, preemption, "
+                               f"migration): use --engine des")
+
+
+def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace) -> None:
+    """Counts of the on-demand schedulers and, with high-priority requests, the latency
+    percentiles of each priority class (`{metric}_p{p}_s_high` / `_low`). Nothing is added
+    for least-work results, so they keep their columns."""
+    if out.scheduler_stats is None:
+        return
+    from ._des_llumnix import SCHEDULER_STATS
+    for k, name in enumerate(SCHEDULER_STATS):
+        frame[name] = out.scheduler_stats[:, k]
+    frame["scheduler_fragmentation_mean"] = frame.pop("fragmentation_mean")
+    if inputs.high_priority is None or out.first_token_s is None:
+        return
+    from ._metrics import request_latencies
+    lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
+    for label, mask in (("high", inputs.high_priority), ("low", ~inputs.high_priority)):
+        for k, metric in enumerate(METRICS):
+            pct = row_percentiles(lat[k][:, mask]) if mask.any() else np.full((len(frame), len(PERCENTILES)), np.nan)
+            for j, p in enumerate(PERCENTILES):
+                frame[f"{metric}_p{p}_s_{label}"] = pct[:, j]

@@ -1,0 +1,104 @@
+"""`--scheduler` as typed (CONTRACTS.md item 9): provision simulate, provision, sweep specs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from provisioner.sweep import load_sweep_spec
+
+PROVISION = str(Path(sys.executable).with_name("provision"))
+SIMULATE = ("simulate", "--design", "baseline-h100", "--machines", "3", "--workload", "conversation",
+            "--rps", "4", "--duration", "30")
+
+
+def run(*args, timeout=240):
+    return subprocess.run([PROVISION, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def assert_user_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    for n in needles:
+        assert n in lines[0]
+
+
+def test_simulate_llumnix_json_carries_the_counts_and_priorities():
+    proc = run(*SIMULATE, "--scheduler", "llumnix", "--high-priority-fraction", "0.2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["design"]["scheduler"] == "llumnix" and obj["engine"] == "des"
+    stats = obj["scheduler_stats"]
+    assert set(stats) == {"preemptions", "migrations", "migration_downtime_s", "recomputed_tokens",
+                          "fragmentation_mean"}
+    assert stats["preemptions"] >= 0 and 0 <= stats["fragmentation_mean"] <= 1
+    assert obj["priority"]["high"]["ttft_ms"]["p99"] > 0 and obj["priority"]["low"]["ttft_ms"]["p50"] > 0
+
+
+def test_default_scheduler_json_has_no_new_keys():
+    proc = run(*SIMULATE, "--json")
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert "scheduler" not in obj["design"] and "scheduler_stats" not in obj and "priority" not in obj
+    same = json.loads(run(*SIMULATE, "--scheduler", "least-work", "--json").stdout)
+    assert same == obj
+
+
+def test_bad_scheduler_input_is_one_line():
+    assert_user_error(run(*SIMULATE, "--scheduler", "fastest"), "--scheduler must be one of", "llumnix")
+    assert_user_error(run(*SIMULATE, "--scheduler", "llumnix", "--engine", "fluid"), "--engine des")
+    assert_user_error(run("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "2",
+                          "--scheduler", "jsq"), "baseline families")
+    assert_user_error(run("--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--scheduler", "llumnix"),
+                      "baseline families")
+
+
+def test_provision_answers_with_migration(tmp_path):
+    report = tmp_path / "r.html"
+    proc = run("--goal", "cost", "--rps", "4", "--workload", "conversation", "--duration", "30",
+               "--design", "baseline-h100", "--scheduler", "llumnix", "--json", "--report", str(report))
+    assert proc.returncode == 0, proc.stderr
+    best = json.loads(proc.stdout)["best"][0]
+    assert best["feasible"] and best["design"]["scheduler"] == "llumnix"
+    assert best["verification"]["engine"] == "des" and best["verification"]["met"]
+    html = report.read_text(encoding="utf-8")
+    assert "Scheduler over time" in html and "baseline-h100 (llumnix)" in html
+    assert "curves skipped" not in html   # the latency-vs-load curves ran (in the DES)
+    saved = tmp_path / "result.json"
+    saved.write_text(proc.stdout, encoding="utf-8")
+    again = run("simulate", "--from-result", str(saved), "--json")
+    assert again.returncode == 0, again.stderr
+    rescored = json.loads(again.stdout)
+    assert rescored["design"]["scheduler"] == "llumnix" and rescored["engine"] == "des"
+    assert best["design"]["prompt_machines"] >= 1
+
+
+def test_sweep_spec_scheduler_key(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('goals = ["cost"]\nrps = [5]\nworkloads = ["conversation"]\nscheduler = "llumnix"\n'
+                    "verify = false\n", encoding="utf-8")
+    q = load_sweep_spec(spec).questions[0].request
+    assert q.scheduler == "llumnix" and all(f.startswith("baseline-") for f in q.families)
+
+
+def test_timeline_page(tmp_path):
+    page = tmp_path / "t.html"
+    proc = run(*SIMULATE, "--scheduler", "llumnix", "--timeline", str(page))
+    assert proc.returncode == 0, proc.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "fragmented KV memory" in html and "migration downtime" in html and "<script" in html
+    assert_user_error(run(*SIMULATE, "--timeline", str(tmp_path / "u.html")), "--scheduler")
+
+
+def test_sweep_with_a_scheduler_records_it(tmp_path):
+    import pandas as pd
+    spec = tmp_path / "s.toml"
+    spec.write_text('goals = ["cost"]\nrps = [4]\nworkloads = ["conversation"]\nfamilies = ["baseline-h100"]\n'
+                    'scheduler = "llumnix"\nduration_s = 30\nverify = false\n', encoding="utf-8")
+    proc = run("sweep", str(spec), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert table["scheduler"].tolist() == ["llumnix"] and bool(table["feasible"].iloc[0])
