@@ -127,8 +127,8 @@ def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str
                                f"families have fixed caps: add --design {CUSTOM_SPLIT} (or {CUSTOM_BASELINE}, "
                                f"{CUSTOM_COLOCATED}), or drop --power-cap-range")
     if given(ctx, "trials") and not custom and searcher != "optuna":
-        raise ProvisionerError(f"--trials sets the optuna search, which runs for --searcher optuna or the "
-                               f"custom families only: add one of them, or drop --trials")
+        raise ProvisionerError("--trials sets the optuna search, which runs for --searcher optuna or the "
+                               "custom families only: add one of them, or drop --trials")
 
 
 def _input_files(workload: str, latency_profile) -> tuple:
