@@ -102,3 +102,17 @@ def test_sweep_with_a_scheduler_records_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / "out" / "results.csv")
     assert table["scheduler"].tolist() == ["llumnix"] and bool(table["feasible"].iloc[0])
+
+
+def test_cloud_and_autoscale_take_the_scheduler_option():
+    """CONTRACTS.md item 9: --scheduler on every command that simulates; where an
+    on-demand policy is not modelled the command says why in one line."""
+    cloud = ("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "20")
+    autoscale = ("autoscale", "--profile", "diurnal", "--rps", "2", "--duration", "1800", "--design",
+                 "baseline-h100", "--json")
+    for command, needle in ((cloud, "routing LP"), (autoscale, "availability windows")):
+        assert_user_error(run(*command, "--scheduler", "llumnix"), "--scheduler llumnix", needle)
+        assert_user_error(run(*command, "--scheduler", "fifo"), "--scheduler must be one of")
+    ok = run(*autoscale, "--scheduler", "least-work")
+    assert ok.returncode == 0, ok.stderr
+    assert {"static", "autoscaled", "saving_pct"} <= set(json.loads(ok.stdout))

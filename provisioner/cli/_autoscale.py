@@ -17,7 +17,7 @@ from ..sim import ENGINES
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
-                      trace_generator)
+                      refuse_on_demand_scheduler, scheduler_option, trace_generator)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -66,7 +66,7 @@ def autoscale_command(
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
-    # --scheduler (CONTRACTS.md item 9) joins here once the scheduler lands: pass it to both runs.
+    scheduler: str = scheduler_option(),
 ) -> None:
     from ..autoscale import AutoscalePolicy, autoscale
 
@@ -77,6 +77,9 @@ def autoscale_command(
     if static_machines is not None and static_machines < 1:
         raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
     refuse_idle_flags(ctx, workload, arrival)
+    refuse_on_demand_scheduler(scheduler, "availability windows are modelled for the least-work dispatch only "
+                                          "(freeness dispatch and migration would still send work to a "
+                                          "scaled-in machine)")
     rate = _profile(profile, rps, duration)
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path

@@ -8,7 +8,8 @@ import typer
 
 from ..errors import ProvisionerError
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, latency_interp_option,
-                      latency_profile_option, load_latency_model, refuse_idle_flags, trace_generator)
+                      latency_profile_option, load_latency_model, refuse_idle_flags, refuse_on_demand_scheduler,
+                      scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
 GOALS = ("rps", "throughput", "cost")
@@ -42,8 +43,12 @@ def cloud_command(
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
+    scheduler: str = scheduler_option(),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
+    refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests by its routing LP's fractions, and "
+                                          "the on-demand schedulers (KV on demand, freeness dispatch) are "
+                                          "modelled for baseline families only")
     goal = goal or ("throughput" if rps is None else "rps")
     if goal not in GOALS:
         raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{goal}')")
