@@ -97,11 +97,14 @@ def test_sweep_with_a_scheduler_records_it(tmp_path):
     import pandas as pd
     spec = tmp_path / "s.toml"
     spec.write_text('goals = ["cost"]\nrps = [4]\nworkloads = ["conversation"]\nfamilies = ["baseline-h100"]\n'
-                    'scheduler = "llumnix"\nduration_s = 30\nverify = false\n', encoding="utf-8")
-    proc = run("sweep", str(spec), "--out", str(tmp_path / "out"))
+                    'duration_s = 30\nverify = false\n', encoding="utf-8")
+    proc = run("sweep", str(spec), "--out", str(tmp_path / "out"), "--scheduler", "llumnix")
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / "out" / "results.csv")
     assert table["scheduler"].tolist() == ["llumnix"] and bool(table["feasible"].iloc[0])
+    spec.write_text(spec.read_text(encoding="utf-8") + 'scheduler = "jsq"\n', encoding="utf-8")
+    assert_user_error(run("sweep", str(spec), "--out", str(tmp_path / "o2"), "--scheduler", "llumnix"),
+                      "'jsq'", "--scheduler 'llumnix'")
 
 
 def test_cloud_and_autoscale_take_the_scheduler_option():

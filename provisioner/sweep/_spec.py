@@ -74,8 +74,10 @@ class SweepSpec:
     questions: tuple[Question, ...]
 
 
-def load_sweep_spec(path) -> SweepSpec:
-    """Read and validate a sweep spec; `ProvisionerError` (file, key, fix) on any problem."""
+def load_sweep_spec(path, scheduler: str | None = None) -> SweepSpec:
+    """Read and validate a sweep spec; `ProvisionerError` (file, key, fix) on any problem.
+    `scheduler` (None: the spec's own `scheduler` key, else least-work) applies to every
+    question; a spec that names another one is refused."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -94,6 +96,11 @@ def load_sweep_spec(path) -> SweepSpec:
             raise ProvisionerError(f"{path}: unknown key '{key}'; {hint}")
     grid = {k: _list(path, k, raw[k]) for k in GRID_KEYS if k in raw}
     settings = {SETTINGS[k]: raw[k] for k in SETTINGS if k in raw}
+    if scheduler is not None:
+        if settings.get("scheduler", scheduler) != scheduler:
+            raise ProvisionerError(f"{path}: the spec asks for '{settings['scheduler']}' and scheduler "
+                                   f"'{scheduler}' was given; give it in one place", params=("scheduler",))
+        settings["scheduler"] = scheduler
     prices = _price_lists(path, raw.get("price_lists", {DEFAULT_PRICE_LIST: {}}))
     questions = _questions(path, grid, settings, prices)
     return SweepSpec(path, tuple(questions))
