@@ -201,3 +201,16 @@ def test_cli_takes_a_measured_latency_profile(tmp_path):
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)
     assert obj["latency_model"]["kind"] == "profile" and obj["latency_model"]["interp"] == "splitwisesim"
+
+
+def test_on_demand_schedulers_honour_availability_windows():
+    """Freeness dispatch and migration send nothing to a server after its window closes:
+    it drains what it holds, long before the servers that stay on."""
+
+    trace = TraceGenerator("conversation", 90.0, seed=0).at(6.0)
+    design = make_design("baseline-h100", machines=3, scheduler="llumnix")
+    closes = np.array([np.inf, np.inf, 20.0])
+    _, drained = simulate_scaled(design, trace, "bloom-176b", np.zeros(3), closes, engine="des")
+    _, always = simulate_scaled(design, trace, "bloom-176b", np.zeros(3), np.full(3, np.inf), engine="des")
+    assert always.min() > 90.0                    # open all along: every server works to the end
+    assert drained[2] < 0.7 * drained[:2].min()   # closed at 20 s: it only drains

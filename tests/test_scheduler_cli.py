@@ -108,14 +108,17 @@ def test_sweep_with_a_scheduler_records_it(tmp_path):
 
 
 def test_cloud_and_autoscale_take_the_scheduler_option():
-    """CONTRACTS.md item 9: --scheduler on every command that simulates; where an
-    on-demand policy is not modelled the command says why in one line."""
+    """CONTRACTS.md item 9: --scheduler on every command that simulates; autoscale runs an
+    on-demand policy in the DES, cloud refuses one in a line saying why."""
     cloud = ("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "20")
-    autoscale = ("autoscale", "--profile", "diurnal", "--rps", "2", "--duration", "1800", "--design",
-                 "baseline-h100", "--json")
-    for command, needle in ((cloud, "routing LP"), (autoscale, "availability windows")):
-        assert_user_error(run(*command, "--scheduler", "llumnix"), "--scheduler llumnix", needle)
+    autoscale = ("autoscale", "--profile", "diurnal", "--rps", "2", "--duration", "900", "--design",
+                 "baseline-h100", "--workload", "conversation", "--json")
+    assert_user_error(run(*cloud, "--scheduler", "llumnix"), "--scheduler llumnix", "routing LP")
+    for command in (cloud, autoscale):
         assert_user_error(run(*command, "--scheduler", "fifo"), "--scheduler must be one of")
-    ok = run(*autoscale, "--scheduler", "least-work")
-    assert ok.returncode == 0, ok.stderr
-    assert {"static", "autoscaled", "saving_pct"} <= set(json.loads(ok.stdout))
+    for policy, engine in (("least-work", "fluid"), ("llumnix", "des")):
+        ok = run(*autoscale, "--static-machines", "2", "--capacity-rps", "1", "--scheduler", policy)
+        assert ok.returncode == 0, ok.stderr
+        answer = json.loads(ok.stdout)
+        assert {"static", "autoscaled", "saving_pct"} <= set(answer)
+        assert (answer["scheduler"], answer["engine"]) == (policy, engine)

@@ -13,11 +13,12 @@ import typer
 from workloads import diurnal_profile, read_profile_csv
 
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
 from ..sim import ENGINES
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
-                      refuse_on_demand_scheduler, scheduler_option, trace_generator)
+                      given, scheduler_option, trace_generator)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -41,7 +42,8 @@ def autoscale_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the workload's random draws."),
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
-    engine: str = typer.Option("fluid", "--engine", help="fluid (fast) or des (exact reference; slow on a day)."),
+    engine: str = typer.Option("fluid", "--engine", help="fluid (fast) or des (exact reference; slow on a day; "
+                                                         "the default under an on-demand --scheduler)."),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
     static_machines: int = typer.Option(None, "--static-machines", help="The static cluster's size (default: the "
                                         "fewest machines meeting the SLOs at the profile's peak)."),
@@ -77,9 +79,9 @@ def autoscale_command(
     if static_machines is not None and static_machines < 1:
         raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
     refuse_idle_flags(ctx, workload, arrival)
-    refuse_on_demand_scheduler(scheduler, "availability windows are modelled for the least-work dispatch only "
-                                          "(freeness dispatch and migration would still send work to a "
-                                          "scaled-in machine)")
+    scheduler_code(scheduler)   # an unknown name: one line listing the policies
+    if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
+        engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
@@ -92,10 +94,11 @@ def autoscale_command(
     perf = measured if measured is not None else LatencyModel()
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
+    overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
-                       engine=engine, capacity_rps=capacity_rps, static_machines=static_machines)
+                       engine=engine, capacity_rps=capacity_rps, static_machines=static_machines, **overrides)
     elapsed_s = time.perf_counter() - t0
-    obj = {"workload": workload, "model": model, "engine": engine,
+    obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
                        "mean_rps": rate.mean_rps, "requests": len(day)},
            "trace": traces.to_json(), **result.to_json()}
@@ -138,7 +141,7 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     p = obj["profile"]
     table = Table(title=f"{obj['family']} over '{p['name']}' ({p['duration_s'] / 3600:.3g} h, peak {p['peak_rps']:.3g} "
                         f"req/s, mean {p['mean_rps']:.3g} req/s, {p['requests']:,} requests) — {obj['workload']}, "
-                        f"{obj['model']}")
+                        f"{obj['model']}, scheduler {obj['scheduler']}, {obj['engine']} engine")
     table.add_column("cluster")
     for col in ("machines", "machine-hours", "cost ($)", "energy (kWh)", "TTFT p99 (ms)", "E2E p99 (ms)", "SLOs"):
         table.add_column(col, justify="right")

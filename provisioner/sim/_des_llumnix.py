@@ -199,8 +199,9 @@ class OnDemandCluster(_Cluster):
         self.observe(t)
         s, n = self.prompt[r], self.N[r]
         if self.by_freeness:
-            free = [mc.freeness() for mc in self.machines]
-            m = int(np.argmax(free))
+            free = np.array([mc.freeness() for mc in self.machines])
+            taking = self.available(t)     # availability windows (autoscaling): only servers in theirs
+            m = int(np.argmax(free if taking is None else np.where(taking, free, -np.inf)))
         else:
             m = int(np.argmin(self.prompt_work(t) + self.pending_decode))
         self.prefill_on[r] = self.decode_on[r] = m

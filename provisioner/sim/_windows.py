@@ -76,11 +76,13 @@ class _Windowed:
 
     window: np.ndarray
 
+    def available(self, t):
+        n = len(self.machines)
+        return (self.window[:n, 0] <= t) & (t < self.window[:n, 1])
+
     def prompt_work(self, t):
         work = super().prompt_work(t)
-        n = len(work)
-        active = (self.window[:n, 0] <= t) & (t < self.window[:n, 1])
-        return np.where(active, work, np.inf)
+        return np.where(self.available(t)[:len(work)], work, np.inf)
 
 
 def windowed_cluster(base, inputs, d: int):
