@@ -77,6 +77,10 @@ def scheduler_json(row) -> dict:
     if "ttft_p99_s_high" in row.index:
         out["priority"] = {label: {f"{m}_ms": {f"p{p}": _py(row[f"{m}_p{p}_s_{label}"] * 1e3) for p in PERCENTILES}
                                    for m in METRICS} for label in ("high", "low")}
+        for label in ("high", "low"):
+            if f"slo_met_{label}" in row.index:
+                out["priority"][label]["slo"] = {"met": bool(row[f"slo_met_{label}"]),
+                                                 "binding": str(row[f"binding_slo_{label}"])}
     return out
 
 

@@ -36,6 +36,16 @@ def test_simulate_llumnix_json_carries_the_counts_and_priorities():
                           "fragmentation_mean"}
     assert stats["preemptions"] >= 0 and 0 <= stats["fragmentation_mean"] <= 1
     assert obj["priority"]["high"]["ttft_ms"]["p99"] > 0 and obj["priority"]["low"]["ttft_ms"]["p50"] > 0
+    assert all(isinstance(obj["priority"][c]["slo"]["met"], bool) for c in ("high", "low"))
+
+
+def test_a_priority_class_of_every_request_has_the_overall_verdict():
+    proc = run(*SIMULATE, "--scheduler", "jsq", "--high-priority-fraction", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert "slo" not in obj["priority"]["low"]     # no low-priority request: no verdict
+    high = obj["priority"]["high"]["slo"]
+    assert (high["met"], high["binding"]) == (obj["slo"]["met"], obj["slo"]["binding"])
 
 
 def test_default_scheduler_json_has_no_new_keys():

@@ -168,7 +168,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     if (frame["scheduler"] == DEFAULT_SCHEDULER).all():   # least-work results keep their columns
         frame = frame.drop(columns="scheduler")
     result = summarize(frame, out, trace, solo, slo, cost, power, inputs.n_machines)
-    add_scheduler_columns(result, out, inputs, trace)
+    add_scheduler_columns(result, out, inputs, trace, solo, slo)
     result.insert(0, "engine", engine)
     result["stopped_early"] = out.aborted if out.aborted is not None else False
     # A request whose KV cache fits on none of a design's machines is not served, whatever

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ProvisionerError
 from ..schedulers import SCHEDULERS
-from ..slo import METRICS, PERCENTILES, row_percentiles
+from ..slo import METRICS, PERCENTILES, evaluate_slo, row_percentiles, slowdown_percentiles
 from ._inputs import EngineOutput, SimInputs
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
@@ -39,10 +39,12 @@ def refuse_on_demand_in_fluid(inputs: SimInputs) -> None:
                                f"migration): use --engine des")
 
 
-def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace) -> None:
+def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, solo=None, slo=None) -> None:
     """Counts of the on-demand schedulers and, with high-priority requests, the latency
-    percentiles of each priority class (`{metric}_p{p}_s_high` / `_low`). Nothing is added
-    for least-work results, so they keep their columns."""
+    percentiles of each priority class (`{metric}_p{p}_s_high` / `_low`) and, given the
+    requests' `solo` latencies and the `slo`, each class's own SLO verdict
+    (`slo_met_high` / `_low`, `binding_slo_high` / `_low`). Nothing is added for
+    least-work results, so they keep their columns."""
     if out.scheduler_stats is None:
         return
     from ._des_llumnix import SCHEDULER_STATS
@@ -58,3 +60,14 @@ def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace) ->
             pct = row_percentiles(lat[k][:, mask]) if mask.any() else np.full((len(frame), len(PERCENTILES)), np.nan)
             for j, p in enumerate(PERCENTILES):
                 frame[f"{metric}_p{p}_s_{label}"] = pct[:, j]
+        if solo is not None and slo is not None and mask.any():
+            _class_verdict(frame, lat, solo, slo, mask, label)
+
+
+def _class_verdict(frame, lat, solo, slo, mask: np.ndarray, label: str) -> None:
+    """The SLO verdict of one priority class: its own requests' slowdown percentiles
+    against the same limits (a class meets the SLO on its requests alone)."""
+    slowdowns = np.stack([slowdown_percentiles(x[:, mask], ref[mask]) for x, ref in zip(lat, solo)], axis=1)
+    met, _, binding = evaluate_slo(slowdowns, slo)
+    frame[f"slo_met_{label}"] = met
+    frame[f"binding_slo_{label}"] = binding
