@@ -167,6 +167,8 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--power-cap-range", "0.5,0.9"],
      "--design splitwise-custom"),
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--trials", "10"], "--searcher optuna"),
+    (["simulate", "--design", "baseline-h100", "--machines", "3", "--high-priority-fraction", "0.2"],
+     "--scheduler jsq"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(args, needle):
     assert_one_line_error(*cli(*args), needle)

@@ -96,6 +96,9 @@ def simulate_command(
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
     perf = load_latency_model(latency_profile, latency_interp)
+    if high_priority_fraction and d.scheduler == DEFAULT_SCHEDULER:   # it would change nothing
+        raise ProvisionerError("--high-priority-fraction sets the priorities of the on-demand schedulers: add "
+                               "--scheduler jsq, llumnix-dispatch or llumnix, or drop it")
     if timeline is not None:
         if d.scheduler == DEFAULT_SCHEDULER:
             raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
