@@ -53,7 +53,8 @@ class Migrations:
         free = [mc.freeness(queue=False) for mc in machines]   # preemption risk, not queueing
         low = min(range(len(free)), key=free.__getitem__)
         taking = self.cl.available(e)   # a destination must be in its availability window
-        high = max((i for i in range(len(free)) if taking is None or taking[i]), key=free.__getitem__)
+        high = max((i for i in range(len(free)) if taking is None or taking[i]), key=free.__getitem__,
+                   default=m)   # no server in its window: nowhere to go
         if (low != m or high == m or high in self.into or free[m] >= MIGRATION_SOURCE_FREENESS
                 or free[high] - free[m] <= self.gap):
             return
