@@ -132,3 +132,16 @@ def test_cloud_and_autoscale_take_the_scheduler_option():
         answer = json.loads(ok.stdout)
         assert {"static", "autoscaled", "saving_pct"} <= set(answer)
         assert (answer["scheduler"], answer["engine"]) == (policy, engine)
+
+
+def test_a_tighter_high_priority_slo_only_judges_the_high_class_and_never_passes_more():
+    base = (*SIMULATE, "--scheduler", "llumnix", "--high-priority-fraction", "0.2", "--json")
+    verdicts = {}
+    for scale in ("1", "0.5"):
+        proc = run(*base, "--high-priority-slo-scale", scale)
+        assert proc.returncode == 0, proc.stderr
+        obj = json.loads(proc.stdout)
+        verdicts[scale] = (obj["priority"]["high"]["slo"]["met"], obj["priority"]["low"]["slo"], obj["slo"])
+    assert verdicts["0.5"][1:] == verdicts["1"][1:]           # the others and the overall verdict stay
+    assert verdicts["1"][0] or not verdicts["0.5"][0]          # tighter limits never pass more
+    assert_user_error(run(*SIMULATE, "--high-priority-slo-scale", "0.5"), "--high-priority-fraction")

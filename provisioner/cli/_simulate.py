@@ -61,6 +61,9 @@ def simulate_command(
     duplicate_weights: bool = duplicate_weights_option(),
     scheduler: str = scheduler_option(),
     high_priority_fraction: float = high_priority_option(),
+    high_priority_slo_scale: float = typer.Option(1.0, "--high-priority-slo-scale", metavar="F",
+                                                  help="The high-priority requests' own SLO: every limit x F "
+                                                       "(tighter < 1); each class's verdict is in the JSON."),
     timeline: Path = typer.Option(None, "--timeline", metavar="PATH.html",
                                   help="With an on-demand --scheduler: write a page of preemptions, migrations, "
                                        "downtime and memory fragmentation over time."),
@@ -99,6 +102,7 @@ def simulate_command(
     if high_priority_fraction and d.scheduler == DEFAULT_SCHEDULER:   # it would change nothing
         raise ProvisionerError("--high-priority-fraction sets the priorities of the on-demand schedulers: add "
                                "--scheduler jsq, llumnix-dispatch or llumnix, or drop it")
+    high_slo = _high_priority_slo(ctx, slo, high_priority_slo_scale, high_priority_fraction)
     if timeline is not None:
         if d.scheduler == DEFAULT_SCHEDULER:
             raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
@@ -107,7 +111,8 @@ def simulate_command(
     t0 = time.perf_counter()
     timelines = []
     row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
-                   high_priority_fraction=high_priority_fraction, timelines=timelines).iloc[0]
+                   high_priority_fraction=high_priority_fraction, high_priority_slo=high_slo,
+                   timelines=timelines).iloc[0]
     if timeline is not None:
         from reports import build_scheduler_html
         write_output(timeline, build_scheduler_html({d.scheduler: timelines[0]},
@@ -241,3 +246,15 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")
     console.print(speed)
+
+
+def _high_priority_slo(ctx: typer.Context, slo: SLO, scale: float, fraction: float) -> SLO | None:
+    """The high-priority class's SLO (`--high-priority-slo-scale`); None: the same as the others'."""
+    if not given(ctx, "high_priority_slo_scale"):
+        return None
+    if not 0 < scale < float("inf"):
+        raise ProvisionerError(f"--high-priority-slo-scale must be a finite number > 0 (got {scale:g})")
+    if not fraction:
+        raise ProvisionerError("--high-priority-slo-scale sets the SLO of the high-priority requests: add "
+                               "--high-priority-fraction F (with an on-demand --scheduler), or drop it")
+    return slo.scaled(scale)

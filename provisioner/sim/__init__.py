@@ -35,7 +35,8 @@ __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_powe
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
 
 ENGINES = ("fluid", "des")
-_CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None, LatencyModel],
+_CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "high_priority_slo": [None, SLO],
+                "perf": [None, LatencyModel],
                 "stop_infeasible": [bool]}
 
 
@@ -130,7 +131,7 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
              slo: SLO | None = None, perf: LatencyModel | None = None,
              stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
-             timelines: list | None = None) -> pd.DataFrame:
+             high_priority_slo: SLO | None = None, timelines: list | None = None) -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -145,6 +146,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
         the unfinished requests dominate. For search; keep False to see full metrics.
     high_priority_fraction : share of requests marked high priority (on-demand schedulers;
         the trace's own `high_priority` column wins when it has one).
+    high_priority_slo : the SLO the high-priority class's own verdict is checked against
+        (default: `slo`); the other class and the overall verdict use `slo`.
     timelines : a list that gets, per design under an on-demand scheduler, its (k, 6)
         per-second samples (time, preemptions, migrations, downtime s, fragmentation,
         queued prompts; SEMANTICS.md "Schedulers").
@@ -158,7 +161,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     `migrations`, `migration_downtime_s`, `scheduler_fragmentation_mean`,
     `recomputed_tokens` (and per-priority percentiles).
     """
-    validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
+    validate_params(dict(engine=engine, slo=slo, high_priority_slo=high_priority_slo, perf=perf,
+                         stop_infeasible=stop_infeasible), _CONSTRAINTS)
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
@@ -168,7 +172,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     if (frame["scheduler"] == DEFAULT_SCHEDULER).all():   # least-work results keep their columns
         frame = frame.drop(columns="scheduler")
     result = summarize(frame, out, trace, solo, slo, cost, power, inputs.n_machines)
-    add_scheduler_columns(result, out, inputs, trace, solo, slo)
+    add_scheduler_columns(result, out, inputs, trace, solo, slo, high_priority_slo)
     result.insert(0, "engine", engine)
     result["stopped_early"] = out.aborted if out.aborted is not None else False
     # A request whose KV cache fits on none of a design's machines is not served, whatever

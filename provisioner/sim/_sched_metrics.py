@@ -39,11 +39,13 @@ def refuse_on_demand_in_fluid(inputs: SimInputs) -> None:
                                f"migration): use --engine des")
 
 
-def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, solo=None, slo=None) -> None:
+def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, solo=None, slo=None,
+                          high_slo=None) -> None:
     """Counts of the on-demand schedulers and, with high-priority requests, the latency
     percentiles of each priority class (`{metric}_p{p}_s_high` / `_low`) and, given the
     requests' `solo` latencies and the `slo`, each class's own SLO verdict
-    (`slo_met_high` / `_low`, `binding_slo_high` / `_low`). Nothing is added for
+    (`slo_met_high` / `_low`, `binding_slo_high` / `_low`; the high class against `high_slo`
+    when given). Nothing is added for
     least-work results, so they keep their columns."""
     if out.scheduler_stats is None:
         return
@@ -61,7 +63,7 @@ def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, so
             for j, p in enumerate(PERCENTILES):
                 frame[f"{metric}_p{p}_s_{label}"] = pct[:, j]
         if solo is not None and slo is not None and mask.any():
-            _class_verdict(frame, lat, solo, slo, mask, label)
+            _class_verdict(frame, lat, solo, high_slo if label == "high" and high_slo else slo, mask, label)
 
 
 def _class_verdict(frame, lat, solo, slo, mask: np.ndarray, label: str) -> None:
