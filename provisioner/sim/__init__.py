@@ -35,9 +35,9 @@ __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_powe
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
 
 ENGINES = ("fluid", "des")
-_CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "high_priority_slo": [None, SLO],
-                "perf": [None, LatencyModel],
+_CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None, LatencyModel],
                 "stop_infeasible": [bool]}
+_SIMULATE_CONSTRAINTS = {**_CONSTRAINTS, "high_priority_slo": [None, SLO]}
 
 
 def _engine(name: str):
@@ -162,7 +162,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     `recomputed_tokens` (and per-priority percentiles).
     """
     validate_params(dict(engine=engine, slo=slo, high_priority_slo=high_priority_slo, perf=perf,
-                         stop_infeasible=stop_infeasible), _CONSTRAINTS)
+                         stop_infeasible=stop_infeasible), _SIMULATE_CONSTRAINTS)
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
