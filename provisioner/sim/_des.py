@@ -129,6 +129,12 @@ class _Cluster:
             p, d = self._route_split(s + n, work)
             self.borrowed_prefills += self.pools[p] == 1
             self.borrowed_decodes += self.pools[d] == 0 and n > 1
+        return self.assign(r, p, d)
+
+    def assign(self, r, p, d) -> int:
+        """Book request r's prefill on server p and its decode on d: the pending prompt
+        and decode work and the reserved KV that routing reads; returns p."""
+        s, n = self.S[r], self.N[r]
         self.prefill_on[r], self.decode_on[r], self.local[r] = p, d, p == d
         self.pending_prompt[p] += s
         self.pending_decode[d] += n - 1

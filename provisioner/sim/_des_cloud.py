@@ -45,7 +45,6 @@ class CloudCluster(_Cluster):
         self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
 
     def route(self, r, t):
-        s, n = self.S[r], self.N[r]
         plan = self.plan
         self.p_credit += plan.prefill_share
         p = int(np.argmax(self.p_credit))
@@ -57,11 +56,7 @@ class CloudCluster(_Cluster):
             j = int(np.argmax(self.d_credit[p]))
             self.d_credit[p, j] -= 1.0
             d = self.n_prompt + j
-        self.prefill_on[r], self.decode_on[r], self.local[r] = p, d, p == d
-        self.pending_prompt[p] += s
-        self.pending_decode[d] += n - 1
-        self.reserved[d] += s + n
-        return p
+        return self.assign(r, p, d)
 
     def kv_link_of(self, p, d):
         j = d - self.n_prompt

@@ -46,14 +46,9 @@ class ColocatedCluster(_Cluster):
     def route(self, r, t):
         """The machine with the least prompt work plus pending decode tokens (ties: lowest
         index) gets the prefill on its prompt server and the decode on its token server."""
-        s, n_out = self.S[r], self.N[r]
         n = self.n
         j = int(np.argmin(self.prompt_work(t)[:n] + self.pending_decode[n:]))
-        self.prefill_on[r], self.decode_on[r], self.local[r] = j, j + n, False
-        self.pending_prompt[j] += s
-        self.pending_decode[j + n] += n_out - 1
-        self.reserved[j + n] += s + n_out
-        return j
+        return self.assign(r, j, j + n)
 
     def end_event(self, m) -> int:
         """Id of server m's current end event."""

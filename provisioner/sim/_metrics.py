@@ -73,8 +73,14 @@ def _percentiles(out: EngineOutput, trace, solo):
         return out.latency_pct_s, out.slowdown_pct
     lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
     latency_pct = np.stack([row_percentiles(x) for x in lat], axis=1)
-    slowdowns = np.stack([slowdown_percentiles(x, ref) for x, ref in zip(lat, solo)], axis=1)
-    return latency_pct, slowdowns
+    return latency_pct, metric_slowdowns(lat, solo)
+
+
+def metric_slowdowns(lat, solo, mask: np.ndarray | None = None) -> np.ndarray:
+    """(d, 3 metrics, 3 percentiles) slowdown percentiles of per-request latencies `lat`
+    (TTFT, TBT, E2E, each (d, r)) against `solo`, over the requests `mask` (None: all)."""
+    keep = slice(None) if mask is None else mask
+    return np.stack([slowdown_percentiles(x[:, keep], ref[keep]) for x, ref in zip(lat, solo)], axis=1)
 
 
 def _makespan(out: EngineOutput, trace) -> np.ndarray:

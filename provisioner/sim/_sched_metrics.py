@@ -9,8 +9,9 @@ import numpy as np
 
 from ..errors import ProvisionerError
 from ..schedulers import SCHEDULERS
-from ..slo import METRICS, PERCENTILES, evaluate_slo, row_percentiles, slowdown_percentiles
+from ..slo import METRICS, PERCENTILES, evaluate_slo, row_percentiles
 from ._inputs import EngineOutput, SimInputs
+from ._metrics import metric_slowdowns, request_latencies
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
@@ -55,7 +56,6 @@ def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, so
     frame["scheduler_fragmentation_mean"] = frame.pop("fragmentation_mean")
     if inputs.high_priority is None or out.first_token_s is None:
         return
-    from ._metrics import request_latencies
     lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))
     for label, mask in (("high", inputs.high_priority), ("low", ~inputs.high_priority)):
         for k, metric in enumerate(METRICS):
@@ -68,8 +68,7 @@ def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, so
 
 def _class_verdict(frame, lat, solo, slo, mask: np.ndarray, label: str) -> None:
     """The SLO verdict of one priority class: its own requests' slowdown percentiles
-    against the same limits (a class meets the SLO on its requests alone)."""
-    slowdowns = np.stack([slowdown_percentiles(x[:, mask], ref[mask]) for x, ref in zip(lat, solo)], axis=1)
-    met, _, binding = evaluate_slo(slowdowns, slo)
+    against `slo` (a class meets it on its requests alone)."""
+    met, _, binding = evaluate_slo(metric_slowdowns(lat, solo, mask), slo)
     frame[f"slo_met_{label}"] = met
     frame[f"binding_slo_{label}"] = binding
