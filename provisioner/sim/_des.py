@@ -172,6 +172,10 @@ class _Cluster:
                 p = self._lend(_least(home1 & (self.index != t), res))
         return p, t
 
+    def receiver(self, r) -> int:
+        """The machine whose wait queue a KV arrival of request r reaches: its decode machine."""
+        return self.decode_on[r]
+
     def kv_link_of(self, p, d):
         """kv_visible_s's link parameters for a transfer p -> d (one link per design here)."""
         return self.kv_link
@@ -243,6 +247,9 @@ def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
         from ._des_cloud import CloudCluster
         return CloudCluster
     if inputs.scheduler is not None and inputs.scheduler[d]:   # jsq, llumnix (SEMANTICS.md, "Schedulers")
+        if inputs.n_machines[d, 1] > 0:   # Splitwise's two pools
+            from ._des_split_on_demand import SplitOnDemandCluster
+            return SplitOnDemandCluster
         from ._des_llumnix import OnDemandCluster
         return OnDemandCluster
     return _Cluster
@@ -310,7 +317,7 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
                 file_retimed()
             wake(i, t, a)
         elif kind == _KV:
-            m = cl.decode_on[i]
+            m = cl.receiver(i)
             machines[m].wait_q.append(i)
             wake(m, t, a)
         elif kind == _ARRIVAL:

@@ -171,6 +171,8 @@ class OnDemandMachine(_Machine):
 class OnDemandCluster(_Cluster):
     """A design of machines that run both phases under an on-demand scheduler policy."""
 
+    machine_types = (OnDemandMachine, OnDemandMachine)   # per pool (split designs: `_des_split_on_demand.py`)
+
     def __init__(self, inputs, d: int):
         super().__init__(inputs, d)
         policy = SCHEDULERS[int(inputs.scheduler[d])]
@@ -188,7 +190,8 @@ class OnDemandCluster(_Cluster):
         coefs = [tuple(float(x) for x in inputs.coef[d, p]) for p in (0, 1)]
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
         cap, chunk = float(inputs.batch_cap_tokens[d]), int(inputs.chunk_tokens[d])
-        self.machines = [OnDemandMachine(self, i, p, coefs[p], kv[p], cap, chunk) for i, p in enumerate(self.pools)]
+        self.machines = [self.machine_types[p](self, i, p, coefs[p], kv[p], cap, chunk)
+                         for i, p in enumerate(self.pools)]
         self.migrations = Migrations(self, inputs, d) if policy in ("llumnix", "jsq-migration") else None
         self.timeline = []                      # rows of (t, preemptions, migrations, downtime s, fragmentation, queued)
         self.next_sample_s = float(inputs.arrival_s[0]) if r else 0.0

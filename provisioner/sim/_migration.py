@@ -32,6 +32,7 @@ class Migrations:
         self.gap = gap
         self.out = {}       # source machine -> [request, destination, stage, stage end (s), stage's first iteration]
         self.into = set()   # destinations with a copy in flight
+        self.members = range(len(cluster.machines))   # the machines that trade requests (split: the token pool)
         self.count = 0      # completed migrations
         self.aborted = 0    # copies dropped: the request finished or was preempted first
         self.downtime_s = 0.0
@@ -51,9 +52,9 @@ class Migrations:
         if src.running < 2:
             return
         free = [mc.freeness(queue=False) for mc in machines]   # preemption risk, not queueing
-        low = min(range(len(free)), key=free.__getitem__)
+        low = min(self.members, key=free.__getitem__)
         taking = self.cl.available(e)   # a destination must be in its availability window
-        high = max((i for i in range(len(free)) if taking is None or taking[i]), key=free.__getitem__,
+        high = max((i for i in self.members if taking is None or taking[i]), key=free.__getitem__,
                    default=m)   # no server in its window: nowhere to go
         if (low != m or high == m or high in self.into or free[m] >= MIGRATION_SOURCE_FREENESS
                 or free[high] - free[m] <= self.gap):
