@@ -61,25 +61,3 @@ def scheduler_code(name: str) -> int:
     if name not in SCHEDULERS:
         raise ProvisionerError(f"--scheduler must be one of {', '.join(SCHEDULERS)} (got '{name}')")
     return SCHEDULERS.index(name)
-
-
-def check_scheduler_family(scheduler: str, family: str, split: bool, colocated: bool) -> None:
-    """The on-demand policies run on baselines and Splitwise's two pools: refuse the others."""
-    scheduler_code(scheduler)
-    if scheduler != DEFAULT_SCHEDULER and colocated:
-        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline and splitwise families, not "
-                               f"{family}: use --scheduler least-work or a baseline-*/splitwise-* family")
-
-
-def supports_on_demand(family: str) -> bool:
-    """Families the on-demand schedulers run on: baselines (each machine runs both phases)
-    and Splitwise (prompt pool + token pool, `sim/_des_split_on_demand.py`)."""
-    return not family.startswith("splitwiser")
-
-
-def refuse_scheduler_families(scheduler: str, families) -> None:
-    """A search with an on-demand scheduler covers the families it runs on (one line otherwise)."""
-    bad = [f for f in families if not supports_on_demand(f)]
-    if scheduler != DEFAULT_SCHEDULER and bad:
-        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline and splitwise families, not "
-                               f"{bad[0]}: drop it from --design or give --scheduler least-work")

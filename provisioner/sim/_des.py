@@ -240,6 +240,9 @@ def _least(candidates, load):
 
 
 def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
+    if colocated and inputs.scheduler is not None and inputs.scheduler[d]:   # on-demand Splitwiser
+        from ._des_splitwiser_on_demand import SplitwiserOnDemandCluster
+        return SplitwiserOnDemandCluster
     if colocated:
         from ._des_colocated import ColocatedCluster   # it subclasses _Cluster: imported late
         return ColocatedCluster

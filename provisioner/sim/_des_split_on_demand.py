@@ -109,8 +109,7 @@ class SplitOnDemandCluster(OnDemandCluster):
         """Book request r's prefill (over `plen[r]` tokens) and its decode of
         `decode_tokens` more tokens after the prefill's one; returns the prompt machine."""
         plen = self.plen[r]
-        p = int(np.argmin(np.where(self.prompt_pool, self.prompt_work(t), np.inf)))
-        d = self.decode_machine()
+        p, d = self.pair(t)
         self.prefill_on[r], self.decode_on[r] = p, d
         self.pending_prompt[p] += plen
         self.pending_decode[d] += decode_tokens
@@ -120,6 +119,10 @@ class SplitOnDemandCluster(OnDemandCluster):
         token.queued_kv += plen + 1
         token.queued += 1
         return p
+
+    def pair(self, t) -> tuple:
+        """(prefill machine, decode machine) of a request dispatched at t."""
+        return int(np.argmin(np.where(self.prompt_pool, self.prompt_work(t), np.inf))), self.decode_machine()
 
     def decode_machine(self) -> int:
         """The token machine with the most freeness (llumnix*) or the least pending decode tokens."""
@@ -156,7 +159,7 @@ class SplitOnDemandCluster(OnDemandCluster):
                 token.queued_kv -= plen + 1
                 token.queued -= 1
                 continue
-            visible = kv_visible_s(plen, mc.duration, *self.kv_link)
+            visible = kv_visible_s(plen, mc.duration, *self.kv_link_of(m, self.decode_on[r]))
             self.kv_transfers += 1
             self.kv_visible_sum += visible
             transfers.append((r, e + visible))

@@ -27,8 +27,9 @@ class Migrations:
 
     def __init__(self, cluster, inputs, d: int, gap: float = MIGRATION_FREENESS_GAP):
         self.cl = cluster
-        self.s_per_token = float(inputs.kv_s_per_token[d])
-        self.setup_s = float(inputs.kv_setup_s[d])
+        link = inputs.migration_link
+        self.s_per_token, self.setup_s = ((float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d]))
+                                          if link is None else (float(link[d, 0]), float(link[d, 1])))
         self.gap = gap
         self.out = {}       # source machine -> [request, destination, stage, stage end (s), stage's first iteration]
         self.into = set()   # destinations with a copy in flight
