@@ -215,6 +215,10 @@ class OnDemandCluster(_Cluster):
         self.machines[m].promote |= self.high[r]
         return m
 
+    def taking_decodes(self, t):
+        """Which servers may receive a migration at t (None: all)."""
+        return self.available(t)
+
     # -- iterations ----------------------------------------------------------------
     def start(self, m, t):
         self.observe(t)

@@ -38,6 +38,11 @@ class SplitwiserOnDemandCluster(ColocatedCluster, SplitOnDemandCluster):
             j = int(np.argmin(self.prompt_work(t)[:n] + self.pending_decode[n:]))
         return j, j + n
 
+    def taking_decodes(self, t):
+        """Decode server n + j is in machine j's availability window (its prefill server's)."""
+        taking = self.available(t)
+        return None if taking is None else np.tile(taking[:self.n], 2)
+
     def start(self, m, t):
         self.observe(t)
         return ColocatedCluster.start(self, m, t)

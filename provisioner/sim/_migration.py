@@ -54,7 +54,7 @@ class Migrations:
             return
         free = [mc.freeness(queue=False) for mc in machines]   # preemption risk, not queueing
         low = min(self.members, key=free.__getitem__)
-        taking = self.cl.available(e)   # a destination must be in its availability window
+        taking = self.cl.taking_decodes(e)   # a destination must be in its availability window
         high = max((i for i in self.members if taking is None or taking[i]), key=free.__getitem__,
                    default=m)   # no server in its window: nowhere to go
         if (low != m or high == m or high in self.into or free[m] >= MIGRATION_SOURCE_FREENESS
