@@ -4,8 +4,10 @@ jsq-migration.
 KV memory is allocated on demand and running requests are preempted by recomputation
 when it runs out (vLLM); dispatch is by least pending work (jsq) or by Llumnix's freeness;
 llumnix and jsq-migration also live-migrate decoding requests (`_migration.py`). The rules are those of
-SEMANTICS.md, "Schedulers"; the event loop is `_des._simulate`'s. Only designs whose
-machines run both phases (baselines) use these policies.
+SEMANTICS.md, "Schedulers"; the event loop is `_des._simulate`'s. This module's cluster
+is the baselines' (machines that run both phases); the split families' clusters
+(`_des_split_on_demand.py`, `_des_splitwiser_on_demand.py`) reuse its machine and
+observation logic per pool.
 
 Per-request state beyond `_des._Cluster`'s: `plen[r]` the tokens its next prefill runs
 over (the prompt, or prompt + generated tokens after a preemption) and `gen[r]` the tokens

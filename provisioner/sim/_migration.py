@@ -6,8 +6,9 @@ MIGRATION_SOURCE_FREENESS and the freest machine's exceeds it by more than the g
 request the source would preempt next starts moving. Stage 0 copies its whole KV (s + emitted tokens) while
 it keeps decoding on the source; each later stage copies the tokens emitted during the
 previous one; a stage takes the KV-transfer model's time (setup + tokens x seconds per
-token over the machines' link) and ends at the first source iteration end after that.
-When a stage has at most MIGRATION_FINAL_STAGE_TOKENS new tokens (or after
+token over the machines' link, `SimInputs.migration_link`) and ends at the first source
+iteration end after that. The machines that trade requests are `members` (split designs:
+the token servers). When a stage has at most MIGRATION_FINAL_STAGE_TOKENS new tokens (or after
 MIGRATION_MAX_STAGES stages) the request stops on the source: the last copy is the
 downtime, after which it joins the destination's running set. The destination reserves
 the KV of stage 0 while the copy runs; every stage's bytes are read from the source's
