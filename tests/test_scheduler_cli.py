@@ -165,10 +165,14 @@ def test_simulate_a_split_family_under_llumnix_reports_the_counts_and_the_timeli
     assert jsq["preemptions"] > stats["preemptions"] and jsq["migrations"] == 0
 
 
-def test_provision_answers_how_many_split_machines_with_migration():
+def test_provision_answers_how_many_split_machines_with_migration(tmp_path):
+    report = tmp_path / "r.html"
     proc = run("--goal", "cost", "--rps", "4", "--workload", "conversation", "--duration", "20",
-               "--design", "splitwise-hh", "--design", "splitwiser-h100", "--scheduler", "llumnix", "--json")
+               "--design", "splitwise-hh", "--design", "splitwiser-h100", "--scheduler", "llumnix", "--json",
+               "--report", str(report))
     assert proc.returncode == 0, proc.stderr
+    html = report.read_text(encoding="utf-8")
+    assert "Scheduler over time" in html and "(llumnix)" in html
     answer = json.loads(proc.stdout)
     best = answer["best"][0]
     assert best["feasible"] and best["design"]["scheduler"] == "llumnix"
