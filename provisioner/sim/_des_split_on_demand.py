@@ -131,6 +131,7 @@ class SplitOnDemandCluster(OnDemandCluster):
         return int(np.argmin(np.where(self.token_pool, self.pending_decode, np.iinfo(np.int64).max)))
 
     def receiver(self, r) -> int:
+        """A recompute's hop reaches its prompt machine; KV transfers and migrations their decode machine."""
         p = self.hop.pop(r, None)
         return self.decode_on[r] if p is None else p
 
