@@ -12,8 +12,7 @@ from perfmodels import N_COEF, LatencyModel
 from provisioner.designs import DesignBatch, make_design
 from provisioner.schedulers import SCHEDULERS
 from provisioner.sim import SimInputs, build_inputs, simulate
-from provisioner.sim import _des_split_on_demand
-from provisioner.sim.testing import des_simulate_design, run_des
+from provisioner.sim.testing import DesTokenMachine, des_simulate_design, run_des
 from workloads import TraceGenerator
 
 BINDING = ("splitwise-hh", 3, 2, 20.0)       # bloom-176b conversation: the token pool's KV binds
@@ -67,7 +66,7 @@ def test_token_kv_stays_within_capacity_and_tokens_are_conserved(case, monkeypat
     *design, scheduler = case
     trace, inputs = binding_inputs(*design, scheduler)
     over = []
-    real = _des_split_on_demand.TokenMachine.take_work
+    real = DesTokenMachine.take_work
 
     def checked(mc, S, N, local):
         work = real(mc, S, N, local)
@@ -75,7 +74,7 @@ def test_token_kv_stays_within_capacity_and_tokens_are_conserved(case, monkeypat
             over.append((mc.index, mc.ctx, mc.incoming, mc.kv_cap))
         return work
 
-    monkeypatch.setattr(_des_split_on_demand.TokenMachine, "take_work", checked)
+    monkeypatch.setattr(DesTokenMachine, "take_work", checked)
     cl = des_simulate_design(inputs, 0)
     assert not over
     assert cl.decode_tokens + cl.prefills_done == int(trace.output_tokens.sum())
