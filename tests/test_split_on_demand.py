@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from perfmodels import N_COEF, LatencyModel
-from provisioner.designs import DesignBatch, make_design
+from provisioner.designs import FAMILIES, DesignBatch, make_design
+from provisioner.errors import ProvisionerError
 from provisioner.schedulers import SCHEDULERS
+from provisioner.search import ProvisionRequest
 from provisioner.sim import SimInputs, build_inputs, simulate
 from provisioner.sim.testing import DesTokenMachine, des_simulate_design, run_des
 from workloads import TraceGenerator
@@ -127,3 +129,10 @@ def test_high_priority_prompts_jump_the_prompt_queue_on_split_families():
     row = simulate(make_design(family, 2, token, scheduler="llumnix"), trace, "bloom-176b", engine="des",
                    high_priority_fraction=0.1).iloc[0]
     assert row["ttft_p50_s_high"] < row["ttft_p50_s_low"]
+
+
+def test_a_search_request_takes_an_on_demand_policy_for_every_family():
+    request = ProvisionRequest(goal="cost", rps=4, families=FAMILIES, duration_s=20, scheduler="llumnix")
+    assert request.families == FAMILIES and request.scheduler == "llumnix"
+    with pytest.raises(ProvisionerError, match="scheduler"):
+        ProvisionRequest(goal="cost", rps=4, families=("splitwise-hh",), duration_s=20, scheduler="fifo")
