@@ -2,8 +2,9 @@
 
 `least-work` is the default rule of SEMANTICS.md (KV reserved for a whole request at
 admission, dispatch to the least pending work). The other policies allocate KV on demand
-and preempt (vLLM) and run in the discrete-event engine only (`sim/_des_llumnix.py`; on
-Splitwise's two pools `sim/_des_split_on_demand.py`):
+and preempt (vLLM) and run in the discrete-event engine only, on every family
+(`sim/_des_llumnix.py`; Splitwise's two pools `sim/_des_split_on_demand.py`; Splitwiser
+`sim/_des_splitwiser_on_demand.py`):
 
 | policy            | KV memory            | dispatch            | migration |
 |-------------------|----------------------|---------------------|-----------|
