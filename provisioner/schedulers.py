@@ -2,7 +2,9 @@
 
 `least-work` is the default rule of SEMANTICS.md (KV reserved for a whole request at
 admission, dispatch to the least pending work). The other policies allocate KV on demand
-and preempt (vLLM) and run in the discrete-event engine only (`sim/_des_llumnix.py`):
+and preempt (vLLM) and run in the discrete-event engine only, on every family
+(`sim/_des_llumnix.py`; Splitwise's two pools `sim/_des_split_on_demand.py`; Splitwiser
+`sim/_des_splitwiser_on_demand.py`):
 
 | policy            | KV memory            | dispatch            | migration |
 |-------------------|----------------------|---------------------|-----------|
@@ -60,26 +62,3 @@ def scheduler_code(name: str) -> int:
     if name not in SCHEDULERS:
         raise ProvisionerError(f"--scheduler must be one of {', '.join(SCHEDULERS)} (got '{name}')")
     return SCHEDULERS.index(name)
-
-
-def check_scheduler_family(scheduler: str, family: str, split: bool, colocated: bool) -> None:
-    """The on-demand policies model vLLM-like instances that run both phases: refuse others."""
-    scheduler_code(scheduler)
-    if scheduler != DEFAULT_SCHEDULER and (split or colocated):
-        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
-                               f"phases, as a vLLM instance does), not {family}: use --scheduler least-work "
-                               f"or a baseline-* family")
-
-
-def supports_on_demand(family: str) -> bool:
-    """Families whose machines run both phases (the on-demand schedulers' instances)."""
-    return family.startswith("baseline-")
-
-
-def refuse_scheduler_families(scheduler: str, families) -> None:
-    """A search with an on-demand scheduler covers baseline families only (one line otherwise)."""
-    bad = [f for f in families if not supports_on_demand(f)]
-    if scheduler != DEFAULT_SCHEDULER and bad:
-        raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
-                               f"phases, as a vLLM instance does), not {bad[0]}: give --design baseline-a100 "
-                               f"(or another baseline-*) or --scheduler least-work")

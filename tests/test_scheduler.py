@@ -110,9 +110,11 @@ def test_fluid_engine_declines_the_on_demand_schedulers():
         simulate(make_design("baseline-a100", machines=2, scheduler="llumnix"), trace, "llama2-70b")
 
 
-def test_on_demand_schedulers_refuse_split_families():
-    with pytest.raises(ProvisionerError, match="baseline families"):
-        make_design("splitwise-hh", 2, 2, scheduler="llumnix")
+def test_every_family_takes_every_scheduler_and_an_unknown_one_is_refused():
+    # Until issue 14 the split families refused the on-demand policies ("baseline families").
+    for family, prompt, token in (("splitwise-hh", 2, 2), ("splitwise-ha", 1, 1), ("splitwiser-h100", 2, 0)):
+        for name in SCHEDULERS:
+            assert make_design(family, prompt, token, scheduler=name).scheduler == name
     with pytest.raises(ProvisionerError, match="--scheduler must be one of"):
         make_design("baseline-a100", machines=2, scheduler="fastest")
 

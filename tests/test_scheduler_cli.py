@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from provisioner.designs import FAMILIES
 from provisioner.sweep import load_sweep_spec
 
 PROVISION = str(Path(sys.executable).with_name("provision"))
@@ -60,10 +61,8 @@ def test_default_scheduler_json_has_no_new_keys():
 def test_bad_scheduler_input_is_one_line():
     assert_user_error(run(*SIMULATE, "--scheduler", "fastest"), "--scheduler must be one of", "llumnix")
     assert_user_error(run(*SIMULATE, "--scheduler", "llumnix", "--engine", "fluid"), "--engine des")
-    assert_user_error(run("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "2",
-                          "--scheduler", "jsq"), "baseline families")
-    assert_user_error(run("--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--scheduler", "llumnix"),
-                      "baseline families")
+    split = ("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "2")
+    assert_user_error(run(*split, "--scheduler", "jsq", "--engine", "fluid"), "--engine des")
 
 
 def test_provision_answers_with_migration(tmp_path):
@@ -91,7 +90,7 @@ def test_sweep_spec_scheduler_key(tmp_path):
     spec.write_text('goals = ["cost"]\nrps = [5]\nworkloads = ["conversation"]\nscheduler = "llumnix"\n'
                     "verify = false\n", encoding="utf-8")
     q = load_sweep_spec(spec).questions[0].request
-    assert q.scheduler == "llumnix" and all(f.startswith("baseline-") for f in q.families)
+    assert q.scheduler == "llumnix" and q.families == FAMILIES   # every family takes every policy
 
 
 def test_timeline_page(tmp_path):
@@ -145,3 +144,37 @@ def test_a_tighter_high_priority_slo_only_judges_the_high_class_and_never_passes
     assert verdicts["0.5"][1:] == verdicts["1"][1:]           # the others and the overall verdict stay
     assert verdicts["1"][0] or not verdicts["0.5"][0]          # tighter limits never pass more
     assert_user_error(run(*SIMULATE, "--high-priority-slo-scale", "0.5"), "--high-priority-fraction")
+
+
+SPLIT = ("simulate", "--design", "splitwise-hh", "--prompt-machines", "3", "--token-machines", "2", "--model",
+         "bloom-176b", "--workload", "conversation", "--rps", "20", "--duration", "30")
+
+
+def test_simulate_a_split_family_under_llumnix_reports_the_counts_and_the_timeline(tmp_path):
+    page = tmp_path / "t.html"
+    proc = run(*SPLIT, "--scheduler", "llumnix", "--json", "--timeline", str(page))
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["engine"] == "des" and obj["design"]["scheduler"] == "llumnix"
+    stats = obj["scheduler_stats"]
+    assert stats["migrations"] > 0 and stats["migration_downtime_s"] > 0 and stats["preemptions"] >= 0
+    assert 0 <= stats["fragmentation_mean"] < 1
+    html = page.read_text(encoding="utf-8")
+    assert "fragmented KV memory" in html and "<script" in html
+    jsq = json.loads(run(*SPLIT, "--scheduler", "jsq", "--json").stdout)["scheduler_stats"]
+    assert jsq["preemptions"] > stats["preemptions"] and jsq["migrations"] == 0
+
+
+def test_provision_answers_how_many_split_machines_with_migration(tmp_path):
+    report = tmp_path / "r.html"
+    proc = run("--goal", "cost", "--rps", "4", "--workload", "conversation", "--duration", "20",
+               "--design", "splitwise-hh", "--design", "splitwiser-h100", "--scheduler", "llumnix", "--json",
+               "--report", str(report))
+    assert proc.returncode == 0, proc.stderr
+    html = report.read_text(encoding="utf-8")
+    assert "Scheduler over time" in html and "(llumnix)" in html
+    answer = json.loads(proc.stdout)
+    best = answer["best"][0]
+    assert best["feasible"] and best["design"]["scheduler"] == "llumnix"
+    assert best["design"]["family"] in ("splitwise-hh", "splitwiser-h100")
+    assert best["verification"]["engine"] == "des" and best["verification"]["met"]

@@ -172,6 +172,10 @@ class _Cluster:
                 p = self._lend(_least(home1 & (self.index != t), res))
         return p, t
 
+    def receiver(self, r) -> int:
+        """The machine whose wait queue a KV arrival of request r reaches: its decode machine."""
+        return self.decode_on[r]
+
     def kv_link_of(self, p, d):
         """kv_visible_s's link parameters for a transfer p -> d (one link per design here)."""
         return self.kv_link
@@ -236,6 +240,9 @@ def _least(candidates, load):
 
 
 def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
+    if colocated and inputs.scheduler is not None and inputs.scheduler[d]:   # on-demand Splitwiser
+        from ._des_splitwiser_on_demand import SplitwiserOnDemandCluster
+        return SplitwiserOnDemandCluster
     if colocated:
         from ._des_colocated import ColocatedCluster   # it subclasses _Cluster: imported late
         return ColocatedCluster
@@ -243,6 +250,9 @@ def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
         from ._des_cloud import CloudCluster
         return CloudCluster
     if inputs.scheduler is not None and inputs.scheduler[d]:   # jsq, llumnix (SEMANTICS.md, "Schedulers")
+        if inputs.n_machines[d, 1] > 0:   # Splitwise's two pools
+            from ._des_split_on_demand import SplitOnDemandCluster
+            return SplitOnDemandCluster
         from ._des_llumnix import OnDemandCluster
         return OnDemandCluster
     return _Cluster
@@ -310,7 +320,7 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
                 file_retimed()
             wake(i, t, a)
         elif kind == _KV:
-            m = cl.decode_on[i]
+            m = cl.receiver(i)
             machines[m].wait_q.append(i)
             wake(m, t, a)
         elif kind == _ARRIVAL:

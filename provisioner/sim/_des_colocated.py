@@ -64,7 +64,7 @@ class ColocatedCluster(_Cluster):
         work = mc.take_work(self.S, self.N, self.local)
         if work is None:
             return None
-        self.parts[m] = iteration_parts(mc.coef, *work, mc.ctx)
+        self.parts[m] = self.parts_of(mc, work)
         mc.duration = self.parts[m][0]
         self.decode_tokens += mc.decoding
         self.left[m], self.since[m], self.begun[m] = 1.0, t, t
@@ -88,6 +88,10 @@ class ColocatedCluster(_Cluster):
         transfers = super().end(m, e)     # the machine is idle from here
         self._retime(self.sibling[m], e)
         return transfers
+
+    def parts_of(self, mc, work) -> tuple:
+        """(T, C, u, O) of the iteration `work` (take_work's quantities) on server mc."""
+        return iteration_parts(mc.coef, *work, mc.ctx)
 
     def _time(self, m) -> float:
         """Server m's iteration time at the current state of its sibling."""

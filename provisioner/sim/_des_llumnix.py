@@ -4,8 +4,10 @@ jsq-migration.
 KV memory is allocated on demand and running requests are preempted by recomputation
 when it runs out (vLLM); dispatch is by least pending work (jsq) or by Llumnix's freeness;
 llumnix and jsq-migration also live-migrate decoding requests (`_migration.py`). The rules are those of
-SEMANTICS.md, "Schedulers"; the event loop is `_des._simulate`'s. Only designs whose
-machines run both phases (baselines) use these policies.
+SEMANTICS.md, "Schedulers"; the event loop is `_des._simulate`'s. This module's cluster
+is the baselines' (machines that run both phases); the split families' clusters
+(`_des_split_on_demand.py`, `_des_splitwiser_on_demand.py`) reuse its machine and
+observation logic per pool.
 
 Per-request state beyond `_des._Cluster`'s: `plen[r]` the tokens its next prefill runs
 over (the prompt, or prompt + generated tokens after a preemption) and `gen[r]` the tokens
@@ -171,6 +173,8 @@ class OnDemandMachine(_Machine):
 class OnDemandCluster(_Cluster):
     """A design of machines that run both phases under an on-demand scheduler policy."""
 
+    machine_types = (OnDemandMachine, OnDemandMachine)   # per pool (split designs: `_des_split_on_demand.py`)
+
     def __init__(self, inputs, d: int):
         super().__init__(inputs, d)
         policy = SCHEDULERS[int(inputs.scheduler[d])]
@@ -188,7 +192,8 @@ class OnDemandCluster(_Cluster):
         coefs = [tuple(float(x) for x in inputs.coef[d, p]) for p in (0, 1)]
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
         cap, chunk = float(inputs.batch_cap_tokens[d]), int(inputs.chunk_tokens[d])
-        self.machines = [OnDemandMachine(self, i, p, coefs[p], kv[p], cap, chunk) for i, p in enumerate(self.pools)]
+        self.machines = [self.machine_types[p](self, i, p, coefs[p], kv[p], cap, chunk)
+                         for i, p in enumerate(self.pools)]
         self.migrations = Migrations(self, inputs, d) if policy in ("llumnix", "jsq-migration") else None
         self.timeline = []                      # rows of (t, preemptions, migrations, downtime s, fragmentation, queued)
         self.next_sample_s = float(inputs.arrival_s[0]) if r else 0.0
@@ -211,6 +216,10 @@ class OnDemandCluster(_Cluster):
         self.machines[m].queued_kv += s
         self.machines[m].promote |= self.high[r]
         return m
+
+    def taking_decodes(self, t):
+        """Which servers may receive a migration at t (None: all)."""
+        return self.available(t)
 
     # -- iterations ----------------------------------------------------------------
     def start(self, m, t):

@@ -52,6 +52,9 @@ class SimInputs:
     servers: tuple | None = None    # (d,) per design a cloud ServerPlan (_des_cloud.py) or None; DES only
     scheduler: np.ndarray | None = None      # (d,) int64 codes of provisioner.schedulers.SCHEDULERS (None: least-work)
     high_priority: np.ndarray | None = None  # (r,) bool high-priority requests (None: none)
+    # (d, 2) live migration's link between two token servers' machines: (s per token, setup s);
+    # None: the KV-transfer link (kv_s_per_token, kv_setup_s)
+    migration_link: np.ndarray | None = None
 
     @property
     def n_designs(self) -> int:
@@ -96,6 +99,7 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel, high_prio
         tp = designs.columns["prompt_tp"][idx].astype(float)
         kv_s_per_token[idx] = llm.kv_bytes_per_token / kv_wire_bytes_per_s(src, dst, tp)
         kv_setup[idx] = perf.calibration.for_gpu(src.gpu).kv_transfer_setup_s
+    migration_link = _migration_link(designs, split, llm, perf, np.stack([kv_s_per_token, kv_setup], axis=1))
     batch_cap = designs.prompt_batch_cap_tokens.astype(float)
     if colocated.any():
         _colocate(designs, colocated, llm, cat, batch_cap, kv_cap, kv_s_per_token, kv_setup)
@@ -117,7 +121,23 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel, high_prio
         prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
         output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64),
         scheduler=scheduler_codes(designs.columns["scheduler"]), high_priority=high_priority,
+        migration_link=migration_link,
     )
+
+
+def _migration_link(designs, split, llm, perf, kv_link) -> np.ndarray:
+    """(d, 2) live migration's link: token machine to token machine (its NICs at token_tp)
+    where there is a token pool (Splitwise, Splitwiser: whose prefill-to-decode hand-over
+    has no wire), the KV-transfer link on a baseline (machine to machine of its one type)."""
+    link = kv_link.copy()
+    cat = perf.catalog
+    for name in np.unique(designs.columns["token_machine"][split].astype(str)):
+        idx = np.flatnonzero(split & (designs.columns["token_machine"] == name))
+        machine = cat.machine(name)
+        tp = designs.columns["token_tp"][idx].astype(float)
+        link[idx, 0] = llm.kv_bytes_per_token / kv_wire_bytes_per_s(machine, machine, tp)
+        link[idx, 1] = perf.calibration.for_gpu(machine.gpu).kv_transfer_setup_s
+    return link
 
 
 def _colocate(designs, colocated, llm, cat, batch_cap, kv_cap, kv_s_per_token, kv_setup) -> None:

@@ -6,8 +6,9 @@ MIGRATION_SOURCE_FREENESS and the freest machine's exceeds it by more than the g
 request the source would preempt next starts moving. Stage 0 copies its whole KV (s + emitted tokens) while
 it keeps decoding on the source; each later stage copies the tokens emitted during the
 previous one; a stage takes the KV-transfer model's time (setup + tokens x seconds per
-token over the machines' link) and ends at the first source iteration end after that.
-When a stage has at most MIGRATION_FINAL_STAGE_TOKENS new tokens (or after
+token over the machines' link, `SimInputs.migration_link`) and ends at the first source
+iteration end after that. The machines that trade requests are `members` (split designs:
+the token servers). When a stage has at most MIGRATION_FINAL_STAGE_TOKENS new tokens (or after
 MIGRATION_MAX_STAGES stages) the request stops on the source: the last copy is the
 downtime, after which it joins the destination's running set. The destination reserves
 the KV of stage 0 while the copy runs; every stage's bytes are read from the source's
@@ -27,11 +28,13 @@ class Migrations:
 
     def __init__(self, cluster, inputs, d: int, gap: float = MIGRATION_FREENESS_GAP):
         self.cl = cluster
-        self.s_per_token = float(inputs.kv_s_per_token[d])
-        self.setup_s = float(inputs.kv_setup_s[d])
+        link = inputs.migration_link
+        self.s_per_token, self.setup_s = ((float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d]))
+                                          if link is None else (float(link[d, 0]), float(link[d, 1])))
         self.gap = gap
         self.out = {}       # source machine -> [request, destination, stage, stage end (s), stage's first iteration]
         self.into = set()   # destinations with a copy in flight
+        self.members = range(len(cluster.machines))   # the machines that trade requests (split: the token pool)
         self.count = 0      # completed migrations
         self.aborted = 0    # copies dropped: the request finished or was preempted first
         self.downtime_s = 0.0
@@ -51,9 +54,9 @@ class Migrations:
         if src.running < 2:
             return
         free = [mc.freeness(queue=False) for mc in machines]   # preemption risk, not queueing
-        low = min(range(len(free)), key=free.__getitem__)
-        taking = self.cl.available(e)   # a destination must be in its availability window
-        high = max((i for i in range(len(free)) if taking is None or taking[i]), key=free.__getitem__,
+        low = min(self.members, key=free.__getitem__)
+        taking = self.cl.taking_decodes(e)   # a destination must be in its availability window
+        high = max((i for i in self.members if taking is None or taking[i]), key=free.__getitem__,
                    default=m)   # no server in its window: nowhere to go
         if (low != m or high == m or high in self.into or free[m] >= MIGRATION_SOURCE_FREENESS
                 or free[high] - free[m] <= self.gap):

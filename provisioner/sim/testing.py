@@ -5,6 +5,8 @@ is for optuna's): not the user-facing API, which is `provisioner.sim.simulate`.
 - `des_iteration_s(coef, ...)`: the discrete-event engine's scalar iteration time.
 - `des_simulate_design(inputs, d)`: one design run to the end; its cluster state.
 - `DesMachine`: the discrete-event engine's machine (its `start` admits work).
+- `DesTokenMachine`: a token machine under an on-demand scheduler (split designs; its
+  `take_work` admits transfers and migrations).
 - `percentiles_into(a, n_finite, n, out)`: the fluid kernel's p50/p90/p99.
 - `recorded_des_iterations()`: a context manager listing the arguments of every
   iteration the discrete-event engine runs meanwhile (for checks such as "no iteration
@@ -18,14 +20,15 @@ from contextlib import contextmanager
 from . import _des_machine
 from ._des_scalar import iteration_s as des_iteration_s
 from ._des_machine import Machine as DesMachine
+from ._des_split_on_demand import TokenMachine as DesTokenMachine
 from ._des import _simulate as des_simulate_design
 from ._des import run_des
 from ._fluid import _percentiles_into as percentiles_into
 from ._fluid import run_fluid
 from ._inputs import build_inputs
 
-__all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "percentiles_into",
-           "build_inputs", "recorded_des_iterations"]
+__all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "DesTokenMachine",
+           "percentiles_into", "build_inputs", "recorded_des_iterations"]
 
 
 @contextmanager
