@@ -11,6 +11,10 @@ and preempt (vLLM) and run in the discrete-event engine only (`sim/_des_llumnix.
 | llumnix-dispatch  | on demand, preemption | most freeness      | no        |
 | llumnix           | on demand, preemption | most freeness      | yes       |
 | jsq-migration     | on demand, preemption | least pending work | yes       |
+
+`splitwisesim` replays SplitwiseSim's own rules (`sim/_des_splitwisesim.py`; SEMANTICS.md,
+"The splitwisesim scheduler"): its `token_jsq` routing on the baselines, its `mixed_pool`
+routing on the split families, prompts ahead of decodes in every iteration. DES only.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ import numpy as np
 
 from .errors import ProvisionerError
 
-SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
+SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration", "splitwisesim")
+SPLITWISESIM = "splitwisesim"
 DEFAULT_SCHEDULER = "least-work"
 SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, least pending work), jsq (KV on "
                   "demand with vLLM preemption, least pending work), llumnix-dispatch (on demand, dispatch by "
-                  "freeness), llumnix (dispatch by freeness with live migration) or jsq-migration (least "
-                  "work with live migration). All but least-work run in the discrete-event engine.")
+                  "freeness), llumnix (dispatch by freeness with live migration), jsq-migration (least "
+                  "work with live migration) or splitwisesim (SplitwiseSim's token_jsq / mixed_pool routing "
+                  "and prompt-first batching, to reproduce the Splitwise paper). All but least-work run in "
+                  "the discrete-event engine.")
 
 # vLLM keeps 1% of the KV blocks free when it admits a prompt, so that admission does not
 # preempt a running request at the very next decode step.
@@ -45,6 +52,11 @@ TIMELINE_STEP_S = 1.0
 # The high-priority headroom: Llumnix adds this many virtual KV tokens per running
 # high-priority request to its instance's usage, so new work avoids that instance.
 HIGH_PRIORITY_HEADROOM_TOKENS = 2048.0
+# SplitwiseSim's configuration (its configs/orchestrator_repo/schedulers/mixed_pool.yml and
+# the instance settings of the paper's runs): a prompt queue is "long" past this many
+# pending tokens, and an iteration holds at most this many requests.
+SPLITWISESIM_PROMPT_QUEUE_TOKENS = 8192
+SPLITWISESIM_MAX_BATCH = 512
 
 
 def scheduler_codes(names) -> np.ndarray:
@@ -65,6 +77,11 @@ def scheduler_code(name: str) -> int:
 def check_scheduler_family(scheduler: str, family: str, split: bool, colocated: bool) -> None:
     """The on-demand policies model vLLM-like instances that run both phases: refuse others."""
     scheduler_code(scheduler)
+    if scheduler == SPLITWISESIM:   # SplitwiseSim models baselines and Splitwise pools, not Splitwiser
+        if colocated:
+            raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
+                                   f"(SplitwiseSim has no co-located Splitwiser), not {family}")
+        return
     if scheduler != DEFAULT_SCHEDULER and (split or colocated):
         raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
                                f"phases, as a vLLM instance does), not {family}: use --scheduler least-work "
@@ -78,6 +95,12 @@ def supports_on_demand(family: str) -> bool:
 
 def refuse_scheduler_families(scheduler: str, families) -> None:
     """A search with an on-demand scheduler covers baseline families only (one line otherwise)."""
+    if scheduler == SPLITWISESIM:
+        bad = [f for f in families if f.startswith("splitwiser")]
+        if bad:
+            raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
+                                   f"(SplitwiseSim has no co-located Splitwiser), not {bad[0]}: leave it out")
+        return
     bad = [f for f in families if not supports_on_demand(f)]
     if scheduler != DEFAULT_SCHEDULER and bad:
         raise ProvisionerError(f"--scheduler {scheduler} applies to the baseline families (each machine runs both "
