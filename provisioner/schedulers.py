@@ -93,10 +93,17 @@ def supports_on_demand(family: str) -> bool:
     return family.startswith("baseline-")
 
 
+def scheduler_applies_to(scheduler: str, family: str) -> bool:
+    """Whether a family's designs can run under the scheduler (a search's default families)."""
+    if scheduler == SPLITWISESIM:   # baselines and Splitwise pools, as in SplitwiseSim
+        return not family.startswith("splitwiser")
+    return scheduler == DEFAULT_SCHEDULER or supports_on_demand(family)
+
+
 def refuse_scheduler_families(scheduler: str, families) -> None:
     """A search with an on-demand scheduler covers baseline families only (one line otherwise)."""
     if scheduler == SPLITWISESIM:
-        bad = [f for f in families if f.startswith("splitwiser")]
+        bad = [f for f in families if not scheduler_applies_to(scheduler, f)]
         if bad:
             raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
                                    f"(SplitwiseSim has no co-located Splitwiser), not {bad[0]}: leave it out")

@@ -59,7 +59,7 @@ class SplitwiseSimMachine:
 
     __slots__ = ("pool", "coef", "iteration_s", "kv_cap", "batch_cap", "prompt_q", "wait_q", "batch", "blocked",
                  "left", "kv_used", "busy", "start_pending", "prefilling", "decoding", "duration",
-                 "prefill_tokens", "finished", "preemptions")
+                 "prefill_tokens", "finished", "preemptions", "local_waiting")
 
     def __init__(self, pool, coef, kv_cap, batch_cap):
         self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
@@ -72,10 +72,12 @@ class SplitwiseSimMachine:
         self.prefilling, self.decoding, self.duration, self.prefill_tokens = (), 0, 0.0, 0
         self.finished = ()
         self.preemptions = 0
+        self.local_waiting = 0   # requests routed here for both phases whose decode has not started
 
     def queued(self) -> bool:
-        """SplitwiseSim's non-empty `pending_queue`: a prompt or decode waiting here."""
-        return bool(self.prompt_q or self.wait_q or self.blocked)
+        """SplitwiseSim's non-empty `pending_queue`: a prompt or decode waiting here (the decode
+        of a request routed here for both phases is queued with its prompt, at routing)."""
+        return bool(self.prompt_q or self.wait_q or self.blocked or self.local_waiting)
 
     def join(self, r, s, n):
         """A local prompt's decode (its KV held since the prefill) waits for the next batch."""
@@ -133,8 +135,12 @@ class SplitwiseSimMachine:
         if not wq:
             return
         wq.sort()
+        # SplitwiseSim walks its requests in arrival order and stops at the first that does
+        # not fit: a prompt still queued here (it did not fit above) bars every later decode.
+        oldest_prompt = self.prompt_q[0] if self.prompt_q else len(S)
         k = 0
-        while k < len(wq) and len(prompts) + len(decodes) < room and (not (prompts or decodes) or used + 1 <= budget):
+        while k < len(wq) and wq[k] < oldest_prompt and len(prompts) + len(decodes) < room \
+                and (not (prompts or decodes) or used + 1 <= budget):
             r = wq[k]
             if r not in self.left:   # a transferred decode: its KV arrives with it
                 need = S[r] + N[r]
@@ -142,6 +148,8 @@ class SplitwiseSimMachine:
                     break
                 self.kv_used += need
                 self.left[r] = N[r] - 1
+            else:
+                self.local_waiting -= 1
             decodes.append(r)
             used += 1
             k += 1
@@ -199,6 +207,7 @@ class SplitwiseSimCluster(_Cluster):
         self.sched_pending[d] += 1
         if p == d:
             self.sched_memory[p] += s + 1 + n
+            self.machines[p].local_waiting += n > 1
         else:
             self.sched_memory[p] += s + 1
             self.sched_memory[d] += s + 1 + n
