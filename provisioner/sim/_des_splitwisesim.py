@@ -23,8 +23,11 @@ Iterations (`SplitwiseSimMachine`, SplitwiseSim's `SplitwiseInstance.select_batc
 iteration takes, under one budget of `batch_cap` tokens (a prompt counts its tokens, a
 decode one) and 512 requests, first queued prompts (FCFS), then preempted decodes, then
 the decodes of the previous iteration, then new decodes (in arrival order, while their
-KV fits). A decode of the previous iteration that no longer fits is preempted: it keeps
-its KV and waits in the preempted queue, ahead of the others at the next iteration.
+KV fits, up to the first request whose prompt is still queued here). A decode of the
+previous iteration that no longer fits is preempted: it keeps its KV and waits in the
+preempted queue, ahead of the others at the next iteration. A request routed to one
+server for both phases counts as queued there until its decode starts (SplitwiseSim
+submits its decode task with its prompt).
 
 Memory (`splitwisesim_kv_tokens`): SplitwiseSim sizes the KV cache of a token as
 2 x hidden x layers x bytes (every attention head, no grouped-query sharing) and gives a
