@@ -7,7 +7,10 @@ request (the file's own arrivals and sizes) through our engines, with two latenc
 - `roofline`: the shipped calibrated roofline (what `provision` uses by default);
 - `profile`: `--latency-profile llama2-70b_dgx.csv --latency-interp splitwisesim`,
   SplitwiseSim's own interpolation of the same measurements;
-- `grid`: the same profile with our default interpolation (`--latency-interp grid`).
+- `grid`: the same profile with our default interpolation (`--latency-interp grid`);
+- `profile-swsim`, `roofline-swsim`: `profile` and `roofline` under `--scheduler splitwisesim`
+  (SplitwiseSim's own routing and batching, `provisioner/sim/_des_splitwisesim.py`; DES
+  only), so the table separates what the latency model and the scheduler account for.
 
 Latencies are computed with SplitwiseSim's conventions so the ratios compare like with
 like: TBT = (E2E - TTFT) / output tokens over all requests, percentiles by linear
@@ -17,6 +20,7 @@ per run, mode and engine) so the CPU-heavy work can run in chunks:
 
     python benchmarks/vs_splitwisesim.py --engine fluid            # all runs, both modes
     python benchmarks/vs_splitwisesim.py --engine des --runs 0-9   # a chunk of DES runs
+    python benchmarks/vs_splitwisesim.py --engine des --modes profile-swsim,roofline-swsim
     python benchmarks/vs_splitwisesim.py --write                   # results/vs_splitwisesim.md
 """
 
@@ -45,21 +49,24 @@ PROFILE = SHARED / "data" / "profiles" / "llama2-70b_dgx.csv"
 CACHE = HERE / "results" / "vs_splitwisesim.json"
 REPORT = HERE / "results" / "vs_splitwisesim.md"
 MODEL = "llama2-70b"
-MODES = ("roofline", "profile", "grid")
+MODES = ("roofline", "profile", "grid", "profile-swsim", "roofline-swsim")
+SWSIM = "-swsim"   # mode suffix: --scheduler splitwisesim
 METRICS = ("ttft", "tbt", "e2e")
 PCTS = (50, 90, 99)
 
 
 def latency_model(mode: str):
+    mode = mode.removesuffix(SWSIM)
     if mode == "roofline":
         return LatencyModel()
     return load_profile_model(PROFILE, "splitwisesim" if mode == "profile" else "grid")
 
 
-def design_of(run) -> object:
+def design_of(run, mode: str = "profile") -> object:
+    sched = {"scheduler": "splitwisesim"} if mode.endswith(SWSIM) else {}
     if run.system.startswith("baseline"):
-        return make_design(run.system, machines=int(run.prompt_machines))
-    return make_design(run.system, int(run.prompt_machines), int(run.token_machines))
+        return make_design(run.system, machines=int(run.prompt_machines), **sched)
+    return make_design(run.system, int(run.prompt_machines), int(run.token_machines), **sched)
 
 
 def splitwisesim_metrics(first_s, finish_s, trace, solo, slo: SLO) -> dict:
@@ -86,6 +93,9 @@ def run_chunk(runs: pd.DataFrame, engine: str, modes) -> None:
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     slo = SLO()
     for mode in modes:
+        if mode.endswith(SWSIM) and engine != "des":
+            print(f"{mode}: --scheduler splitwisesim runs in the DES only (give --engine des); skipped")
+            continue
         perf = latency_model(mode)
         for trace_name, group in runs.groupby("trace", sort=False):
             todo = [r for r in group.itertuples() if f"{r.run_id}|{mode}|{engine}" not in cache]
@@ -95,7 +105,7 @@ def run_chunk(runs: pd.DataFrame, engine: str, modes) -> None:
             solo = solo_latencies(trace, perf.llm(MODEL), perf, slo)
             for r in todo:   # one design per call: the cache then fills run by run
                 t0 = time.perf_counter()
-                _, _, out = simulate_requests([design_of(r)], trace, MODEL, engine=engine, perf=perf, slo=slo)
+                _, _, out = simulate_requests([design_of(r, mode)], trace, MODEL, engine=engine, perf=perf, slo=slo)
                 entry = splitwisesim_metrics(out.first_token_s[0], out.finish_s[0], trace, solo, slo)
                 entry.update(requests=len(trace), wall_s=time.perf_counter() - t0)
                 cache[f"{r.run_id}|{mode}|{engine}"] = entry
@@ -123,7 +133,7 @@ def _select(runs: pd.DataFrame, spec: str | None) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=("fluid", "des"), default="fluid")
-    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: roofline,profile")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ",".join(MODES))
     ap.add_argument("--runs", default=None, help="row indices of results.csv, e.g. 0-9,12")
     ap.add_argument("--write", action="store_true", help="write results/vs_splitwisesim.md from the cache")
     args = ap.parse_args()

@@ -46,7 +46,7 @@ import pandas as pd
 from perfmodels._power import MIN_POWER_CAP
 
 from .errors import ProvisionerError
-from .schedulers import DEFAULT_SCHEDULER, scheduler_code
+from .schedulers import DEFAULT_SCHEDULER, check_scheduler_family
 
 DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughput drops beyond it
 # Token budgets the chunked families search: Sarathi-Serve runs 512 for strict TBT SLOs
@@ -186,7 +186,7 @@ def _validate(d: Design) -> None:
         if given and not colocated_family:
             raise ProvisionerError(f"{name} applies to the splitwiser families only (not {d.family})",
                                    params=(name,))
-    scheduler_code(d.scheduler)   # every family takes every policy (SEMANTICS.md, "Schedulers")
+    check_scheduler_family(d.scheduler, d.family, d.colocated)   # SEMANTICS.md, "Schedulers"
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
             raise ProvisionerError(f"{name} must be 1, 2, 4 or 8 (got {getattr(d, name)})", params=(name,))

@@ -13,6 +13,10 @@ and preempt (vLLM) and run in the discrete-event engine only, on every family
 | llumnix-dispatch  | on demand, preemption | most freeness      | no        |
 | llumnix           | on demand, preemption | most freeness      | yes       |
 | jsq-migration     | on demand, preemption | least pending work | yes       |
+
+`splitwisesim` replays SplitwiseSim's own rules (`sim/_des_splitwisesim.py`; SEMANTICS.md,
+"The splitwisesim scheduler"): its `token_jsq` routing on the baselines, its `mixed_pool`
+routing on the split families, prompts ahead of decodes in every iteration. DES only.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ import numpy as np
 
 from .errors import ProvisionerError
 
-SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
+SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration", "splitwisesim")
+SPLITWISESIM = "splitwisesim"
 DEFAULT_SCHEDULER = "least-work"
 SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, least pending work), jsq (KV on "
                   "demand with vLLM preemption, least pending work), llumnix-dispatch (on demand, dispatch by "
-                  "freeness), llumnix (dispatch by freeness with live migration) or jsq-migration (least "
-                  "work with live migration). All but least-work run in the discrete-event engine.")
+                  "freeness), llumnix (dispatch by freeness with live migration), jsq-migration (least "
+                  "work with live migration) or splitwisesim (SplitwiseSim's token_jsq / mixed_pool routing "
+                  "and prompt-first batching, to reproduce the Splitwise paper). All but least-work run in "
+                  "the discrete-event engine.")
 
 # vLLM keeps 1% of the KV blocks free when it admits a prompt, so that admission does not
 # preempt a running request at the very next decode step.
@@ -47,6 +54,11 @@ TIMELINE_STEP_S = 1.0
 # The high-priority headroom: Llumnix adds this many virtual KV tokens per running
 # high-priority request to its instance's usage, so new work avoids that instance.
 HIGH_PRIORITY_HEADROOM_TOKENS = 2048.0
+# SplitwiseSim's configuration (its configs/orchestrator_repo/schedulers/mixed_pool.yml and
+# the instance settings of the paper's runs): a prompt queue is "long" past this many
+# pending tokens, and an iteration holds at most this many requests.
+SPLITWISESIM_PROMPT_QUEUE_TOKENS = 8192
+SPLITWISESIM_MAX_BATCH = 512
 
 
 def scheduler_codes(names) -> np.ndarray:
@@ -62,3 +74,25 @@ def scheduler_code(name: str) -> int:
     if name not in SCHEDULERS:
         raise ProvisionerError(f"--scheduler must be one of {', '.join(SCHEDULERS)} (got '{name}')")
     return SCHEDULERS.index(name)
+
+
+def check_scheduler_family(scheduler: str, family: str, colocated: bool) -> None:
+    """Every policy applies to every family but `splitwisesim`, which replays SplitwiseSim's
+    baselines and Splitwise pools (it has no co-located Splitwiser)."""
+    scheduler_code(scheduler)
+    if scheduler == SPLITWISESIM and colocated:
+        raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
+                               f"(SplitwiseSim has no co-located Splitwiser), not {family}")
+
+
+def scheduler_applies_to(scheduler: str, family: str) -> bool:
+    """Whether a family's designs can run under the scheduler (a search's default families)."""
+    return scheduler != SPLITWISESIM or not family.startswith("splitwiser")
+
+
+def refuse_scheduler_families(scheduler: str, families) -> None:
+    """A search under `splitwisesim` cannot take a Splitwiser family (one line)."""
+    bad = [f for f in families if not scheduler_applies_to(scheduler, f)]
+    if bad:
+        raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
+                               f"(SplitwiseSim has no co-located Splitwiser), not {bad[0]}: leave it out")

@@ -13,7 +13,7 @@ import typer
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
@@ -89,6 +89,8 @@ def main_command(
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
+    if families is None and scheduler != DEFAULT_SCHEDULER:   # the families it applies to
+        families = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))
     ptypes = _names(prompt_machine_types)
     ttypes = _names(token_machine_types)
     for flag, flag_given in (("--mps-prefill-share", mps_prefill_share is not None),

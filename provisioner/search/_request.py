@@ -11,7 +11,7 @@ from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES,
                        family_spec)
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS
+from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
@@ -158,6 +158,7 @@ class ProvisionRequest:
             if f not in CUSTOM_FAMILIES:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
+        refuse_scheduler_families(self.scheduler, fams)
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",

@@ -60,6 +60,7 @@ import heapq
 import numpy as np
 
 from ..errors import ProvisionerError
+from ..schedulers import SCHEDULERS, SPLITWISESIM
 from ._des_machine import Machine as _Machine
 from ._des_scalar import kv_visible_s
 from ._inputs import EngineOutput, SimInputs
@@ -249,6 +250,9 @@ def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
     if inputs.servers is not None and inputs.servers[d] is not None:   # a cloud plan (_des_cloud.py)
         from ._des_cloud import CloudCluster
         return CloudCluster
+    if inputs.scheduler is not None and inputs.scheduler[d] == SCHEDULERS.index(SPLITWISESIM):
+        from ._des_splitwisesim import SplitwiseSimCluster   # SplitwiseSim's own rules
+        return SplitwiseSimCluster
     if inputs.scheduler is not None and inputs.scheduler[d]:   # jsq, llumnix (SEMANTICS.md, "Schedulers")
         if inputs.n_machines[d, 1] > 0:   # Splitwise's two pools
             from ._des_split_on_demand import SplitOnDemandCluster

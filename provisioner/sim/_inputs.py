@@ -88,6 +88,10 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel, high_prio
             caps = designs.columns[capcol][idx].astype(float)
             coef[idx, p] = perf.coefficients(llm, gpu, tp, caps)
             kv_cap[idx, p] = kv_capacity_tokens(llm, gpu, tp)
+            swsim = idx[designs.columns["scheduler"][idx] == "splitwisesim"]
+            if len(swsim):   # SplitwiseSim's own KV estimate (sim/_des_splitwisesim.py)
+                from ._des_splitwisesim import splitwisesim_kv_tokens
+                kv_cap[swsim, p] = splitwisesim_kv_tokens(llm, gpu, tp)
             # A machine whose GPUs hold several TP groups runs that many independent
             # replicas; the engines schedule replicas ("servers"), cost counts machines.
             n_machines[idx, p] *= machine.gpus_per_machine // tp

@@ -36,8 +36,9 @@ def refuse_on_demand_in_fluid(inputs: SimInputs) -> None:
     """The fluid engine models the least-work rule only (SEMANTICS.md, "Schedulers")."""
     if inputs.scheduler is not None and np.any(inputs.scheduler != 0):
         name = SCHEDULERS[int(inputs.scheduler[np.flatnonzero(inputs.scheduler)[0]])]
-        raise ProvisionerError(f"the fluid engine does not model --scheduler {name} (on-demand KV, preemption, "
-                               f"migration): use --engine des")
+        what = "SplitwiseSim's routing and preemption" if name == "splitwisesim" else \
+            "on-demand KV, preemption, migration"
+        raise ProvisionerError(f"the fluid engine does not model --scheduler {name} ({what}): use --engine des")
 
 
 def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, solo=None, slo=None,

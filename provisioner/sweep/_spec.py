@@ -34,7 +34,7 @@ from workloads import WorkloadError, default_arrival
 
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..search import ProvisionRequest
 
 __all__ = ["SweepSpec", "Question", "load_sweep_spec", "price_catalog"]
@@ -115,7 +115,9 @@ def _list(path: Path, key: str, value) -> list:
 
 def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Question]:
     goals = grid.get("goals", ["cost"])
-    families = tuple(grid.get("families", FAMILIES))   # every family takes every scheduler
+    scheduler = settings.get("scheduler", DEFAULT_SCHEDULER)
+    default = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))   # the families it applies to
+    families = tuple(grid.get("families", default))
     _check_names(path, "families", families, family_spec)
     _check_names(path, "models", grid.get("models", []), load_catalog().model)
     out = []
