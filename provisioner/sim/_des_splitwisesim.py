@@ -29,6 +29,14 @@ preempted queue, ahead of the others at the next iteration. A request routed to 
 server for both phases counts as queued there until its decode starts (SplitwiseSim
 submits its decode task with its prompt).
 
+Decode runs (SplitwiseSim's `ORCAInstance.get_num_contiguous_iterations` and
+`pause_iteration`): a decode-only batch is committed for as many iterations as its shortest
+decode has left, and nothing joins it until then unless a task arrival ends the run at the
+current iteration: a decode (KV arrived, or submitted with a prompt routed here for both
+phases), a prompt within the batch token budget, or the completed KV transfer of a prompt
+prefilled here while something waits here. A prompt longer than the budget cannot end it:
+it waits for the run's shortest decode to finish or for such an arrival.
+
 Memory (`splitwisesim_kv_tokens`): SplitwiseSim sizes the KV cache of a token as
 2 x hidden x layers x bytes (every attention head, no grouped-query sharing) and gives a
 server all of its GPUs' memory (GiB) less the weights.
@@ -62,7 +70,7 @@ class SplitwiseSimMachine:
 
     __slots__ = ("pool", "coef", "iteration_s", "kv_cap", "batch_cap", "prompt_q", "wait_q", "batch", "blocked",
                  "left", "kv_used", "busy", "start_pending", "prefilling", "decoding", "duration",
-                 "prefill_tokens", "finished", "preemptions", "local_waiting")
+                 "prefill_tokens", "finished", "preemptions", "local_waiting", "run_left", "hold")
 
     def __init__(self, pool, coef, kv_cap, batch_cap):
         self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
@@ -76,6 +84,10 @@ class SplitwiseSimMachine:
         self.finished = ()
         self.preemptions = 0
         self.local_waiting = 0   # requests routed here for both phases whose decode has not started
+        # SplitwiseSim's contiguous decode run: a decode-only batch is committed for as many
+        # iterations as its shortest decode has left (`run_left` after this one); `hold`
+        # until then unless a task arrival ends it (`arrival`)
+        self.run_left, self.hold = 0, False
 
     def queued(self) -> bool:
         """SplitwiseSim's non-empty `pending_queue`: a prompt or decode waiting here (the decode
@@ -87,8 +99,22 @@ class SplitwiseSimMachine:
         self.left[r] = n - 1
         self.wait_q.append(r)
 
+    def arrival(self, prompt_tokens=0):
+        """A task arrives here (a prompt of `prompt_tokens`, or a decode): SplitwiseSim's
+        `task_arrival` ends a committed decode run at this iteration (`pause_iteration`) for
+        a decode while fewer than 512 requests run, and for a prompt within the token
+        budget; a longer prompt waits for the run to end."""
+        if prompt_tokens:
+            self.hold = self.hold and prompt_tokens > self.batch_cap
+        elif len(self.batch) < SPLITWISESIM_MAX_BATCH:
+            self.hold = False
+
     def start(self, S, N, local):
         """Select the batch of the iteration starting now; its duration, or None when idle."""
+        if self.hold:   # a committed decode run, not paused: the same decodes, nothing else
+            self.run_left -= 1
+            self.hold = self.run_left > 0
+            return self._run(S, N, (), self.batch, 0, 0)
         budget, room = self.batch_cap, SPLITWISESIM_MAX_BATCH
         prompts, tokens, sq = self._take_prompts(S, N, local, budget, room)
         carry = self.blocked + self.batch   # preempted decodes first, then the last batch's
@@ -101,7 +127,14 @@ class SplitwiseSimMachine:
         self._admit_new(S, N, decodes, prompts, tokens + k, budget, room)
         if not prompts and not decodes:
             self.batch = []
+            self.hold = False
             return None
+        # a decode-only batch commits to the iterations its shortest decode has left
+        self.run_left = 0 if prompts else min(self.left[r] for r in decodes) - 1
+        self.hold = self.run_left > 0
+        return self._run(S, N, prompts, decodes, tokens, sq)
+
+    def _run(self, S, N, prompts, decodes, tokens, sq):
         ctx = 0
         for r in decodes:
             ctx += S[r] + N[r] - self.left[r]   # context of its k-th decode: s + k, k = n - left
@@ -208,6 +241,9 @@ class SplitwiseSimCluster(_Cluster):
             self.borrowed_decodes += self.pools[d] == 0 and n > 1
         self.sched_pending[p] += s
         self.sched_pending[d] += 1
+        self.machines[p].arrival(s)
+        if p == d:   # SplitwiseSim submits the decode task with the prompt
+            self.machines[p].arrival()
         if p == d:
             self.sched_memory[p] += s + 1 + n
             self.machines[p].local_waiting += n > 1
@@ -215,6 +251,16 @@ class SplitwiseSimCluster(_Cluster):
             self.sched_memory[p] += s + 1
             self.sched_memory[d] += s + 1 + n
         return self.assign(r, p, d)
+
+    def receiver(self, r) -> int:
+        """A KV arrival is a decode arriving at its decode server, and SplitwiseSim's
+        `notify_flow_completion` on the transfer's source ends that server's decode run too
+        if anything waits there."""
+        d, p = self.decode_on[r], self.prefill_on[r]
+        self.machines[d].arrival()
+        if self.machines[p].queued():
+            self.machines[p].arrival()
+        return d
 
     def _mixed_pool(self, s, n):
         """SplitwiseSim's MixedPoolScheduler.schedule: (prefill server, decode server)."""
