@@ -6,7 +6,8 @@ Routing (`SplitwiseSimCluster.route`). Every server keeps SplitwiseSim's two sch
 counters: pending tokens (a routed prompt counts its prompt tokens until its prefill
 ends, a routed decode counts ONE token until it finishes, whatever its length) and
 reserved memory (KV tokens, SplitwiseSim's estimate: s + 1 on the prefill server until
-the prefill ends, s + 1 + n on the decode server until the request finishes).
+the prefill ends, s + n on the decode server until the request finishes: the `max_memory`
+of its prompt task, s + 1, and of its decode task, which generates n - 1).
 - Baselines (`token_jsq`): prefill and decode on the server with the fewest pending tokens.
 - Split families (`mixed_pool`): the prefill goes to the prompt server with the fewest
   pending tokens unless its queue is "long" (something waiting there and its pending
@@ -245,11 +246,11 @@ class SplitwiseSimCluster(_Cluster):
         if p == d:   # SplitwiseSim submits the decode task with the prompt
             self.machines[p].arrival()
         if p == d:
-            self.sched_memory[p] += s + 1 + n
+            self.sched_memory[p] += s + n
             self.machines[p].local_waiting += n > 1
         else:
             self.sched_memory[p] += s + 1
-            self.sched_memory[d] += s + 1 + n
+            self.sched_memory[d] += s + n
         return self.assign(r, p, d)
 
     def receiver(self, r) -> int:
@@ -269,9 +270,9 @@ class SplitwiseSimCluster(_Cluster):
         p = self._prompt_server(prompt, s)
         if p is None:
             p = self._prompt_server(mixed, s)
-        d = self._token_server(token, s + 1 + n)
+        d = self._token_server(token, s + n)
         if d is None:
-            d = self._token_server(mixed, s + 1 + n)
+            d = self._token_server(mixed, s + n)
         if p is None and token:   # draft the least-pending token server into the mixed pool
             p = min(token, key=pend)
             token.remove(p)
@@ -326,4 +327,4 @@ class SplitwiseSimCluster(_Cluster):
 
     def _release_decode(self, d, r):
         self.sched_pending[d] -= 1
-        self.sched_memory[d] -= self.S[r] + 1 + self.N[r]
+        self.sched_memory[d] -= self.S[r] + self.N[r]
