@@ -41,6 +41,10 @@ it waits for the run's shortest decode to finish or for such an arrival.
 Memory (`splitwisesim_kv_tokens`): SplitwiseSim sizes the KV cache of a token as
 2 x hidden x layers x bytes (every attention head, no grouped-query sharing) and gives a
 server all of its GPUs' memory (GiB) less the weights.
+
+KV transfers (`splitwisesim_kv_s_per_token`, SplitwiseSim's `KVScheduler.add_kv_cache_transfer`
+on a `DummyLink`): the s prompt tokens' KV at that size moves at 200 GiB/s once the prefill
+ends, each transfer on its own link; the decode arrives when it is done.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ProvisionerError
-from ..schedulers import SPLITWISESIM_MAX_BATCH, SPLITWISESIM_PROMPT_QUEUE_TOKENS
+from ..schedulers import SPLITWISESIM_MAX_BATCH, SPLITWISESIM_PROMPT_QUEUE_TOKENS, SPLITWISESIM_TRANSFER_GIB_S
 from ._des import _Cluster
 from ._des_scalar import iteration_fn
 
@@ -61,6 +65,12 @@ def splitwisesim_kv_tokens(llm, gpu, tp) -> np.ndarray:
     per_token_bytes = 2.0 * llm.hidden_size * llm.n_layers * llm.bytes_per_param
     usable = np.asarray(tp, dtype=float) * gpu.hbm_capacity_gb * GIB
     return np.maximum(usable - llm.weight_bytes, 0.0) / per_token_bytes
+
+
+def splitwisesim_kv_s_per_token(llm) -> float:
+    """Seconds per prompt token of SplitwiseSim's KV transfer: its KV estimate (as above)
+    at the mixed_pool scheduler's `transfer_bandwidth`."""
+    return 2.0 * llm.hidden_size * llm.n_layers * llm.bytes_per_param / (SPLITWISESIM_TRANSFER_GIB_S * GIB)
 
 
 class SplitwiseSimMachine:
@@ -252,6 +262,11 @@ class SplitwiseSimCluster(_Cluster):
             self.sched_memory[p] += s + 1
             self.sched_memory[d] += s + n
         return self.assign(r, p, d)
+
+    def kv_link_of(self, p, d):
+        """SplitwiseSim's KV transfer: all of it after the prefill (no layer-wise overlap),
+        `splitwisesim_kv_s_per_token` per prompt token, no setup, no shared link."""
+        return self.kv_link[0], self.kv_link[1], self.kv_link[2], float("inf")
 
     def receiver(self, r) -> int:
         """A KV arrival is a decode arriving at its decode server, and SplitwiseSim's
