@@ -56,9 +56,11 @@ TIMELINE_STEP_S = 1.0
 HIGH_PRIORITY_HEADROOM_TOKENS = 2048.0
 # SplitwiseSim's configuration (its configs/orchestrator_repo/schedulers/mixed_pool.yml and
 # the instance settings of the paper's runs): a prompt queue is "long" past this many
-# pending tokens, and an iteration holds at most this many requests.
+# pending tokens, an iteration holds at most this many requests, and a KV cache moves
+# from prefill to decode server at this bandwidth (GiB/s, `transfer_bandwidth`).
 SPLITWISESIM_PROMPT_QUEUE_TOKENS = 8192
 SPLITWISESIM_MAX_BATCH = 512
+SPLITWISESIM_TRANSFER_GIB_S = 200.0
 
 
 def scheduler_codes(names) -> np.ndarray:

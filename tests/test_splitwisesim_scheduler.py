@@ -77,6 +77,23 @@ def test_a_prompt_preempts_a_decode_on_a_baseline():
     assert least.finish_s[0][0] == 5.0   # our default runs A's decode inside B's prefill
 
 
+def test_a_prompt_longer_than_the_budget_waits_for_the_decode_run_to_be_paused():
+    # 1 prompt + 2 token machines, KV instant. A (3000 tokens, 6 out) decodes on token
+    # machine 1 from t = 1: a decode-only batch, committed for its 5 iterations [1, 6].
+    # E and F decode on machine 2; C and D (5000 tokens) keep the prompt machine busy, D's
+    # decode going to 1. B (5000 tokens) at 2.5 finds the prompt queue long and drafts
+    # machine 1 (fewest pending tokens); longer than the 2048-token budget, it cannot end
+    # A's run, but D's KV arriving at 4.1 does, at the end of [4, 5]: B prefills [5, 6]
+    # (before this rule, at the next iteration: [3, 4]) and A, preempted, finishes at 7.
+    args = ([0.0, 0.1, 0.2, 2.1, 2.2, 2.5], [3000, 10, 10, 5000, 5000, 5000], [6, 50, 50, 2, 2, 2])
+    inputs = unit_inputs(*args, machines=(1, 2))
+    cl = des_simulate_design(inputs, 0)
+    assert cl.prefill_on == [0, 0, 0, 0, 0, 1] and cl.decode_on == [1, 2, 2, 2, 1, 2]
+    out = run_des(inputs)
+    np.testing.assert_allclose(out.first_token_s[0], [1.0, 2.0, 2.0, 3.1, 4.1, 6.0])
+    np.testing.assert_allclose(out.finish_s[0], [7.0, 51.0, 51.0, 5.0, 7.0, 7.0])
+
+
 def test_splitwiser_families_are_refused():
     with pytest.raises(ProvisionerError, match="splitwisesim applies to the baseline and splitwise families"):
         make_design("splitwiser-h100", machines=2, scheduler="splitwisesim")

@@ -6,7 +6,8 @@ Routing (`SplitwiseSimCluster.route`). Every server keeps SplitwiseSim's two sch
 counters: pending tokens (a routed prompt counts its prompt tokens until its prefill
 ends, a routed decode counts ONE token until it finishes, whatever its length) and
 reserved memory (KV tokens, SplitwiseSim's estimate: s + 1 on the prefill server until
-the prefill ends, s + 1 + n on the decode server until the request finishes).
+the prefill ends, s + n on the decode server until the request finishes: the `max_memory`
+of its prompt task, s + 1, and of its decode task, which generates n - 1).
 - Baselines (`token_jsq`): prefill and decode on the server with the fewest pending tokens.
 - Split families (`mixed_pool`): the prefill goes to the prompt server with the fewest
   pending tokens unless its queue is "long" (something waiting there and its pending
@@ -29,9 +30,21 @@ preempted queue, ahead of the others at the next iteration. A request routed to 
 server for both phases counts as queued there until its decode starts (SplitwiseSim
 submits its decode task with its prompt).
 
+Decode runs (SplitwiseSim's `ORCAInstance.get_num_contiguous_iterations` and
+`pause_iteration`): a decode-only batch is committed for as many iterations as its shortest
+decode has left, and nothing joins it until then unless a task arrival ends the run at the
+current iteration: a decode (KV arrived, or submitted with a prompt routed here for both
+phases), a prompt within the batch token budget, or the completed KV transfer of a prompt
+prefilled here while something waits here. A prompt longer than the budget cannot end it:
+it waits for the run's shortest decode to finish or for such an arrival.
+
 Memory (`splitwisesim_kv_tokens`): SplitwiseSim sizes the KV cache of a token as
 2 x hidden x layers x bytes (every attention head, no grouped-query sharing) and gives a
 server all of its GPUs' memory (GiB) less the weights.
+
+KV transfers (`splitwisesim_kv_s_per_token`, SplitwiseSim's `KVScheduler.add_kv_cache_transfer`
+on a `DummyLink`): the s prompt tokens' KV at that size moves at 200 GiB/s once the prefill
+ends, each transfer on its own link; the decode arrives when it is done.
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ProvisionerError
-from ..schedulers import SPLITWISESIM_MAX_BATCH, SPLITWISESIM_PROMPT_QUEUE_TOKENS
+from ..schedulers import SPLITWISESIM_MAX_BATCH, SPLITWISESIM_PROMPT_QUEUE_TOKENS, SPLITWISESIM_TRANSFER_GIB_S
 from ._des import _Cluster
 from ._des_scalar import iteration_fn
 
@@ -54,6 +67,12 @@ def splitwisesim_kv_tokens(llm, gpu, tp) -> np.ndarray:
     return np.maximum(usable - llm.weight_bytes, 0.0) / per_token_bytes
 
 
+def splitwisesim_kv_s_per_token(llm) -> float:
+    """Seconds per prompt token of SplitwiseSim's KV transfer: its KV estimate (as above)
+    at the mixed_pool scheduler's `transfer_bandwidth`."""
+    return 2.0 * llm.hidden_size * llm.n_layers * llm.bytes_per_param / (SPLITWISESIM_TRANSFER_GIB_S * GIB)
+
+
 class SplitwiseSimMachine:
     """One server under SplitwiseSim's iteration rule (prompts first, decodes preemptible).
 
@@ -62,7 +81,7 @@ class SplitwiseSimMachine:
 
     __slots__ = ("pool", "coef", "iteration_s", "kv_cap", "batch_cap", "prompt_q", "wait_q", "batch", "blocked",
                  "left", "kv_used", "busy", "start_pending", "prefilling", "decoding", "duration",
-                 "prefill_tokens", "finished", "preemptions", "local_waiting")
+                 "prefill_tokens", "finished", "preemptions", "local_waiting", "run_left", "hold")
 
     def __init__(self, pool, coef, kv_cap, batch_cap):
         self.pool, self.coef, self.kv_cap, self.batch_cap = pool, coef, kv_cap, batch_cap
@@ -76,6 +95,10 @@ class SplitwiseSimMachine:
         self.finished = ()
         self.preemptions = 0
         self.local_waiting = 0   # requests routed here for both phases whose decode has not started
+        # SplitwiseSim's contiguous decode run: a decode-only batch is committed for as many
+        # iterations as its shortest decode has left (`run_left` after this one); `hold`
+        # until then unless a task arrival ends it (`arrival`)
+        self.run_left, self.hold = 0, False
 
     def queued(self) -> bool:
         """SplitwiseSim's non-empty `pending_queue`: a prompt or decode waiting here (the decode
@@ -87,8 +110,22 @@ class SplitwiseSimMachine:
         self.left[r] = n - 1
         self.wait_q.append(r)
 
+    def arrival(self, prompt_tokens=0):
+        """A task arrives here (a prompt of `prompt_tokens`, or a decode): SplitwiseSim's
+        `task_arrival` ends a committed decode run at this iteration (`pause_iteration`) for
+        a decode while fewer than 512 requests run, and for a prompt within the token
+        budget; a longer prompt waits for the run to end."""
+        if prompt_tokens:
+            self.hold = self.hold and prompt_tokens > self.batch_cap
+        elif len(self.batch) < SPLITWISESIM_MAX_BATCH:
+            self.hold = False
+
     def start(self, S, N, local):
         """Select the batch of the iteration starting now; its duration, or None when idle."""
+        if self.hold:   # a committed decode run, not paused: the same decodes, nothing else
+            self.run_left -= 1
+            self.hold = self.run_left > 0
+            return self._run(S, N, (), self.batch, 0, 0)
         budget, room = self.batch_cap, SPLITWISESIM_MAX_BATCH
         prompts, tokens, sq = self._take_prompts(S, N, local, budget, room)
         carry = self.blocked + self.batch   # preempted decodes first, then the last batch's
@@ -101,7 +138,14 @@ class SplitwiseSimMachine:
         self._admit_new(S, N, decodes, prompts, tokens + k, budget, room)
         if not prompts and not decodes:
             self.batch = []
+            self.hold = False
             return None
+        # a decode-only batch commits to the iterations its shortest decode has left
+        self.run_left = 0 if prompts else min(self.left[r] for r in decodes) - 1
+        self.hold = self.run_left > 0
+        return self._run(S, N, prompts, decodes, tokens, sq)
+
+    def _run(self, S, N, prompts, decodes, tokens, sq):
         ctx = 0
         for r in decodes:
             ctx += S[r] + N[r] - self.left[r]   # context of its k-th decode: s + k, k = n - left
@@ -208,13 +252,31 @@ class SplitwiseSimCluster(_Cluster):
             self.borrowed_decodes += self.pools[d] == 0 and n > 1
         self.sched_pending[p] += s
         self.sched_pending[d] += 1
+        self.machines[p].arrival(s)
+        if p == d:   # SplitwiseSim submits the decode task with the prompt
+            self.machines[p].arrival()
         if p == d:
-            self.sched_memory[p] += s + 1 + n
+            self.sched_memory[p] += s + n
             self.machines[p].local_waiting += n > 1
         else:
             self.sched_memory[p] += s + 1
-            self.sched_memory[d] += s + 1 + n
+            self.sched_memory[d] += s + n
         return self.assign(r, p, d)
+
+    def kv_link_of(self, p, d):
+        """SplitwiseSim's KV transfer: all of it after the prefill (no layer-wise overlap),
+        `splitwisesim_kv_s_per_token` per prompt token, no setup, no shared link."""
+        return self.kv_link[0], self.kv_link[1], self.kv_link[2], float("inf")
+
+    def receiver(self, r) -> int:
+        """A KV arrival is a decode arriving at its decode server, and SplitwiseSim's
+        `notify_flow_completion` on the transfer's source ends that server's decode run too
+        if anything waits there."""
+        d, p = self.decode_on[r], self.prefill_on[r]
+        self.machines[d].arrival()
+        if self.machines[p].queued():
+            self.machines[p].arrival()
+        return d
 
     def _mixed_pool(self, s, n):
         """SplitwiseSim's MixedPoolScheduler.schedule: (prefill server, decode server)."""
@@ -223,9 +285,9 @@ class SplitwiseSimCluster(_Cluster):
         p = self._prompt_server(prompt, s)
         if p is None:
             p = self._prompt_server(mixed, s)
-        d = self._token_server(token, s + 1 + n)
+        d = self._token_server(token, s + n)
         if d is None:
-            d = self._token_server(mixed, s + 1 + n)
+            d = self._token_server(mixed, s + n)
         if p is None and token:   # draft the least-pending token server into the mixed pool
             p = min(token, key=pend)
             token.remove(p)
@@ -280,4 +342,4 @@ class SplitwiseSimCluster(_Cluster):
 
     def _release_decode(self, d, r):
         self.sched_pending[d] -= 1
-        self.sched_memory[d] -= self.S[r] + 1 + self.N[r]
+        self.sched_memory[d] -= self.S[r] + self.N[r]

@@ -104,6 +104,10 @@ def build_inputs(designs: DesignBatch, trace, llm, perf: LatencyModel, high_prio
         kv_s_per_token[idx] = llm.kv_bytes_per_token / kv_wire_bytes_per_s(src, dst, tp)
         kv_setup[idx] = perf.calibration.for_gpu(src.gpu).kv_transfer_setup_s
     migration_link = _migration_link(designs, split, llm, perf, np.stack([kv_s_per_token, kv_setup], axis=1))
+    swsim = designs.columns["scheduler"] == "splitwisesim"
+    if swsim.any():   # SplitwiseSim's own KV transfer (sim/_des_splitwisesim.py)
+        from ._des_splitwisesim import splitwisesim_kv_s_per_token
+        kv_s_per_token[swsim], kv_setup[swsim] = splitwisesim_kv_s_per_token(llm), 0.0
     batch_cap = designs.prompt_batch_cap_tokens.astype(float)
     if colocated.any():
         _colocate(designs, colocated, llm, cat, batch_cap, kv_cap, kv_s_per_token, kv_setup)
