@@ -191,3 +191,69 @@ def test_cli_without_an_unknown_node_is_one_line(capsys):
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--without", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "a6000-4x-0" in err
+
+
+# -- dispatch within the plan's shares (SEMANTICS.md, "Cloud plans") ---------------------------------------------
+
+TWO_NODES = """name = "two"
+[network]
+inter_node_gbps = 10
+[[nodes]]
+type = "a6000-4x"
+count = 2
+"""
+
+
+def _first_and_finish_s(ctx, plan, routing, prompt_tokens, output_tokens, arrival_s):
+    """Per-request (first-token s, finish s) of `plan` under `routing` in the DES."""
+    from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
+    from provisioner.cloud._simulate import server_plan
+    from provisioner.designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
+    from provisioner.sim import SimInputs, run_des
+
+    sp, n_p, n_d = server_plan(ctx, plan, routing)
+    inputs = SimInputs(
+        n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
+        kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
+        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]), chunk_tokens=np.zeros(1),
+        allow_borrow=np.zeros(1, dtype=bool), mps_share=np.zeros(1), kv_s_per_token=np.zeros(1),
+        kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
+        overload_tokens=np.array([np.inf]), arrival_s=np.array(arrival_s, dtype=float),
+        prompt_tokens=np.array(prompt_tokens, dtype=np.int64), output_tokens=np.array(output_tokens, dtype=np.int64),
+        servers=(sp,))
+    out = run_des(inputs)
+    return out.first_token_s[0], out.finish_s[0]
+
+
+def test_a_short_prompt_goes_to_the_idle_prefill_replica_not_behind_a_long_one(perf, tmp_path):
+    """Equal shares, a 6000-token prompt on replica 0: a short prompt arriving a second
+    later goes to idle replica 1 (fixed fractions by round-robin sent it behind the long one)."""
+    from provisioner.cloud import Routing
+
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_NODES)
+    ctx = _ctx(perf, load_inventory(path, perf.catalog), "conversation")
+    plan = [(((0, 2),), "prefill"), (((0, 2),), "prefill"), (((1, 4),), "decode")]
+    routing = Routing(1.0, np.array([0.5, 0.5]), np.ones((2, 1)))
+    routed = ([g for g, _ in plan[:2]], [plan[2][0]], routing)
+    first, _ = _first_and_finish_s(ctx, plan, routed, [6000, 200, 200], [2, 2, 2], [0.0, 0.001, 1.0])
+    long_prefill_s = first[0]
+    assert long_prefill_s > 2.0
+    assert first[2] - 1.0 < 0.25 * long_prefill_s   # no wait for the long prefill
+
+
+def test_a_decode_goes_to_the_replica_with_kv_room(perf, tmp_path):
+    """Equal decode shares, replica 0 holding a long decode's KV: a request that would not
+    fit beside it goes to replica 1 (round-robin sent it to wait for replica 0's KV)."""
+    from provisioner.cloud import Routing
+
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_NODES)
+    ctx = _ctx(perf, load_inventory(path, perf.catalog), "conversation")
+    pre, dec = [((0, 4),)], [((1, 2),), ((1, 2),)]
+    kv = ctx.physics.group(dec[0]).kv_cap_tokens
+    big = int(kv * 0.55)          # two of these do not fit on one decode replica
+    routing = Routing(1.0, np.array([1.0]), np.array([[0.5, 0.5]]))
+    plan = [(pre[0], "prefill")] + [(g, "decode") for g in dec]
+    _, finish = _first_and_finish_s(ctx, plan, (pre, dec, routing), [big, 100, big], [400, 2, 2], [0.0, 0.01, 5.0])
+    assert finish[2] < finish[0]    # did not wait for request 0's 400 decode steps

@@ -46,7 +46,7 @@ def cloud_command(
     scheduler: str = scheduler_option(),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
-    refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests by its routing LP's fractions, and "
+    refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares (least queued work), and "
                                           "the on-demand schedulers (KV on demand, freeness dispatch) are "
                                           "modelled for baseline families only")
     goal = goal or ("throughput" if rps is None else "rps")

@@ -1,12 +1,17 @@
 """Cloud plans in the discrete-event engine (SEMANTICS.md, "Cloud plans"): every server
-has its own latency vector and KV budget, requests follow the plan's routing fractions,
-and each prefill -> decode pair has its own KV link.
+has its own latency vector and KV budget, requests follow the plan's routing shares
+(below), and each prefill -> decode pair has its own KV link.
 
-Routing is deterministic (smooth weighted round-robin): each arrival adds every prefill
-server's share to its credit and goes to the server with the most credit (lowest index
-on ties), which then gives up one; the decode server is chosen the same way among that
-prefill server's decode shares. Over n requests each server's count stays within one
-request of n x its share, with no random draw.
+Prefill (or non-split) server: the least queued work per unit of routing share, among
+the servers the plan routes to (share > 0): prompt tokens pending on a prefill server;
+prompt and decode tokens pending on a non-split one (the work the uniform engine's
+least-work routing counts). Ties (idle servers) go by smooth weighted round-robin:
+each arrival adds every server's share to its credit, the tied server with the most
+credit (lowest index on ties) takes the request and gives up one. So load follows the
+shares, but a short prompt is not queued behind a long one while another replica sits
+idle: with fixed fractions blind to queue state that TTFT tail, not the mean, bound
+attainment at 99% (SEMANTICS.md, "Cloud plans").
+Decode server: smooth weighted round-robin over that prefill server's decode shares.
 """
 
 from __future__ import annotations
@@ -41,19 +46,29 @@ class CloudCluster(_Cluster):
             mc.kv_cap = float(kv)
         self.kv_cap = np.asarray(plan.kv_cap_tokens, dtype=float).copy()
         self.plan = plan
+        share = np.asarray(plan.prefill_share, dtype=float)
+        self.routed = share > 0
+        self.share = np.where(self.routed, share, 1.0)   # a divisor: unrouted servers never chosen
         self.p_credit = np.zeros(self.n_prompt)
         self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
 
     def route(self, r, t):
         plan = self.plan
+        work = self.prompt_work(t)[:self.n_prompt]
+        if self.n_token == 0:   # a non-split server also decodes what it prefilled
+            work = work + self.pending_decode[:self.n_prompt]
+        load = np.where(self.routed, work / self.share, np.inf)
         self.p_credit += plan.prefill_share
-        p = int(np.argmax(self.p_credit))
+        least = load <= load.min() + 1e-9
+        p = int(np.argmax(np.where(least, self.p_credit, -np.inf)))
         self.p_credit[p] -= 1.0
         if self.n_token == 0:
             d = p
         else:
             self.d_credit[p] += plan.decode_share[p]
-            j = int(np.argmax(self.d_credit[p]))
+            fill = np.where(plan.decode_share[p] > 0, self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:], np.inf)
+            least = fill <= fill.min() + 1e-9
+            j = int(np.argmax(np.where(least, self.d_credit[p], -np.inf)))
             self.d_credit[p, j] -= 1.0
             d = self.n_prompt + j
         return self.assign(r, p, d)
