@@ -53,27 +53,36 @@ class CloudCluster(_Cluster):
         self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
 
     def route(self, r, t):
-        plan = self.plan
+        p = self._prefill_server(t)
+        d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p)
+        return self.assign(r, p, d)
+
+    def _prefill_server(self, t) -> int:
+        """Least queued work per unit of share; ties by smooth weighted round-robin."""
         work = self.prompt_work(t)[:self.n_prompt]
         if self.n_token == 0:   # a non-split server also decodes what it prefilled
             work = work + self.pending_decode[:self.n_prompt]
         load = np.where(self.routed, work / self.share, np.inf)
-        self.p_credit += plan.prefill_share
-        least = load <= load.min() + 1e-9
-        p = int(np.argmax(np.where(least, self.p_credit, -np.inf)))
-        self.p_credit[p] -= 1.0
-        if self.n_token == 0:
-            d = p
-        else:
-            self.d_credit[p] += plan.decode_share[p]
-            fill = np.where(plan.decode_share[p] > 0, self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:], np.inf)
-            least = fill <= fill.min() + 1e-9
-            j = int(np.argmax(np.where(least, self.d_credit[p], -np.inf)))
-            self.d_credit[p, j] -= 1.0
-            d = self.n_prompt + j
-        return self.assign(r, p, d)
+        return _least_then_credit(load, self.p_credit, self.plan.prefill_share)
+
+    def _decode_server(self, p) -> int:
+        """Among prefill server p's decode servers, the least share of KV booked; ties by
+        smooth weighted round-robin on p's decode shares."""
+        share = self.plan.decode_share[p]
+        booked = self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:]
+        return _least_then_credit(np.where(share > 0, booked, np.inf), self.d_credit[p], share)
 
     def kv_link_of(self, p, d):
         j = d - self.n_prompt
         return (float(self.plan.kv_s_per_token[p, j]), float(self.plan.kv_setup_s[p, j]), self.kv_link[2],
                 self.kv_link[3])
+
+
+def _least_then_credit(load, credit, share) -> int:
+    """The server of least load; among ties, the one with the most round-robin credit
+    (every server earns its share per request, the chosen one spends one)."""
+    credit += share
+    least = load <= load.min() + 1e-9
+    k = int(np.argmax(np.where(least, credit, -np.inf)))
+    credit[k] -= 1.0
+    return k
