@@ -42,10 +42,7 @@ def main() -> None:
                         f"{n_pre} / {len(plan) - n_pre} |")
             print(rows[-1], flush=True)
             if gpus == 32:   # as `provision cloud`: the DES's rate at 99% attainment, both plans
-                long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
-                _, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)
-                _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",))
-                sustained.append(f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x |")
+                sustained.append(_equal_attainment(ctx, workload))
                 print(sustained[-1], flush=True)
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{_machine()}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
@@ -56,10 +53,36 @@ def main() -> None:
             f"|---|---|---|---|---|---|---|---|\n")
     tail = ("\n\nAt equal attainment (32 GPUs): the highest rate at which the DES keeps 99% of requests "
             "within every p99 limit (bisection on nested 600-s traces), for the best of the tabu search's five "
-            "best plans by the analytic score, as `provision cloud` answers\n\n| workload | split rps | non-split rps | "
-            "ratio |\n|---|---|---|---|\n")
+            "best plans by the analytic score, as `provision cloud` answers; dispatch by least queued work within "
+            "the routing shares (SEMANTICS.md, \"Cloud plans\"). Replicas: the split plan's prefill / decode and "
+            "the non-split plan's; GPUs per type as prefill / decode; plan s: search and DES re-scoring of the "
+            "split plan on the 600-s trace (wall)\n\n| workload | split rps | non-split rps | ratio | split replicas "
+            "P / D | non-split replicas | GPUs prefill / decode | plan s |\n|---|---|---|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
         head + "\n".join(rows) + tail + "\n".join(sustained) + "\n")
+
+
+def _equal_attainment(ctx, workload) -> str:
+    """One row: DES-sustained rates of the split and non-split plans `provision cloud` picks,
+    their replica counts and the split plan's GPUs per type and phase."""
+    long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
+    t0 = time.perf_counter()
+    plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)
+    plan_s = time.perf_counter() - t0
+    ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",))
+    n_pre = sum(ph == "prefill" for _, ph in plan)
+    return (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {n_pre} / {len(plan) - n_pre} | "
+            f"{len(ns_plan)} | {_phase_by_type(ctx, plan)} | {plan_s:.1f} |")
+
+
+def _phase_by_type(ctx, plan) -> str:
+    """GPUs per type as prefill / decode, e.g. `a40 8/0`."""
+    count: dict = {}
+    for stages, phase in plan:
+        for node, tp in stages:
+            gpu = ctx.inventory.types[ctx.physics.node_type[node]].gpu
+            count.setdefault(gpu, [0, 0])[phase == "decode"] += tp
+    return ", ".join(f"{g} {p}/{d}" for g, (p, d) in sorted(count.items()))
 
 
 def _machine() -> str:
