@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 from perfmodels import LatencyModel
-from provisioner.cloud import TARGET_ATTAINMENT, best_by_des, load_inventory, make_context, search_plan
+from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, load_inventory, make_context, score, search_plan,
+                               sustained_rps)
+from provisioner.cloud._search import canon
 from workloads import TraceGenerator
 
 # (a6000-4x, a5000-4x, a40-8x, rtx3090ti-4x) nodes per size
@@ -27,7 +29,7 @@ SIZES = {16: (1, 1, 0, 2), 24: (1, 1, 1, 1), 32: (2, 2, 1, 2), 64: (4, 4, 2, 4)}
 def main() -> None:
     perf = LatencyModel()
     base = load_inventory("thunderserve-32gpu", perf.catalog)
-    rows, sustained = [], []
+    rows, sustained, decode_size = [], [], []
     for workload in ("coding", "conversation"):
         traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0)
         trace = traces.at(4.0)
@@ -42,11 +44,10 @@ def main() -> None:
                         f"{n_pre} / {len(plan) - n_pre} |")
             print(rows[-1], flush=True)
             if gpus == 32:   # as `provision cloud`: the DES's rate at 99% attainment, both plans
-                long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
-                _, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)
-                _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",))
-                sustained.append(f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x |")
-                print(sustained[-1], flush=True)
+                row, smaller = _equal_attainment(ctx, workload)
+                sustained.append(row)
+                decode_size.append(smaller)
+                print(row, smaller, sep="\n", flush=True)
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{_machine()}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
             f"21 / 36 / 54 s for 16 / 24 / 32 GPUs; split over non-split (HexGen) 1.5x coding, 1.3x "
@@ -56,10 +57,59 @@ def main() -> None:
             f"|---|---|---|---|---|---|---|---|\n")
     tail = ("\n\nAt equal attainment (32 GPUs): the highest rate at which the DES keeps 99% of requests "
             "within every p99 limit (bisection on nested 600-s traces), for the best of the tabu search's five "
-            "best plans by the analytic score, as `provision cloud` answers\n\n| workload | split rps | non-split rps | "
-            "ratio |\n|---|---|---|---|\n")
+            "best plans by the analytic score, as `provision cloud` answers; dispatch by least queued work within "
+            "the routing shares (SEMANTICS.md, \"Cloud plans\"). Replicas: the split plan's prefill / decode and "
+            "the non-split plan's; GPUs per type as prefill / decode; plan s: search and DES re-scoring of the "
+            "split plan on the 600-s trace (wall)\n\n| workload | split rps | non-split rps | ratio | split replicas "
+            "P / D | non-split replicas | GPUs prefill / decode | plan s |\n|---|---|---|---|---|---|---|---|\n")
+    sizes = ("\n\nDecode replica size (32 GPUs): the chosen split plan against the same plan with every "
+             "decode group of several nodes cut into one replica per node (same GPUs, more and smaller decode "
+             "replicas); decode replicas (KV tokens each) and the DES-sustained rate at 99% attainment\n\n"
+             "| workload | decode replicas | rps | cut into | rps |\n|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
-        head + "\n".join(rows) + tail + "\n".join(sustained) + "\n")
+        head + "\n".join(rows) + tail + "\n".join(sustained) + sizes + "\n".join(decode_size) + "\n")
+
+
+def _equal_attainment(ctx, workload) -> str:
+    """One row: DES-sustained rates of the split and non-split plans `provision cloud` picks,
+    their replica counts and the split plan's GPUs per type and phase."""
+    long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
+    t0 = time.perf_counter()
+    plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)
+    plan_s = time.perf_counter() - t0
+    ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",))
+    n_pre = sum(ph == "prefill" for _, ph in plan)
+    row = (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {n_pre} / {len(plan) - n_pre} | "
+           f"{len(ns_plan)} | {_phase_by_type(ctx, plan)} | {plan_s:.1f} |")
+    return row, _smaller_decode_row(ctx, plan, split, long, workload)
+
+
+def _smaller_decode_row(ctx, plan, split, traces, workload) -> str:
+    """The chosen split plan with every decode group of several nodes cut into one replica
+    per node (more, smaller decode replicas, as ThunderServe's Table 3 counts them)."""
+    cut = []
+    for stages, phase in plan:
+        nodes = sorted({n for n, _ in stages})
+        parts = [tuple(sorted(st for st in stages if st[0] == n)) for n in nodes]
+        whole = phase != "decode" or len(parts) == 1 or not all(ctx.physics.group(g) for g in parts)
+        cut += [(stages, phase)] if whole else [(g, phase) for g in parts]
+    cut = canon(cut)
+    rate = sustained_rps(ctx, cut, traces, score(ctx.scorer, cut), TARGET_ATTAINMENT) if cut != plan else split
+    kv = lambda p: "+".join(f"{ctx.physics.group(st).kv_cap_tokens / 1e3:.0f}k"   # noqa: E731
+                            for st, ph in p if ph == "decode")
+    n_dec = sum(ph == "decode" for _, ph in cut)
+    return (f"| {workload} | {sum(ph == 'decode' for _, ph in plan)} ({kv(plan)}) | {split:.2f} | "
+            f"{n_dec} ({kv(cut)}) | {rate:.2f} |")
+
+
+def _phase_by_type(ctx, plan) -> str:
+    """GPUs per type as prefill / decode, e.g. `a40 8/0`."""
+    count: dict = {}
+    for stages, phase in plan:
+        for node, tp in stages:
+            gpu = ctx.inventory.types[ctx.physics.node_type[node]].gpu
+            count.setdefault(gpu, [0, 0])[phase == "decode"] += tp
+    return ", ".join(f"{g} {p}/{d}" for g, (p, d) in sorted(count.items()))
 
 
 def _machine() -> str:

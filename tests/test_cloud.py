@@ -191,3 +191,95 @@ def test_cli_without_an_unknown_node_is_one_line(capsys):
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--without", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "a6000-4x-0" in err
+
+
+# -- dispatch within the plan's shares (SEMANTICS.md, "Cloud plans") ---------------------------------------------
+
+TWO_NODES = """name = "two"
+[network]
+inter_node_gbps = 10
+[[nodes]]
+type = "a6000-4x"
+count = 2
+"""
+
+
+def _first_and_finish_s(ctx, plan, routing, prompt_tokens, output_tokens, arrival_s):
+    """Per-request (first-token s, finish s) of `plan` under `routing` in the DES."""
+    from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
+    from provisioner.cloud._simulate import server_plan
+    from provisioner.designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
+    from provisioner.sim import SimInputs, run_des
+
+    sp, n_p, n_d = server_plan(ctx, plan, routing)
+    inputs = SimInputs(
+        n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
+        kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
+        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]), chunk_tokens=np.zeros(1),
+        allow_borrow=np.zeros(1, dtype=bool), mps_share=np.zeros(1), kv_s_per_token=np.zeros(1),
+        kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
+        overload_tokens=np.array([np.inf]), arrival_s=np.array(arrival_s, dtype=float),
+        prompt_tokens=np.array(prompt_tokens, dtype=np.int64), output_tokens=np.array(output_tokens, dtype=np.int64),
+        servers=(sp,))
+    out = run_des(inputs)
+    return out.first_token_s[0], out.finish_s[0]
+
+
+def test_a_short_prompt_goes_to_the_idle_prefill_replica_not_behind_a_long_one(perf, tmp_path):
+    """Equal shares, a 6000-token prompt on replica 0: a short prompt arriving a second
+    later goes to idle replica 1 (fixed fractions by round-robin sent it behind the long one)."""
+    from provisioner.cloud import Routing
+
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_NODES)
+    ctx = _ctx(perf, load_inventory(path, perf.catalog), "conversation")
+    plan = [(((0, 2),), "prefill"), (((0, 2),), "prefill"), (((1, 4),), "decode")]
+    routing = Routing(1.0, np.array([0.5, 0.5]), np.ones((2, 1)))
+    routed = ([g for g, _ in plan[:2]], [plan[2][0]], routing)
+    first, _ = _first_and_finish_s(ctx, plan, routed, [6000, 200, 200], [2, 2, 2], [0.0, 0.001, 1.0])
+    long_prefill_s = first[0]
+    assert long_prefill_s > 2.0
+    assert first[2] - 1.0 < 0.25 * long_prefill_s   # no wait for the long prefill
+
+
+def test_a_decode_goes_to_the_replica_with_kv_room(perf, tmp_path):
+    """Equal decode shares, replica 0 holding a long decode's KV: a request that would not
+    fit beside it goes to replica 1 (round-robin sent it to wait for replica 0's KV)."""
+    from provisioner.cloud import Routing
+
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_NODES)
+    ctx = _ctx(perf, load_inventory(path, perf.catalog), "conversation")
+    pre, dec = [((0, 4),)], [((1, 2),), ((1, 2),)]
+    kv = ctx.physics.group(dec[0]).kv_cap_tokens
+    big = int(kv * 0.55)          # two of these do not fit on one decode replica
+    routing = Routing(1.0, np.array([1.0]), np.array([[0.5, 0.5]]))
+    plan = [(pre[0], "prefill")] + [(g, "decode") for g in dec]
+    _, finish = _first_and_finish_s(ctx, plan, (pre, dec, routing), [big, 100, big], [400, 2, 2], [0.0, 0.01, 5.0])
+    assert finish[2] < finish[0]    # did not wait for request 0's 400 decode steps
+
+
+def test_sustained_rate_is_not_capped_by_the_analytic_capacity(perf):
+    from provisioner.cloud import sustained_rps
+
+    traces = TraceGenerator("conversation", 60.0, 0, arrival="poisson", rps=4.0)
+    ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf,
+                       traces.at(4.0))
+    plan, cap = search_plan(ctx, steps=20)
+    assert sustained_rps(ctx, plan, traces, 0.25 * cap, 0.99) > 0.3 * cap
+
+
+def test_conversation_split_beats_non_split_at_equal_attainment(perf):
+    """Issue 13's Done-means on thunderserve-32gpu: the split plan sustains more requests/s
+    than the best non-split plan at 99% attainment; A40 groups prefill, 3090 Ti groups decode."""
+    from provisioner.cloud import best_by_des
+
+    traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=4.0)
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, traces.at(4.0))
+    plan, _, split = best_by_des(ctx, traces, 0.99, 0)
+    _, _, mixed = best_by_des(ctx, traces, 0.99, 0, phases=("both",))
+    assert split > 1.1 * mixed
+    gpu_of = lambda st: {inv.types[ctx.physics.node_type[n]].gpu for n, _ in st}   # noqa: E731
+    assert all(ph == "prefill" for st, ph in plan if gpu_of(st) == {"a40"})
+    assert all(ph == "decode" for st, ph in plan if "rtx3090ti" in gpu_of(st))

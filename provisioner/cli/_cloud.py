@@ -46,9 +46,9 @@ def cloud_command(
     scheduler: str = scheduler_option(),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
-    refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests by its routing LP's fractions, and "
-                                          "the on-demand schedulers (KV on demand, freeness dispatch) are "
-                                          "modelled for baseline families only")
+    refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
+                                          "(least queued work), and the on-demand schedulers (KV on demand, "
+                                          "freeness dispatch) are modelled for baseline families only")
     goal = goal or ("throughput" if rps is None else "rps")
     if goal not in GOALS:
         raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{goal}')")

@@ -1,12 +1,17 @@
 """Cloud plans in the discrete-event engine (SEMANTICS.md, "Cloud plans"): every server
-has its own latency vector and KV budget, requests follow the plan's routing fractions,
-and each prefill -> decode pair has its own KV link.
+has its own latency vector and KV budget, requests follow the plan's routing shares
+(below), and each prefill -> decode pair has its own KV link.
 
-Routing is deterministic (smooth weighted round-robin): each arrival adds every prefill
-server's share to its credit and goes to the server with the most credit (lowest index
-on ties), which then gives up one; the decode server is chosen the same way among that
-prefill server's decode shares. Over n requests each server's count stays within one
-request of n x its share, with no random draw.
+Prefill (or non-split) server: the least queued work per unit of routing share, among
+the servers the plan routes to (share > 0): prompt tokens pending on a prefill server;
+prompt and decode tokens pending on a non-split one (the work the uniform engine's
+least-work routing counts). Ties (idle servers) go by smooth weighted round-robin:
+each arrival adds every server's share to its credit, the tied server with the most
+credit (lowest index on ties) takes the request and gives up one. So load follows the
+shares, but a short prompt is not queued behind a long one while another replica sits
+idle: with fixed fractions blind to queue state that TTFT tail, not the mean, bound
+attainment at 99% (SEMANTICS.md, "Cloud plans").
+Decode server: smooth weighted round-robin over that prefill server's decode shares.
 """
 
 from __future__ import annotations
@@ -41,24 +46,43 @@ class CloudCluster(_Cluster):
             mc.kv_cap = float(kv)
         self.kv_cap = np.asarray(plan.kv_cap_tokens, dtype=float).copy()
         self.plan = plan
+        share = np.asarray(plan.prefill_share, dtype=float)
+        self.routed = share > 0
+        self.share = np.where(self.routed, share, 1.0)   # a divisor: unrouted servers never chosen
         self.p_credit = np.zeros(self.n_prompt)
         self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
 
     def route(self, r, t):
-        plan = self.plan
-        self.p_credit += plan.prefill_share
-        p = int(np.argmax(self.p_credit))
-        self.p_credit[p] -= 1.0
-        if self.n_token == 0:
-            d = p
-        else:
-            self.d_credit[p] += plan.decode_share[p]
-            j = int(np.argmax(self.d_credit[p]))
-            self.d_credit[p, j] -= 1.0
-            d = self.n_prompt + j
+        p = self._prefill_server(t)
+        d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p)
         return self.assign(r, p, d)
+
+    def _prefill_server(self, t) -> int:
+        """Least queued work per unit of share; ties by smooth weighted round-robin."""
+        work = self.prompt_work(t)[:self.n_prompt]
+        if self.n_token == 0:   # a non-split server also decodes what it prefilled
+            work = work + self.pending_decode[:self.n_prompt]
+        load = np.where(self.routed, work / self.share, np.inf)
+        return _least_then_credit(load, self.p_credit, self.plan.prefill_share)
+
+    def _decode_server(self, p) -> int:
+        """Among prefill server p's decode servers, the least share of KV booked; ties by
+        smooth weighted round-robin on p's decode shares."""
+        share = self.plan.decode_share[p]
+        booked = self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:]
+        return _least_then_credit(np.where(share > 0, booked, np.inf), self.d_credit[p], share)
 
     def kv_link_of(self, p, d):
         j = d - self.n_prompt
         return (float(self.plan.kv_s_per_token[p, j]), float(self.plan.kv_setup_s[p, j]), self.kv_link[2],
                 self.kv_link[3])
+
+
+def _least_then_credit(load, credit, share) -> int:
+    """The server of least load; among ties, the one with the most round-robin credit
+    (every server earns its share per request, the chosen one spends one)."""
+    credit += share
+    least = load <= load.min() + 1e-9
+    k = int(np.argmax(np.where(least, credit, -np.inf)))
+    credit[k] -= 1.0
+    return k
