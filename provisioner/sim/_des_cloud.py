@@ -11,7 +11,9 @@ credit (lowest index on ties) takes the request and gives up one. So load follow
 shares, but a short prompt is not queued behind a long one while another replica sits
 idle: with fixed fractions blind to queue state that TTFT tail, not the mean, bound
 attainment at 99% (SEMANTICS.md, "Cloud plans").
-Decode server: smooth weighted round-robin over that prefill server's decode shares.
+Decode server: among the prefill server's decode servers (decode share > 0), the one
+with the least share of its KV budget booked; ties by smooth weighted round-robin on
+that prefill server's decode shares.
 """
 
 from __future__ import annotations
