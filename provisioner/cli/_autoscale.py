@@ -14,7 +14,7 @@ from workloads import diurnal_profile, read_profile_csv
 
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
-from ..sim import ENGINES
+from ..sim import ENGINES, refuse_closed_loop_in_fluid
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
@@ -22,6 +22,11 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WO
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
+CLOSED_LOOP_INTERVAL_S = 10.0   # Llumnix's SCALING_INTERVAL (its config/default.py)
+# Flags that only one --scale-on reads: given with another, they would change nothing.
+_POLICY_FLAGS = {"rate": ("scale_out_load", "scale_in_load"),
+                 "freeness": ("scale_out_freeness", "scale_in_freeness", "max_machines"),
+                 "queue": ("scale_out_queue", "scale_in_queue", "max_machines")}
 
 
 def autoscale_command(
@@ -59,10 +64,27 @@ def autoscale_command(
     target_load: float = typer.Option(0.85, "--target-load", help="The load a scaling step aims at."),
     startup_s: float = typer.Option(120.0, "--startup-s", help="Weight loading: a started machine serves this "
                                                                "many seconds after the decision (paid from it)."),
-    interval_s: float = typer.Option(60.0, "--interval-s", help="Seconds between scaling decisions."),
+    interval_s: float = typer.Option(None, "--interval-s", help="Seconds between scaling decisions (default 60 "
+                                     "with --scale-on rate, 10 closed-loop: Llumnix's scaling interval)."),
     window_s: float = typer.Option(300.0, "--window-s", help="A decision looks at the arrivals of this many "
                                                              "seconds before it."),
     min_machines: int = typer.Option(1, "--min-machines", help="Never fewer serving machines."),
+    scale_on: str = typer.Option("rate", "--scale-on", metavar="rate|freeness|queue",
+                                 help="rate: plan from the observed arrival rate (both engines). freeness or "
+                                      "queue: a closed-loop controller inside the discrete-event engine reads "
+                                      "Llumnix's freeness (decode steps) or the prompts queued per machine, "
+                                      "averaged over each interval."),
+    scale_out_freeness: float = typer.Option(10.0, "--scale-out-freeness", help="--scale-on freeness: add machines "
+                                             "when the cluster's freeness (decode steps) falls below this "
+                                             "(Llumnix's default 10)."),
+    scale_in_freeness: float = typer.Option(60.0, "--scale-in-freeness", help="--scale-on freeness: stop a machine "
+                                            "when one fewer would stay above this (Llumnix's default 60)."),
+    scale_out_queue: float = typer.Option(2.0, "--scale-out-queue", help="--scale-on queue: add machines when "
+                                          "the prompts waiting per machine exceed this."),
+    scale_in_queue: float = typer.Option(0.5, "--scale-in-queue", help="--scale-on queue: stop a machine when one "
+                                         "fewer would keep fewer prompts waiting per machine than this."),
+    max_machines: int = typer.Option(None, "--max-machines", help="Closed-loop: never more machines serving or "
+                                     "loading (default: the static cluster's count)."),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
     report: Path = typer.Option(None, "--report", metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
@@ -86,7 +108,16 @@ def autoscale_command(
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
         check_output_path(report, flag="--report", force=True, inputs=(profile,) if Path(profile).exists() else ())
-    policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines)
+    _refuse_other_policy_flags(ctx, scale_on)
+    if interval_s is None:
+        interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S
+    policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines,
+                             scale_on, scale_out_freeness, scale_in_freeness, scale_out_queue, scale_in_queue,
+                             max_machines)
+    if policy.closed_loop:
+        if engine == "fluid" and given(ctx, "engine"):
+            refuse_closed_loop_in_fluid(scale_on)
+        engine = "des"   # the controller reads the discrete-event engine's state
     traces = trace_generator(workload, arrival, None, sizing_duration, seed, cv)
     measured = load_latency_model(latency_profile, latency_interp)
     if measured is None:
@@ -115,6 +146,17 @@ def autoscale_command(
             typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
         return
     _print_summary(obj, elapsed_s)
+
+
+def _refuse_other_policy_flags(ctx: typer.Context, scale_on: str) -> None:
+    """One line for a threshold flag that the chosen --scale-on does not read."""
+    mine = _POLICY_FLAGS.get(scale_on, ())
+    for policy, params in _POLICY_FLAGS.items():
+        for param in params:
+            if policy != scale_on and param not in mine and given(ctx, param):
+                flag = "--" + param.replace("_", "-")
+                raise ProvisionerError(f"{flag} is a threshold of --scale-on {policy}: add --scale-on {policy}, "
+                                       f"or drop {flag}")
 
 
 def _profile(profile: str, rps: float | None, duration: float | None):

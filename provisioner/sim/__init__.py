@@ -29,7 +29,8 @@ from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
-           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "run_des", "ServerPlan"]
+           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
+           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
@@ -93,19 +94,30 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     return batch, inputs, out
 
 
+def refuse_closed_loop_in_fluid(metric: str) -> None:
+    """The fluid engine runs precomputed windows only (SEMANTICS.md, "Closed-loop autoscaling")."""
+    raise ProvisionerError(f"the fluid engine cannot run closed-loop autoscaling (--scale-on {metric} reads the "
+                           f"cluster's state as it runs): use --engine des")
+
+
 def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None,
-         high_priority=0.0):
+         high_priority=0.0, scaling=None):
     """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e)).
 
     keep_requests : False lets the fluid engine return only per-design figures.
-    windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None."""
+    windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None.
+    scaling : a closed-loop controller's settings (`_control.ScalingControl`; DES only), or None."""
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf, high_priority_mask(trace, high_priority))
     if windows is not None:
         inputs = dataclasses.replace(inputs, active_from_s=windows[0], active_until_s=windows[1])
+    if scaling is not None:
+        inputs = dataclasses.replace(inputs, scaling=scaling)
     duration_s = getattr(trace, "duration_s", None)
     if engine == "fluid":
         refuse_on_demand_in_fluid(inputs)
+        if scaling is not None:
+            refuse_closed_loop_in_fluid(scaling.metric)
     if engine != "fluid":
         des_check(inputs.n_designs, len(trace), duration_s)
         return batch, inputs, _engine(engine)(inputs), solo_latencies(trace, llm, perf, slo)
@@ -186,4 +198,5 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     return result
 
 
-from ._scaled import simulate_scaled  # noqa: E402  (uses _run above)
+from ._scaled import simulate_controlled, simulate_scaled  # noqa: E402  (uses _run above)
+from ._control import SCALE_METRICS, ScalingControl  # noqa: E402

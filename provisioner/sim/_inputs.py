@@ -55,6 +55,9 @@ class SimInputs:
     # (d, 2) live migration's link between two token servers' machines: (s per token, setup s);
     # None: the KV-transfer link (kv_s_per_token, kv_setup_s)
     migration_link: np.ndarray | None = None
+    # Closed-loop autoscaling (`_control.ScalingControl`, DES only): the controller sets the
+    # servers' availability windows as it runs; None: no controller.
+    scaling: object | None = None
 
     @property
     def n_designs(self) -> int:
@@ -181,3 +184,4 @@ class EngineOutput:
     drained_s: np.ndarray | None = None      # (d, max servers) when each server's last request finished (0: none)
     scheduler_stats: np.ndarray | None = None  # (d, 5) on-demand schedulers (DES): SCHEDULER_STATS
     timelines: list | None = None            # per design: rows of SCHEDULER_TIMELINE sampled every second
+    scaling: list | None = None              # per design: the closed-loop controller's log (_control.scaling_log_arrays)
