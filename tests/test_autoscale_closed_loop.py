@@ -32,7 +32,7 @@ def stub_cluster(slots: int, kv_cap: float = 1000.0):
                                 incoming=0, ctx=0, pf_kv=0, high=0, queued_kv=0, prefilling=())
                 for _ in range(slots)]
     return SimpleNamespace(machines=machines, kv_cap=np.full(slots, kv_cap), window=np.full((slots, 2), np.inf),
-                           last_end_s=[0.0] * slots)
+                           last_end_s=[0.0] * slots, windows_changed=lambda: None)
 
 
 def control(metric="queue", out=2.0, into=0.5, **kw):

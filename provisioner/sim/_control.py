@@ -65,12 +65,23 @@ class ScalingControl:
 
 
 class _Controlled(_Windowed):
-    """Mixed into a discrete-event cluster: windows set by the controller, and each server's
-    last iteration end (when a draining machine became empty)."""
+    """Mixed into a discrete-event cluster: windows that the controller sets. Which servers
+    take new requests is cached between window edges (routing asks at every arrival); the
+    engine files each server's last iteration end in `last_end_s` (when a drain ended)."""
 
-    def end(self, m, e):
-        self.last_end_s[m] = e
-        return super().end(m, e)
+    mask_from_s = mask_until_s = 0.0
+
+    def available(self, t):
+        if not self.mask_from_s <= t < self.mask_until_s:
+            n = len(self.machines)
+            lo, hi = self.window[:n, 0], self.window[:n, 1]
+            self.mask = (lo <= t) & (t < hi)
+            edges = np.concatenate([lo[lo > t], hi[hi > t]])
+            self.mask_from_s, self.mask_until_s = t, float(edges.min()) if len(edges) else np.inf
+        return self.mask
+
+    def windows_changed(self):
+        self.mask_until_s = -np.inf
 
 
 def controlled_cluster(base, inputs, d: int):
@@ -209,6 +220,7 @@ class Controller:
         for s in self._servers(slot):
             self.cl.window[s] = (serve_s, math.inf)
             self.cl.last_end_s[s] = 0.0
+        self.cl.windows_changed()
 
     def _stop(self, entry, t: float) -> None:
         k, slot = entry
@@ -217,6 +229,7 @@ class Controller:
         self.draining.append([k, slot])
         for s in self._servers(slot):
             self.cl.window[s, 1] = t
+        self.cl.windows_changed()
 
     def _release_empty(self, t: float) -> None:
         """A draining machine holding nothing is released: at its stop, or at its last iteration's end."""

@@ -325,6 +325,8 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
                 if not cl.is_current(i):
                     continue   # a re-timed iteration's old end
                 i %= cl.n_servers
+            if ctl is not None:
+                cl.last_end_s[i] = t   # when a draining machine's work ended (closed-loop release)
             for req, at in cl.end(i, t):
                 push(heap, (at, _KV, req))
             if colocated:
