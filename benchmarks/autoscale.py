@@ -66,7 +66,7 @@ def closed_loop_day(mean_rps: float, design: str, model: str, perf) -> dict:
     """The Poisson day under the closed-loop freeness controller (DES), timing the autoscaled
     day's simulation apart from the sizing and the static day."""
     from provisioner.autoscale import size_for_peak
-    from provisioner.autoscale._run import _closed_loop
+    from provisioner.autoscale import run_closed_loop
     from provisioner.slo import SLO
 
     profile = diurnal_profile(1.5 * mean_rps)
@@ -78,7 +78,7 @@ def closed_loop_day(mean_rps: float, design: str, model: str, perf) -> dict:
     initial = max(1, int(np.ceil(np.searchsorted(day.arrival_s, first) / first
                                  / (peak.rate_rps / n_static * policy.target_load))))
     wall, cpu = time.perf_counter(), time.process_time()
-    _closed_loop(design, day, model, policy, perf, SLO(), "des", n_static, initial, {})
+    run_closed_loop(design, day, model, policy, perf, SLO(), "des", n_static, initial, {})
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     r = autoscale(design, day, peak, model, policy, perf=perf, engine="des", static_machines=n_static)
     j = r.to_json()

@@ -18,7 +18,8 @@ from provisioner.cli import run
 from provisioner.designs import make_design
 from provisioner.errors import ProvisionerError
 from provisioner.sim import ScalingControl, build_inputs, simulate_controlled
-from provisioner.sim._control import Controller
+from provisioner.sim.testing import ScalingController as Controller
+from provisioner.sim.testing import des_simulate_design
 from workloads import RateProfile, Trace, TraceGenerator
 
 PERF = LatencyModel()
@@ -109,13 +110,12 @@ def two_level_trace(high_rps=3.0, low_rps=0.2, high_s=300.0, low_s=900.0, seed=0
 
 
 def run_engine(trace, ctl, scheduler="least-work"):
-    from provisioner.sim._des import _simulate
     import dataclasses
 
     design = make_design("baseline-a100", machines=ctl.slots, scheduler=scheduler)
     from provisioner.designs import DesignBatch
     inputs = build_inputs(DesignBatch.from_designs([design]), trace, PERF.llm(MODEL), PERF)
-    return _simulate(dataclasses.replace(inputs, scaling=ctl), 0)
+    return des_simulate_design(dataclasses.replace(inputs, scaling=ctl), 0)
 
 
 @pytest.mark.parametrize("scheduler", ["least-work", "llumnix-dispatch"])

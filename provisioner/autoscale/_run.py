@@ -16,8 +16,8 @@ from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_flu
 from ..slo import SLO
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 
-__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "SIZING_BATCH",
-           "MAX_STATIC_MACHINES"]
+__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "run_closed_loop",
+           "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
@@ -131,8 +131,8 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     usd_per_h, kw = (float(v[0]) / n_static for v in cluster_cost_power(DesignBatch.from_designs([static_design]),
                                                                         perf.catalog))
     if policy.closed_loop:
-        scaled_row, schedule = _closed_loop(family, trace, model, policy, perf, slo, engine, n_static, initial,
-                                            overrides)
+        scaled_row, schedule = run_closed_loop(family, trace, model, policy, perf, slo, engine, n_static, initial,
+                                               overrides)
         hours = machine_hours(schedule, schedule.released_s, horizon_s)
     else:
         schedule = plan_scaling(trace.arrival_s, horizon_s, capacity, initial, policy)
@@ -148,9 +148,10 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s)
 
 
-def _closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides):
+def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides):
     """The autoscaled day under the closed-loop controller in the discrete-event engine:
-    (result row, its ScalingSchedule with `released_s`)."""
+    (result row, its ScalingSchedule with `released_s`). `n_static` is the default maximum,
+    `initial` the machines serving at 0, `overrides` the design's fields (its scheduler)."""
     top = int(policy.max_machines) if policy.max_machines is not None else max(n_static, policy.min_machines)
     one = make_design(family, machines=1, **overrides)
     rep = perf.catalog.machine(one.prompt_machine).gpus_per_machine // int(one.prompt_tp)
