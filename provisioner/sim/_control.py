@@ -261,7 +261,8 @@ def machine_usage(cl, s: int):
 
 def _empty(cl, s: int) -> bool:
     mc = cl.machines[s]
-    return not (mc.busy or mc.start_pending or mc.prompt_q or mc.wait_q or mc.running or getattr(mc, "incoming", 0))
+    return not (mc.busy or mc.start_pending or mc.prompt_q or mc.wait_q or mc.running or getattr(mc, "incoming", 0)
+                or getattr(mc, "swapped", None))
 
 
 def scaling_log_arrays(controller: Controller) -> dict:
