@@ -101,6 +101,36 @@ def test_a_draining_machine_with_work_is_not_released():
 
 
 # -- inside the discrete-event engine -------------------------------------------------
+def test_two_levels_in_the_engine_by_hand():
+    """Every iteration takes 1 s and carries one 1500-token prompt (batch cap 2048) of one
+    output token: a machine serves exactly 1 req/s. 0.5 req/s until 60 s never queues.
+    3 req/s from 60 s to 90 s queue 2 (k - 60) prompts at second k on the one machine: the
+    tick at 70 s reads a mean of 11 > 2 per machine and starts min(ceil(11 / 2) - 1, 3 - 1)
+    = 2 machines (paid from 70 s, serving from 90 s: 20-s start-up). The backlog of 60 stays
+    where it was routed and drains at 1 per second until 150 s (150 - k queued at second k),
+    so ticks keep asking for more (at the maximum) until the 150-s tick's mean of 4.5 per
+    machine; from 160 s one machine fewer would do, so after 30 s of calm the newest stops at
+    190 s, the next at 220 s, and the one at the minimum stays. The request at 100 s goes
+    to the first new machine (least work), never to one before 90 s. Paid, to the 300-s
+    horizon: 300 + (220 - 70) + (190 - 70) = 570 machine-seconds."""
+    from test_scheduler import unit_inputs
+
+    arrivals = np.concatenate([np.arange(0.0, 60.0, 2.0), 60.0 + np.arange(90) / 3.0, [100.0]])
+    inputs = unit_inputs(1e6, arrivals, np.full(len(arrivals), 1500), np.ones(len(arrivals), np.int64),
+                         scheduler="least-work", machines=6)
+    ctl = ScalingControl("queue", 2.0, 0.5, 10.0, 20.0, 1, 3, 1, 1, 300.0, calm_s=30.0)
+    import dataclasses
+    cl = des_simulate_design(dataclasses.replace(inputs, scaling=ctl), 0)
+    rec = [r[:4] for r in cl.controller.records]
+    assert rec == [[0.0, 0.0, np.inf, np.inf], [70.0, 90.0, 220.0, 220.0], [70.0, 90.0, 190.0, 190.0]]
+    queued = [m for t, m, _ in cl.controller.ticks if t in (70.0, 150.0)]
+    assert queued == [11.0, 1.5]   # tick 70: 11 on one machine; tick 150: a mean of 4.5 over three
+    assert cl.prefill_on[-1] == 1 and cl.finish[-1] == 101.0
+    assert max(cl.finish[:-1]) == 150.0 and all(p == 0 for p in cl.prefill_on[:-1])
+    paid_s = sum(min(r[3], 300.0) - r[0] for r in rec)
+    assert paid_s == 570.0
+
+
 def two_level_trace(high_rps=3.0, low_rps=0.2, high_s=300.0, low_s=900.0, seed=0):
     """Deterministic arrivals: evenly spaced at high_rps, then at low_rps; coding sizes."""
     arrivals = np.concatenate([np.arange(0.0, high_s, 1.0 / high_rps), high_s + np.arange(0.0, low_s, 1.0 / low_rps)])
@@ -179,7 +209,7 @@ def test_cli_closed_loop_json(tmp_path):
     profile = tmp_path / "rate.csv"
     profile.write_text("time_s,rps\n0,0.5\n600,2\n")
     code, out, err = cli(["--profile", str(profile), "--duration", "1200", "--scale-on", "queue",
-                          "--static-machines", "4", "--json"])
+                          "--static-machines", "4", "--json", "--report", str(tmp_path / "day.html")])
     assert code == 0, err
     obj = json.loads(out)
     assert obj["engine"] == "des" and obj["scale_on"] == "queue" and obj["policy"]["scale_on"] == "queue"
@@ -187,6 +217,7 @@ def test_cli_closed_loop_json(tmp_path):
     for side in ("static", "autoscaled"):
         assert {"machine_hours", "cost_usd", "energy_kwh", "slo"} <= set(obj[side])
     assert "queued_per_machine" in obj["timeline"] and "saving_pct" in obj
+    assert "prompts queued per machine" in (tmp_path / "day.html").read_text()
 
 
 @pytest.mark.parametrize("args, message", [

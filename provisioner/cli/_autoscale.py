@@ -195,10 +195,18 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
                       "met" if c["slo"]["met"] else f"violated ({c['slo']['binding']})")
     console = make_console()
     console.print(table)
+    how = (f"the controller plans with {obj['capacity_rps']:.3g} req/s per machine" if obj["scale_on"] == "rate" else
+           f"the controller scales on {obj['scale_on']} inside the discrete-event engine "
+           f"({obj['scaling_events']} scaling events)")
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
-                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); the controller plans with "
-                  f"{obj['capacity_rps']:.3g} req/s per machine and started {a['machines_started']} machines")
+                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); {how} and started "
+                  f"{a['machines_started']} machines")
     console.print(f"simulated {p['requests']:,} requests twice in {elapsed_s:.1f} s")
+
+
+_METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
+                  "freeness": ("freeness_steps", "cluster freeness (decode steps)"),
+                  "queue": ("queued_per_machine", "prompts queued per machine")}
 
 
 def _write_report(path: Path, obj: dict) -> None:
@@ -208,9 +216,9 @@ def _write_report(path: Path, obj: dict) -> None:
 
     tl = obj["timeline"]
     hours = [t / 3600.0 for t in tl["time_s"]]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True,
-                        subplot_titles=("observed request rate (req/s)", "machines (serving or loading)"))
-    fig.add_trace(go.Scatter(x=hours, y=tl["observed_rps"], name="observed rate"), row=1, col=1)
+    metric, title = _METRIC_TITLES[obj["scale_on"]]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=(title, "machines (serving or loading)"))
+    fig.add_trace(go.Scatter(x=hours, y=tl[metric], name=title), row=1, col=1)
     fig.add_trace(go.Scatter(x=hours, y=tl["machines"], name="autoscaled", line_shape="hv"), row=2, col=1)
     fig.add_trace(go.Scatter(x=[0, obj["duration_s"] / 3600.0], y=[obj["static"]["machines"]] * 2,
                              name="static (peak)", line_dash="dash"), row=2, col=1)
