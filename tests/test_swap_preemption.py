@@ -128,3 +128,21 @@ def test_cli_bad_preemption_is_one_line_exit_2(args, message):
     code, _, err = cli(args)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+def autoscale_cli(args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(["autoscale", "--design", "baseline-h100", "--model", "bloom-176b", "--workload", "conversation",
+                    "--profile", "diurnal", "--rps", "8", "--duration", "900", "--static-machines", "3", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_autoscale_takes_swap_under_an_on_demand_scheduler():
+    code, out, err = autoscale_cli(["--scheduler", "jsq", "--preemption", "swap", "--json"])
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["preemption"] == "swap" and obj["engine"] == "des"
+    code, _, err = autoscale_cli(["--preemption", "swap", "--json"])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--scheduler least-work does not preempt" in lines[0], lines

@@ -76,12 +76,13 @@ def _saving(static: float, scaled: float) -> float:
     return 100.0 * (1.0 - scaled / static) if static > 0 else 0.0
 
 
-def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid", **overrides) -> int:
+def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
+                  preemption: str = "recompute", **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
     trace at the profile's peak), scored by the search's `Evaluator` in batches of counts."""
     from ..search import Evaluator
 
-    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine)
+    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption)
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
@@ -96,7 +97,7 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
 
 def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
               engine: str = "fluid", capacity_rps: float | None = None, static_machines: int | None = None,
-              initial_rps: float | None = None, **overrides) -> AutoscaleResult:
+              initial_rps: float | None = None, preemption: str = "recompute", **overrides) -> AutoscaleResult:
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
@@ -105,6 +106,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         rate over the static count (what one machine of the static cluster carries at the peak).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
+    preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
     """
     spec = family_spec(family)
     if spec.split:
@@ -120,7 +122,8 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     # Closed loop under least-work: the fluid engine sizes the static cluster (a batch of
     # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
     sizing_engine = "fluid" if policy.closed_loop and "scheduler" not in overrides else engine
-    n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, **overrides)
+    n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
+                                                **overrides)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
@@ -132,23 +135,25 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                                                         perf.catalog))
     if policy.closed_loop:
         scaled_row, schedule = run_closed_loop(family, trace, model, policy, perf, slo, engine, n_static, initial,
-                                               overrides)
+                                               overrides, preemption)
         hours = machine_hours(schedule, schedule.released_s, horizon_s)
     else:
         schedule = plan_scaling(trace.arrival_s, horizon_s, capacity, initial, policy)
         scaled_design = make_design(family, machines=schedule.n_machines, **overrides)
         lo, hi, layout = _server_windows(scaled_design, schedule, perf)
         scaled_row, drained_s = simulate_scaled(scaled_design, trace, model, lo, hi, engine=engine, slo=slo,
-                                                perf=perf)
+                                                perf=perf, preemption=preemption)
         hours = machine_hours(schedule, _machine_drained_s(drained_s, layout, schedule.n_machines), horizon_s)
     scaled = ClusterDay(hours, hours * usd_per_h, hours * kw, scaled_row.iloc[0])
-    static_row = simulate(static_design, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
+    static_row = simulate(static_design, trace, model, engine=engine, slo=slo, perf=perf,
+                          preemption=preemption).iloc[0]
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s)
 
 
-def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides):
+def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides,
+                    preemption: str = "recompute"):
     """The autoscaled day under the closed-loop controller in the discrete-event engine:
     (result row, its ScalingSchedule with `released_s`). `n_static` is the default maximum,
     `initial` the machines serving at 0, `overrides` the design's fields (its scheduler)."""
@@ -160,7 +165,8 @@ def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, en
                              policy.min_machines, top, min(initial, top), rep, float(trace.duration_s),
                              calm_s=policy.window_s)
     design = make_design(family, machines=control.slots, **overrides)
-    row, log = simulate_controlled(design, trace, model, control, engine=engine, slo=slo, perf=perf)
+    row, log = simulate_controlled(design, trace, model, control, engine=engine, slo=slo, perf=perf,
+                                   preemption=preemption)
     schedule = ScalingSchedule(log["billed_from_s"], log["serve_from_s"], log["serve_until_s"], log["time_s"],
                                log["metric"], log["machines"], metric_name=_METRIC_NAMES[policy.scale_on],
                                events=int(log["events"]), released_s=log["released_s"])

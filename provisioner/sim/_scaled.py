@@ -14,7 +14,8 @@ __all__ = ["simulate_scaled"]
 
 
 def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_until_s: np.ndarray, *,
-                    engine: str = "fluid", slo: SLO | None = None, perf: LatencyModel | None = None):
+                    engine: str = "fluid", slo: SLO | None = None, perf: LatencyModel | None = None,
+                    preemption: str = "recompute"):
     """Score one design whose server k takes new requests only in [active_from_s[k],
     active_until_s[k]) (SEMANTICS.md, "Availability windows").
 
@@ -35,12 +36,12 @@ def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_unti
     perf = perf if perf is not None else LatencyModel()
     windows = (np.atleast_2d(np.asarray(active_from_s, float)), np.atleast_2d(np.asarray(active_until_s, float)))
     batch, inputs, out, solo = _run([design], trace, perf.llm(model), perf, engine, slo, False,
-                                    keep_requests=False, windows=windows)
+                                    keep_requests=False, windows=windows, preemption=preemption)
     return _row(batch, inputs, out, solo, trace, slo, perf, engine), out.drained_s[0]
 
 
 def simulate_controlled(design, trace, model, scaling, *, engine: str = "des", slo: SLO | None = None,
-                        perf: LatencyModel | None = None):
+                        perf: LatencyModel | None = None, preemption: str = "recompute"):
     """Score one baseline design of `2 x scaling.max_machines` machine slots under a
     closed-loop controller (`ScalingControl`; SEMANTICS.md, "Closed-loop autoscaling").
 
@@ -54,7 +55,7 @@ def simulate_controlled(design, trace, model, scaling, *, engine: str = "des", s
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run([design], trace, perf.llm(model), perf, engine, slo, False,
-                                    keep_requests=False, scaling=scaling)
+                                    keep_requests=False, scaling=scaling, preemption=preemption)
     return _row(batch, inputs, out, solo, trace, slo, perf, engine), out.scaling[0]
 
 
