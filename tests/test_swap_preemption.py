@@ -146,3 +146,30 @@ def test_autoscale_takes_swap_under_an_on_demand_scheduler():
     code, _, err = autoscale_cli(["--preemption", "swap", "--json"])
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "--scheduler least-work does not preempt" in lines[0], lines
+
+
+def test_search_and_sweep_take_swap(tmp_path):
+    from provisioner.search import ProvisionRequest, provision
+    from provisioner.sweep import load_sweep_spec
+
+    req = ProvisionRequest(goal="cost", rps=12.0, workload="conversation", model="bloom-176b",
+                           families=("baseline-h100",), duration_s=30.0, scheduler="jsq", preemption="swap",
+                           verify=False)
+    obj = provision(req).to_json()
+    assert obj["question"]["preemption"] == "swap" and obj["best"][0]["feasible"]
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('goals = ["cost"]\nmodels = ["bloom-176b"]\nworkloads = ["conversation"]\nrps = [12]\n'
+                    'families = ["baseline-h100"]\nduration_s = 30\nscheduler = "jsq"\npreemption = "swap"\n')
+    question = load_sweep_spec(spec).questions[0]
+    assert question.request.preemption == "swap" and question.columns()["preemption"] == "swap"
+    with pytest.raises(Exception, match="does not preempt"):
+        ProvisionRequest(goal="cost", rps=12.0, workload="conversation", families=("baseline-h100",),
+                         duration_s=30.0, preemption="swap")
+
+
+def test_search_cli_refuses_swap_without_an_on_demand_scheduler():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run(["--goal", "cost", "--rps", "12", "--design", "baseline-h100", "--preemption", "swap"])
+    lines = err.getvalue().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--scheduler least-work does not preempt" in lines[0], lines
