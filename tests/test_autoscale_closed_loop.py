@@ -171,7 +171,6 @@ def test_engine_keeps_the_rules(scheduler):
     assert not np.isnan(cl.finish).any()
 
 
-@pytest.mark.slow
 def test_closed_loop_day_saves_at_met_slos():
     """A 4-hour diurnal cosine (3x peak over trough) at a peak of 3 req/s: the freeness
     controller pays fewer machine-hours than the cluster sized for the peak, both meeting

@@ -67,7 +67,8 @@ def autoscale_command(
     interval_s: float = typer.Option(None, "--interval-s", help="Seconds between scaling decisions (default 60 "
                                      "with --scale-on rate, 10 closed-loop: Llumnix's scaling interval)."),
     window_s: float = typer.Option(300.0, "--window-s", help="A decision looks at the arrivals of this many "
-                                                             "seconds before it."),
+                                                             "seconds before it (closed-loop: the calm a scale-in "
+                                                             "waits for, and between two stops)."),
     min_machines: int = typer.Option(1, "--min-machines", help="Never fewer serving machines."),
     scale_on: str = typer.Option("rate", "--scale-on", metavar="rate|freeness|queue",
                                  help="rate: plan from the observed arrival rate (both engines). freeness or "
