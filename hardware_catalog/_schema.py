@@ -81,6 +81,8 @@ class Machine:
     ``rated_power_w`` is the provisioned machine power with uncapped GPUs, and
     ``gpu_power_fraction`` the share of it drawn by the GPUs (see ``power_w``).
     ``nic_bandwidth_gbps_per_gpu`` is the inter-machine network per GPU in Gbit/s.
+    ``host_memory_gb`` is the machine's CPU memory (DRAM) and ``host_link_gb_per_s_per_gpu``
+    each GPU's link to it (PCIe, one direction), GB/s: where swap preemption puts KV caches.
     """
 
     name: str = field(metadata=_FROM_FILE_NAME)
@@ -96,6 +98,9 @@ class Machine:
     inter_node_link: str = field(metadata=_one_of("infiniband", "ethernet"))
     sources: dict[str, str] = field(hash=False, metadata=_CITED)
     as_of: str = field(metadata=_DATE)
+    # Host side (swap preemption: KV copied to CPU memory); None where not catalogued.
+    host_memory_gb: float | None = field(default=None, metadata=_POSITIVE)
+    host_link_gb_per_s_per_gpu: float | None = field(default=None, metadata=_POSITIVE)
 
     def power_w(self, power_cap):
         """Machine power in W with every GPU capped to ``power_cap`` of its TDP.

@@ -73,6 +73,8 @@ def scheduler_json(row) -> dict:
         return {}
     stats = {k: _py(row[k]) for k in SCHEDULER_COUNTS}
     stats["fragmentation_mean"] = _py(row["scheduler_fragmentation_mean"])
+    if "swaps" in row.index:   # swap preemption
+        stats.update(swaps=_py(row["swaps"]), swapped_bytes=_py(row["swapped_bytes"]))
     out = {"scheduler_stats": stats}
     if "ttft_p99_s_high" in row.index:
         out["priority"] = {label: {f"{m}_ms": {f"p{p}": _py(row[f"{m}_p{p}_s_{label}"] * 1e3) for p in PERCENTILES}

@@ -10,7 +10,7 @@ The rules are in `provisioner/sim/SEMANTICS.md`, "Autoscaling".
 """
 
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
-from ._run import AutoscaleResult, ClusterDay, autoscale, machine_hours, size_for_peak
+from ._run import AutoscaleResult, ClusterDay, autoscale, machine_hours, run_closed_loop, size_for_peak
 
 __all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "AutoscaleResult", "ClusterDay", "autoscale",
-           "machine_hours", "size_for_peak"]
+           "machine_hours", "size_for_peak", "run_closed_loop"]

@@ -16,7 +16,9 @@ import numpy as np
 
 from ..errors import ProvisionerError
 
-__all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling"]
+__all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "SCALE_ON"]
+
+SCALE_ON = ("rate", "freeness", "queue")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,13 @@ class AutoscalePolicy:
         (and is paid for from the decision).
     interval_s : time between decisions; window_s : the arrivals a decision looks at.
     min_machines : never fewer serving machines.
+    scale_on : "rate" (the thresholds above on the observed arrival rate, planned before
+        the run) or, closed-loop inside the discrete-event engine, "freeness" (Llumnix's
+        pooled freeness in decode steps: scale out below `scale_out_freeness`, in when one
+        machine fewer would stay above `scale_in_freeness`) or "queue" (prompts waiting per
+        machine: out above `scale_out_queue`, in when one machine fewer would stay below
+        `scale_in_queue`).
+    max_machines : never more machines serving or loading (None: the static peak count).
     """
 
     scale_out_load: float = 0.95
@@ -43,6 +52,17 @@ class AutoscalePolicy:
     interval_s: float = 60.0
     window_s: float = 300.0
     min_machines: int = 1
+    scale_on: str = "rate"
+    # Llumnix's defaults (its config/default.py: SCALE_UP_THRESHOLD 10, SCALE_DOWN_THRESHOLD 60,
+    # avg_load over the instances' remaining decode steps).
+    scale_out_freeness: float = 10.0
+    scale_in_freeness: float = 60.0
+    scale_out_queue: float = 2.0
+    scale_in_queue: float = 0.5
+    max_machines: int | None = None
+
+    RATE_FIELDS = ("scale_out_load", "scale_in_load", "target_load", "startup_s", "interval_s", "window_s",
+                   "min_machines")
 
     def __post_init__(self):
         for name in ("scale_out_load", "scale_in_load", "target_load", "interval_s", "window_s"):
@@ -56,6 +76,40 @@ class AutoscalePolicy:
                                    f"(got {self.scale_in_load:g}, {self.target_load:g}, {self.scale_out_load:g})")
         if int(self.min_machines) != self.min_machines or self.min_machines < 1:
             raise ProvisionerError(f"--min-machines must be a whole number >= 1 (got {self.min_machines!r})")
+        if self.scale_on not in SCALE_ON:
+            raise ProvisionerError(f"--scale-on must be one of {', '.join(SCALE_ON)} (got '{self.scale_on}')")
+        self._check_closed_loop()
+
+    def _check_closed_loop(self):
+        for name in ("scale_out_freeness", "scale_in_freeness", "scale_out_queue", "scale_in_queue"):
+            if not (isinstance(getattr(self, name), (int, float)) and math.isfinite(getattr(self, name))):
+                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number (got "
+                                       f"{getattr(self, name)!r})")
+        if not self.scale_out_freeness < self.scale_in_freeness:
+            raise ProvisionerError(f"--scale-out-freeness must be below --scale-in-freeness (scale out when the "
+                                   f"cluster is less free than when it scales in; got {self.scale_out_freeness:g} "
+                                   f">= {self.scale_in_freeness:g})")
+        if not 0 <= self.scale_in_queue < self.scale_out_queue:
+            raise ProvisionerError(f"the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (prompts "
+                                   f"waiting per machine; got {self.scale_in_queue:g}, {self.scale_out_queue:g})")
+        if self.max_machines is not None and (int(self.max_machines) != self.max_machines
+                                              or self.max_machines < self.min_machines):
+            raise ProvisionerError(f"--max-machines must be a whole number >= --min-machines ({self.min_machines}) "
+                                   f"(got {self.max_machines!r})")
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.scale_on != "rate"
+
+    def to_json(self) -> dict:
+        """The settings of this policy's `scale_on` (rate: exactly the fields it always had)."""
+        out = {k: getattr(self, k) for k in self.RATE_FIELDS}
+        if self.closed_loop:
+            del out["scale_out_load"], out["scale_in_load"]   # target_load, window_s: the warm start at 0
+            metric = self.scale_on
+            out.update({"scale_on": metric, f"scale_out_{metric}": getattr(self, f"scale_out_{metric}"),
+                        f"scale_in_{metric}": getattr(self, f"scale_in_{metric}"), "max_machines": self.max_machines})
+        return out
 
 
 @dataclass(frozen=True)
@@ -75,10 +129,23 @@ class ScalingSchedule:
     decision_s: np.ndarray
     observed_rps: np.ndarray
     machines: np.ndarray      # machines counted (serving or loading) after each decision
+    # Closed loop: what each tick read (instead of observed_rps) and how many ticks acted.
+    metric_name: str = "observed_rps"
+    events: int | None = None
+    released_s: np.ndarray | None = None   # per machine: end of its draining (inf: never stopped)
 
     @property
     def n_machines(self) -> int:
         return len(self.billed_from_s)
+
+    @property
+    def scaling_events(self) -> int:
+        """Decisions that started or stopped machines."""
+        if self.events is not None:
+            return self.events
+        started = self.billed_from_s[self.billed_from_s > 0]
+        stopped = self.serve_until_s[np.isfinite(self.serve_until_s)]
+        return len(np.unique(started)) + len(np.unique(stopped))
 
     def serving_at(self, t_s) -> np.ndarray:
         """Machines taking new requests at each time of t_s."""

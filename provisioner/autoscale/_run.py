@@ -11,12 +11,13 @@ import pandas as pd
 from ..designs import DesignBatch, family_spec, make_design
 from ..errors import ProvisionerError
 from ..results import latency_json
-from ..sim import cluster_cost_power, simulate, simulate_scaled
+from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_fluid, simulate, simulate_controlled,
+                   simulate_scaled)
 from ..slo import SLO
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 
-__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "SIZING_BATCH",
-           "MAX_STATIC_MACHINES"]
+__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "run_closed_loop",
+           "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
@@ -58,15 +59,16 @@ class AutoscaleResult:
         counts = s.machines if len(s.machines) else np.array([s.n_machines])   # a profile shorter than a tick
         return {
             "family": self.family, "duration_s": self.duration_s, "capacity_rps": self.capacity_rps,
-            "policy": {k: getattr(self.policy, k) for k in self.policy.__dataclass_fields__},
+            "policy": self.policy.to_json(),
             "static": {"machines": self.static_machines, **self.static.to_json()},
             "autoscaled": {"machines_started": s.n_machines, "machines_max": int(counts.max()),
                            "machines_min": int(counts.min()), **self.autoscaled.to_json()},
             "saving_pct": self.saving_pct,
             "machine_hours_saving_pct": _saving(self.static.machine_hours, self.autoscaled.machine_hours),
             "energy_saving_pct": _saving(self.static.energy_kwh, self.autoscaled.energy_kwh),
-            "timeline": {"time_s": s.decision_s.tolist(), "observed_rps": s.observed_rps.tolist(),
+            "timeline": {"time_s": s.decision_s.tolist(), s.metric_name: s.observed_rps.tolist(),
                          "machines": s.machines.tolist()},
+            "scale_on": self.policy.scale_on, "scaling_events": s.scaling_events,
         }
 
 
@@ -74,12 +76,13 @@ def _saving(static: float, scaled: float) -> float:
     return 100.0 * (1.0 - scaled / static) if static > 0 else 0.0
 
 
-def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid", **overrides) -> int:
+def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
+                  preemption: str = "recompute", **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
     trace at the profile's peak), scored by the search's `Evaluator` in batches of counts."""
     from ..search import Evaluator
 
-    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine)
+    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption)
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
@@ -94,7 +97,7 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
 
 def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
               engine: str = "fluid", capacity_rps: float | None = None, static_machines: int | None = None,
-              initial_rps: float | None = None, **overrides) -> AutoscaleResult:
+              initial_rps: float | None = None, preemption: str = "recompute", **overrides) -> AutoscaleResult:
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
@@ -103,32 +106,74 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         rate over the static count (what one machine of the static cluster carries at the peak).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
+    preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
     """
     spec = family_spec(family)
     if spec.split:
         raise ProvisionerError(f"autoscale scales one pool of machines: {family} has two (prompt and token) with "
                                f"lending; use a baseline or splitwiser family")
+    if policy.closed_loop:   # refused before any work
+        if family.startswith("splitwiser"):
+            raise ProvisionerError(f"--scale-on {policy.scale_on} scales baseline machines inside the discrete-event "
+                                   f"engine; use --scale-on rate for {family}")
+        if engine == "fluid":
+            refuse_closed_loop_in_fluid(policy.scale_on)
     slo = slo if slo is not None else SLO()
-    n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, engine, **overrides)
+    # Closed loop under least-work: the fluid engine sizes the static cluster (a batch of
+    # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
+    sizing_engine = "fluid" if policy.closed_loop and "scheduler" not in overrides else engine
+    n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
+                                                **overrides)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
         first = min(policy.window_s, horizon_s)
         initial_rps = np.searchsorted(trace.arrival_s, first) / first
     initial = max(policy.min_machines, math.ceil(initial_rps / (capacity * policy.target_load)))
-    schedule = plan_scaling(trace.arrival_s, horizon_s, capacity, initial, policy)
     static_design = make_design(family, machines=n_static, **overrides)
-    scaled_design = make_design(family, machines=schedule.n_machines, **overrides)
     usd_per_h, kw = (float(v[0]) / n_static for v in cluster_cost_power(DesignBatch.from_designs([static_design]),
                                                                         perf.catalog))
-    static_row = simulate(static_design, trace, model, engine=engine, slo=slo, perf=perf).iloc[0]
+    if policy.closed_loop:
+        scaled_row, schedule = run_closed_loop(family, trace, model, policy, perf, slo, engine, n_static, initial,
+                                               overrides, preemption)
+        hours = machine_hours(schedule, schedule.released_s, horizon_s)
+    else:
+        schedule = plan_scaling(trace.arrival_s, horizon_s, capacity, initial, policy)
+        scaled_design = make_design(family, machines=schedule.n_machines, **overrides)
+        lo, hi, layout = _server_windows(scaled_design, schedule, perf)
+        scaled_row, drained_s = simulate_scaled(scaled_design, trace, model, lo, hi, engine=engine, slo=slo,
+                                                perf=perf, preemption=preemption)
+        hours = machine_hours(schedule, _machine_drained_s(drained_s, layout, schedule.n_machines), horizon_s)
+    scaled = ClusterDay(hours, hours * usd_per_h, hours * kw, scaled_row.iloc[0])
+    static_row = simulate(static_design, trace, model, engine=engine, slo=slo, perf=perf,
+                          preemption=preemption).iloc[0]
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
-    lo, hi, layout = _server_windows(scaled_design, schedule, perf)
-    scaled_row, drained_s = simulate_scaled(scaled_design, trace, model, lo, hi, engine=engine, slo=slo, perf=perf)
-    hours = machine_hours(schedule, _machine_drained_s(drained_s, layout, schedule.n_machines), horizon_s)
-    scaled = ClusterDay(hours, hours * usd_per_h, hours * kw, scaled_row.iloc[0])
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s)
+
+
+def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides,
+                    preemption: str = "recompute"):
+    """The autoscaled day under the closed-loop controller in the discrete-event engine:
+    (result row, its ScalingSchedule with `released_s`). `n_static` is the default maximum,
+    `initial` the machines serving at 0, `overrides` the design's fields (its scheduler)."""
+    top = int(policy.max_machines) if policy.max_machines is not None else max(n_static, policy.min_machines)
+    one = make_design(family, machines=1, **overrides)
+    rep = perf.catalog.machine(one.prompt_machine).gpus_per_machine // int(one.prompt_tp)
+    control = ScalingControl(policy.scale_on, getattr(policy, f"scale_out_{policy.scale_on}"),
+                             getattr(policy, f"scale_in_{policy.scale_on}"), policy.interval_s, policy.startup_s,
+                             policy.min_machines, top, min(initial, top), rep, float(trace.duration_s),
+                             calm_s=policy.window_s)
+    design = make_design(family, machines=control.slots, **overrides)
+    row, log = simulate_controlled(design, trace, model, control, engine=engine, slo=slo, perf=perf,
+                                   preemption=preemption)
+    schedule = ScalingSchedule(log["billed_from_s"], log["serve_from_s"], log["serve_until_s"], log["time_s"],
+                               log["metric"], log["machines"], metric_name=_METRIC_NAMES[policy.scale_on],
+                               events=int(log["events"]), released_s=log["released_s"])
+    return row, schedule
+
+
+_METRIC_NAMES = {"freeness": "freeness_steps", "queue": "queued_per_machine"}
 
 
 def machine_hours(schedule: ScalingSchedule, drained_s: np.ndarray, horizon_s: float) -> float:

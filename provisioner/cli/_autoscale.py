@@ -14,14 +14,19 @@ from workloads import diurnal_profile, read_profile_csv
 
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
-from ..sim import ENGINES
+from ..sim import ENGINES, refuse_closed_loop_in_fluid
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
-                      given, scheduler_option, trace_generator)
+                      given, scheduler_option, trace_generator, preemption_option, check_preemption)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
+CLOSED_LOOP_INTERVAL_S = 10.0   # Llumnix's SCALING_INTERVAL (its config/default.py)
+# Flags that only one --scale-on reads: given with another, they would change nothing.
+_POLICY_FLAGS = {"rate": ("scale_out_load", "scale_in_load"),
+                 "freeness": ("scale_out_freeness", "scale_in_freeness", "max_machines"),
+                 "queue": ("scale_out_queue", "scale_in_queue", "max_machines")}
 
 
 def autoscale_command(
@@ -59,16 +64,35 @@ def autoscale_command(
     target_load: float = typer.Option(0.85, "--target-load", help="The load a scaling step aims at."),
     startup_s: float = typer.Option(120.0, "--startup-s", help="Weight loading: a started machine serves this "
                                                                "many seconds after the decision (paid from it)."),
-    interval_s: float = typer.Option(60.0, "--interval-s", help="Seconds between scaling decisions."),
+    interval_s: float = typer.Option(None, "--interval-s", help="Seconds between scaling decisions (default 60 "
+                                     "with --scale-on rate, 10 closed-loop: Llumnix's scaling interval)."),
     window_s: float = typer.Option(300.0, "--window-s", help="A decision looks at the arrivals of this many "
-                                                             "seconds before it."),
+                                                             "seconds before it (closed-loop: the calm a scale-in "
+                                                             "waits for, and between two stops)."),
     min_machines: int = typer.Option(1, "--min-machines", help="Never fewer serving machines."),
+    scale_on: str = typer.Option("rate", "--scale-on", metavar="rate|freeness|queue",
+                                 help="rate: plan from the observed arrival rate (both engines). freeness or "
+                                      "queue: a closed-loop controller inside the discrete-event engine reads "
+                                      "Llumnix's freeness (decode steps) or the prompts queued per machine, "
+                                      "averaged over each interval."),
+    scale_out_freeness: float = typer.Option(10.0, "--scale-out-freeness", help="--scale-on freeness: add machines "
+                                             "when the cluster's freeness (decode steps) falls below this "
+                                             "(Llumnix's default 10)."),
+    scale_in_freeness: float = typer.Option(60.0, "--scale-in-freeness", help="--scale-on freeness: stop a machine "
+                                            "when one fewer would stay above this (Llumnix's default 60)."),
+    scale_out_queue: float = typer.Option(2.0, "--scale-out-queue", help="--scale-on queue: add machines when "
+                                          "the prompts waiting per machine exceed this."),
+    scale_in_queue: float = typer.Option(0.5, "--scale-in-queue", help="--scale-on queue: stop a machine when one "
+                                         "fewer would keep fewer prompts waiting per machine than this."),
+    max_machines: int = typer.Option(None, "--max-machines", help="Closed-loop: never more machines serving or "
+                                     "loading (default: the static cluster's count)."),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
     report: Path = typer.Option(None, "--report", metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     scheduler: str = scheduler_option(),
+    preemption: str = preemption_option(),
 ) -> None:
     from ..autoscale import AutoscalePolicy, autoscale
 
@@ -80,13 +104,23 @@ def autoscale_command(
         raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
     refuse_idle_flags(ctx, workload, arrival)
     scheduler_code(scheduler)   # an unknown name: one line listing the policies
+    check_preemption(preemption, scheduler)
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
         check_output_path(report, flag="--report", force=True, inputs=(profile,) if Path(profile).exists() else ())
-    policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines)
+    _refuse_other_policy_flags(ctx, scale_on)
+    if interval_s is None:
+        interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S
+    policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines,
+                             scale_on, scale_out_freeness, scale_in_freeness, scale_out_queue, scale_in_queue,
+                             max_machines)
+    if policy.closed_loop:
+        if engine == "fluid" and given(ctx, "engine"):
+            refuse_closed_loop_in_fluid(scale_on)
+        engine = "des"   # the controller reads the discrete-event engine's state
     traces = trace_generator(workload, arrival, None, sizing_duration, seed, cv)
     measured = load_latency_model(latency_profile, latency_interp)
     if measured is None:
@@ -96,12 +130,15 @@ def autoscale_command(
     day = traces.with_profile(rate)
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
-                       engine=engine, capacity_rps=capacity_rps, static_machines=static_machines, **overrides)
+                       engine=engine, capacity_rps=capacity_rps, static_machines=static_machines,
+                       preemption=preemption, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
                        "mean_rps": rate.mean_rps, "requests": len(day)},
            "trace": traces.to_json(), **result.to_json()}
+    if preemption != "recompute":   # recompute results keep their keys
+        obj["preemption"] = preemption
     if measured is not None:
         from ..designs import make_design
         d = make_design(design, machines=1)
@@ -115,6 +152,17 @@ def autoscale_command(
             typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
         return
     _print_summary(obj, elapsed_s)
+
+
+def _refuse_other_policy_flags(ctx: typer.Context, scale_on: str) -> None:
+    """One line for a threshold flag that the chosen --scale-on does not read."""
+    mine = _POLICY_FLAGS.get(scale_on, ())
+    for policy, params in _POLICY_FLAGS.items():
+        for param in params:
+            if policy != scale_on and param not in mine and given(ctx, param):
+                flag = "--" + param.replace("_", "-")
+                raise ProvisionerError(f"{flag} is a threshold of --scale-on {policy}: add --scale-on {policy}, "
+                                       f"or drop {flag}")
 
 
 def _profile(profile: str, rps: float | None, duration: float | None):
@@ -153,10 +201,18 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
                       "met" if c["slo"]["met"] else f"violated ({c['slo']['binding']})")
     console = make_console()
     console.print(table)
+    how = (f"the controller plans with {obj['capacity_rps']:.3g} req/s per machine" if obj["scale_on"] == "rate" else
+           f"the controller scales on {obj['scale_on']} inside the discrete-event engine "
+           f"({obj['scaling_events']} scaling events)")
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
-                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); the controller plans with "
-                  f"{obj['capacity_rps']:.3g} req/s per machine and started {a['machines_started']} machines")
+                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); {how} and started "
+                  f"{a['machines_started']} machines")
     console.print(f"simulated {p['requests']:,} requests twice in {elapsed_s:.1f} s")
+
+
+_METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
+                  "freeness": ("freeness_steps", "cluster freeness (decode steps)"),
+                  "queue": ("queued_per_machine", "prompts queued per machine")}
 
 
 def _write_report(path: Path, obj: dict) -> None:
@@ -166,9 +222,9 @@ def _write_report(path: Path, obj: dict) -> None:
 
     tl = obj["timeline"]
     hours = [t / 3600.0 for t in tl["time_s"]]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True,
-                        subplot_titles=("observed request rate (req/s)", "machines (serving or loading)"))
-    fig.add_trace(go.Scatter(x=hours, y=tl["observed_rps"], name="observed rate"), row=1, col=1)
+    metric, title = _METRIC_TITLES[obj["scale_on"]]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=(title, "machines (serving or loading)"))
+    fig.add_trace(go.Scatter(x=hours, y=tl[metric], name=title), row=1, col=1)
     fig.add_trace(go.Scatter(x=hours, y=tl["machines"], name="autoscaled", line_shape="hv"), row=2, col=1)
     fig.add_trace(go.Scatter(x=[0, obj["duration_s"] / 3600.0], y=[obj["static"]["machines"]] * 2,
                              name="static (peak)", line_dash="dash"), row=2, col=1)

@@ -123,6 +123,25 @@ def scheduler_option():
     return typer.Option(DEFAULT_SCHEDULER, "--scheduler", metavar="POLICY", help=SCHEDULER_HELP)
 
 
+def preemption_option():
+    """`--preemption` for the commands that take an on-demand `--scheduler`."""
+    return typer.Option("recompute", "--preemption", metavar="recompute|swap",
+                        help="How an on-demand --scheduler preempts when KV memory runs out (vLLM's two modes): "
+                             "recompute (default: drop the KV, prefill again) or swap (copy the KV to host memory "
+                             "over PCIe and back; recompute when host memory is full). Baseline families.")
+
+
+def check_preemption(preemption: str, scheduler: str) -> None:
+    """One line for an unknown mode or swap without an on-demand scheduler (it would change nothing)."""
+    from ..schedulers import DEFAULT_SCHEDULER, SPLITWISESIM
+    if preemption not in ("recompute", "swap"):
+        raise ProvisionerError(f"--preemption must be one of recompute, swap (got '{preemption}')")
+    if preemption == "swap" and scheduler in (DEFAULT_SCHEDULER, SPLITWISESIM):
+        raise ProvisionerError(f"--preemption swap sets how the on-demand schedulers preempt; --scheduler {scheduler} "
+                               f"does not preempt: add --scheduler jsq, llumnix-dispatch, llumnix or jsq-migration, "
+                               f"or drop --preemption")
+
+
 def refuse_on_demand_scheduler(scheduler: str, why: str) -> None:
     """A command whose cluster model has no on-demand scheduler yet takes `--scheduler
     least-work` only: another known policy is refused in one line saying why."""

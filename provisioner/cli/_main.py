@@ -18,7 +18,8 @@ from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
-                      given, refuse_idle_flags, replay_note, scheduler_option, study_option)
+                      given, refuse_idle_flags, replay_note, scheduler_option, study_option,
+                      preemption_option, check_preemption)
 from ._tables import render_result
 
 
@@ -72,6 +73,7 @@ def main_command(
     duplicate_weights: bool = duplicate_weights_option(),
     study: str = study_option(),
     scheduler: str = scheduler_option(),
+    preemption: str = preemption_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -86,6 +88,7 @@ def main_command(
     if report is not None:  # refuse before the search, not after it
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=_input_files(workload, latency_profile))
+    check_preemption(preemption, scheduler)
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
@@ -110,7 +113,8 @@ def main_command(
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
-        mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler)
+        mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler,
+        preemption=preemption)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:

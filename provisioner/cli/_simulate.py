@@ -19,7 +19,7 @@ from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
-                      given, high_priority_option, scheduler_option,
+                      given, high_priority_option, scheduler_option, preemption_option, check_preemption,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
@@ -67,6 +67,7 @@ def simulate_command(
     timeline: Path = typer.Option(None, "--timeline", metavar="PATH.html",
                                   help="With an on-demand --scheduler: write a page of preemptions, migrations, "
                                        "downtime and memory fragmentation over time."),
+    preemption: str = preemption_option(),
 ) -> None:
     engine = _engine_for(ctx, engine, scheduler)
     if engine not in ENGINES:
@@ -103,6 +104,7 @@ def simulate_command(
         raise ProvisionerError("--high-priority-fraction sets the priorities of the on-demand schedulers: add "
                                "--scheduler jsq, llumnix-dispatch or llumnix, or drop it")
     high_slo = _high_priority_slo(ctx, slo, high_priority_slo_scale, high_priority_fraction)
+    check_preemption(preemption, d.scheduler)
     if timeline is not None:
         if d.scheduler == DEFAULT_SCHEDULER:
             raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
@@ -112,7 +114,7 @@ def simulate_command(
     timelines = []
     row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
                    high_priority_fraction=high_priority_fraction, high_priority_slo=high_slo,
-                   timelines=timelines).iloc[0]
+                   timelines=timelines, preemption=preemption).iloc[0]
     if timeline is not None:
         from reports import build_scheduler_html
         write_output(timeline, build_scheduler_html({d.scheduler: timelines[0]},
@@ -121,6 +123,8 @@ def simulate_command(
     elapsed_s = time.perf_counter() - t0
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
     obj.update(scheduler_json(row))
+    if preemption != "recompute":   # recompute results keep their keys
+        obj["preemption"] = preemption
     # Wall time of the engine call (metrics included; a first run also compiles the kernel).
     # Never in the JSON, which stays byte-identical from run to run.
     speed = (f"simulated {len(trace):,} requests in {elapsed_s:.2f} s "
@@ -239,6 +243,9 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
         console.print(f"scheduler {d['scheduler']}: {s['preemptions']:.0f} preemptions ({s['recomputed_tokens']:.0f} "
                       f"tokens recomputed), {s['migrations']:.0f} migrations ({s['migration_downtime_s']:.3f} s "
                       f"downtime in all), mean fragmentation {100 * s['fragmentation_mean']:.1f}% of the KV memory")
+        if "swaps" in s:
+            console.print(f"swap preemption: {s['swaps']:.0f} swaps, {s['swapped_bytes'] / 1e9:.2f} GB over the host "
+                          f"link (out and back in)")
     verdict = "meets every SLO" if obj["slo"]["met"] else f"violates the SLOs (binding: {row.binding_slo})"
     if obj["slo"]["unservable_requests"]:
         verdict = (f"cannot serve {obj['slo']['unservable_requests']} request(s): their KV cache is larger than "

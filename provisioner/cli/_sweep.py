@@ -16,7 +16,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
-from ._common import given, scheduler_option, study_option
+from ._common import given, preemption_option, scheduler_option, study_option
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
 
@@ -35,6 +35,7 @@ def sweep_command(
                                    help="Start a local Dask cluster of N worker processes and run on it."),
     study: str = study_option(),
     scheduler: str = scheduler_option(),
+    preemption: str = preemption_option(),
 ) -> None:
     if out is None:
         raise ProvisionerError("--out DIR is required: the directory for results.parquet, results.csv and "
@@ -48,7 +49,8 @@ def sweep_command(
         raise ProvisionerError(f"--out '{out}' is a file; give a directory")
     from ..sweep import load_sweep_spec, run_sweep
 
-    questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None).questions
+    questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None,
+                                preemption if given(ctx, "preemption") else None).questions
     paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,),
                                parents=True) for name in OUTPUTS]
     with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:

@@ -63,6 +63,7 @@ class Evaluator:
     stop_infeasible : stop a design as soon as a p99 SLO is certainly violated (fluid).
     on_evaluate : called with the number of new designs after each batch (progress bars).
     store : a `provisioner.store.ResultStore` (None: remember in memory only).
+    preemption : "recompute" (default) or "swap", for designs under an on-demand scheduler.
 
     Attributes
     ----------
@@ -73,8 +74,9 @@ class Evaluator:
     """
 
     def __init__(self, trace, model: str, slo, perf, *, engine: str = "fluid", stop_infeasible: bool = True,
-                 on_evaluate: Callable[[int], None] | None = None, store=None):
+                 on_evaluate: Callable[[int], None] | None = None, store=None, preemption: str = "recompute"):
         self.trace = trace
+        self.preemption = preemption
         self.model = model
         self.slo = slo
         self.perf = perf
@@ -122,7 +124,7 @@ class Evaluator:
             todo = batch.take(np.asarray(idx))
             engine = engine_for(todo, self.engine)
             frame = simulate(todo, self.trace, self.model, engine=engine, slo=self.slo, perf=self.perf,
-                             stop_infeasible=self.stop_infeasible and engine == "fluid")
+                             stop_infeasible=self.stop_infeasible and engine == "fluid", preemption=self.preemption)
         frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
         records = {keys[i]: {k: _py(v) for k, v in rec.items()} for i, rec in zip(idx, frame.to_dict("records"))}
         if self.store is not None:
@@ -141,9 +143,10 @@ class Evaluator:
     def context_key(self) -> str:
         """Content hash of everything but the design that a score depends on."""
         if self._context_key is None:
+            swap = () if self.preemption == "recompute" else (self.preemption,)   # recompute keys stay as they were
             self._context_key = digest("evaluator", trace_digest(self.trace), str(self.model), repr(self.slo),
                                        latency_model_digest(self.perf), self.engine,
-                                       bool(self.stop_infeasible and self.engine == "fluid"), code_version())
+                                       bool(self.stop_infeasible and self.engine == "fluid"), *swap, code_version())
         return self._context_key
 
     def _store_key(self, design_key: tuple) -> str:

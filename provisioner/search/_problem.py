@@ -282,7 +282,8 @@ class SearchProblem:
         def tick(n):
             counter[0] += n
             self.progress.advance(n)
-        return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick, store=self.store)
+        return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick, store=self.store,
+                         preemption=self.req.preemption)
 
     def final_row(self, design, trace) -> pd.Series:
         """The reported design scored in full (no early stop), for every metric of the result."""
@@ -290,7 +291,9 @@ class SearchProblem:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf,
-                                 engine=engine_for(DesignBatch.from_designs(design), "fluid"))
+                                 engine=engine_for(DesignBatch.from_designs(design), "fluid"),
+                                 preemption=self.req.preemption)
             return frame.to_dict("records")
-        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf))
+        swap = () if self.req.preemption == "recompute" else (self.req.preemption,)   # recompute keys unchanged
+        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf), *swap)
         return pd.Series(stored_rows(self.store, "final", context, design, [trace], run)[0])

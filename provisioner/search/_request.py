@@ -12,6 +12,7 @@ from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_
                        family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
+from ..sim import PREEMPTION_MODES
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
@@ -46,6 +47,7 @@ _CONSTRAINTS = {
     "mps_prefill_share": [None, Interval(Real, 0, 1, closed="neither")],
     "duplicate_weights": [bool],
     "scheduler": [Options(SCHEDULERS)],
+    "preemption": [Options(PREEMPTION_MODES)],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -88,6 +90,9 @@ class ProvisionRequest:
         None: searched over `MPS_SHARE_CHOICES`.
     duplicate_weights : the splitwiser families' processes each load their own weights
         (default: one copy shared through CUDA IPC).
+    scheduler : the cluster scheduler of every design (`provisioner.schedulers`).
+    preemption : "recompute" (default) or "swap": how an on-demand scheduler preempts
+        (baseline families; the result's question records "swap").
     max_machines : count bound per pool (default: derived from the capacity model).
     n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
         and trials per batched ask/tell.
@@ -123,6 +128,7 @@ class ProvisionRequest:
     mps_prefill_share: float | None = None
     duplicate_weights: bool = False
     scheduler: str = DEFAULT_SCHEDULER
+    preemption: str = "recompute"
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6
@@ -159,6 +165,10 @@ class ProvisionRequest:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
         refuse_scheduler_families(self.scheduler, fams)
+        if self.preemption == "swap" and self.scheduler in (DEFAULT_SCHEDULER, "splitwisesim"):
+            raise ProvisionerError(f"preemption swap sets how the on-demand schedulers preempt; scheduler "
+                                   f"{self.scheduler} does not preempt: choose jsq, llumnix-dispatch, llumnix or "
+                                   f"jsq-migration", params=("preemption", "scheduler"))
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",

@@ -211,7 +211,8 @@ class ProvisionResult:
                 "searcher": req.searcher, "verify": bool(req.verify),
                 "verify_duration_s": req.verification_duration_s if req.verify else None,
                 "verify_seeds": list(req.verification_seeds) if req.verify else None,
-                "code_version": _version(), "catalog": cat_json}
+                "code_version": _version(), "catalog": cat_json,
+                **({"preemption": req.preemption} if req.preemption != "recompute" else {})}
 
 
 def _version() -> str:

@@ -66,12 +66,12 @@ class Verification:
                 "min_margin": json_number(self.min_margin), "binding": self.binding}
 
 
-def _des_one(design, trace, model, slo, perf):
+def _des_one(design, trace, model, slo, perf, preemption="recompute"):
     """One DES run (a pool task: module-level so it pickles)."""
     from ..sim import simulate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return simulate(design, trace, model, engine="des", slo=slo, perf=perf)
+        return simulate(design, trace, model, engine="des", slo=slo, perf=perf, preemption=preemption)
 
 
 class DesPool:
@@ -92,13 +92,13 @@ class DesPool:
             for _ in range(self.n_jobs):
                 self._executor.submit(_load_des)
 
-    def submit(self, design, traces: list, model: str, slo, perf) -> list:
+    def submit(self, design, traces: list, model: str, slo, perf, preemption: str = "recompute") -> list:
         """Start the DES of `design` on each trace; one future (`.result()`) per trace.
         With one job, each runs here and now."""
         if self.n_jobs <= 1:
-            return [_Done(_des_one(design, tr, model, slo, perf)) for tr in traces]
+            return [_Done(_des_one(design, tr, model, slo, perf, preemption)) for tr in traces]
         self.start()
-        return [self._executor.submit(_des_one, design, tr, model, slo, perf) for tr in traces]
+        return [self._executor.submit(_des_one, design, tr, model, slo, perf, preemption) for tr in traces]
 
 
 def _load_des() -> None:
@@ -106,12 +106,15 @@ def _load_des() -> None:
     from ..sim import _des, simulate  # noqa: F401
 
 
-def _stored_checks(pool: DesPool, store, design, traces: list, model: str, slo, perf) -> list:
+def _stored_checks(pool: DesPool, store, design, traces: list, model: str, slo, perf,
+                   preemption: str = "recompute") -> list:
     """`pool.submit`, recalling the runs `store` has and storing the new ones when collected."""
-    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf)), design, traces)
+    swap = () if preemption == "recompute" else (preemption,)   # recompute keys stay as they were
+    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf), *swap), design, traces)
     found = store.get_many(keys)
     missing = [j for j, k in enumerate(keys) if k not in found]
-    running = iter(pool.submit(design, [traces[j] for j in missing], model, slo, perf) if missing else [])
+    running = iter(pool.submit(design, [traces[j] for j in missing], model, slo, perf, preemption)
+                   if missing else [])
     return [_Done(pd.DataFrame([found[k]])) if k in found else _Storing(next(running), store, k) for k in keys]
 
 
@@ -237,7 +240,7 @@ class PendingVerification:
 def start_verification(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
                        traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float,
                        perf, pool: DesPool, store=None, chunk: int = 24, max_des: int = 3,
-                       on_progress=None) -> PendingVerification:
+                       on_progress=None, preemption: str = "recompute") -> PendingVerification:
     """Screen candidates and submit the first DES check to `pool` (see `candidate_walk`);
     `traces`, `seeds` are the verification traces and their seeds, `perf` the search's
     latency model (the screen's evaluators use it too), `store` a `ResultStore` for the
@@ -247,8 +250,8 @@ def start_verification(candidates: DesignBatch, objective: np.ndarray, screen: l
     def check(i):
         design = candidates.design(i)
         if store is None:
-            return pool.submit(design, traces, model, slo, perf)
-        return _stored_checks(pool, store, design, traces, model, slo, perf)
+            return pool.submit(design, traces, model, slo, perf, preemption)
+        return _stored_checks(pool, store, design, traces, model, slo, perf, preemption)
 
     return PendingVerification(
         walk, check,

@@ -19,7 +19,7 @@ from .._validation import Options, validate_params
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER
 from ..slo import SLO, SLO_REFERENCE_TP
-from ._inputs import EngineOutput, SimInputs, build_inputs
+from ._inputs import PREEMPTION_MODES, EngineOutput, SimInputs, build_inputs, swap_inputs
 from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
@@ -29,7 +29,8 @@ from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
-           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "run_des", "ServerPlan"]
+           "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
+           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "swap_inputs", "PREEMPTION_MODES"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
@@ -76,7 +77,8 @@ def cluster_cost_power(designs: DesignBatch, catalog):
 
 def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "fluid",
                       perf: LatencyModel | None = None, slo: SLO | None = None,
-                      stop_infeasible: bool = False, high_priority_fraction: float = 0.0):
+                      stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
+                      preemption: str = "recompute"):
     """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times
     (with an on-demand scheduler, the DES's `scheduler_stats` and `timelines` too).
 
@@ -89,23 +91,39 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, _ = _run(designs, trace, perf.llm(model), perf, engine,
                                  slo if slo is not None else SLO(), stop_infeasible,
-                                 high_priority=high_priority_fraction)
+                                 high_priority=high_priority_fraction, preemption=preemption)
     return batch, inputs, out
 
 
+def refuse_closed_loop_in_fluid(metric: str) -> None:
+    """The fluid engine runs precomputed windows only (SEMANTICS.md, "Closed-loop autoscaling")."""
+    raise ProvisionerError(f"the fluid engine cannot run closed-loop autoscaling (--scale-on {metric} reads the "
+                           f"cluster's state as it runs): use --engine des")
+
+
 def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None,
-         high_priority=0.0):
+         high_priority=0.0, scaling=None, preemption="recompute"):
     """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e)).
 
     keep_requests : False lets the fluid engine return only per-design figures.
-    windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None."""
+    windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None.
+    scaling : a closed-loop controller's settings (`_control.ScalingControl`; DES only), or None.
+    preemption : "recompute" or "swap" (on-demand baselines: `_inputs.swap_inputs`)."""
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf, high_priority_mask(trace, high_priority))
     if windows is not None:
         inputs = dataclasses.replace(inputs, active_from_s=windows[0], active_until_s=windows[1])
+    if scaling is not None:
+        inputs = dataclasses.replace(inputs, scaling=scaling)
+    if preemption not in PREEMPTION_MODES:
+        raise ProvisionerError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')")
+    if preemption == "swap":
+        inputs = dataclasses.replace(inputs, swap=swap_inputs(batch, llm, perf.catalog))
     duration_s = getattr(trace, "duration_s", None)
     if engine == "fluid":
         refuse_on_demand_in_fluid(inputs)
+        if scaling is not None:
+            refuse_closed_loop_in_fluid(scaling.metric)
     if engine != "fluid":
         des_check(inputs.n_designs, len(trace), duration_s)
         return batch, inputs, _engine(engine)(inputs), solo_latencies(trace, llm, perf, slo)
@@ -131,7 +149,8 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
 def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *, engine: str = "fluid",
              slo: SLO | None = None, perf: LatencyModel | None = None,
              stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
-             high_priority_slo: SLO | None = None, timelines: list | None = None) -> pd.DataFrame:
+             high_priority_slo: SLO | None = None, timelines: list | None = None,
+             preemption: str = "recompute") -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -151,6 +170,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     timelines : a list that gets, per design under an on-demand scheduler, its (k, 6)
         per-second samples (time, preemptions, migrations, downtime s, fragmentation,
         queued prompts; SEMANTICS.md "Schedulers").
+    preemption : "recompute" (default) or "swap": how an on-demand baseline preempts when
+        KV runs out (vLLM's two modes; swap adds `swaps` and `swapped_bytes`).
 
     Returns
     -------
@@ -166,7 +187,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
-                                    keep_requests=False, high_priority=high_priority_fraction)
+                                    keep_requests=False, high_priority=high_priority_fraction, preemption=preemption)
     cost, power = cluster_cost_power(batch, perf.catalog)
     frame = batch.to_frame()
     if (frame["scheduler"] == DEFAULT_SCHEDULER).all():   # least-work results keep their columns
@@ -186,4 +207,5 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     return result
 
 
-from ._scaled import simulate_scaled  # noqa: E402  (uses _run above)
+from ._scaled import simulate_controlled, simulate_scaled  # noqa: E402  (uses _run above)
+from ._control import SCALE_METRICS, ScalingControl  # noqa: E402

@@ -269,7 +269,12 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
     come sorted), so the heap holds only the machines' ends, starts and KV transfers.
     """
     colocated = inputs.mps_share[d] > 0
-    cl = windowed_cluster(_cluster_class(inputs, d, colocated), inputs, d)
+    if inputs.scaling is not None:   # closed-loop autoscaling: the controller sets the windows
+        from ._control import controlled_cluster
+        cl = controlled_cluster(_cluster_class(inputs, d, colocated), inputs, d)
+    else:
+        cl = windowed_cluster(_cluster_class(inputs, d, colocated), inputs, d)
+    ctl = getattr(cl, "controller", None)
     machines = cl.machines
     n_requests = len(inputs.arrival_s)
     arrivals = inputs.arrival_s.tolist() + [float("inf")]   # a sentinel after the last request
@@ -313,11 +318,15 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
             a = arrivals[r]
         else:
             break
+        if ctl is not None and t >= ctl.next_due_s:   # its samples and ticks read the state before this event
+            ctl.advance(t)
         if kind == _END:
             if colocated:
                 if not cl.is_current(i):
                     continue   # a re-timed iteration's old end
                 i %= cl.n_servers
+            if ctl is not None:
+                cl.last_end_s[i] = t   # when a draining machine's work ended (closed-loop release)
             for req, at in cl.end(i, t):
                 push(heap, (at, _KV, req))
             if colocated:
@@ -334,6 +343,8 @@ def _simulate(inputs: SimInputs, d: int) -> _Cluster:
         else:
             machines[i].start_pending = False
             begin(i, t)
+    if ctl is not None:
+        ctl.finish()
     return cl
 
 
@@ -372,6 +383,10 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
         out.borrowed_decodes[row], out.borrowed_prefills[row] = cl.borrowed_decodes, cl.borrowed_prefills
         out.kv_visible_s_sum[row], out.kv_transfers[row] = cl.kv_visible_sum, cl.kv_transfers
         out.drained_s[row] = server_drained_s(cl.prefill_on, cl.decode_on, cl.finish, out.drained_s.shape[1])
+        if hasattr(cl, "controller"):   # closed-loop autoscaling
+            from ._control import scaling_log_arrays
+            out.scaling = out.scaling or [None] * len(idx)
+            out.scaling[row] = scaling_log_arrays(cl.controller)
         if hasattr(cl, "stats"):   # an on-demand scheduler's counts and timeline
             from ._des_llumnix import record_stats
             record_stats(out, row, cl)

@@ -18,6 +18,7 @@ before iteration `it` it has emitted `gen[r] + it - joined[r]` tokens and its co
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ class OnDemandMachine(_Machine):
     `queued_kv` is the prefill demand of the prompt queue (virtual usage, for freeness)."""
 
     __slots__ = ("st", "index", "running_set", "pf_kv", "incoming", "queued_kv", "high", "promote", "copy_charge_s",
-                 "preemptions")
+                 "preemptions", "swapped", "host_used")
 
     def __init__(self, st, index, pool, coef, kv_cap, batch_cap, chunk=0):
         super().__init__(pool, coef, kv_cap, batch_cap, chunk)
@@ -44,8 +45,10 @@ class OnDemandMachine(_Machine):
         self.pf_kv = self.incoming = self.queued_kv = 0
         self.high = 0                # running high-priority requests
         self.promote = False         # a high-priority prompt joined the queue: reorder it
-        self.copy_charge_s = 0.0     # HBM time of migration copies, added to the next iteration
+        self.copy_charge_s = 0.0     # HBM time of migration copies and host-link time of swaps, added to the next iteration
         self.preemptions = 0
+        self.swapped = []            # swapped-out requests (swap preemption), in arrival order
+        self.host_used = 0           # KV tokens of this server's swapped-out requests in host memory
 
     def emitted(self, r) -> int:
         """Tokens request r (running here) has emitted before the next iteration."""
@@ -83,19 +86,51 @@ class OnDemandMachine(_Machine):
 
     def preempt(self):
         """While the running set's next iteration needs more KV than there is, the latest
-        arrival (low priority first) loses its KV and goes back to the prompt queue
-        (recompute); a lone request always runs."""
+        arrival (low priority first) loses its KV: swapped out to host memory (swap
+        preemption, while the host budget holds it) or dropped and sent back to the prompt
+        queue (recompute); a lone request always runs."""
         st = self.st
         while self.running > 1 and self.ctx + self.pf_kv > self.kv_cap:
             r = self.victim()
             g = self.leave(r)
+            self.preemptions += 1
+            if st.swap is not None and self.host_used + st.prompt[r] + g <= st.swap[1]:
+                self.swap_out(r, st.prompt[r] + g)
+                continue
             st.plen[r] = st.prompt[r] + g
             self.prompt_q.insert(1 if self.head_done else 0, r)   # behind a partly prefilled head
             self.queued_kv += st.plen[r]
             st.pending_prompt[self.index] += st.plen[r]
             st.pending_decode[self.index] -= 1   # the recompute emits the next token
-            self.preemptions += 1
             st.recomputed_tokens += st.plen[r]
+
+    def swap_out(self, r, tokens):
+        """vLLM's swap: the KV of request r goes to host memory before this iteration's model
+        step (its copy time extends the iteration); r waits, in arrival order, to come back."""
+        st = self.st
+        bisect.insort(self.swapped, r)
+        self.host_used += tokens
+        self.queued_kv += tokens          # virtual usage: its KV comes back
+        self.copy_charge_s += tokens * st.swap[0]
+        st.swaps += 1
+        st.swapped_bytes += tokens * st.swap[2]
+
+    def swap_in(self):
+        """Swapped-out requests come back first (vLLM's swapped queue goes before new prompts),
+        oldest first, while their KV fits under the watermark (or the server holds none)."""
+        st = self.st
+        while self.swapped:
+            r = self.swapped[0]
+            tokens = st.prompt[r] + st.gen[r]
+            if (self.ctx or self.pf_kv) and self.ctx + self.pf_kv + self.incoming + tokens > self.kv_cap * (
+                    1.0 - WATERMARK_FRACTION):
+                return
+            del self.swapped[0]
+            self.host_used -= tokens
+            self.queued_kv -= tokens
+            self.copy_charge_s += tokens * st.swap[0]
+            st.swapped_bytes += tokens * st.swap[2]
+            self.join(r, st.gen[r])
 
     def victim(self) -> int:
         """The running request preempted (or migrated) first: vLLM's FCFS order keeps the
@@ -116,9 +151,21 @@ class OnDemandMachine(_Machine):
 
     def take_work(self, S, N, local):
         self.preempt()
+        if self.swapped:
+            self.swap_in()
         if self.promote:
             self.promote_high()
+        if self.swapped and self.running:   # vLLM schedules no prefill while requests wait swapped out
+            return self.decode_only(S, N)
         return super().take_work(S, N, local)
+
+    def decode_only(self, S, N):
+        """An iteration of the running set alone (migrations admitted first)."""
+        if self.wait_q:
+            self.admit(S, N)
+        b = self.running
+        self.busy, self.prefilling, self.decoding, self.prefill_tokens = True, (), b, 0
+        return 0, 0, 0, b
 
     def promote_high(self):
         """High-priority prompts go ahead of low-priority ones (stable; a partly prefilled
@@ -165,7 +212,7 @@ class OnDemandMachine(_Machine):
         requests = self.running + len(self.prefilling)
         if queue:
             virtual += self.queued_kv
-            requests += len(self.prompt_q)
+            requests += len(self.prompt_q) + len(self.swapped)
         return (self.kv_cap - virtual) / max(requests, 1)
 
 
@@ -188,6 +235,8 @@ class OnDemandCluster(_Cluster):
         self.high = [False] * r if high is None else [bool(x) for x in high]
         self.reserved_in = {}                   # migrating request -> KV reserved on its destination
         self.recomputed_tokens = 0
+        self.swap = None if inputs.swap is None else tuple(float(x) for x in inputs.swap[d])   # SimInputs.swap
+        self.swaps, self.swapped_bytes = 0, 0.0
         self.prefills_done = 0                  # prefills that emitted a token (first or recompute)
         coefs = [tuple(float(x) for x in inputs.coef[d, p]) for p in (0, 1)]
         kv = [float(inputs.kv_cap_tokens[d, p]) for p in (0, 1)]
@@ -298,4 +347,8 @@ def record_stats(out, row: int, cl: OnDemandCluster) -> None:
         out.scheduler_stats = np.zeros((n, len(SCHEDULER_STATS)))
         out.timelines = [None] * n
     out.scheduler_stats[row] = cl.stats()
+    if cl.swap is not None:
+        if out.swap_stats is None:
+            out.swap_stats = np.zeros((n, 2))
+        out.swap_stats[row] = (cl.swaps, cl.swapped_bytes)
     out.timelines[row] = np.array(cl.timeline, dtype=float).reshape(-1, len(SCHEDULER_TIMELINE))

@@ -55,6 +55,13 @@ class SimInputs:
     # (d, 2) live migration's link between two token servers' machines: (s per token, setup s);
     # None: the KV-transfer link (kv_s_per_token, kv_setup_s)
     migration_link: np.ndarray | None = None
+    # Closed-loop autoscaling (`_control.ScalingControl`, DES only): the controller sets the
+    # servers' availability windows as it runs; None: no controller.
+    scaling: object | None = None
+    # Swap preemption (SEMANTICS.md "Schedulers"; DES, on-demand baselines): (d, 3) per server
+    # (s per KV token over the host link, host KV budget in tokens, KV bytes per token);
+    # None: preemption by recompute.
+    swap: np.ndarray | None = None
 
     @property
     def n_designs(self) -> int:
@@ -185,3 +192,34 @@ class EngineOutput:
     drained_s: np.ndarray | None = None      # (d, max servers) when each server's last request finished (0: none)
     scheduler_stats: np.ndarray | None = None  # (d, 5) on-demand schedulers (DES): SCHEDULER_STATS
     timelines: list | None = None            # per design: rows of SCHEDULER_TIMELINE sampled every second
+    scaling: list | None = None              # per design: the closed-loop controller's log (_control.scaling_log_arrays)
+    swap_stats: np.ndarray | None = None     # (d, 2) swap preemption (DES): swap-outs, bytes over the host link
+
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
+    """(d, 3) swap preemption's host side per server (`SimInputs.swap`): the seconds per KV
+    token to copy it over the host links of its TP group's GPUs (PCIe, in parallel), the KV
+    tokens its share of the machine's DRAM holds, and the KV bytes per token. Baselines
+    under an on-demand scheduler only; a machine without host data is refused in one line."""
+    out = np.empty((len(designs), 3))
+    for i in range(len(designs)):
+        d = designs.design(i)
+        if d.scheduler in ("least-work", "splitwisesim"):
+            raise ProvisionerError(f"--preemption swap applies to the on-demand schedulers (jsq, llumnix-dispatch, "
+                                   f"llumnix, jsq-migration), which preempt; --scheduler {d.scheduler} does not: "
+                                   f"add one or drop --preemption")
+        if d.split or d.colocated:
+            raise ProvisionerError(f"--preemption swap is modelled on the baseline families (one pool of vLLM "
+                                   f"instances), not {d.family}: use --preemption recompute")
+        machine = catalog.machine(d.prompt_machine)
+        if machine.host_memory_gb is None or machine.host_link_gb_per_s_per_gpu is None:
+            raise ProvisionerError(f"--preemption swap needs the host memory and host link of a {machine.name}, which "
+                                   f"the catalog does not have: use --preemption recompute")
+        tp = int(d.prompt_tp)
+        replicas = machine.gpus_per_machine // tp
+        out[i] = (llm.kv_bytes_per_token / (tp * machine.host_link_gb_per_s_per_gpu * 1e9),
+                  machine.host_memory_gb * 1e9 / replicas / llm.kv_bytes_per_token, llm.kv_bytes_per_token)
+    return out

@@ -14,7 +14,8 @@ __all__ = ["simulate_scaled"]
 
 
 def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_until_s: np.ndarray, *,
-                    engine: str = "fluid", slo: SLO | None = None, perf: LatencyModel | None = None):
+                    engine: str = "fluid", slo: SLO | None = None, perf: LatencyModel | None = None,
+                    preemption: str = "recompute"):
     """Score one design whose server k takes new requests only in [active_from_s[k],
     active_until_s[k]) (SEMANTICS.md, "Availability windows").
 
@@ -29,13 +30,39 @@ def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_unti
     those of every server at once, not the scaled cluster's) and, per server, when its
     last request finished (s; 0 for a server that served none).
     """
-    from . import _run, cluster_cost_power
+    from . import _run
 
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     windows = (np.atleast_2d(np.asarray(active_from_s, float)), np.atleast_2d(np.asarray(active_until_s, float)))
     batch, inputs, out, solo = _run([design], trace, perf.llm(model), perf, engine, slo, False,
-                                    keep_requests=False, windows=windows)
+                                    keep_requests=False, windows=windows, preemption=preemption)
+    return _row(batch, inputs, out, solo, trace, slo, perf, engine), out.drained_s[0]
+
+
+def simulate_controlled(design, trace, model, scaling, *, engine: str = "des", slo: SLO | None = None,
+                        perf: LatencyModel | None = None, preemption: str = "recompute"):
+    """Score one baseline design of `2 x scaling.max_machines` machine slots under a
+    closed-loop controller (`ScalingControl`; SEMANTICS.md, "Closed-loop autoscaling").
+
+    Returns
+    -------
+    (row, log) : the one-row result frame of `simulate` (cost and power those of every slot,
+    not the scaled cluster's) and the controller's log (`_control.scaling_log_arrays`).
+    """
+    from . import _run
+
+    slo = slo if slo is not None else SLO()
+    perf = perf if perf is not None else LatencyModel()
+    batch, inputs, out, solo = _run([design], trace, perf.llm(model), perf, engine, slo, False,
+                                    keep_requests=False, scaling=scaling, preemption=preemption)
+    return _row(batch, inputs, out, solo, trace, slo, perf, engine), out.scaling[0]
+
+
+def _row(batch, inputs, out, solo, trace, slo, perf, engine):
+    """The one-row result frame of `simulate` for a scaled run."""
+    from . import cluster_cost_power
+
     cost, power = cluster_cost_power(batch, perf.catalog)
     result = summarize(batch.to_frame(), out, trace, solo, slo, cost, power, inputs.n_machines)
     result.insert(0, "engine", engine)
@@ -44,4 +71,4 @@ def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_unti
     failed = result["unservable_requests"].to_numpy() > 0
     result.loc[failed, "slo_met"] = False
     result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
-    return result, out.drained_s[0]
+    return result

@@ -55,6 +55,8 @@ def add_scheduler_columns(frame, out: EngineOutput, inputs: SimInputs, trace, so
     for k, name in enumerate(SCHEDULER_STATS):
         frame[name] = out.scheduler_stats[:, k]
     frame["scheduler_fragmentation_mean"] = frame.pop("fragmentation_mean")
+    if out.swap_stats is not None:   # swap preemption
+        frame["swaps"], frame["swapped_bytes"] = out.swap_stats[:, 0], out.swap_stats[:, 1]
     if inputs.high_priority is None or out.first_token_s is None:
         return
     lat = request_latencies(out, trace.arrival_s, trace.output_tokens.astype(float))

@@ -7,6 +7,10 @@ is for optuna's): not the user-facing API, which is `provisioner.sim.simulate`.
 - `DesMachine`: the discrete-event engine's machine (its `start` admits work).
 - `DesTokenMachine`: a token machine under an on-demand scheduler (split designs; its
   `take_work` admits transfers and migrations).
+- `DesOnDemandMachine`: a machine under an on-demand scheduler (baselines; its
+  `swap_out` puts a preempted request's KV in host memory).
+- `ScalingController`: the closed-loop autoscaling controller (`advance(t)` runs its
+  samples and ticks up to t on a cluster's state).
 - `percentiles_into(a, n_finite, n, out)`: the fluid kernel's p50/p90/p99.
 - `recorded_des_iterations()`: a context manager listing the arguments of every
   iteration the discrete-event engine runs meanwhile (for checks such as "no iteration
@@ -21,6 +25,8 @@ from . import _des_machine
 from ._des_scalar import iteration_s as des_iteration_s
 from ._des_machine import Machine as DesMachine
 from ._des_split_on_demand import TokenMachine as DesTokenMachine
+from ._des_llumnix import OnDemandMachine as DesOnDemandMachine
+from ._control import Controller as ScalingController
 from ._des import _simulate as des_simulate_design
 from ._des import run_des
 from ._fluid import _percentiles_into as percentiles_into
@@ -28,6 +34,7 @@ from ._fluid import run_fluid
 from ._inputs import build_inputs
 
 __all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "DesTokenMachine",
+           "DesOnDemandMachine", "ScalingController",
            "percentiles_into", "build_inputs", "recorded_des_iterations"]
 
 

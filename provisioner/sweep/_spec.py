@@ -9,6 +9,7 @@
     seeds = [0, 1]
     duration_s = 60                    # the other ProvisionRequest settings, one value each
     scheduler = "llumnix"              # least-work (default) | jsq | llumnix-dispatch | llumnix
+    preemption = "swap"                # recompute (default) | swap (an on-demand scheduler's preemption)
     verify = false
 
     [price_lists]                      # optional; default one list, "catalog" (shipped prices)
@@ -44,7 +45,8 @@ GRID_KEYS = ("goals", "models", "workloads", "rps", "power_budget_kw", "cost_bud
 # One value each, passed to every ProvisionRequest (name in the spec -> request field).
 SETTINGS = {"duration_s": "duration_s", "arrival": "arrival", "cv": "cv", "slo_scale": "slo_scale",
             "searcher": "searcher", "verify": "verify", "verify_duration_s": "verify_duration_s",
-            "max_machines": "max_machines", "trials": "n_trials", "scheduler": "scheduler"}
+            "max_machines": "max_machines", "trials": "n_trials", "scheduler": "scheduler",
+            "preemption": "preemption"}
 DEFAULT_PRICE_LIST = "catalog"
 
 
@@ -65,6 +67,8 @@ class Question:
                 "cost_budget_usd_per_h": r.cost_budget_usd_per_h, "price_list": self.price_list, "seed": r.seed}
         if r.scheduler != DEFAULT_SCHEDULER:   # a least-work sweep keeps its columns
             cols["scheduler"] = r.scheduler
+        if r.preemption != "recompute":        # and so does a recompute one
+            cols["preemption"] = r.preemption
         return cols
 
 
@@ -74,10 +78,11 @@ class SweepSpec:
     questions: tuple[Question, ...]
 
 
-def load_sweep_spec(path, scheduler: str | None = None) -> SweepSpec:
+def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None = None) -> SweepSpec:
     """Read and validate a sweep spec; `ProvisionerError` (file, key, fix) on any problem.
-    `scheduler` (None: the spec's own `scheduler` key, else least-work) applies to every
-    question; a spec that names another one is refused."""
+    `scheduler` (None: the spec's own `scheduler` key, else least-work) and `preemption`
+    (None: the spec's, else recompute) apply to every question; a spec that names another
+    one is refused."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -96,11 +101,13 @@ def load_sweep_spec(path, scheduler: str | None = None) -> SweepSpec:
             raise ProvisionerError(f"{path}: unknown key '{key}'; {hint}")
     grid = {k: _list(path, k, raw[k]) for k in GRID_KEYS if k in raw}
     settings = {SETTINGS[k]: raw[k] for k in SETTINGS if k in raw}
-    if scheduler is not None:
-        if settings.get("scheduler", scheduler) != scheduler:
-            raise ProvisionerError(f"{path}: the spec asks for '{settings['scheduler']}' and scheduler "
-                                   f"'{scheduler}' was given; give it in one place", params=("scheduler",))
-        settings["scheduler"] = scheduler
+    for key, value in (("scheduler", scheduler), ("preemption", preemption)):
+        if value is None:
+            continue
+        if settings.get(key, value) != value:
+            raise ProvisionerError(f"{path}: the spec asks for '{settings[key]}' and {key} '{value}' was given; "
+                                   f"give it in one place", params=(key,))
+        settings[key] = value
     prices = _price_lists(path, raw.get("price_lists", {DEFAULT_PRICE_LIST: {}}))
     questions = _questions(path, grid, settings, prices)
     return SweepSpec(path, tuple(questions))

@@ -1,0 +1,235 @@
+"""Closed-loop autoscaling (`--scale-on freeness|queue`): the controller's arithmetic on a
+hand-built cluster state, its invariants inside the discrete-event engine, and the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections import deque
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from perfmodels import LatencyModel
+from provisioner.autoscale import AutoscalePolicy, autoscale
+from provisioner.cli import run
+from provisioner.designs import make_design
+from provisioner.errors import ProvisionerError
+from provisioner.sim import ScalingControl, build_inputs, simulate_controlled
+from provisioner.sim.testing import ScalingController as Controller
+from provisioner.sim.testing import des_simulate_design
+from workloads import RateProfile, Trace, TraceGenerator
+
+PERF = LatencyModel()
+MODEL = "bloom-176b"
+
+
+# -- the controller on a hand-built state ---------------------------------------------
+def stub_cluster(slots: int, kv_cap: float = 1000.0):
+    """A cluster of idle on-demand-like servers (one per machine) whose state the test sets."""
+    machines = [SimpleNamespace(prompt_q=deque(), wait_q=deque(), busy=False, start_pending=False, running=0,
+                                incoming=0, ctx=0, pf_kv=0, high=0, queued_kv=0, prefilling=())
+                for _ in range(slots)]
+    return SimpleNamespace(machines=machines, kv_cap=np.full(slots, kv_cap), window=np.full((slots, 2), np.inf),
+                           last_end_s=[0.0] * slots, windows_changed=lambda: None)
+
+
+def control(metric="queue", out=2.0, into=0.5, **kw):
+    args = dict(interval_s=10.0, startup_s=30.0, min_machines=1, max_machines=3, initial_machines=1,
+                servers_per_machine=1, horizon_s=120.0, calm_s=20.0)
+    args.update(kw)
+    return ScalingControl(metric, out, into, **args)
+
+
+def test_queue_controller_by_hand():
+    """Five prompts wait on the one machine for the first 10 s: the tick at 10 s reads a
+    mean of 5 per machine > 2 and starts ceil(5 / 2) - 1 = 2 machines (paid from 10 s,
+    serving from 40 s). Then the queue is empty: no stop while they load; from 40 s one
+    machine fewer would do, so after the 20-s calm the newest stops at 60 s and the next
+    at 80 s; the minimum (1) stays. The one stopped at 60 s ran an iteration until 65 s:
+    released then; the other, idle, at its stop. Machine-hours: (120 + 70 + 55) s."""
+    cl = stub_cluster(6)
+    ctl = Controller(cl, control())
+    assert cl.window[0].tolist() == [0.0, np.inf] and np.isinf(cl.window[1:]).all()
+    cl.machines[0].prompt_q.extend(range(5))
+    ctl.advance(10.0)
+    assert [r[:3] for r in ctl.records] == [[0.0, 0.0, np.inf], [10.0, 40.0, np.inf], [10.0, 40.0, np.inf]]
+    assert cl.window[1].tolist() == [40.0, np.inf]     # routing takes it only once loaded
+    cl.machines[0].prompt_q.clear()
+    ctl.advance(64.0)
+    assert ctl.records[2][2] == 60.0 and ctl.records[1][2] == np.inf
+    assert cl.window[2].tolist() == [40.0, 60.0]
+    cl.last_end_s[2] = 65.0                             # its last iteration (drain) ended at 65 s
+    ctl.finish()
+    assert [r[2] for r in ctl.records] == [np.inf, 80.0, 60.0]
+    assert [r[3] for r in ctl.records] == [np.inf, 80.0, 65.0]
+    assert [m for _, _, m in ctl.ticks] == [3, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1]
+    assert ctl.events == 3
+    paid_s = sum(min(r[3] if np.isfinite(r[2]) else 120.0, 120.0) - r[0] for r in ctl.records)
+    assert paid_s == pytest.approx(120 + 70 + 55)
+
+
+def test_freeness_controller_by_hand():
+    """One machine of M = 1000 KV tokens holds V = 995 for B = 1 request: F = 5 decode steps
+    < 10, so it starts max(1, ceil((10 x 1 + 995 - 1000) / 1000)) = 1 machine. Three
+    requests at V = 2950 on two machines: F = (2000 - 2950) / 3 < 10 asks for
+    ceil((30 + 2950 - 2000) / 1000) = 1 more."""
+    cl = stub_cluster(6)
+    ctl = Controller(cl, control("freeness", 10.0, 60.0, max_machines=3))
+    cl.machines[0].ctx, cl.machines[0].running = 995, 1
+    ctl.advance(10.0)
+    assert ctl.ticks[0][:2] == (10.0, 5.0) and len(ctl.live) == 2
+    cl.machines[1].ctx, cl.machines[1].running = 1955, 2
+    ctl.advance(40.0)      # the new machine serves from 40 s; its state enters the samples from then
+    ctl.advance(50.0)
+    assert len(ctl.live) == 3 and ctl.records[2][0] == 50.0
+
+
+def test_a_draining_machine_with_work_is_not_released():
+    cl = stub_cluster(6)
+    ctl = Controller(cl, control(initial_machines=2, calm_s=0.0))
+    ctl.advance(10.0)                          # empty queues: the newest of two stops at once
+    assert ctl.records[1][2] == 10.0
+    cl.machines[1].running = 1                 # still decoding what it held
+    ctl.advance(30.0)
+    assert ctl.records[1][3] == np.inf and ctl.draining
+    cl.machines[1].running, cl.last_end_s[1] = 0, 33.5
+    ctl.advance(40.0)
+    assert ctl.records[1][3] == 33.5 and not ctl.draining
+
+
+# -- inside the discrete-event engine -------------------------------------------------
+def test_two_levels_in_the_engine_by_hand():
+    """Every iteration takes 1 s and carries one 1500-token prompt (batch cap 2048) of one
+    output token: a machine serves exactly 1 req/s. 0.5 req/s until 60 s never queues.
+    3 req/s from 60 s to 90 s queue 2 (k - 60) prompts at second k on the one machine: the
+    tick at 70 s reads a mean of 11 > 2 per machine and starts min(ceil(11 / 2) - 1, 3 - 1)
+    = 2 machines (paid from 70 s, serving from 90 s: 20-s start-up). The backlog of 60 stays
+    where it was routed and drains at 1 per second until 150 s (150 - k queued at second k),
+    so ticks keep asking for more (at the maximum) until the 150-s tick's mean of 4.5 per
+    machine; from 160 s one machine fewer would do, so after 30 s of calm the newest stops at
+    190 s, the next at 220 s, and the one at the minimum stays. The request at 100 s goes
+    to the first new machine (least work), never to one before 90 s. Paid, to the 300-s
+    horizon: 300 + (220 - 70) + (190 - 70) = 570 machine-seconds."""
+    from test_scheduler import unit_inputs
+
+    arrivals = np.concatenate([np.arange(0.0, 60.0, 2.0), 60.0 + np.arange(90) / 3.0, [100.0]])
+    inputs = unit_inputs(1e6, arrivals, np.full(len(arrivals), 1500), np.ones(len(arrivals), np.int64),
+                         scheduler="least-work", machines=6)
+    ctl = ScalingControl("queue", 2.0, 0.5, 10.0, 20.0, 1, 3, 1, 1, 300.0, calm_s=30.0)
+    import dataclasses
+    cl = des_simulate_design(dataclasses.replace(inputs, scaling=ctl), 0)
+    rec = [r[:4] for r in cl.controller.records]
+    assert rec == [[0.0, 0.0, np.inf, np.inf], [70.0, 90.0, 220.0, 220.0], [70.0, 90.0, 190.0, 190.0]]
+    queued = [m for t, m, _ in cl.controller.ticks if t in (70.0, 150.0)]
+    assert queued == [11.0, 1.5]   # tick 70: 11 on one machine; tick 150: a mean of 4.5 over three
+    assert cl.prefill_on[-1] == 1 and cl.finish[-1] == 101.0
+    assert max(cl.finish[:-1]) == 150.0 and all(p == 0 for p in cl.prefill_on[:-1])
+    paid_s = sum(min(r[3], 300.0) - r[0] for r in rec)
+    assert paid_s == 570.0
+
+
+def two_level_trace(high_rps=3.0, low_rps=0.2, high_s=300.0, low_s=900.0, seed=0):
+    """Deterministic arrivals: evenly spaced at high_rps, then at low_rps; coding sizes."""
+    arrivals = np.concatenate([np.arange(0.0, high_s, 1.0 / high_rps), high_s + np.arange(0.0, low_s, 1.0 / low_rps)])
+    sizes = TraceGenerator("coding", 60, seed=seed).at(len(arrivals) / 60.0)
+    return Trace(arrivals, sizes.prompt_tokens[:len(arrivals)], sizes.output_tokens[:len(arrivals)], "two-levels",
+                 high_s + low_s)
+
+
+def run_engine(trace, ctl, scheduler="least-work"):
+    import dataclasses
+
+    design = make_design("baseline-a100", machines=ctl.slots, scheduler=scheduler)
+    from provisioner.designs import DesignBatch
+    inputs = build_inputs(DesignBatch.from_designs([design]), trace, PERF.llm(MODEL), PERF)
+    return des_simulate_design(dataclasses.replace(inputs, scaling=ctl), 0)
+
+
+@pytest.mark.parametrize("scheduler", ["least-work", "llumnix-dispatch"])
+def test_engine_keeps_the_rules(scheduler):
+    """3 req/s overloads the one machine it starts with, so machines are added; at 0.2 req/s
+    they are stopped again. No request goes to a machine before it serves or after it
+    stopped; a machine is released only after its last request finished; the minimum holds."""
+    trace = two_level_trace()
+    ctl = ScalingControl("queue", 2.0, 0.5, 10.0, 60.0, 1, 4, 1, 1, trace.duration_s, calm_s=60.0)
+    cl = run_engine(trace, ctl, scheduler)
+    rec = np.array(cl.controller.records)
+    assert (rec[1:, 0] > 0).all() and np.isfinite(rec[1:, 2]).any()    # it scaled out and back in
+    assert (rec[:, 1] - rec[:, 0] == np.where(rec[:, 0] > 0, 60.0, 0.0)).all()   # the weight load
+    for r, a in enumerate(trace.arrival_s):
+        lives = rec[rec[:, 4] == cl.prefill_on[r]]
+        assert ((lives[:, 1] <= a) & (a < lives[:, 2])).any(), (r, a, lives)
+    for life in rec[np.isfinite(rec[:, 2])]:
+        served = [r for r, a in enumerate(trace.arrival_s) if cl.prefill_on[r] == life[4] and life[1] <= a < life[2]]
+        assert life[3] >= max([life[2]] + [cl.finish[r] for r in served])
+    ticks = np.array(cl.controller.ticks)
+    serving = [sum(1 for b, f, u, *_ in rec if f <= t < u) for t in ticks[:, 0]]
+    assert min(serving) >= 1 and ticks[:, 2].max() <= 4
+    assert not np.isnan(cl.finish).any()
+
+
+def test_closed_loop_day_saves_at_met_slos():
+    """A 4-hour diurnal cosine (3x peak over trough) at a peak of 3 req/s: the freeness
+    controller pays fewer machine-hours than the cluster sized for the peak, both meeting
+    every SLO."""
+    from workloads import diurnal_profile
+
+    gen = TraceGenerator("coding", 600, seed=0)
+    profile = diurnal_profile(3.0, 4 * 3600.0)
+    policy = AutoscalePolicy(scale_on="freeness", scale_out_freeness=45000.0, scale_in_freeness=90000.0,
+                             interval_s=10.0, window_s=300.0)
+    r = autoscale("baseline-a100", gen.with_profile(profile), gen.at(profile.peak_rps), MODEL, policy, perf=PERF,
+                  engine="des")
+    assert r.static.row["slo_met"] and r.autoscaled.row["slo_met"]
+    assert r.autoscaled.machine_hours < 0.9 * r.static.machine_hours
+    j = r.to_json()
+    assert j["scale_on"] == "freeness" and j["scaling_events"] >= 2 and "freeness_steps" in j["timeline"]
+
+
+def test_fluid_engine_declines_in_one_line():
+    trace = two_level_trace(high_s=30.0, low_s=30.0)
+    ctl = ScalingControl("queue", 2.0, 0.5, 10.0, 60.0, 1, 2, 1, 1, trace.duration_s)
+    with pytest.raises(ProvisionerError, match="fluid engine cannot run closed-loop"):
+        simulate_controlled(make_design("baseline-a100", machines=4), trace, MODEL, ctl, engine="fluid", perf=PERF)
+
+
+# -- the command ----------------------------------------------------------------------
+def cli(args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(["autoscale", "--design", "baseline-a100", "--model", MODEL, *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_closed_loop_json(tmp_path):
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,0.5\n600,2\n")
+    code, out, err = cli(["--profile", str(profile), "--duration", "1200", "--scale-on", "queue",
+                          "--static-machines", "4", "--json", "--report", str(tmp_path / "day.html")])
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["engine"] == "des" and obj["scale_on"] == "queue" and obj["policy"]["scale_on"] == "queue"
+    assert obj["policy"]["interval_s"] == 10.0 and isinstance(obj["scaling_events"], int)
+    for side in ("static", "autoscaled"):
+        assert {"machine_hours", "cost_usd", "energy_kwh", "slo"} <= set(obj[side])
+    assert "queued_per_machine" in obj["timeline"] and "saving_pct" in obj
+    assert "prompts queued per machine" in (tmp_path / "day.html").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scale-on", "load"], "--scale-on must be one of rate, freeness, queue"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "80"], "--scale-out-freeness must be below --scale-in-freeness"),
+    (["--scale-on", "queue", "--scale-in-queue", "-1"], "0 <= --scale-in-queue < --scale-out-queue"),
+    (["--scale-on", "queue", "--max-machines", "0"], "--max-machines must be a whole number >= --min-machines"),
+    (["--scale-out-freeness", "5"], "--scale-out-freeness is a threshold of --scale-on freeness"),
+    (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is a threshold of --scale-on rate"),
+    (["--scale-on", "queue", "--engine", "fluid"], "the fluid engine cannot run closed-loop autoscaling"),
+    (["--scale-on", "freeness", "--design", "splitwiser-a100"], "use --scale-on rate for splitwiser-a100"),
+])
+def test_cli_bad_policy_is_one_line_exit_2(args, message):
+    code, _, err = cli(["--profile", "diurnal", "--rps", "2", "--duration", "900", "--static-machines", "2", *args])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines

@@ -1,0 +1,175 @@
+"""Swap preemption (vLLM's swap mode): a hand-computed case against recompute, the host
+budget, token conservation, and `--preemption` as typed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pytest
+
+from perfmodels import LatencyModel
+from provisioner.cli import run
+from provisioner.designs import DesignBatch, make_design
+from provisioner.sim import build_inputs, swap_inputs
+from provisioner.sim.testing import DesOnDemandMachine as OnDemandMachine
+from provisioner.sim.testing import des_simulate_design, run_des
+from test_scheduler import unit_inputs
+from workloads import TraceGenerator
+
+PERF = LatencyModel()
+
+
+def with_swap(inputs, s_per_token=0.01, host_tokens=1e9, bytes_per_token=100.0):
+    return dataclasses.replace(inputs, swap=np.array([[s_per_token, host_tokens, bytes_per_token]]))
+
+
+def test_swap_against_recompute_by_hand():
+    """test_scheduler's case (two 8-token prompts, 6 output tokens, a 20-token machine,
+    1-s iterations): at t = 3 B holds 8 + 3 = 11 tokens and is preempted. Recompute: its
+    prefill over 11 tokens waits for A (done at 6) and runs in [6, 7]; B ends at 9.
+    Swap at 0.01 s per token: the swap-out extends A's iteration [3, 4.11], A ends at 6.11;
+    no prefill is admitted while B waits, and B comes back when A's KV is gone: the swap-in
+    extends [6.11, 7.22], which emits its token 4; B ends at 9.22. 11 tokens x 100 bytes
+    go out and come back."""
+    base = unit_inputs(20, [0.0, 0.0], [8, 8], [6, 6])
+    recompute, swap = run_des(base), run_des(with_swap(base))
+    np.testing.assert_allclose(recompute.finish_s[0], [6.0, 9.0])
+    np.testing.assert_allclose(swap.finish_s[0], [6.11, 9.22])
+    np.testing.assert_allclose(swap.first_token_s[0], [1.0, 1.0])
+    preemptions, _, _, _, recomputed = swap.scheduler_stats[0]
+    assert (preemptions, recomputed) == (1, 0) and swap.swap_stats[0].tolist() == [1, 2200.0]
+    assert recompute.swap_stats is None
+
+
+def test_a_full_host_falls_back_to_recompute():
+    """A host budget of 10 tokens cannot take B's 11: it is recomputed, as without swap."""
+    base = unit_inputs(20, [0.0, 0.0], [8, 8], [6, 6])
+    out = run_des(with_swap(base, host_tokens=10.0))
+    np.testing.assert_allclose(out.finish_s[0], [6.0, 9.0])
+    assert out.swap_stats[0].tolist() == [0, 0.0] and out.scheduler_stats[0, 4] == 11
+
+
+def conversation_inputs(scheduler="jsq", host_fraction=None):
+    trace = TraceGenerator("conversation", 60, 0).at(20.0)
+    batch = DesignBatch.from_designs([make_design("baseline-a100", machines=10, scheduler=scheduler)])
+    llm = PERF.llm("bloom-176b")
+    inputs = build_inputs(batch, trace, llm, PERF)
+    swap = swap_inputs(batch, llm, PERF.catalog)
+    if host_fraction is not None:   # a host budget that holds a few requests only
+        swap[:, 1] = host_fraction
+    return trace, dataclasses.replace(inputs, swap=swap)
+
+
+@pytest.mark.parametrize("scheduler", ["jsq", "llumnix"])
+def test_swap_conserves_tokens_and_keeps_the_host_budget(scheduler, monkeypatch):
+    trace, inputs = conversation_inputs(scheduler, host_fraction=4000.0)
+    peak = []
+    original = OnDemandMachine.swap_out
+
+    def recording(self, r, tokens):
+        original(self, r, tokens)
+        peak.append(self.host_used)
+
+    monkeypatch.setattr(OnDemandMachine, "swap_out", recording)
+    cl = des_simulate_design(inputs, 0)
+    assert cl.decode_tokens + cl.prefills_done == int(trace.output_tokens.sum())
+    assert cl.swaps > 0
+    if scheduler == "jsq":   # more preemption than llumnix (it migrates instead): the budget fills
+        assert cl.recomputed_tokens > 0
+    assert max(peak) <= 4000.0
+    assert all(not mc.swapped and mc.host_used == 0 for mc in cl.machines)
+    assert np.all(np.array(cl.finish) >= np.array(cl.first))
+
+
+def test_host_link_and_budget_from_the_catalog():
+    """DGX-A100, BLOOM-176B at TP 8: 8 GPUs x 32 GB/s of PCIe Gen4 per direction, and the
+    machine's 2 TB of DRAM for its one replica."""
+    llm = PERF.llm("bloom-176b")
+    swap = swap_inputs(DesignBatch.from_designs([make_design("baseline-a100", machines=2, scheduler="jsq")]),
+                       llm, PERF.catalog)[0]
+    assert swap[0] == pytest.approx(llm.kv_bytes_per_token / (8 * 32e9))
+    assert swap[1] == pytest.approx(2048e9 / llm.kv_bytes_per_token)
+    assert swap[2] == llm.kv_bytes_per_token
+
+
+def cli(args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(["simulate", "--model", "bloom-176b", "--workload", "conversation", "--rps", "20",
+                    "--duration", "30", *args, "--json"])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_swap_adds_its_counts_and_recompute_keeps_its_keys():
+    design = ["--design", "baseline-h100", "--machines", "6", "--scheduler", "jsq"]
+    code, out, err = cli(design)
+    assert code == 0, err
+    plain = json.loads(out)
+    assert "preemption" not in plain and "swaps" not in plain["scheduler_stats"]
+    code, out, err = cli(design + ["--preemption", "swap"])
+    assert code == 0, err
+    swap = json.loads(out)
+    assert swap["preemption"] == "swap" and {"swaps", "swapped_bytes"} <= set(swap["scheduler_stats"])
+    assert swap["scheduler_stats"]["preemptions"] >= swap["scheduler_stats"]["swaps"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--design", "baseline-a100", "--machines", "4", "--preemption", "swap"], "--scheduler least-work does not preempt"),
+    (["--design", "baseline-a100", "--machines", "4", "--scheduler", "jsq", "--preemption", "copy"],
+     "--preemption must be one of recompute, swap"),
+    (["--design", "splitwise-aa", "--prompt-machines", "2", "--token-machines", "2", "--scheduler", "jsq",
+      "--preemption", "swap"], "modelled on the baseline families"),
+])
+def test_cli_bad_preemption_is_one_line_exit_2(args, message):
+    code, _, err = cli(args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+def autoscale_cli(args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(["autoscale", "--design", "baseline-h100", "--model", "bloom-176b", "--workload", "conversation",
+                    "--profile", "diurnal", "--rps", "8", "--duration", "900", "--static-machines", "3", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_autoscale_takes_swap_under_an_on_demand_scheduler():
+    code, out, err = autoscale_cli(["--scheduler", "jsq", "--preemption", "swap", "--json"])
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["preemption"] == "swap" and obj["engine"] == "des"
+    code, _, err = autoscale_cli(["--preemption", "swap", "--json"])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--scheduler least-work does not preempt" in lines[0], lines
+
+
+def test_search_and_sweep_take_swap(tmp_path):
+    from provisioner.search import ProvisionRequest, provision
+    from provisioner.sweep import load_sweep_spec
+
+    req = ProvisionRequest(goal="cost", rps=12.0, workload="conversation", model="bloom-176b",
+                           families=("baseline-h100",), duration_s=30.0, scheduler="jsq", preemption="swap",
+                           verify=False)
+    obj = provision(req).to_json()
+    assert obj["question"]["preemption"] == "swap" and obj["best"][0]["feasible"]
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('goals = ["cost"]\nmodels = ["bloom-176b"]\nworkloads = ["conversation"]\nrps = [12]\n'
+                    'families = ["baseline-h100"]\nduration_s = 30\nscheduler = "jsq"\npreemption = "swap"\n')
+    question = load_sweep_spec(spec).questions[0]
+    assert question.request.preemption == "swap" and question.columns()["preemption"] == "swap"
+    with pytest.raises(Exception, match="does not preempt"):
+        ProvisionRequest(goal="cost", rps=12.0, workload="conversation", families=("baseline-h100",),
+                         duration_s=30.0, preemption="swap")
+
+
+def test_search_cli_refuses_swap_without_an_on_demand_scheduler():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run(["--goal", "cost", "--rps", "12", "--design", "baseline-h100", "--preemption", "swap"])
+    lines = err.getvalue().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--scheduler least-work does not preempt" in lines[0], lines
