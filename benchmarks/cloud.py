@@ -16,7 +16,7 @@ from pathlib import Path
 from perfmodels import LatencyModel
 from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, load_inventory, make_context, score, search_plan,
                                sustained_rps)
-from provisioner.cloud._search import canon
+from provisioner.cloud import canon
 from workloads import TraceGenerator
 
 # (a6000-4x, a5000-4x, a40-8x, rtx3090ti-4x) nodes per size

@@ -207,7 +207,7 @@ count = 2
 def _first_and_finish_s(ctx, plan, routing, prompt_tokens, output_tokens, arrival_s):
     """Per-request (first-token s, finish s) of `plan` under `routing` in the DES."""
     from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
-    from provisioner.cloud._simulate import server_plan
+    from provisioner.cloud import server_plan
     from provisioner.designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
     from provisioner.sim import SimInputs, run_des
 

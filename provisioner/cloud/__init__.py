@@ -11,10 +11,10 @@ from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan
 from ._score import Routing, Scorer, Workload
-from ._search import exhaustive, initial_plan, neighbours, score, tabu_search
-from ._simulate import simulate_plan
+from ._search import canon, exhaustive, initial_plan, neighbours, score, tabu_search
+from ._simulate import server_plan, simulate_plan
 
 __all__ = ["load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "Physics", "split_layers", "make_context", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
-           "neighbours", "score", "upper_bound_rps", "simulate_plan"]
+           "neighbours", "score", "canon", "upper_bound_rps", "simulate_plan", "server_plan"]

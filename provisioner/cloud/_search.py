@@ -18,6 +18,7 @@ MAX_PP = 2   # pipeline stages per group the search forms
 
 
 def canon(plan) -> tuple:
+    """A plan in one order (GPUs within a group, then groups), so equal plans compare equal."""
     return tuple(sorted((tuple(sorted(st)), ph) for st, ph in plan))
 
 
