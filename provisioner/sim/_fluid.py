@@ -58,8 +58,8 @@ N_F = 20   # F_HEAD_DONE: prompt tokens of the prompt-queue head already prefill
 # F_REST the current iteration alone (perfmodels.iteration_parts); F_STALE_AT when the
 # sibling prefill server changed state since this decode server's rate was set (INF: not).
 # Integer state per machine.
-I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT = range(9)
-N_I = 9
+I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT, I_ROW = range(10)
+N_I = 10   # I_ROW: the machine's row of `coef` and `kv_cap`: its pool, or itself in a cloud plan
 EPS = 1e-9
 INF = np.inf
 _BLOCK_SHIFT = 3   # machines per block of the earliest-event index: 8
@@ -140,13 +140,17 @@ def _pop(keys, vals, st, col, m):
 @njit(cache=True)
 def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                      layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, first_out, finish_out,
-                     stats, window, drained):
+                     stats, window, drained, plan):
+    """plan : a cloud plan's table (`cloud_rows`), or no rows / -1: the families' rules."""
     R = arrival.shape[0]
     M = n0 + n1
     fs = np.zeros((M, N_F))
     fs[:, F_STALE_AT] = INF
     st = np.zeros((M, N_I), np.int64)
     st[n0:, I_POOL] = 1
+    cloud = plan.shape[0] > 0 and plan[0, 0] >= 0.0
+    for m in range(M):   # a cloud plan's servers each have their own latency vector and KV budget
+        st[m, I_ROW] = m if cloud else st[m, I_POOL]
     st[:, I_QHEAD] = -1
     st[:, I_QTAIL] = -1
     req = np.zeros((R, 4), np.int64)     # next in prompt queue, decode machine, prefill machine, unused
@@ -164,7 +168,8 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
         earliest_m[1 + b] = b << _BLOCK_SHIFT
     sim = (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-           arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64))
+           arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64), plan, np.zeros(n0),
+           np.zeros((n0, max(n1, 1))), np.empty(M), cloud)   # the cloud dispatch's credits and loads
     _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window)
     for r in range(R):   # a server has drained when the last request it served finishes
         if finish_out[r] < INF:
@@ -180,7 +185,8 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
     """Route each request at its arrival, after every machine event due before it."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-     arrival, late_s, earliest_t, earliest_m, lent) = sim   # lent: [number of lent machines]
+     arrival, late_s, earliest_t, earliest_m, lent, plan, p_credit, d_credit, loads, cloud) = sim
+    # lent: [number of lent machines]
     for r in range(R):
         t = arrival[r]
         _run_until(t, sim)
@@ -188,7 +194,10 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
             stats[ST_ABORTED] = 1.0
             return
         need = s_arr[r] + n_arr[r]
-        if n1 == 0:
+        if cloud:
+            p = _cloud_prefill(t, n0, n1, plan, p_credit, loads, fs, st, window)
+            d = p if n1 == 0 else n0 + _cloud_decode(p, n0, n1, plan, d_credit[p], loads, kv_cap, fs)
+        elif n1 == 0:
             p = _least_loaded_mixed(t, n0, fs, st, window)
             d = p
         elif prompt_budget[2] > 0.0:
@@ -269,6 +278,47 @@ def _least_loaded_machine(t, n0, fs, st, window):
         load = _prompt_work(m, t, fs, st) + _decode_progress(m + n0, t, fs, st)
         if load < best_load - EPS:
             best, best_load = m, load
+    return best
+
+
+@njit(cache=True, _nrt=False)
+def _cloud_prefill(t, n0, n1, plan, credit, loads, fs, st, window):
+    """A cloud plan's prefill (or non-split) server (SEMANTICS.md "Cloud plans", as
+    `_des_cloud.py`): the least queued work per unit of share among the servers with a share;
+    ties by smooth weighted round-robin credit."""
+    for m in range(n0):
+        loads[m] = INF
+        if plan[m, 0] > 0.0 and window[m, 0] <= t < window[m, 1]:
+            work = _prompt_work(m, t, fs, st)
+            if n1 == 0:   # a non-split server also decodes what it prefilled
+                work += _decode_progress(m, t, fs, st)
+            loads[m] = work / plan[m, 0]
+    return _least_then_credit(loads, n0, credit, plan[:, 0])
+
+
+@njit(cache=True, _nrt=False)
+def _cloud_decode(p, n0, n1, plan, credit, loads, kv_cap, fs):
+    """Among prefill server p's decode servers (decode share > 0), the one with the least share
+    of its KV budget booked; ties by smooth weighted round-robin on p's decode shares."""
+    share = plan[p, 1:1 + n1]
+    for j in range(n1):
+        loads[j] = fs[n0 + j, F_RESERVED] / kv_cap[n0 + j] if share[j] > 0.0 else INF
+    return _least_then_credit(loads, n1, credit, share)
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
+def _least_then_credit(loads, n, credit, share):
+    """The least of loads[:n]; among ties (1e-9), the most credit (first on ties). Every
+    server earns its share per request, the chosen one spends one."""
+    least = INF
+    for m in range(n):
+        least = _fmin(least, loads[m])
+    best, best_credit = 0, -INF
+    for m in range(n):
+        credit[m] += share[m]
+        if loads[m] <= least + 1e-9 and credit[m] > best_credit:
+            best, best_credit = m, credit[m]
+    credit[best] -= 1.0
     return best
 
 
@@ -430,7 +480,7 @@ def _schedule(m, sim):
         _set_next(m, fs[m, F_END], next_s, sim[23], sim[24])
         return
     now = fs[m, F_NOW]
-    room = kv_cap[st[m, I_POOL]] - fs[m, F_KV_USED]
+    room = kv_cap[st[m, I_ROW]] - fs[m, F_KV_USED]
     running = st[m, I_RUN] > 0
     work_at = INF
     h = st[m, I_QHEAD]
@@ -465,7 +515,8 @@ def _schedule(m, sim):
 def _step(m, e, sim):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _,
+     plan, p_credit, _, _, cloud) = sim
     pm = st[m, I_POOL]
     if st[m, I_PREFILL] == 1:
         dur = fs[m, F_LEN]
@@ -508,12 +559,17 @@ def _step(m, e, sim):
             elif d == m:
                 _push(wait_key, wait_val, st, I_WAIT, m, e, r)
             else:
-                total = kv_s_per_token * s_arr[r]
+                per_token, setup = kv_s_per_token, kv_setup
+                if cloud:   # the pair's own link: columns 1 + k + j and 1 + 2k + j
+                    k = (plan.shape[1] - 1) // 3
+                    j = d - p_credit.shape[0]   # p_credit has one entry per prefill server
+                    per_token, setup = plan[m, 1 + k + j], plan[m, 1 + 2 * k + j]
+                total = per_token * s_arr[r]
                 if s_arr[r] < layerwise_min:
-                    vis = kv_setup + total
+                    vis = setup + total
                 else:
                     last = total / n_layers
-                    vis = kv_setup + last + _fmax(total - last - dur, 0.0)
+                    vis = setup + last + _fmax(total - last - dur, 0.0)
                 stats[ST_KV_SUM] += vis
                 stats[ST_KV_N] += 1
                 _push(wait_key, wait_val, st, I_WAIT, d, e + vis, r)
@@ -558,9 +614,11 @@ def _finish_due(m, e, sim):
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _,
+     _, _, _, _, _) = sim
     pm = st[m, I_POOL]
-    cap = kv_cap[pm]
+    row = st[m, I_ROW]
+    cap = kv_cap[row]
     fs[m, F_NOW] = t
     while st[m, I_WAIT] > 0 and wait_key[m, 0] <= t + 1e-12:
         r = wait_val[m, 0]
@@ -584,13 +642,13 @@ def _start(m, t, sim):
     elif k > 0:
         st[m, I_BATCH] = k
         fs[m, F_BATCH_TOK] = tokens
-        dur = iter_time(coef[pm], tokens, sq, k, b, ctx)
+        dur = iter_time(coef[row], tokens, sq, k, b, ctx)
         st[m, I_PREFILL] = 1
         fs[m, F_END] = t + dur
         fs[m, F_LEN] = dur
         fs[m, F_INV_LEN] = 1.0 / dur    # routing reads the progress of every prompt machine
     elif b > 0:
-        fs[m, F_RATE] = 1.0 / iter_time(coef[pm], 0.0, 0.0, 0.0, b, ctx)
+        fs[m, F_RATE] = 1.0 / iter_time(coef[row], 0.0, 0.0, 0.0, b, ctx)
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
@@ -713,15 +771,16 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
     window = server_windows(inputs, idx)
     drained = np.zeros(window.shape[:2])
+    coef, kv_cap, plan = cloud_rows(inputs, idx)
     _announce_compile()
     first, finish, stats, pct = _run_batch(
-        n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx],
+        n_machines, coef, kv_cap,
         np.stack([inputs.batch_cap_tokens[idx], inputs.chunk_tokens[idx], inputs.mps_share[idx]], axis=1),
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
         np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), inv_solo, want_pct,
-        keep_requests, order, window, drained)
+        keep_requests, order, window, drained, plan)
     return EngineOutput(
         first_token_s=first if keep_requests else None, finish_s=finish if keep_requests else None,
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],
@@ -731,6 +790,35 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         makespan_s=stats[:, ST_LAST_FINISH] - inputs.arrival_s[0],
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None,
         drained_s=drained)
+
+
+def cloud_rows(inputs: SimInputs, idx: np.ndarray):
+    """(coef, kv_cap, plan) of the designs idx: per pool ((d, 2, n_coef), (d, 2)) and no plan
+    table ((d, 0, 1)) unless some design is a cloud plan; then one coef and KV row per server of
+    each cloud plan, and per prefill server a row of its share, then k decode shares, k KV
+    seconds per prompt token and k KV setups (k: the most decode servers; -1 rows on the
+    other designs). Same array types either way, so a cloud plan compiles nothing new."""
+    plans = [None if inputs.servers is None else inputs.servers[i] for i in idx]
+    coef, kv_cap = inputs.coef[idx], inputs.kv_cap_tokens[idx]
+    if all(plan is None for plan in plans):
+        return coef, kv_cap, np.zeros((len(idx), 0, 1))
+    cloud = [plan for plan in plans if plan is not None]
+    rows = max(2, max(len(plan.kv_cap_tokens) for plan in cloud))
+    n_pre = max(plan.decode_share.shape[0] for plan in cloud)
+    k = max(plan.decode_share.shape[1] for plan in cloud)
+    wide_coef, wide_kv = np.zeros((len(idx), rows, coef.shape[2])), np.zeros((len(idx), rows))
+    table = np.full((len(idx), n_pre, 1 + 3 * k), -1.0)
+    for i, plan in enumerate(plans):
+        if plan is None:
+            wide_coef[i, :2], wide_kv[i, :2] = coef[i], kv_cap[i]
+            continue
+        p, d = plan.decode_share.shape
+        wide_coef[i, :p + d], wide_kv[i, :p + d] = plan.coef, plan.kv_cap_tokens
+        table[i, :p] = 0.0
+        table[i, :p, 0] = plan.prefill_share
+        for c, part in enumerate((plan.decode_share, plan.kv_s_per_token, plan.kv_setup_s)):
+            table[i, :p, 1 + c * k:1 + c * k + d] = part
+    return wide_coef, wide_kv, table
 
 
 from . import COMPILING_MESSAGE  # noqa: E402  (the package's constant; the package never imports this module eagerly)
@@ -754,7 +842,7 @@ def _announce_compile() -> None:
 
 def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, order, window, drained):
+               keep_requests, order, window, drained, plan):
     """Simulate every design, `order` split into one contiguous block per thread.
 
     Python threads over a `nogil` kernel instead of numba's `parallel=True` prange:
@@ -770,7 +858,7 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
     args = (n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
             overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
-            stats, pct, window, drained)
+            stats, pct, window, drained, plan)
     n_threads = max(1, min(numba.get_num_threads(), D))
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
     if n_threads == 1:
@@ -786,17 +874,17 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
 @njit(cache=True, nogil=True)
 def _run_block(order, lo, hi, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, first, finish, stats, pct, window, drained):
+               keep_requests, first, finish, stats, pct, window, drained, plan):
     for j in range(lo, hi):
         _one_design(order[j], n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup,
                     n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
-                    want_pct, keep_requests, first, finish, stats, pct, window, drained)
+                    want_pct, keep_requests, first, finish, stats, pct, window, drained, plan)
 
 
 @njit(cache=True)
 def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                 layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-                keep_requests, first, finish, stats, pct, window, drained):
+                keep_requests, first, finish, stats, pct, window, drained, plan):
     """Simulate design i into row i of the outputs."""
     R = arrival.shape[0]
     if keep_requests:
@@ -807,7 +895,7 @@ def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_p
     finish_i[:] = INF
     _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
                      kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i], window[i], drained[i])
+                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i], window[i], drained[i], plan[i])
     stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
     if want_pct:
         _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
