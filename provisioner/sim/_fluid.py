@@ -195,8 +195,7 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
             return
         need = s_arr[r] + n_arr[r]
         if cloud:
-            p = _cloud_prefill(t, n0, n1, plan, p_credit, loads, fs, st, window)
-            d = p if n1 == 0 else n0 + _cloud_decode(p, n0, n1, plan, d_credit[p], loads, kv_cap, fs)
+            p, d = _cloud_route(t, n0, n1, plan, p_credit, d_credit, loads, kv_cap, fs, st, window)
         elif n1 == 0:
             p = _least_loaded_mixed(t, n0, fs, st, window)
             d = p
@@ -282,31 +281,27 @@ def _least_loaded_machine(t, n0, fs, st, window):
 
 
 @njit(cache=True, _nrt=False)
-def _cloud_prefill(t, n0, n1, plan, credit, loads, fs, st, window):
-    """A cloud plan's prefill (or non-split) server (SEMANTICS.md "Cloud plans", as
-    `_des_cloud.py`): the least queued work per unit of share among the servers with a share;
-    ties by smooth weighted round-robin credit."""
+def _cloud_route(t, n0, n1, plan, p_credit, d_credit, loads, kv_cap, fs, st, window):
+    """A cloud plan's (prefill, decode) servers (SEMANTICS.md "Cloud plans", as `_des_cloud.py`).
+    Prefill (or non-split): the least queued work per unit of share among the servers with a
+    share. Decode: among the prefill server's decode servers (share > 0), the least share of
+    its KV budget booked. Ties by smooth weighted round-robin on the shares."""
     for m in range(n0):
         loads[m] = INF
-        if plan[m, 0] > 0.0 and window[m, 0] <= t < window[m, 1]:
+        if plan[0, m] > 0.0 and window[m, 0] <= t < window[m, 1]:
             work = _prompt_work(m, t, fs, st)
             if n1 == 0:   # a non-split server also decodes what it prefilled
                 work += _decode_progress(m, t, fs, st)
-            loads[m] = work / plan[m, 0]
-    return _least_then_credit(loads, n0, credit, plan[:, 0])
+            loads[m] = work / plan[0, m]
+    p = _least_then_credit(loads, n0, p_credit, plan[0])
+    if n1 == 0:
+        return p, p
+    for j in range(n1):
+        loads[j] = fs[n0 + j, F_RESERVED] / kv_cap[n0 + j] if plan[1 + p, j] > 0.0 else INF
+    return p, n0 + _least_then_credit(loads, n1, d_credit[p], plan[1 + p])
 
 
 @njit(cache=True, _nrt=False)
-def _cloud_decode(p, n0, n1, plan, credit, loads, kv_cap, fs):
-    """Among prefill server p's decode servers (decode share > 0), the one with the least share
-    of its KV budget booked; ties by smooth weighted round-robin on p's decode shares."""
-    share = plan[p, 1:1 + n1]
-    for j in range(n1):
-        loads[j] = fs[n0 + j, F_RESERVED] / kv_cap[n0 + j] if share[j] > 0.0 else INF
-    return _least_then_credit(loads, n1, credit, share)
-
-
-@njit(cache=True, forceinline=True, _nrt=False)
 def _least_then_credit(loads, n, credit, share):
     """The least of loads[:n]; among ties (1e-9), the most credit (first on ties). Every
     server earns its share per request, the chosen one spends one."""
@@ -560,10 +555,9 @@ def _step(m, e, sim):
                 _push(wait_key, wait_val, st, I_WAIT, m, e, r)
             else:
                 per_token, setup = kv_s_per_token, kv_setup
-                if cloud:   # the pair's own link: columns 1 + k + j and 1 + 2k + j
-                    k = (plan.shape[1] - 1) // 3
-                    j = d - p_credit.shape[0]   # p_credit has one entry per prefill server
-                    per_token, setup = plan[m, 1 + k + j], plan[m, 1 + 2 * k + j]
+                if cloud:   # the pair's own link (`cloud_rows`); p_credit: one entry per prefill server
+                    n0 = p_credit.shape[0]
+                    per_token, setup = plan[1 + n0 + m, d - n0], plan[1 + 2 * n0 + m, d - n0]
                 total = per_token * s_arr[r]
                 if s_arr[r] < layerwise_min:
                     vis = setup + total
@@ -794,30 +788,28 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
 
 def cloud_rows(inputs: SimInputs, idx: np.ndarray):
     """(coef, kv_cap, plan) of the designs idx: per pool ((d, 2, n_coef), (d, 2)) and no plan
-    table ((d, 0, 1)) unless some design is a cloud plan; then one coef and KV row per server of
-    each cloud plan, and per prefill server a row of its share, then k decode shares, k KV
-    seconds per prompt token and k KV setups (k: the most decode servers; -1 rows on the
-    other designs). Same array types either way, so a cloud plan compiles nothing new."""
+    table ((d, 0, 1)) unless some design is a cloud plan; then one coef and KV row per server
+    of each cloud plan, and its table of p prefill servers: row 0 the prefill shares, rows
+    1 + i the decode shares of prefill server i, rows 1 + p + i and 1 + 2p + i the KV seconds
+    per prompt token and setups of its links (-1 on the other designs). Same array types
+    either way, so a cloud plan compiles nothing new."""
     plans = [None if inputs.servers is None else inputs.servers[i] for i in idx]
     coef, kv_cap = inputs.coef[idx], inputs.kv_cap_tokens[idx]
     if all(plan is None for plan in plans):
         return coef, kv_cap, np.zeros((len(idx), 0, 1))
-    cloud = [plan for plan in plans if plan is not None]
-    rows = max(2, max(len(plan.kv_cap_tokens) for plan in cloud))
-    n_pre = max(plan.decode_share.shape[0] for plan in cloud)
-    k = max(plan.decode_share.shape[1] for plan in cloud)
+    shapes = [plan.decode_share.shape for plan in plans if plan is not None]
+    rows = max(2, max(p + d for p, d in shapes))
     wide_coef, wide_kv = np.zeros((len(idx), rows, coef.shape[2])), np.zeros((len(idx), rows))
-    table = np.full((len(idx), n_pre, 1 + 3 * k), -1.0)
+    table = np.full((len(idx), 1 + 3 * max(p for p, _ in shapes), max(max(p, d) for p, d in shapes)), -1.0)
     for i, plan in enumerate(plans):
         if plan is None:
             wide_coef[i, :2], wide_kv[i, :2] = coef[i], kv_cap[i]
             continue
         p, d = plan.decode_share.shape
         wide_coef[i, :p + d], wide_kv[i, :p + d] = plan.coef, plan.kv_cap_tokens
-        table[i, :p] = 0.0
-        table[i, :p, 0] = plan.prefill_share
+        table[i, 0, :p] = plan.prefill_share
         for c, part in enumerate((plan.decode_share, plan.kv_s_per_token, plan.kv_setup_s)):
-            table[i, :p, 1 + c * k:1 + c * k + d] = part
+            table[i, 1 + c * p:1 + (c + 1) * p, :d] = part
     return wide_coef, wide_kv, table
 
 
