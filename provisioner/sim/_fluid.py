@@ -141,16 +141,15 @@ def _pop(keys, vals, st, col, m):
 def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                      layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, first_out, finish_out,
                      stats, window, drained, plan):
-    """plan : a cloud plan's table (`cloud_rows`), or no rows / -1: the families' rules."""
+    """plan : a cloud plan's table (`cloud_rows`), or None: the families' rules."""
     R = arrival.shape[0]
     M = n0 + n1
     fs = np.zeros((M, N_F))
     fs[:, F_STALE_AT] = INF
     st = np.zeros((M, N_I), np.int64)
     st[n0:, I_POOL] = 1
-    cloud = plan.shape[0] > 0 and plan[0, 0] >= 0.0
     for m in range(M):   # a cloud plan's servers each have their own latency vector and KV budget
-        st[m, I_ROW] = m if cloud else st[m, I_POOL]
+        st[m, I_ROW] = st[m, I_POOL] if plan is None else m
     st[:, I_QHEAD] = -1
     st[:, I_QTAIL] = -1
     req = np.zeros((R, 4), np.int64)     # next in prompt queue, decode machine, prefill machine, unused
@@ -168,9 +167,12 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
         earliest_m[1 + b] = b << _BLOCK_SHIFT
     sim = (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-           arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64), plan, np.zeros(n0),
-           np.zeros((n0, max(n1, 1))), np.empty(M), cloud)   # the cloud dispatch's credits and loads
-    _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window)
+           arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64))
+    if plan is None:
+        _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, None)
+    else:   # the plan, its dispatch's credits and a scratch row of loads
+        cloud = (plan, np.zeros(n0), np.zeros((n0, max(n1, 1))), np.empty(M))
+        _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cloud)
     for r in range(R):   # a server has drained when the last request it served finishes
         if finish_out[r] < INF:
             drained[req[r, 1]] = _fmax(drained[req[r, 1]], finish_out[r])
@@ -181,21 +183,20 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
 # allocate, numba increfs and decrefs every array it takes out of `sim` on each use, which
 # cost 15% of the kernel when this loop lived in `_simulate_design`.
 @njit(cache=True, _nrt=False)
-def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
+def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cloud):
     """Route each request at its arrival, after every machine event due before it."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-     arrival, late_s, earliest_t, earliest_m, lent, plan, p_credit, d_credit, loads, cloud) = sim
-    # lent: [number of lent machines]
+     arrival, late_s, earliest_t, earliest_m, lent) = sim   # lent: [number of lent machines]
     for r in range(R):
         t = arrival[r]
-        _run_until(t, sim)
+        _run_until(t, sim, cloud)
         if abort_after > 0 and _fmax(_fmax(stats[ST_LATE_TTFT], stats[ST_LATE_TBT]), stats[ST_LATE_E2E]) >= abort_after:
             stats[ST_ABORTED] = 1.0
             return
         need = s_arr[r] + n_arr[r]
-        if cloud:
-            p, d = _cloud_route(t, n0, n1, plan, p_credit, d_credit, loads, kv_cap, fs, st, window)
+        if cloud is not None:
+            p, d = _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window)
         elif n1 == 0:
             p = _least_loaded_mixed(t, n0, fs, st, window)
             d = p
@@ -219,11 +220,11 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
             req[st[p, I_QTAIL], 0] = r
         st[p, I_QTAIL] = r
         _schedule(p, sim)
-    _run_until(INF, sim)
+    _run_until(INF, sim, cloud)
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
-def _run_until(t, sim):
+def _run_until(t, sim, cloud):
     """Process every machine event up to time t, in time order."""
     earliest_t, earliest_m = sim[23], sim[24]
     while True:
@@ -231,7 +232,7 @@ def _run_until(t, sim):
         if tm > t or tm == INF:
             return
         first = earliest_m[0]
-        _step(first, tm, sim)
+        _step(first, tm, sim, cloud)
         _schedule(first, sim)
 
 
@@ -281,11 +282,12 @@ def _least_loaded_machine(t, n0, fs, st, window):
 
 
 @njit(cache=True, _nrt=False)
-def _cloud_route(t, n0, n1, plan, p_credit, d_credit, loads, kv_cap, fs, st, window):
+def _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window):
     """A cloud plan's (prefill, decode) servers (SEMANTICS.md "Cloud plans", as `_des_cloud.py`).
     Prefill (or non-split): the least queued work per unit of share among the servers with a
     share. Decode: among the prefill server's decode servers (share > 0), the least share of
     its KV budget booked. Ties by smooth weighted round-robin on the shares."""
+    plan, p_credit, d_credit, loads = cloud
     for m in range(n0):
         loads[m] = INF
         if plan[0, m] > 0.0 and window[m, 0] <= t < window[m, 1]:
@@ -507,11 +509,10 @@ def _schedule(m, sim):
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
-def _step(m, e, sim):
+def _step(m, e, sim, cloud):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _,
-     plan, p_credit, _, _, cloud) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
     if st[m, I_PREFILL] == 1:
         dur = fs[m, F_LEN]
@@ -555,9 +556,9 @@ def _step(m, e, sim):
                 _push(wait_key, wait_val, st, I_WAIT, m, e, r)
             else:
                 per_token, setup = kv_s_per_token, kv_setup
-                if cloud:   # the pair's own link (`cloud_rows`); p_credit: one entry per prefill server
-                    n0 = p_credit.shape[0]
-                    per_token, setup = plan[1 + n0 + m, d - n0], plan[1 + 2 * n0 + m, d - n0]
+                if cloud is not None:   # the pair's own link (`cloud_rows`); one credit per prefill server
+                    n0 = cloud[1].shape[0]
+                    per_token, setup = cloud[0][1 + n0 + m, d - n0], cloud[0][1 + 2 * n0 + m, d - n0]
                 total = per_token * s_arr[r]
                 if s_arr[r] < layerwise_min:
                     vis = setup + total
@@ -608,8 +609,7 @@ def _finish_due(m, e, sim):
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _,
-     _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
     row = st[m, I_ROW]
     cap = kv_cap[row]
@@ -766,7 +766,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     window = server_windows(inputs, idx)
     drained = np.zeros(window.shape[:2])
     coef, kv_cap, plan = cloud_rows(inputs, idx)
-    _announce_compile()
+    _announce_compile(plan is not None)
     first, finish, stats, pct = _run_batch(
         n_machines, coef, kv_cap,
         np.stack([inputs.batch_cap_tokens[idx], inputs.chunk_tokens[idx], inputs.mps_share[idx]], axis=1),
@@ -788,15 +788,15 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
 
 def cloud_rows(inputs: SimInputs, idx: np.ndarray):
     """(coef, kv_cap, plan) of the designs idx: per pool ((d, 2, n_coef), (d, 2)) and no plan
-    table ((d, 0, 1)) unless some design is a cloud plan; then one coef and KV row per server
+    (None) unless some design is a cloud plan; then one coef and KV row per server
     of each cloud plan, and its table of p prefill servers: row 0 the prefill shares, rows
     1 + i the decode shares of prefill server i, rows 1 + p + i and 1 + 2p + i the KV seconds
-    per prompt token and setups of its links (-1 on the other designs). Same array types
-    either way, so a cloud plan compiles nothing new."""
+    per prompt token and setups of its links (-1 on the other designs). A plan compiles the
+    kernel's cloud specialisation once (cached like the other)."""
     plans = [None if inputs.servers is None else inputs.servers[i] for i in idx]
     coef, kv_cap = inputs.coef[idx], inputs.kv_cap_tokens[idx]
     if all(plan is None for plan in plans):
-        return coef, kv_cap, np.zeros((len(idx), 0, 1))
+        return coef, kv_cap, None
     shapes = [plan.decode_share.shape for plan in plans if plan is not None]
     rows = max(2, max(p + d for p, d in shapes))
     wide_coef, wide_kv = np.zeros((len(idx), rows, coef.shape[2])), np.zeros((len(idx), rows))
@@ -814,18 +814,19 @@ def cloud_rows(inputs: SimInputs, idx: np.ndarray):
 
 
 from . import COMPILING_MESSAGE  # noqa: E402  (the package's constant; the package never imports this module eagerly)
-_announced = False
+_announced = set()
 
 
-def _announce_compile() -> None:
-    """Say once on stderr that numba is about to compile, when the kernel is neither
+def _announce_compile(cloud: bool = False) -> None:
+    """Say once on stderr that numba is about to compile, when the kernel's specialisation
+    (the families', or the cloud plans': its last argument a plan table, not None) is neither
     loaded in this process nor in the on-disk cache (an index file for this source)."""
-    global _announced
-    if _announced or _run_block.signatures:
+    kind = "array" if cloud else "none"
+    if kind in _announced or any(str(sig[-1]).startswith(kind) for sig in _run_block.signatures):
         return
-    _announced = True
+    _announced.add(kind)
     try:   # numba's cache index: empty when missing or written for another version of this file
-        cached = bool(_run_block._cache._cache_file._load_index())
+        cached = any(str(key[0][-1]).startswith(kind) for key in _run_block._cache._cache_file._load_index())
     except Exception:   # noqa: BLE001 (a numba without this internal: stay silent rather than guess)
         return
     if not cached:
@@ -885,9 +886,15 @@ def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_p
         first_i, finish_i = np.empty(R), np.empty(R)
     first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
     finish_i[:] = INF
-    _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
-                     kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i], window[i], drained[i], plan[i])
+    args = (n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
+            kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival, s_arr, n_arr, late_s,
+            abort_after, first_i, finish_i, stats[i], window[i], drained[i])
+    # plan None (no cloud design in the batch): numba prunes the cloud branch, so the
+    # families' kernel never compiles the cloud rules (SEMANTICS.md "Cloud plans")
+    if plan is not None and plan[i, 0, 0] >= 0.0:
+        _simulate_design(*args, plan[i])
+    else:
+        _simulate_design(*args, None)
     stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
     if want_pct:
         _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
