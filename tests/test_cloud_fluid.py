@@ -152,14 +152,15 @@ def _cloud_json(*extra):
 
 
 def test_cli_engines_choose_the_same_plan():
-    """The default (fluid re-scoring, DES attainment) and an all-DES run choose the same plan;
-    the fluid engine's reported attainment is the DES's within the fidelity tolerance."""
-    default, exact = _cloud_json(), _cloud_json("--engine", "fluid", "--rescore-engine", "des")
-    assert (default["engine"], default["rescore_engine"]) == ("des", "fluid")
-    assert (exact["engine"], exact["rescore_engine"]) == ("fluid", "des")
-    assert default["replicas"] == exact["replicas"] and default["sustained_rps"] == exact["sustained_rps"]
+    """The default (DES everywhere) and the fluid engine everywhere choose the same split plan
+    and sustained rate; the fluid's attainment is the DES's within the fidelity tolerance."""
+    des, fluid = _cloud_json(), _cloud_json("--engine", "fluid", "--rescore-engine", "fluid")
+    assert (des["engine"], des["rescore_engine"]) == ("des", "des")
+    assert (fluid["engine"], fluid["rescore_engine"]) == ("fluid", "fluid")
+    assert des["replicas"] == fluid["replicas"]
+    assert fluid["sustained_rps"] == pytest.approx(des["sustained_rps"], rel=TOL[50])
     for m in (*METRICS, "all"):
-        assert exact["slo_attainment"][m] == pytest.approx(default["slo_attainment"][m], abs=ATTAINMENT_TOL)
+        assert fluid["slo_attainment"][m] == pytest.approx(des["slo_attainment"][m], abs=ATTAINMENT_TOL)
 
 
 @pytest.mark.parametrize("flag", ["--engine", "--rescore-engine"])

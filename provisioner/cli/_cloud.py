@@ -39,8 +39,9 @@ def cloud_command(
     duration: float = typer.Option(None, "--duration", help="Trace length (s; default 120)."),
     engine: str = typer.Option("des", "--engine", help="Simulator of the reported attainment: des (exact "
                                                        "reference) or fluid."),
-    rescore_engine: str = typer.Option("fluid", "--rescore-engine", help="Simulator of the re-scoring that "
-                                       "chooses (finalists' sustained rates, --goal cost's rentals): fluid or des."),
+    rescore_engine: str = typer.Option("des", "--rescore-engine", help="Simulator of the re-scoring that "
+                                       "chooses (finalists' sustained rates, --goal cost's rentals): des or "
+                                       "fluid (faster once its cloud kernel is compiled)."),
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),

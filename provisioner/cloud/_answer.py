@@ -23,14 +23,16 @@ CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
-               without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="fluid") -> dict:
+               without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des") -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
     engine : the simulator of the reported attainment (`slo_attainment`, the re-plans').
     rescore_engine : the simulator of the many runs that choose: the finalists' sustained
-        rates (bisections) and `--goal cost`'s checks of each rental; the fluid engine
-        agrees with the DES on cloud plans (benchmarks/fidelity.py) at a fraction of its time."""
+        rates (bisections) and `--goal cost`'s checks of each rental. The fluid engine agrees
+        with the DES on cloud plans (benchmarks/fidelity.py) in a fraction of its time, but
+        its first cloud plan compiles the kernel's cloud specialisation (18-32 s of CPU, once
+        per install), which would break the 10-s planning time of a first run: opt-in."""
     t0 = time.perf_counter()
     reference = inventory
     if goal == "cost":

@@ -39,6 +39,7 @@ from numba import njit
 from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
+from ..errors import ProvisionerError
 from ._inputs import EngineOutput, SimInputs
 from ._windows import server_windows
 
@@ -788,23 +789,23 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
 
 def cloud_rows(inputs: SimInputs, idx: np.ndarray):
     """(coef, kv_cap, plan) of the designs idx: per pool ((d, 2, n_coef), (d, 2)) and no plan
-    (None) unless some design is a cloud plan; then one coef and KV row per server
-    of each cloud plan, and its table of p prefill servers: row 0 the prefill shares, rows
+    (None) when no design is a cloud plan; when all are, one coef and KV row per server
+    of each, and its table of p prefill servers: row 0 the prefill shares, rows
     1 + i the decode shares of prefill server i, rows 1 + p + i and 1 + 2p + i the KV seconds
-    per prompt token and setups of its links (-1 on the other designs). A plan compiles the
-    kernel's cloud specialisation once (cached like the other)."""
+    per prompt token and setups of its links. Cloud plans compile the kernel's cloud
+    specialisation once (cached like the other); a batch cannot mix the two kinds."""
     plans = [None if inputs.servers is None else inputs.servers[i] for i in idx]
     coef, kv_cap = inputs.coef[idx], inputs.kv_cap_tokens[idx]
     if all(plan is None for plan in plans):
         return coef, kv_cap, None
-    shapes = [plan.decode_share.shape for plan in plans if plan is not None]
+    if any(plan is None for plan in plans):
+        raise ProvisionerError("run_fluid: simulate cloud plans and designs in separate calls (each kind has "
+                               "its own compiled kernel)")
+    shapes = [plan.decode_share.shape for plan in plans]
     rows = max(2, max(p + d for p, d in shapes))
     wide_coef, wide_kv = np.zeros((len(idx), rows, coef.shape[2])), np.zeros((len(idx), rows))
     table = np.full((len(idx), 1 + 3 * max(p for p, _ in shapes), max(max(p, d) for p, d in shapes)), -1.0)
     for i, plan in enumerate(plans):
-        if plan is None:
-            wide_coef[i, :2], wide_kv[i, :2] = coef[i], kv_cap[i]
-            continue
         p, d = plan.decode_share.shape
         wide_coef[i, :p + d], wide_kv[i, :p + d] = plan.coef, plan.kv_cap_tokens
         table[i, 0, :p] = plan.prefill_share
@@ -889,12 +890,12 @@ def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_p
     args = (n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
             kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival, s_arr, n_arr, late_s,
             abort_after, first_i, finish_i, stats[i], window[i], drained[i])
-    # plan None (no cloud design in the batch): numba prunes the cloud branch, so the
-    # families' kernel never compiles the cloud rules (SEMANTICS.md "Cloud plans")
-    if plan is not None and plan[i, 0, 0] >= 0.0:
-        _simulate_design(*args, plan[i])
-    else:
+    # numba prunes the branch the type of `plan` excludes: the families' kernel (None) never
+    # compiles the cloud rules, the cloud plans' kernel never the families' routing
+    if plan is None:
         _simulate_design(*args, None)
+    else:
+        _simulate_design(*args, plan[i])
     stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
     if want_pct:
         _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])
