@@ -31,7 +31,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     rescore_engine : the simulator of the many runs that choose: the finalists' sustained
         rates (bisections) and `--goal cost`'s checks of each rental. The fluid engine agrees
         with the DES on cloud plans (benchmarks/fidelity.py) in a fraction of its time, but
-        its first cloud plan compiles the kernel's cloud specialisation (18-32 s of CPU, once
+        its first cloud plan compiles the kernel's cloud specialisation (12-29 s of CPU, once
         per install), which would break the 10-s planning time of a first run: opt-in."""
     t0 = time.perf_counter()
     reference = inventory
