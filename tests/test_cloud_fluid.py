@@ -169,3 +169,18 @@ def test_cli_unknown_engine_is_one_line(capsys, flag):
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", flag, "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"{flag} must be one of fluid, des" in err
+
+
+def test_fluid_refuses_a_batch_mixing_cloud_plans_and_designs():
+    """Each kind has its own compiled kernel (the families' never compiles the cloud rules)."""
+    from dataclasses import replace
+
+    coef = np.zeros(N_COEF)
+    coef[4] = 0.01
+    one = _inputs(_plan([coef, coef], [1e6] * 2, [1.0], [[1.0]], [[0.0]], [[0.0]]), [0.0], [10], [2])
+    two = replace(one, **{f: np.concatenate([getattr(one, f)] * 2) for f in (
+        "n_machines", "coef", "kv_cap_tokens", "batch_cap_tokens", "chunk_tokens", "allow_borrow", "mps_share",
+        "kv_s_per_token", "kv_setup_s", "overload_tokens")}, servers=(one.servers[0], None))
+    with pytest.raises(Exception, match="separate calls"):
+        run_fluid(two)
+    np.testing.assert_allclose(run_fluid(two, designs=[0]).finish_s, run_des(two, designs=[0]).finish_s, rtol=1e-12)
