@@ -1,11 +1,16 @@
 """Cloud plan times (issue 13): tabu search on 16, 24, 32 and 64 GPUs of ThunderServe's
 node types (llama-30b), and the split / non-split throughput ratios at 32 GPUs.
 
-    python benchmarks/cloud.py            # writes benchmarks/results/cloud.md
+    python benchmarks/cloud.py [--engine des|fluid]   # writes benchmarks/results/cloud.md
+
+`--engine` simulates the equal-attainment bisections (default des, the reference for the
+README's ratios; fluid: the same split rates and non-split rates within 2% on these plans,
+in under a tenth of the simulation time, benchmarks/results/fidelity.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -27,6 +32,9 @@ SIZES = {16: (1, 1, 0, 2), 24: (1, 1, 1, 1), 32: (2, 2, 1, 2), 64: (4, 4, 2, 4)}
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engine", choices=("des", "fluid"), default="des", help="simulator of the bisections")
+    engine = ap.parse_args().engine
     perf = LatencyModel()
     base = load_inventory("thunderserve-32gpu", perf.catalog)
     rows, sustained, decode_size = [], [], []
@@ -43,8 +51,8 @@ def main() -> None:
             rows.append(f"| {workload} | {gpus} | {secs:.2f} | {cpu_s:.2f} | {rps:.2f} | {ns_rps:.2f} | {rps / ns_rps:.2f}x | "
                         f"{n_pre} / {len(plan) - n_pre} |")
             print(rows[-1], flush=True)
-            if gpus == 32:   # as `provision cloud`: the DES's rate at 99% attainment, both plans
-                row, smaller = _equal_attainment(ctx, workload)
+            if gpus == 32:   # as `provision cloud`: the rate at 99% attainment, both plans
+                row, smaller = _equal_attainment(ctx, workload, engine)
                 sustained.append(row)
                 decode_size.append(smaller)
                 print(row, smaller, sep="\n", flush=True)
@@ -55,36 +63,36 @@ def main() -> None:
             f"a shared machine the wall time stretches with the load, the CPU time does not.\n\n| workload | GPUs | "
             f"plan s | plan CPU s | split rps | non-split rps | ratio | prefill / decode replicas |\n"
             f"|---|---|---|---|---|---|---|---|\n")
-    tail = ("\n\nAt equal attainment (32 GPUs): the highest rate at which the DES keeps 99% of requests "
+    tail = (f"\n\nAt equal attainment (32 GPUs): the highest rate at which the {engine.upper()} keeps 99% of requests "
             "within every p99 limit (bisection on nested 600-s traces), for the best of the tabu search's five "
             "best plans by the analytic score, as `provision cloud` answers; dispatch by least queued work within "
             "the routing shares (SEMANTICS.md, \"Cloud plans\"). Replicas: the split plan's prefill / decode and "
-            "the non-split plan's; GPUs per type as prefill / decode; plan s: search and DES re-scoring of the "
+            f"the non-split plan's; GPUs per type as prefill / decode; plan s: search and {engine.upper()} re-scoring of the "
             "split plan on the 600-s trace (wall)\n\n| workload | split rps | non-split rps | ratio | split replicas "
             "P / D | non-split replicas | GPUs prefill / decode | plan s |\n|---|---|---|---|---|---|---|---|\n")
     sizes = ("\n\nDecode replica size (32 GPUs): the chosen split plan against the same plan with every "
              "decode group of several nodes cut into one replica per node (same GPUs, more and smaller decode "
-             "replicas); decode replicas (KV tokens each) and the DES-sustained rate at 99% attainment\n\n"
+             f"replicas); decode replicas (KV tokens each) and the {engine.upper()}-sustained rate at 99% attainment\n\n"
              "| workload | decode replicas | rps | cut into | rps |\n|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
         head + "\n".join(rows) + tail + "\n".join(sustained) + sizes + "\n".join(decode_size) + "\n")
 
 
-def _equal_attainment(ctx, workload) -> str:
-    """One row: DES-sustained rates of the split and non-split plans `provision cloud` picks,
+def _equal_attainment(ctx, workload, engine) -> str:
+    """One row: sustained rates (`engine`) of the split and non-split plans `provision cloud` picks,
     their replica counts and the split plan's GPUs per type and phase."""
     long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
     t0 = time.perf_counter()
-    plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)
+    plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, engine=engine)
     plan_s = time.perf_counter() - t0
-    ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",))
+    ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
     n_pre = sum(ph == "prefill" for _, ph in plan)
     row = (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {n_pre} / {len(plan) - n_pre} | "
            f"{len(ns_plan)} | {_phase_by_type(ctx, plan)} | {plan_s:.1f} |")
-    return row, _smaller_decode_row(ctx, plan, split, long, workload)
+    return row, _smaller_decode_row(ctx, plan, split, long, workload, engine)
 
 
-def _smaller_decode_row(ctx, plan, split, traces, workload) -> str:
+def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:
     """The chosen split plan with every decode group of several nodes cut into one replica
     per node (more, smaller decode replicas, as ThunderServe's Table 3 counts them)."""
     cut = []
@@ -94,7 +102,8 @@ def _smaller_decode_row(ctx, plan, split, traces, workload) -> str:
         whole = phase != "decode" or len(parts) == 1 or not all(ctx.physics.group(g) for g in parts)
         cut += [(stages, phase)] if whole else [(g, phase) for g in parts]
     cut = canon(cut)
-    rate = sustained_rps(ctx, cut, traces, score(ctx.scorer, cut), TARGET_ATTAINMENT) if cut != plan else split
+    rate = (sustained_rps(ctx, cut, traces, score(ctx.scorer, cut), TARGET_ATTAINMENT, engine=engine)
+            if cut != plan else split)
     kv = lambda p: "+".join(f"{ctx.physics.group(st).kv_cap_tokens / 1e3:.0f}k"   # noqa: E731
                             for st, ph in p if ph == "decode")
     n_dec = sum(ph == "decode" for _, ph in cut)

@@ -8,6 +8,9 @@ For every base design (every family x two workloads x two cluster sizes) the scr
 4. compares p50/p90/p99 of TTFT, TBT and E2E (relative difference |fluid - des| / des)
    and the SLO verdict (Splitwise Table VI).
 
+Then the same comparison on cloud plans (heterogeneous replicas, `provision cloud`; the
+method is in `_fidelity_cloud.py`), with their SLO attainment.
+
 Saturation rate. A load is *saturated* when the queue grows over a long trace: on a
 600-s trace, the least-squares slope of E2E against arrival time, fitted on the
 requests that arrive in the second half, exceeds `SAT_SLOPE` (0.02 s of extra latency
@@ -311,15 +314,21 @@ def main(argv=None) -> int:
     print(by_load.to_string(float_format=lambda v: f"{v:.4f}"))
     # 3. are the worst cases systematic? re-run them at other seeds
     reseed = reseed_worst(df, cases, args, perf)
+    # 4. cloud plans (heterogeneous replicas); imported here: the other benchmarks import this module
+    from _fidelity_cloud import cloud_cases, cloud_summary
+    cloud = cloud_cases(args.seed)
+    cloud_table, cloud_pass = cloud_summary(cloud, TOL)
+    print(cloud_table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     total = time.perf_counter() - t_start
     info = machine_info()
     print(f"\nsaturation search {t_search:.1f} s, DES {t_des:.1f} s wall ({df['des_s'].sum():.1f} s CPU), "
           f"fluid {t_fluid:.1f} s, total {total:.1f} s")
-    write_report(args, df, table, lines, by_load, reseed, info, t_search, t_des, t_fluid, total, ok)
-    return 0 if ok else 1
+    write_report(args, df, table, lines, by_load, reseed, info, t_search, t_des, t_fluid, total, ok, cloud)
+    return 0 if ok and cloud_pass else 1
 
 
-def write_report(args, df, table, lines, by_load, reseed, info, t_search, t_des, t_fluid, total, ok):
+def write_report(args, df, table, lines, by_load, reseed, info, t_search, t_des, t_fluid, total, ok, cloud):
+    from _fidelity_cloud import cloud_report
     disagree = df[df["fluid_slo_met"] != df["des_slo_met"]]
     per = df[["design", "workload", "sat_rps", "load", "rps", "requests",
               "des_slo_met", "fluid_slo_met", "des_min_margin", "fluid_min_margin",
@@ -372,6 +381,7 @@ def write_report(args, df, table, lines, by_load, reseed, info, t_search, t_des,
                              "des_min_margin", "fluid_min_margin"]], "{:.4f}")
          if len(disagree) else "None."),
         "",
+        *cloud_report(cloud, TOL, fmt_table),
         "## Timing",
         "",
         f"Saturation search (fluid) {t_search:.1f} s; DES {t_des:.1f} s wall on {args.jobs} processes "

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
+from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, latency_interp_option,
                       latency_profile_option, load_latency_model, refuse_idle_flags, refuse_on_demand_scheduler,
                       scheduler_option, trace_generator)
@@ -36,6 +37,11 @@ def cloud_command(
                                             help="--goal throughput: share of requests within each p99 limit."),
     seed: int = typer.Option(0, "--seed", help="Seed of the trace and of the tabu search."),
     duration: float = typer.Option(None, "--duration", help="Trace length (s; default 120)."),
+    engine: str = typer.Option("des", "--engine", help="Simulator of the reported attainment: des (exact "
+                                                       "reference) or fluid."),
+    rescore_engine: str = typer.Option("des", "--rescore-engine", help="Simulator of the re-scoring that "
+                                       "chooses (finalists' sustained rates, --goal cost's rentals): des or "
+                                       "fluid (faster once its cloud kernel is compiled)."),
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
@@ -58,6 +64,9 @@ def cloud_command(
         raise ProvisionerError("--goal throughput finds the rate itself: drop --rps")
     if inter_node_gbps is not None and not 0 < inter_node_gbps < float("inf"):
         raise ProvisionerError(f"--inter-node-gbps must be a number > 0 (got {inter_node_gbps:g})")
+    for flag, name in (("--engine", engine), ("--rescore-engine", rescore_engine)):
+        if name not in ENGINES:
+            raise ProvisionerError(f"{flag} must be one of {', '.join(ENGINES)} (got '{name}')")
     if not 0 < target_attainment <= 1:
         raise ProvisionerError(f"--target-attainment must be in (0, 1] (got {target_attainment:g})")
     if report is not None:   # refuse before the search, not after it
@@ -80,7 +89,8 @@ def cloud_command(
     traces = trace_generator(workload, arrival, rps, duration, seed, cv)
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
-                        seed=seed, without=without, target=target_attainment)
+                        seed=seed, without=without, target=target_attainment, engine=engine,
+                        rescore_engine=rescore_engine)
     answer["workload"] = workload
     if report is not None:
         from reports import write_cloud_report
@@ -113,7 +123,7 @@ def _render(a: dict) -> None:
     ns = a["non_split"]
     con.print(f"split: {a['throughput_rps']:.2f} req/s (bound {a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}); "
               f"non-split: {ns['throughput_rps']:.2f} req/s; ratio {a['split_over_non_split'] or 0:.2f}x")
-    con.print(f"at {a['rps']:g} req/s (DES): attainment ttft {att['ttft']:.1%} tbt {att['tbt']:.1%} "
+    con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} tbt {att['tbt']:.1%} "
               f"e2e {att['e2e']:.1%}; non-split ttft {ns['slo_attainment']['ttft']:.1%} "
               f"tbt {ns['slo_attainment']['tbt']:.1%} e2e {ns['slo_attainment']['e2e']:.1%}")
     if "replan" in a:

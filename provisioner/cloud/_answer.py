@@ -1,5 +1,6 @@
 """The cloud question end to end: plan, compare with the best non-split plan, bound,
-simulate (DES), and optionally re-plan without a node or choose what to rent."""
+simulate (`engine`: the discrete-event engine by default, or the fluid one), and optionally
+re-plan without a node or choose what to rent."""
 
 from __future__ import annotations
 
@@ -16,27 +17,34 @@ from ._simulate import simulate_plan
 
 TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
-FINALISTS = 5        # plans the DES re-scores after the tabu search
+FINALISTS = 5        # plans the simulation re-scores after the tabu search
 MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
 CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4 x capacity)
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
-               without=None, target=TARGET_ATTAINMENT) -> dict:
+               without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des") -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
-    traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found)."""
+    traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
+    engine : the simulator of the reported attainment (`slo_attainment`, the re-plans').
+    rescore_engine : the simulator of the many runs that choose: the finalists' sustained
+        rates (bisections) and `--goal cost`'s checks of each rental. The fluid engine agrees
+        with the DES on cloud plans (benchmarks/fidelity.py) in a fraction of its time, but
+        its first cloud plan compiles the kernel's cloud specialisation (12-29 s of CPU, once
+        per install), which would break the 10-s planning time of a first run: opt-in."""
     t0 = time.perf_counter()
     reference = inventory
     if goal == "cost":
         price_list = inventory
-        inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target)
+        inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
+                                  engine=rescore_engine)
         reference = price_list
     sizes = traces.at(rps if rps is not None else 1.0)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
-    plan, cap, sustained = best_by_des(ctx, traces, target, seed)
+    plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine)
     plan_s = time.perf_counter() - t0
-    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",))
+    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine)
     bound = bounds(ctx)
     if goal == "throughput":
         if sustained <= 0:
@@ -50,11 +58,12 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
            "flows": flows_json(plan_routing(ctx, plan, rps)),
            "throughput_rps": cap, "upper_bound_rps": bound["split"],
            "gap": 1.0 - cap / bound["split"] if bound["split"] > 0 else 0.0,
-           "slo_scale": slo_scale, "target_attainment": target}
+           "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
+           "rescore_engine": rescore_engine}
     trace = traces.at(rps)
-    sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))
+    sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
     out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"])
-    ns_sim = simulate_plan(ctx, ns_plan, trace)
+    ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
     out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
                         "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
                         "slo": ns_sim["slo"]}
@@ -62,20 +71,20 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
     out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 else None
     if without is not None:
-        out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed)
+        out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine)
     out["elapsed_s"] = plan_s
     return out
 
 
-def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS):
-    """(plan, predicted rps, DES-sustained rps): the tabu search's `finalists` best plans by
-    the analytic score, re-scored by the rate the DES sustains at the target attainment
-    (the analytic score ranks; the simulation decides among the best it found)."""
+def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des"):
+    """(plan, predicted rps, sustained rps): the tabu search's `finalists` best plans by the
+    analytic score, re-scored by the rate the simulation (`engine`) sustains at the target
+    attainment (the analytic score ranks; the simulation decides among the best it found)."""
     seen: dict = {}
     search_plan(ctx, seed=seed, phases=phases, seen=seen)
     ranked = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
     split = phases != ("both",)
-    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split), cap, p) for p, cap in ranked]
+    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine), cap, p) for p, cap in ranked]
     sustained, cap, plan = max(rated, key=lambda r: (r[0], r[1]))
     return plan, cap, sustained
 
@@ -88,12 +97,12 @@ def flows_json(routed) -> list:
     return [[int(i), len(pre) + int(j), round(float(flow[i, j]), 6)] for i, j in zip(*np.nonzero(flow > 1e-9))]
 
 
-def sustained_rps(ctx, plan, traces, cap, target, split=True) -> float:
-    """Highest rate (bisection on the DES, traces nested across rates) at which every
+def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des") -> float:
+    """Highest rate (bisection on `engine`, traces nested across rates) at which every
     metric's attainment is >= target; 0 when even a tiny rate misses it."""
     def ok(rate):
         routing = plan_routing(ctx, plan, rate) if split else None
-        sim = simulate_plan(ctx, plan, traces.at(rate), routing)
+        sim = simulate_plan(ctx, plan, traces.at(rate), routing, engine=engine)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
     floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
@@ -112,15 +121,15 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True) -> float:
     return lo   # a rate that passed (rounding could move it past one that did not)
 
 
-def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, seed) -> dict:
+def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine="des") -> dict:
     """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
     re-routing only: no model reload) and after a full re-plan, at the same rate."""
     inv2, k = ctx.inventory.without(node)
     ctx2 = make_context(inv2, llm, perf, trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
     survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
                        if all(n != k for n, _ in st)])
-    before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))["slo_attainment"]
-    none = _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps)
+    before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)["slo_attainment"]
+    none = _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps, engine)
     t0 = time.perf_counter()
     light, light_cap = search_plan(ctx2, seed=seed, start=survivors, moves=("flip",))
     light_s = time.perf_counter() - t0
@@ -129,14 +138,14 @@ def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, s
     full_s = time.perf_counter() - t0
     res = {"node": node, "before": before, "none": none}
     for name, p, cap, secs in (("light", light, light_cap, light_s), ("full", full, full_cap, full_s)):
-        sim = simulate_plan(ctx2, p, trace, plan_routing(ctx2, p, rps))
+        sim = simulate_plan(ctx2, p, trace, plan_routing(ctx2, p, rps), engine=engine)
         res[name] = {"slo_attainment": sim["slo_attainment"], "throughput_rps": cap, "elapsed_s": secs,
                      "replicas": replicas_json(ctx2, p, plan_routing(ctx2, p, rps))}
     res["none"]["throughput_rps"] = score(ctx2.scorer, survivors) if survivors else 0.0
     return res
 
 
-def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps) -> dict:
+def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps, engine) -> dict:
     """No re-plan: the surviving replicas keep their phases and the old routing, with the
     lost replicas' shares spread over the rest in proportion."""
     from ._score import Routing
@@ -153,18 +162,18 @@ def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps) -> dict:
     shift = lambda st: tuple((n - (n > k), tp) for n, tp in st)   # noqa: E731
     new = [(shift(pre[i]), "prefill") for i in keep_p] + [(shift(dec[j]), "decode") for j in keep_d]
     routed = ([shift(pre[i]) for i in keep_p], [shift(dec[j]) for j in keep_d], routing)
-    return {"slo_attainment": simulate_plan(ctx2, new, trace, routed)["slo_attainment"]}
+    return {"slo_attainment": simulate_plan(ctx2, new, trace, routed, engine=engine)["slo_attainment"]}
 
 
 def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
-                  rounds=12):
+                  rounds=12, engine="des"):
     """The cheapest node counts (within availability) whose plan meets `target` attainment
-    at `rps` in the DES.
+    at `rps` in the simulation (`engine`).
 
     A small integer program (OR-Tools SCIP) gives the cheapest counts per node type such
     that, each node serving prefill or decode at its type's single-node rates, both sides
-    carry a required rate `need`; those nodes are planned (tabu) and checked in the DES.
-    `need` starts at rps; after a miss it rises to rps / (DES-sustained / predicted rate)
+    carry a required rate `need`; those nodes are planned (tabu) and checked by simulation.
+    `need` starts at rps; after a miss it rises to rps / (sustained / predicted rate)
     of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass."""
     if rps is None:
         raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
@@ -181,9 +190,9 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
             ctx = make_context(price_list.with_counts(counts), llm, perf, trace, slo_scale, kv_bits,
                                reference=price_list)
             plan, cap = search_plan(ctx, seed=seed, steps=30)
-            sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps))
+            sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
             ok = min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
-            realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target) / max(cap, 1e-9)
+            realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target, engine=engine) / max(cap, 1e-9)
             verdicts[counts] = (ok, realised)
         return verdicts[counts]
 

@@ -1,6 +1,6 @@
-"""A plan through the discrete-event engine: per-server latency vectors and KV budgets,
-the plan's routing, per-pair KV links (SEMANTICS.md, "Cloud plans"); SLO attainment and
-the Table VI percentile checks."""
+"""A plan through either engine: per-server latency vectors and KV budgets, the plan's
+routing, per-pair KV links (SEMANTICS.md, "Cloud plans"); SLO attainment and the Table VI
+percentile checks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
-from ..sim import ServerPlan, SimInputs, request_latencies, run_des
+from ..errors import ProvisionerError
+from ..sim import ENGINES, ServerPlan, SimInputs, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
 
 
@@ -40,15 +41,28 @@ def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
     return sp, len(pre), len(dec)
 
 
-def simulate_plan(ctx, plan, trace, routing=None) -> dict:
+def simulate_plan(ctx, plan, trace, routing=None, engine="des") -> dict:
     """SLO attainment per metric (share within the p99 limit), the nine percentile checks,
-    and the achieved throughput of `plan` on `trace` (DES)."""
+    and the achieved throughput of `plan` on `trace`, by `engine` ("des" or "fluid")."""
+    if engine not in ENGINES:
+        raise ProvisionerError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
     sp, n_p, n_d = server_plan(ctx, plan, routing)
     if sp.prefill_share.sum() <= 0:
         return {"slo_attainment": {m: 0.0 for m in (*METRICS, "all")}, "slo": {"met": False},
                 "served_rps": 0.0, "requests": len(trace)}
-    r = len(trace)
-    inputs = SimInputs(
+    inputs = plan_inputs(ctx, sp, n_p, n_d, trace)
+    if engine == "fluid":
+        from ..sim._fluid import run_fluid
+        out = run_fluid(inputs)
+    else:
+        out = run_des(inputs)
+    return plan_scores(ctx, trace, inputs, out)
+
+
+def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace) -> SimInputs:
+    """One design: the plan's servers (`servers`); the per-pool arrays are placeholders
+    (the first and last server) that the engines replace by the plan's own."""
+    return SimInputs(
         n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
         kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
         batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]), chunk_tokens=np.zeros(1),
@@ -57,12 +71,16 @@ def simulate_plan(ctx, plan, trace, routing=None) -> dict:
         overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),
         prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
         output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64), servers=(sp,))
-    out = run_des(inputs)
+
+
+def plan_scores(ctx, trace, inputs, out) -> dict:
+    """Attainment, the Table VI checks and the served rate of one engine run of a plan."""
+    r = len(trace)
     lat = request_latencies(out, inputs.arrival_s, inputs.output_tokens)
     from ._plan import reference_latencies
     ref = reference_latencies(ctx.ref_physics, trace.prompt_tokens, trace.output_tokens)
     limits = ctx.slo.limits()
-    attain, checks, ok_all = {}, {}, np.ones(r, dtype=bool)
+    attain, checks, latency, ok_all = {}, {}, {}, np.ones(r, dtype=bool)
     for k, m in enumerate(METRICS):
         slow = lat[k][0] / ref[k]
         has = np.isfinite(ref[k])
@@ -71,8 +89,10 @@ def simulate_plan(ctx, plan, trace, routing=None) -> dict:
         ok_all[has] &= within
         pct = row_percentiles(slow[has][None, :])[0]
         checks[m] = {f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}
+        seconds = row_percentiles(lat[k][0][has][None, :])[0]   # the fidelity comparison's unit
+        latency[m] = {f"p{p}": float(v) for p, v in zip(PERCENTILES, seconds)}
     attain["all"] = float(ok_all.mean())
     met = all(checks[m][f"p{p}"] <= limits[k, j] for k, m in enumerate(METRICS) for j, p in enumerate(PERCENTILES))
     span = float(np.nanmax(out.finish_s[0]) - inputs.arrival_s[0]) if r else 0.0
-    return {"slo_attainment": attain, "slo": {"met": bool(met), "slowdown": checks},
+    return {"slo_attainment": attain, "slo": {"met": bool(met), "slowdown": checks}, "latency_s": latency,
             "served_rps": r / span if span > 0 else 0.0, "requests": r}

@@ -39,6 +39,7 @@ from numba import njit
 from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
+from ..errors import ProvisionerError
 from ._inputs import EngineOutput, SimInputs
 from ._windows import server_windows
 
@@ -58,8 +59,8 @@ N_F = 20   # F_HEAD_DONE: prompt tokens of the prompt-queue head already prefill
 # F_REST the current iteration alone (perfmodels.iteration_parts); F_STALE_AT when the
 # sibling prefill server changed state since this decode server's rate was set (INF: not).
 # Integer state per machine.
-I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT = range(9)
-N_I = 9
+I_POOL, I_PREFILL, I_BATCH, I_QHEAD, I_QTAIL, I_RUN, I_FIN, I_WAIT, I_LENT, I_ROW = range(10)
+N_I = 10   # I_ROW: the machine's row of `coef` and `kv_cap`: its pool, or itself in a cloud plan
 EPS = 1e-9
 INF = np.inf
 _BLOCK_SHIFT = 3   # machines per block of the earliest-event index: 8
@@ -140,13 +141,16 @@ def _pop(keys, vals, st, col, m):
 @njit(cache=True)
 def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                      layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, first_out, finish_out,
-                     stats, window, drained):
+                     stats, window, drained, plan):
+    """plan : a cloud plan's table (`cloud_rows`), or None: the families' rules."""
     R = arrival.shape[0]
     M = n0 + n1
     fs = np.zeros((M, N_F))
     fs[:, F_STALE_AT] = INF
     st = np.zeros((M, N_I), np.int64)
     st[n0:, I_POOL] = 1
+    for m in range(M):   # a cloud plan's servers each have their own latency vector and KV budget
+        st[m, I_ROW] = st[m, I_POOL] if plan is None else m
     st[:, I_QHEAD] = -1
     st[:, I_QTAIL] = -1
     req = np.zeros((R, 4), np.int64)     # next in prompt queue, decode machine, prefill machine, unused
@@ -165,7 +169,11 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
     sim = (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
            arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64))
-    _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window)
+    if plan is None:
+        _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, None)
+    else:   # the plan, its dispatch's credits and a scratch row of loads
+        cloud = (plan, np.zeros(n0), np.zeros((n0, max(n1, 1))), np.empty(M))
+        _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cloud)
     for r in range(R):   # a server has drained when the last request it served finishes
         if finish_out[r] < INF:
             drained[req[r, 1]] = _fmax(drained[req[r, 1]], finish_out[r])
@@ -176,19 +184,21 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
 # allocate, numba increfs and decrefs every array it takes out of `sim` on each use, which
 # cost 15% of the kernel when this loop lived in `_simulate_design`.
 @njit(cache=True, _nrt=False)
-def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
+def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cloud):
     """Route each request at its arrival, after every machine event due before it."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
      arrival, late_s, earliest_t, earliest_m, lent) = sim   # lent: [number of lent machines]
     for r in range(R):
         t = arrival[r]
-        _run_until(t, sim)
+        _run_until(t, sim, cloud)
         if abort_after > 0 and _fmax(_fmax(stats[ST_LATE_TTFT], stats[ST_LATE_TBT]), stats[ST_LATE_E2E]) >= abort_after:
             stats[ST_ABORTED] = 1.0
             return
         need = s_arr[r] + n_arr[r]
-        if n1 == 0:
+        if cloud is not None:
+            p, d = _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window)
+        elif n1 == 0:
             p = _least_loaded_mixed(t, n0, fs, st, window)
             d = p
         elif prompt_budget[2] > 0.0:
@@ -211,11 +221,11 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window):
             req[st[p, I_QTAIL], 0] = r
         st[p, I_QTAIL] = r
         _schedule(p, sim)
-    _run_until(INF, sim)
+    _run_until(INF, sim, cloud)
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
-def _run_until(t, sim):
+def _run_until(t, sim, cloud):
     """Process every machine event up to time t, in time order."""
     earliest_t, earliest_m = sim[23], sim[24]
     while True:
@@ -223,7 +233,7 @@ def _run_until(t, sim):
         if tm > t or tm == INF:
             return
         first = earliest_m[0]
-        _step(first, tm, sim)
+        _step(first, tm, sim, cloud)
         _schedule(first, sim)
 
 
@@ -269,6 +279,44 @@ def _least_loaded_machine(t, n0, fs, st, window):
         load = _prompt_work(m, t, fs, st) + _decode_progress(m + n0, t, fs, st)
         if load < best_load - EPS:
             best, best_load = m, load
+    return best
+
+
+@njit(cache=True, _nrt=False)
+def _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window):
+    """A cloud plan's (prefill, decode) servers (SEMANTICS.md "Cloud plans", as `_des_cloud.py`).
+    Prefill (or non-split): the least queued work per unit of share among the servers with a
+    share. Decode: among the prefill server's decode servers (share > 0), the least share of
+    its KV budget booked. Ties by smooth weighted round-robin on the shares."""
+    plan, p_credit, d_credit, loads = cloud
+    for m in range(n0):
+        loads[m] = INF
+        if plan[0, m] > 0.0 and window[m, 0] <= t < window[m, 1]:
+            work = _prompt_work(m, t, fs, st)
+            if n1 == 0:   # a non-split server also decodes what it prefilled
+                work += _decode_progress(m, t, fs, st)
+            loads[m] = work / plan[0, m]
+    p = _least_then_credit(loads, n0, p_credit, plan[0])
+    if n1 == 0:
+        return p, p
+    for j in range(n1):
+        loads[j] = fs[n0 + j, F_RESERVED] / kv_cap[n0 + j] if plan[1 + p, j] > 0.0 else INF
+    return p, n0 + _least_then_credit(loads, n1, d_credit[p], plan[1 + p])
+
+
+@njit(cache=True, _nrt=False)
+def _least_then_credit(loads, n, credit, share):
+    """The least of loads[:n]; among ties (1e-9), the most credit (first on ties). Every
+    server earns its share per request, the chosen one spends one."""
+    least = INF
+    for m in range(n):
+        least = _fmin(least, loads[m])
+    best, best_credit = 0, -INF
+    for m in range(n):
+        credit[m] += share[m]
+        if loads[m] <= least + 1e-9 and credit[m] > best_credit:
+            best, best_credit = m, credit[m]
+    credit[best] -= 1.0
     return best
 
 
@@ -430,7 +478,7 @@ def _schedule(m, sim):
         _set_next(m, fs[m, F_END], next_s, sim[23], sim[24])
         return
     now = fs[m, F_NOW]
-    room = kv_cap[st[m, I_POOL]] - fs[m, F_KV_USED]
+    room = kv_cap[st[m, I_ROW]] - fs[m, F_KV_USED]
     running = st[m, I_RUN] > 0
     work_at = INF
     h = st[m, I_QHEAD]
@@ -462,7 +510,7 @@ def _schedule(m, sim):
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
-def _step(m, e, sim):
+def _step(m, e, sim, cloud):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
@@ -508,12 +556,16 @@ def _step(m, e, sim):
             elif d == m:
                 _push(wait_key, wait_val, st, I_WAIT, m, e, r)
             else:
-                total = kv_s_per_token * s_arr[r]
+                per_token, setup = kv_s_per_token, kv_setup
+                if cloud is not None:   # the pair's own link (`cloud_rows`); one credit per prefill server
+                    n0 = cloud[1].shape[0]
+                    per_token, setup = cloud[0][1 + n0 + m, d - n0], cloud[0][1 + 2 * n0 + m, d - n0]
+                total = per_token * s_arr[r]
                 if s_arr[r] < layerwise_min:
-                    vis = kv_setup + total
+                    vis = setup + total
                 else:
                     last = total / n_layers
-                    vis = kv_setup + last + _fmax(total - last - dur, 0.0)
+                    vis = setup + last + _fmax(total - last - dur, 0.0)
                 stats[ST_KV_SUM] += vis
                 stats[ST_KV_N] += 1
                 _push(wait_key, wait_val, st, I_WAIT, d, e + vis, r)
@@ -560,7 +612,8 @@ def _start(m, t, sim):
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
     pm = st[m, I_POOL]
-    cap = kv_cap[pm]
+    row = st[m, I_ROW]
+    cap = kv_cap[row]
     fs[m, F_NOW] = t
     while st[m, I_WAIT] > 0 and wait_key[m, 0] <= t + 1e-12:
         r = wait_val[m, 0]
@@ -584,13 +637,13 @@ def _start(m, t, sim):
     elif k > 0:
         st[m, I_BATCH] = k
         fs[m, F_BATCH_TOK] = tokens
-        dur = iter_time(coef[pm], tokens, sq, k, b, ctx)
+        dur = iter_time(coef[row], tokens, sq, k, b, ctx)
         st[m, I_PREFILL] = 1
         fs[m, F_END] = t + dur
         fs[m, F_LEN] = dur
         fs[m, F_INV_LEN] = 1.0 / dur    # routing reads the progress of every prompt machine
     elif b > 0:
-        fs[m, F_RATE] = 1.0 / iter_time(coef[pm], 0.0, 0.0, 0.0, b, ctx)
+        fs[m, F_RATE] = 1.0 / iter_time(coef[row], 0.0, 0.0, 0.0, b, ctx)
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
@@ -713,15 +766,16 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     order = np.argsort(np.arange(len(idx)) % _INTERLEAVE, kind="stable")
     window = server_windows(inputs, idx)
     drained = np.zeros(window.shape[:2])
-    _announce_compile()
+    coef, kv_cap, plan = cloud_rows(inputs, idx)
+    _announce_compile(plan is not None)
     first, finish, stats, pct = _run_batch(
-        n_machines, inputs.coef[idx], inputs.kv_cap_tokens[idx],
+        n_machines, coef, kv_cap,
         np.stack([inputs.batch_cap_tokens[idx], inputs.chunk_tokens[idx], inputs.mps_share[idx]], axis=1),
         inputs.allow_borrow[idx], inputs.kv_s_per_token[idx], inputs.kv_setup_s[idx], inputs.n_layers,
         inputs.layerwise_min_tokens, inputs.overload_tokens[idx], inputs.arrival_s,
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
         np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), inv_solo, want_pct,
-        keep_requests, order, window, drained)
+        keep_requests, order, window, drained, plan)
     return EngineOutput(
         first_token_s=first if keep_requests else None, finish_s=finish if keep_requests else None,
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],
@@ -733,19 +787,47 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         drained_s=drained)
 
 
+def cloud_rows(inputs: SimInputs, idx: np.ndarray):
+    """(coef, kv_cap, plan) of the designs idx: per pool ((d, 2, n_coef), (d, 2)) and no plan
+    (None) when no design is a cloud plan; when all are, one coef and KV row per server
+    of each, and its table of p prefill servers: row 0 the prefill shares, rows
+    1 + i the decode shares of prefill server i, rows 1 + p + i and 1 + 2p + i the KV seconds
+    per prompt token and setups of its links. Cloud plans compile the kernel's cloud
+    specialisation once (cached like the other); a batch cannot mix the two kinds."""
+    plans = [None if inputs.servers is None else inputs.servers[i] for i in idx]
+    coef, kv_cap = inputs.coef[idx], inputs.kv_cap_tokens[idx]
+    if all(plan is None for plan in plans):
+        return coef, kv_cap, None
+    if any(plan is None for plan in plans):
+        raise ProvisionerError("run_fluid: simulate cloud plans and designs in separate calls (each kind has "
+                               "its own compiled kernel)")
+    shapes = [plan.decode_share.shape for plan in plans]
+    rows = max(2, max(p + d for p, d in shapes))
+    wide_coef, wide_kv = np.zeros((len(idx), rows, coef.shape[2])), np.zeros((len(idx), rows))
+    table = np.full((len(idx), 1 + 3 * max(p for p, _ in shapes), max(max(p, d) for p, d in shapes)), -1.0)
+    for i, plan in enumerate(plans):
+        p, d = plan.decode_share.shape
+        wide_coef[i, :p + d], wide_kv[i, :p + d] = plan.coef, plan.kv_cap_tokens
+        table[i, 0, :p] = plan.prefill_share
+        for c, part in enumerate((plan.decode_share, plan.kv_s_per_token, plan.kv_setup_s)):
+            table[i, 1 + c * p:1 + (c + 1) * p, :d] = part
+    return wide_coef, wide_kv, table
+
+
 from . import COMPILING_MESSAGE  # noqa: E402  (the package's constant; the package never imports this module eagerly)
-_announced = False
+_announced = set()
 
 
-def _announce_compile() -> None:
-    """Say once on stderr that numba is about to compile, when the kernel is neither
+def _announce_compile(cloud: bool = False) -> None:
+    """Say once on stderr that numba is about to compile, when the kernel's specialisation
+    (the families', or the cloud plans': its last argument a plan table, not None) is neither
     loaded in this process nor in the on-disk cache (an index file for this source)."""
-    global _announced
-    if _announced or _run_block.signatures:
+    kind = "array" if cloud else "none"
+    if kind in _announced or any(str(sig[-1]).startswith(kind) for sig in _run_block.signatures):
         return
-    _announced = True
+    _announced.add(kind)
     try:   # numba's cache index: empty when missing or written for another version of this file
-        cached = bool(_run_block._cache._cache_file._load_index())
+        cached = any(str(key[0][-1]).startswith(kind) for key in _run_block._cache._cache_file._load_index())
     except Exception:   # noqa: BLE001 (a numba without this internal: stay silent rather than guess)
         return
     if not cached:
@@ -754,7 +836,7 @@ def _announce_compile() -> None:
 
 def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, order, window, drained):
+               keep_requests, order, window, drained, plan):
     """Simulate every design, `order` split into one contiguous block per thread.
 
     Python threads over a `nogil` kernel instead of numba's `parallel=True` prange:
@@ -770,7 +852,7 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
     args = (n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
             overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
-            stats, pct, window, drained)
+            stats, pct, window, drained, plan)
     n_threads = max(1, min(numba.get_num_threads(), D))
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
     if n_threads == 1:
@@ -786,17 +868,17 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
 @njit(cache=True, nogil=True)
 def _run_block(order, lo, hi, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, first, finish, stats, pct, window, drained):
+               keep_requests, first, finish, stats, pct, window, drained, plan):
     for j in range(lo, hi):
         _one_design(order[j], n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup,
                     n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
-                    want_pct, keep_requests, first, finish, stats, pct, window, drained)
+                    want_pct, keep_requests, first, finish, stats, pct, window, drained, plan)
 
 
 @njit(cache=True)
 def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                 layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-                keep_requests, first, finish, stats, pct, window, drained):
+                keep_requests, first, finish, stats, pct, window, drained, plan):
     """Simulate design i into row i of the outputs."""
     R = arrival.shape[0]
     if keep_requests:
@@ -805,9 +887,15 @@ def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_p
         first_i, finish_i = np.empty(R), np.empty(R)
     first_i[:] = INF   # a stopped design leaves its unfinished requests at +inf
     finish_i[:] = INF
-    _simulate_design(n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
-                     kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival,
-                     s_arr, n_arr, late_s, abort_after, first_i, finish_i, stats[i], window[i], drained[i])
+    args = (n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
+            kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival, s_arr, n_arr, late_s,
+            abort_after, first_i, finish_i, stats[i], window[i], drained[i])
+    # numba prunes the branch the type of `plan` excludes: the families' kernel (None) never
+    # compiles the cloud rules, the cloud plans' kernel never the families' routing
+    if plan is None:
+        _simulate_design(*args, None)
+    else:
+        _simulate_design(*args, plan[i])
     stats[i, ST_LAST_FINISH] = _max_finite(finish_i)
     if want_pct:
         _design_percentiles(first_i, finish_i, arrival, n_arr, inv_solo, pct[i])

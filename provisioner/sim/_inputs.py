@@ -49,7 +49,7 @@ class SimInputs:
     # (d, max servers) float64 [from, until) in s; None: every server always available.
     active_from_s: np.ndarray | None = None
     active_until_s: np.ndarray | None = None
-    servers: tuple | None = None    # (d,) per design a cloud ServerPlan (_des_cloud.py) or None; DES only
+    servers: tuple | None = None    # (d,) per design a cloud ServerPlan (_des_cloud.py) or None; both engines
     scheduler: np.ndarray | None = None      # (d,) int64 codes of provisioner.schedulers.SCHEDULERS (None: least-work)
     high_priority: np.ndarray | None = None  # (r,) bool high-priority requests (None: none)
     # (d, 2) live migration's link between two token servers' machines: (s per token, setup s);
