@@ -171,22 +171,44 @@ def test_engine_keeps_the_rules(scheduler):
     assert not np.isnan(cl.finish).any()
 
 
-def test_closed_loop_day_saves_at_met_slos():
-    """A 4-hour diurnal cosine (3x peak over trough) at a peak of 3 req/s: the freeness
-    controller pays fewer machine-hours than the cluster sized for the peak, both meeting
-    every SLO."""
+def test_closed_loop_day_with_default_thresholds_saves_at_met_slos():
+    """A 4-hour diurnal cosine (3x peak over trough) at a peak of 3 req/s, the freeness
+    thresholds left `auto` (calibrated on the cluster sized for the peak): the controller
+    scales in for the trough and out again for the peak (14:00 of the cosine's day is
+    2 h into this one), meets every SLO, and pays fewer machine-hours than the static cluster."""
     from workloads import diurnal_profile
 
     gen = TraceGenerator("coding", 600, seed=0)
     profile = diurnal_profile(3.0, 4 * 3600.0)
-    policy = AutoscalePolicy(scale_on="freeness", scale_out_freeness=45000.0, scale_in_freeness=90000.0,
-                             interval_s=10.0, window_s=300.0)
+    policy = AutoscalePolicy(scale_on="freeness", interval_s=10.0, window_s=300.0)
+    assert policy.freeness_auto
     r = autoscale("baseline-a100", gen.with_profile(profile), gen.at(profile.peak_rps), MODEL, policy, perf=PERF,
                   engine="des")
     assert r.static.row["slo_met"] and r.autoscaled.row["slo_met"]
-    assert r.autoscaled.machine_hours < 0.9 * r.static.machine_hours
+    assert r.autoscaled.machine_hours < 0.95 * r.static.machine_hours
     j = r.to_json()
     assert j["scale_on"] == "freeness" and j["scaling_events"] >= 2 and "freeness_steps" in j["timeline"]
+    assert j["policy"]["thresholds"]["source"] == "auto"
+    assert 0 < j["policy"]["scale_out_freeness"] < j["policy"]["scale_in_freeness"]
+    t_h, machines = np.array(j["timeline"]["time_s"]) / 3600.0, np.array(j["timeline"]["machines"])
+    trough = machines[(t_h > 0.5) & (t_h < 1.5)].min()
+    assert machines[(t_h > 1.5) & (t_h < 2.5)].max() > trough          # scaled out towards the peak
+    assert machines[(t_h > 1.5) & (t_h < 2.5)].max() == r.static_machines
+
+
+def test_calibration_reads_the_controllers_freeness_by_hand():
+    """Two machines of M1 = 1000 KV tokens; requests of s + n = 100 tokens, one arriving
+    every 2 s and staying 5 s: in each 10-s interval after the warm-up the system holds
+    B = 2.5 requests and V = 250 tokens on average, so every reading is (2000 - 250) / 2.5
+    = 700 decode steps; out at 700, in at 1.5 x 700."""
+    from provisioner.autoscale._calibrate import SCALE_IN_FACTOR, calibrate_freeness
+
+    arrivals = np.arange(0.0, 200.0, 2.0)
+    trace = Trace(arrivals, np.full(len(arrivals), 60), np.full(len(arrivals), 40), "hand", 200.0)
+    cal = calibrate_freeness(trace, arrivals + 1.0, arrivals + 5.0, 2, 1000.0, 10.0, on_demand=False)
+    assert cal.p10_steps == pytest.approx(700.0) and cal.median_steps == pytest.approx(700.0)
+    assert cal.scale_out_steps == pytest.approx(700.0) and cal.scale_in_steps == pytest.approx(700.0 * SCALE_IN_FACTOR)
+    assert cal.intervals == 18    # 20 s of warm-up (10% of 200 s) left out
 
 
 def test_fluid_engine_declines_in_one_line():
@@ -221,7 +243,12 @@ def test_cli_closed_loop_json(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--scale-on", "load"], "--scale-on must be one of rate, freeness, queue"),
-    (["--scale-on", "freeness", "--scale-out-freeness", "80"], "--scale-out-freeness must be below --scale-in-freeness"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "80", "--scale-in-freeness", "60"],
+     "--scale-out-freeness must be below --scale-in-freeness"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "lots"], "--scale-out-freeness must be a number of decode "
+                                                                  "steps or auto"),
+    (["--scale-on", "freeness", "--scale-in-freeness", "inf"], "--scale-in-freeness must be a finite number"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "-5"], "with the other freeness threshold auto"),
     (["--scale-on", "queue", "--scale-in-queue", "-1"], "0 <= --scale-in-queue < --scale-out-queue"),
     (["--scale-on", "queue", "--max-machines", "0"], "--max-machines must be a whole number >= --min-machines"),
     (["--scale-out-freeness", "5"], "--scale-out-freeness is a threshold of --scale-on freeness"),
@@ -233,3 +260,34 @@ def test_cli_bad_policy_is_one_line_exit_2(args, message):
     code, _, err = cli(["--profile", "diurnal", "--rps", "2", "--duration", "900", "--static-machines", "2", *args])
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+def freeness_json(*args):
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "freeness",
+                          "--json", *args])
+    assert code == 0, err
+    return json.loads(out)["policy"]
+
+
+def test_calibrated_thresholds_follow_the_model():
+    """At the same load and on the same machine, BLOOM-176B (no grouped-query attention: a
+    DGX-A100 holds ~56k of its KV tokens) leaves far less free KV per request than
+    Llama-2-70B (8 KV heads of 64), so its calibrated thresholds are lower: they come from
+    the model's memory, not from a constant."""
+    bloom, llama = freeness_json(), freeness_json("--model", "llama2-70b")
+    assert bloom["thresholds"]["source"] == llama["thresholds"]["source"] == "auto"
+    assert bloom["scale_out_freeness"] < llama["scale_out_freeness"]
+    assert bloom["scale_in_freeness"] < llama["scale_in_freeness"]
+    for p in (bloom, llama):
+        assert p["scale_in_freeness"] == pytest.approx(1.5 * p["scale_out_freeness"])
+
+
+@pytest.mark.parametrize("args, out, into", [
+    (["--scale-out-freeness", "10", "--scale-in-freeness", "60"], 10.0, 60.0),   # Llumnix's own, typed
+    (["--scale-out-freeness", "40000"], 40000.0, 60000.0),                        # the other by the factor
+    (["--scale-in-freeness", "AUTO", "--scale-out-freeness", "300"], 300.0, 450.0),
+])
+def test_explicit_freeness_thresholds_are_honoured(args, out, into):
+    p = freeness_json("--static-machines", "3", *args)
+    assert (p["scale_out_freeness"], p["scale_in_freeness"]) == (out, into)
+    assert p["thresholds"] == {"source": "given"}

@@ -9,12 +9,14 @@ times, so both engines run the same schedule of availability windows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ProvisionerError
+from ._calibrate import SCALE_IN_FACTOR
 
 __all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "SCALE_ON"]
 
@@ -53,10 +55,11 @@ class AutoscalePolicy:
     window_s: float = 300.0
     min_machines: int = 1
     scale_on: str = "rate"
-    # Llumnix's defaults (its config/default.py: SCALE_UP_THRESHOLD 10, SCALE_DOWN_THRESHOLD 60,
-    # avg_load over the instances' remaining decode steps).
-    scale_out_freeness: float = 10.0
-    scale_in_freeness: float = 60.0
+    # None: `auto`, calibrated on the cluster sized for the peak (`_calibrate.py`). Llumnix's
+    # own 10 / 60 (its config/default.py) suit 7B models on 24-GB GPUs, where KV binds; on a
+    # DGX running BLOOM-176B the peak-sized cluster reads ~50k steps and 10 never fires.
+    scale_out_freeness: float | None = None
+    scale_in_freeness: float | None = None
     scale_out_queue: float = 2.0
     scale_in_queue: float = 0.5
     max_machines: int | None = None
@@ -82,13 +85,14 @@ class AutoscalePolicy:
 
     def _check_closed_loop(self):
         for name in ("scale_out_freeness", "scale_in_freeness", "scale_out_queue", "scale_in_queue"):
-            if not (isinstance(getattr(self, name), (int, float)) and math.isfinite(getattr(self, name))):
-                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number (got "
-                                       f"{getattr(self, name)!r})")
-        if not self.scale_out_freeness < self.scale_in_freeness:
-            raise ProvisionerError(f"--scale-out-freeness must be below --scale-in-freeness (scale out when the "
-                                   f"cluster is less free than when it scales in; got {self.scale_out_freeness:g} "
-                                   f">= {self.scale_in_freeness:g})")
+            value = getattr(self, name)
+            if value is None and "freeness" in name:
+                continue   # auto
+            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number or auto (got "
+                                       f"{value!r})" if "freeness" in name else
+                                       f"--{name.replace('_', '-')} must be a finite number (got {value!r})")
+        self._check_freeness()
         if not 0 <= self.scale_in_queue < self.scale_out_queue:
             raise ProvisionerError(f"the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (prompts "
                                    f"waiting per machine; got {self.scale_in_queue:g}, {self.scale_out_queue:g})")
@@ -96,6 +100,35 @@ class AutoscalePolicy:
                                               or self.max_machines < self.min_machines):
             raise ProvisionerError(f"--max-machines must be a whole number >= --min-machines ({self.min_machines}) "
                                    f"(got {self.max_machines!r})")
+
+    def _check_freeness(self):
+        """Both given: out < in. One given: the other follows by the calibration's factor,
+        which needs a positive freeness to keep out < in."""
+        out, into = self.scale_out_freeness, self.scale_in_freeness
+        if out is not None and into is not None and not out < into:
+            raise ProvisionerError(f"--scale-out-freeness must be below --scale-in-freeness (scale out when the "
+                                   f"cluster is less free than when it scales in; got {out:g} >= {into:g})")
+        for name, value in (("scale_out_freeness", out), ("scale_in_freeness", into)):
+            if (out is None) != (into is None) and value is not None and value <= 0:
+                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other freeness threshold auto: "
+                                       f"give a number > 0 (the other is it x or / {SCALE_IN_FACTOR:g}), or both")
+
+    @property
+    def freeness_auto(self) -> bool:
+        """Both freeness thresholds left to the calibration on the peak-sized cluster."""
+        return self.scale_out_freeness is None and self.scale_in_freeness is None
+
+    def with_freeness(self, out_steps: float | None = None) -> "AutoscalePolicy":
+        """The policy with both freeness thresholds numbers: a lone given one sets the other
+        by `SCALE_IN_FACTOR`; both auto take `out_steps` (the calibrated scale-out level)."""
+        out, into = self.scale_out_freeness, self.scale_in_freeness
+        if out is None and into is None:
+            out = out_steps
+        if out is None:
+            out = into / SCALE_IN_FACTOR
+        if into is None:
+            into = out * SCALE_IN_FACTOR
+        return dataclasses.replace(self, scale_out_freeness=float(out), scale_in_freeness=float(into))
 
     @property
     def closed_loop(self) -> bool:
