@@ -1,7 +1,8 @@
-"""Freeness thresholds calibrated on the cluster sized for the profile's peak (`auto`).
+"""Closed-loop thresholds calibrated on the cluster sized for the profile's peak (`auto`).
 
 The static cluster is the fewest machines meeting the SLOs at the peak, so the freeness
-it runs at there is a level at which the SLOs are known to hold, for this model, machine,
+(or requests per machine) it runs at there is a level at which the SLOs are known to hold,
+for this model, machine,
 workload and SLO. The sizing simulation already ran that cluster on the peak trace; its
 requests' arrival and finish times give, by Little's law, the time integrals of the
 requests B and the virtual usage V the controller samples, interval by interval, so the
@@ -17,58 +18,64 @@ import numpy as np
 
 from ..errors import ProvisionerError
 
-__all__ = ["FreenessCalibration", "calibrate_freeness", "SCALE_OUT_PERCENTILE", "SCALE_IN_FACTOR"]
+__all__ = ["Calibration", "calibrate", "SCALE_OUT_PERCENTILE", "SCALE_IN_FACTOR"]
 
-# Scale out when an interval reads below the 10th percentile of the peak-sized cluster's
-# interval readings at the peak: that cluster meets its SLOs and reads lower only one tick
-# in ten (noise a single tick reacts to), a busier cluster more and more often.
-SCALE_OUT_PERCENTILE = 10.0
-# Scale in when one machine fewer would read above 1.5x the scale-out level. F + (mean KV
-# per request) ~ machines x KV per machine / requests, i.e. inversely to the load per
-# machine, so 1.5x is one machine fewer at no more than ~2/3 of the load at which the
+# Scale out when an interval reads worse than the peak-sized cluster's readings at the peak
+# do in nine intervals of ten (freeness: below their 10th percentile; requests per machine:
+# above their 90th): that cluster meets its SLOs and is past this level only one tick in
+# ten (noise a single tick reacts to), a busier cluster more and more often.
+SCALE_OUT_PERCENTILE = {"freeness": 10.0, "queue": 90.0}
+# Scale in when one machine fewer would read 1.5x better than the scale-out level (freeness
+# above 1.5x it, requests per machine below it / 1.5). Requests per machine grow with the load
+# per machine, and F + (mean KV per request) ~ machines x KV per machine / requests shrinks
+# inversely, so 1.5x is one machine fewer at no more than ~2/3 of the load at which the
 # controller scales out (the rate controller's defaults: 0.7 / 0.95 = 0.74). After a stop
-# every interval of the calm window read above 1.5x, so a start right after it needs a third
-# of the freeness to vanish within one interval; after a start to the scale-out level, one
-# machine fewer reads below it and no stop follows: the two rules cannot alternate.
+# every interval of the calm window read 1.5x better, so a start right after it needs a
+# third of the margin to vanish within one interval; after a start to the scale-out level,
+# one machine fewer reads worse than it and no stop follows: the two rules cannot alternate.
 SCALE_IN_FACTOR = 1.5
 WARMUP_FRACTION = 0.1   # the peak trace starts empty: its first 10% (at least one interval) is left out
 
 
 @dataclass(frozen=True)
-class FreenessCalibration:
-    """The peak-sized cluster's freeness readings (decode steps) and the thresholds from them."""
+class Calibration:
+    """The peak-sized cluster's interval readings of `metric` and the thresholds from them
+    (freeness in decode steps; queue in requests per machine)."""
 
+    metric: str
     machines: int
     intervals: int
-    p10_steps: float
-    median_steps: float
-    scale_out_steps: float
-    scale_in_steps: float
+    median: float
+    scale_out: float   # the readings' SCALE_OUT_PERCENTILE[metric] percentile
+    scale_in: float
 
     def to_json(self) -> dict:
         return {"source": "auto", "from": "the static cluster at the profile's peak (sizing run)",
-                "machines": self.machines, "intervals": self.intervals,
-                "peak_freeness_p10_steps": self.p10_steps, "peak_freeness_median_steps": self.median_steps,
-                "scale_out_percentile": SCALE_OUT_PERCENTILE, "scale_in_factor": SCALE_IN_FACTOR}
+                "machines": self.machines, "intervals": self.intervals, "peak_median": self.median,
+                "scale_out_percentile": SCALE_OUT_PERCENTILE[self.metric], "scale_in_factor": SCALE_IN_FACTOR}
 
 
-def calibrate_freeness(peak_trace, first_token_s, finish_s, machines: int, kv_per_machine_tokens: float,
-                       interval_s: float, on_demand: bool) -> FreenessCalibration:
+def calibrate(metric: str, peak_trace, first_token_s, finish_s, machines: int, kv_per_machine_tokens: float,
+              interval_s: float, on_demand: bool) -> Calibration:
     """Thresholds from the sized cluster's requests on `peak_trace` (their first-token and
-    finish times, s): the controller's interval readings F = (machines x M1 - V) / B."""
+    finish times, s): the controller's interval readings, F = (machines x M1 - V) / B
+    (freeness) or B / machines (queue)."""
     requests, virtual_tokens = _interval_integrals(peak_trace, np.asarray(first_token_s, float),
-                                                        np.asarray(finish_s, float), interval_s, on_demand)
+                                                   np.asarray(finish_s, float), interval_s, on_demand)
     busy = requests > 0
     if busy.sum() < 2:
-        raise ProvisionerError(f"--scale-out-freeness auto: the peak trace has too few requests in "
+        raise ProvisionerError(f"--scale-out-{metric} auto: the peak trace has too few requests in "
                                f"{interval_s:g}-s intervals to calibrate on; give the thresholds as numbers")
-    readings = (machines * kv_per_machine_tokens - virtual_tokens[busy]) / requests[busy]
-    p10 = float(np.percentile(readings, SCALE_OUT_PERCENTILE))
-    if p10 <= 0:
+    if metric == "freeness":
+        readings = (machines * kv_per_machine_tokens - virtual_tokens[busy]) / requests[busy]
+    else:
+        readings = requests[busy] / machines
+    out = float(np.percentile(readings, SCALE_OUT_PERCENTILE[metric]))
+    if out <= 0:
         raise ProvisionerError(f"--scale-out-freeness auto: the peak-sized cluster has no free KV at its peak "
-                               f"(freeness {p10:.3g} steps); give the thresholds as numbers")
-    return FreenessCalibration(machines, int(busy.sum()), p10, float(np.median(readings)), p10,
-                               SCALE_IN_FACTOR * p10)
+                               f"(freeness {out:.3g} steps); give the thresholds as numbers")
+    into = out * SCALE_IN_FACTOR if metric == "freeness" else out / SCALE_IN_FACTOR
+    return Calibration(metric, machines, int(busy.sum()), float(np.median(readings)), out, into)
 
 
 def _interval_integrals(trace, first_s, finish_s, interval_s: float, on_demand: bool):

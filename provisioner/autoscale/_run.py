@@ -15,7 +15,7 @@ from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_flu
                    simulate_scaled)
 from ..slo import SLO
 from ..schedulers import DEFAULT_SCHEDULER
-from ._calibrate import FreenessCalibration, calibrate_freeness
+from ._calibrate import Calibration, calibrate
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 
 __all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "run_closed_loop",
@@ -51,7 +51,7 @@ class AutoscaleResult:
     schedule: ScalingSchedule
     policy: AutoscalePolicy
     duration_s: float
-    calibration: FreenessCalibration | None = None   # the `auto` freeness thresholds' reading
+    calibration: Calibration | None = None   # the `auto` thresholds' reading at the peak
 
     @property
     def saving_pct(self) -> float:
@@ -78,7 +78,7 @@ class AutoscaleResult:
     def _policy_json(self) -> dict:
         """The policy as run (thresholds as numbers) and, closed-loop, where they came from."""
         out = self.policy.to_json()
-        if self.policy.scale_on == "freeness":
+        if self.policy.closed_loop:
             out["thresholds"] = self.calibration.to_json() if self.calibration else {"source": "given"}
         return out
 
@@ -141,7 +141,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     # Closed loop under least-work: the fluid engine sizes the static cluster (a batch of
     # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
     sizing_engine = "fluid" if policy.closed_loop and "scheduler" not in overrides else engine
-    calibrate = policy.scale_on == "freeness" and policy.freeness_auto
+    calibrate = policy.thresholds_auto
     peak_times = [] if calibrate else None
     n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
                                                 request_times=peak_times, **overrides)
@@ -149,8 +149,8 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     if calibrate:
         calibration = _calibrate(family, peak_trace, model, policy, perf, slo, sizing_engine, preemption, n_static,
                                  peak_times, overrides)
-    if policy.scale_on == "freeness":
-        policy = policy.with_freeness(calibration.scale_out_steps if calibration else None)
+    if policy.closed_loop:
+        policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
@@ -180,7 +180,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
 
 
 def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides):
-    """The freeness thresholds from the static cluster at the peak: its requests' times from
+    """The closed-loop thresholds from the static cluster at the peak: its requests' times from
     the sizing run, or (a static count given, so no sizing ran) from its one run on the peak."""
     from ..sim import build_inputs
 
@@ -192,8 +192,8 @@ def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption,
     servers = int(inputs.n_machines[0, 0])
     kv_per_machine = float(inputs.kv_cap_tokens[0, 0]) * servers / n_static
     first_s, finish_s = peak_times[0]
-    return calibrate_freeness(peak_trace, first_s, finish_s, n_static, kv_per_machine, policy.interval_s,
-                              on_demand=design.scheduler != DEFAULT_SCHEDULER)
+    return calibrate(policy.scale_on, peak_trace, first_s, finish_s, n_static, kv_per_machine, policy.interval_s,
+                     on_demand=design.scheduler != DEFAULT_SCHEDULER)
 
 
 def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides,
@@ -217,7 +217,7 @@ def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, en
     return row, schedule
 
 
-_METRIC_NAMES = {"freeness": "freeness_steps", "queue": "queued_per_machine"}
+_METRIC_NAMES = {"freeness": "freeness_steps", "queue": "requests_per_machine"}
 
 
 def machine_hours(schedule: ScalingSchedule, drained_s: np.ndarray, horizon_s: float) -> float:
