@@ -127,12 +127,16 @@ def closed_loop_lines(days: list[dict]) -> list[str]:
     for c in days:
         s, a = c["static"], c["autoscaled"]
         lines.append(
-            f"| {c['metric']} | {c['out']:.4g} / {c['in']:.4g} {units[c['metric']]} | {c['requests']:,} | "
+            f"| {c['metric']} | {_threshold(c['out'])} / {_threshold(c['in'])} {units[c['metric']]} | {c['requests']:,} | "
             f"{s['machines']} | {s['machine_hours']:.0f} | {a['machines_min']}..{a['machines_max']} | "
             f"{a['machine_hours']:.0f} | {c['saving_pct']:.1f}% | {c['events']} | "
             f"{'met' if s['slo']['met'] else 'violated'} / {'met' if a['slo']['met'] else 'violated'} | "
             f"{_tbt_p90(s)} / {_tbt_p90(a)} | {c['cpu_s']:.1f} / {c['wall_s']:.1f} | {c['total_s']:.0f} |")
     return lines
+
+
+def _threshold(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _tbt_p90(side: dict) -> str:
