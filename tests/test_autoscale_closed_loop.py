@@ -307,3 +307,12 @@ def test_explicit_queue_thresholds_are_honoured():
     assert code == 0, err
     p = json.loads(out)["policy"]
     assert (p["scale_out_queue"], p["scale_in_queue"], p["thresholds"]) == (2.0, 0.5, {"source": "given"})
+
+
+def test_run_closed_loop_refuses_unresolved_auto_thresholds():
+    from provisioner.autoscale import run_closed_loop
+
+    trace = two_level_trace(high_s=30.0, low_s=30.0)
+    with pytest.raises(ProvisionerError, match="thresholds as numbers"):
+        run_closed_loop("baseline-a100", trace, MODEL, AutoscalePolicy(scale_on="freeness"), PERF, None, "des", 2, 1,
+                        {})

@@ -201,6 +201,9 @@ def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, en
     """The autoscaled day under the closed-loop controller in the discrete-event engine:
     (result row, its ScalingSchedule with `released_s`). `n_static` is the default maximum,
     `initial` the machines serving at 0, `overrides` the design's fields (its scheduler)."""
+    if None in (getattr(policy, f"scale_out_{policy.scale_on}"), getattr(policy, f"scale_in_{policy.scale_on}")):
+        raise ProvisionerError(f"run_closed_loop needs its {policy.scale_on} thresholds as numbers: `autoscale` "
+                               f"calibrates auto ones (its result's `policy`), or use `policy.with_thresholds`")
     top = int(policy.max_machines) if policy.max_machines is not None else max(n_static, policy.min_machines)
     one = make_design(family, machines=1, **overrides)
     rep = perf.catalog.machine(one.prompt_machine).gpus_per_machine // int(one.prompt_tp)
