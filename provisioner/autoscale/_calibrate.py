@@ -66,16 +66,20 @@ def calibrate(metric: str, peak_trace, first_token_s, finish_s, machines: int, k
     if busy.sum() < 2:
         raise ProvisionerError(f"--scale-out-{metric} auto: the peak trace has too few requests in "
                                f"{interval_s:g}-s intervals to calibrate on; give the thresholds as numbers")
-    if metric == "freeness":
-        readings = (machines * kv_per_machine_tokens - virtual_tokens[busy]) / requests[busy]
-    else:
-        readings = requests[busy] / machines
+    readings = _readings(metric, requests[busy], virtual_tokens[busy], machines, kv_per_machine_tokens)
     out = float(np.percentile(readings, SCALE_OUT_PERCENTILE[metric]))
-    if out <= 0:
+    if out <= 0:   # freeness only: requests per machine in a busy interval are > 0
         raise ProvisionerError(f"--scale-out-freeness auto: the peak-sized cluster has no free KV at its peak "
                                f"(freeness {out:.3g} steps); give the thresholds as numbers")
     into = out * SCALE_IN_FACTOR if metric == "freeness" else out / SCALE_IN_FACTOR
     return Calibration(metric, machines, int(busy.sum()), float(np.median(readings)), out, into)
+
+
+def _readings(metric: str, requests, virtual_tokens, machines: int, kv_per_machine_tokens: float) -> np.ndarray:
+    """What the controller reads from an interval's mean requests B and virtual usage V."""
+    if metric == "freeness":
+        return (machines * kv_per_machine_tokens - virtual_tokens) / requests
+    return requests / machines
 
 
 def _interval_integrals(trace, first_s, finish_s, interval_s: float, on_demand: bool):
