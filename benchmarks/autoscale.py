@@ -11,9 +11,10 @@ Llumnix reports 16% (Poisson) and 18% (gamma) cost saving from its auto-scaling
 (FACTS.md); its policy scales on KV freeness, ours on the observed rate (SEMANTICS.md).
 
 The closed-loop rows run the same Poisson day with the controller inside the
-discrete-event engine (`--scale-on freeness`, thresholds set for this machine: see
-CLOSED_LOOP) against the static cluster in the same engine, with the CPU and wall time
-of the autoscaled day's simulation alone (the 60-s budget of issue #14).
+discrete-event engine (`--scale-on freeness` and `--scale-on queue`, their thresholds
+left at the default `auto`: calibrated on the static cluster at the peak from the sizing
+run) against the static cluster in the same engine, with the CPU and wall time of the
+autoscaled day's simulation alone (the 60-s budget of issue #14).
 
 Usage:  python benchmarks/autoscale.py [--mean-rps 10] [--design baseline-a100] [--no-closed-loop]
 Writes  benchmarks/results/autoscale.md (machine, date, commit).
@@ -41,12 +42,9 @@ TOL = {50: 0.05, 90: 0.10, 99: 0.20}   # benchmarks/fidelity.py's tolerances
 # The fidelity profile: three 10-minute levels (low, peak, middle), short enough for the DES.
 FIDELITY_LEVELS_RPS = (2.0, 6.0, 3.0)
 FIDELITY_STEP_S = 600.0
-# Freeness thresholds (decode steps) for BLOOM-176B on a DGX-A100 under least-work: the
-# static cluster at the diurnal peak runs at F = 34,000-44,000 (one machine holds ~70k KV
-# tokens for ~1-2 requests), so Llumnix's 10 / 60 (set for 7B models on 24-GB GPUs, where
-# memory binds) would never scale out here; the controller keeps F in [40k, 60k].
-CLOSED_LOOP = dict(scale_on="freeness", scale_out_freeness=40000.0, scale_in_freeness=60000.0, interval_s=10.0,
-                   window_s=300.0)
+# The closed-loop controller's settings: thresholds `auto` (none given), Llumnix's 10-s interval.
+CLOSED_LOOP = dict(interval_s=10.0, window_s=300.0)
+CLOSED_LOOP_METRICS = ("freeness", "queue")
 
 
 def one_day(arrival: str, mean_rps: float, design: str, model: str, perf) -> dict:
@@ -62,28 +60,31 @@ def one_day(arrival: str, mean_rps: float, design: str, model: str, perf) -> dic
             "hours_saving_pct": j["machine_hours_saving_pct"], "energy_saving_pct": j["energy_saving_pct"]}
 
 
-def closed_loop_day(mean_rps: float, design: str, model: str, perf) -> dict:
-    """The Poisson day under the closed-loop freeness controller (DES), timing the autoscaled
-    day's simulation apart from the sizing and the static day."""
-    from provisioner.autoscale import size_for_peak
+def closed_loop_day(metric: str, mean_rps: float, design: str, model: str, perf) -> dict:
+    """The Poisson day under the closed-loop controller (DES) with its default (`auto`)
+    thresholds, then the autoscaled day again under the thresholds it resolved, timed
+    apart from the sizing and the static day."""
     from provisioner.autoscale import run_closed_loop
     from provisioner.slo import SLO
 
     profile = diurnal_profile(1.5 * mean_rps)
     gen = TraceGenerator("coding", 600, seed=0, arrival="poisson")
     day, peak = gen.with_profile(profile), gen.at(profile.peak_rps)
-    policy = AutoscalePolicy(**CLOSED_LOOP)
-    n_static = size_for_peak(design, peak, model, SLO(), perf, "fluid")
+    t0 = time.perf_counter()
+    r = autoscale(design, day, peak, model, AutoscalePolicy(scale_on=metric, **CLOSED_LOOP), perf=perf, engine="des")
+    total_s = time.perf_counter() - t0
+    n_static, policy = r.static_machines, r.policy
     first = min(policy.window_s, day.duration_s)
     initial = max(1, int(np.ceil(np.searchsorted(day.arrival_s, first) / first
                                  / (peak.rate_rps / n_static * policy.target_load))))
     wall, cpu = time.perf_counter(), time.process_time()
     run_closed_loop(design, day, model, policy, perf, SLO(), "des", n_static, initial, {})
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    r = autoscale(design, day, peak, model, policy, perf=perf, engine="des", static_machines=n_static)
     j = r.to_json()
-    return {"requests": len(day), "wall_s": wall, "cpu_s": cpu, "static": j["static"], "autoscaled": j["autoscaled"],
-            "saving_pct": j["saving_pct"], "events": j["scaling_events"]}
+    return {"metric": metric, "requests": len(day), "wall_s": wall, "cpu_s": cpu, "total_s": total_s,
+            "static": j["static"], "autoscaled": j["autoscaled"], "saving_pct": j["saving_pct"],
+            "events": j["scaling_events"], "out": j["policy"][f"scale_out_{metric}"],
+            "in": j["policy"][f"scale_in_{metric}"]}
 
 
 def fidelity(arrival: str, design: str, model: str, perf) -> list[str]:
@@ -107,6 +108,40 @@ def fidelity(arrival: str, design: str, model: str, perf) -> list[str]:
                     f"{'met' if f.row['slo_met'] else 'violated'} / {'met' if d.row['slo_met'] else 'violated'} | "
                     f"{worst}: {diffs[worst]:.1%} | {'PASS' if ok else 'FAIL'} |")
     return rows
+
+
+def closed_loop_lines(days: list[dict]) -> list[str]:
+    units = {"freeness": "decode steps", "queue": "requests per machine"}
+    lines = ["", "## Closed loop: the controller inside the discrete-event engine, default thresholds", "",
+             f"The Poisson day above, `--scale-on freeness` (Llumnix's pooled freeness) and `--scale-on queue` "
+             f"(requests queued or in service per machine), no threshold given: `auto` calibrates them on the "
+             f"static cluster at the peak, from the sizing run (scale out past the 10th / 90th percentile of its "
+             f"10-s readings, in when one machine fewer reads 1.5x better); decisions every "
+             f"{CLOSED_LOOP['interval_s']:g} s on the interval's mean, one stop per {CLOSED_LOOP['window_s']:g} s "
+             f"of calm, 120-s start-up; both days in the discrete-event engine. Whole comparison: sizing, "
+             f"calibration, both days.", "",
+             "| scale on | thresholds out / in (auto) | requests | static machines | static machine-h | autoscaled "
+             "machines | autoscaled machine-h | cost saved | scaling events | SLOs static / autoscaled | "
+             "TBT p90 slowdown static / autoscaled | autoscaled day: CPU s / wall s | whole comparison (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in days:
+        s, a = c["static"], c["autoscaled"]
+        lines.append(
+            f"| {c['metric']} | {_threshold(c['out'])} / {_threshold(c['in'])} {units[c['metric']]} | {c['requests']:,} | "
+            f"{s['machines']} | {s['machine_hours']:.0f} | {a['machines_min']}..{a['machines_max']} | "
+            f"{a['machine_hours']:.0f} | {c['saving_pct']:.1f}% | {c['events']} | "
+            f"{'met' if s['slo']['met'] else 'violated'} / {'met' if a['slo']['met'] else 'violated'} | "
+            f"{_tbt_p90(s)} / {_tbt_p90(a)} | {c['cpu_s']:.1f} / {c['wall_s']:.1f} | {c['total_s']:.0f} |")
+    return lines
+
+
+def _threshold(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _tbt_p90(side: dict) -> str:
+    value = side["slo"].get("slowdown", {}).get("tbt", {}).get("p90")
+    return f"{value:.2f}" if value is not None else "n/a"
 
 
 def main() -> None:
@@ -147,20 +182,8 @@ def main() -> None:
     for arrival in ("poisson", "gamma"):
         lines += fidelity(arrival, args.design, args.model, perf)
     if not args.no_closed_loop:
-        c = closed_loop_day(args.mean_rps, args.design, args.model, perf)
-        s, a = c["static"], c["autoscaled"]
-        lines += ["", "## Closed loop: scaling on Llumnix's freeness inside the discrete-event engine", "",
-                  f"The Poisson day above, `--scale-on freeness` (scale out below {CLOSED_LOOP['scale_out_freeness']:g} "
-                  f"decode steps, in when one machine fewer stays above {CLOSED_LOOP['scale_in_freeness']:g}; "
-                  f"decisions every {CLOSED_LOOP['interval_s']:g} s on the interval's mean, one stop per "
-                  f"{CLOSED_LOOP['window_s']:g} s of calm, 120-s start-up); both days in the discrete-event engine.", "",
-                  "| requests | static machines | static machine-h | autoscaled machines | autoscaled machine-h | "
-                  "cost saved | scaling events | SLOs static / autoscaled | autoscaled day: CPU s / wall s |",
-                  "|---|---|---|---|---|---|---|---|---|",
-                  f"| {c['requests']:,} | {s['machines']} | {s['machine_hours']:.0f} | {a['machines_min']}..{a['machines_max']} | "
-                  f"{a['machine_hours']:.0f} | {c['saving_pct']:.1f}% | {c['events']} | "
-                  f"{'met' if s['slo']['met'] else 'violated'} / {'met' if a['slo']['met'] else 'violated'} | "
-                  f"{c['cpu_s']:.1f} / {c['wall_s']:.1f} |"]
+        lines += closed_loop_lines([closed_loop_day(m, args.mean_rps, args.design, args.model, perf)
+                                    for m in CLOSED_LOOP_METRICS])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -104,12 +104,13 @@ def test_a_draining_machine_with_work_is_not_released():
 def test_two_levels_in_the_engine_by_hand():
     """Every iteration takes 1 s and carries one 1500-token prompt (batch cap 2048) of one
     output token: a machine serves exactly 1 req/s. 0.5 req/s until 60 s never queues.
-    3 req/s from 60 s to 90 s queue 2 (k - 60) prompts at second k on the one machine: the
-    tick at 70 s reads a mean of 11 > 2 per machine and starts min(ceil(11 / 2) - 1, 3 - 1)
-    = 2 machines (paid from 70 s, serving from 90 s: 20-s start-up). The backlog of 60 stays
-    where it was routed and drains at 1 per second until 150 s (150 - k queued at second k),
-    so ticks keep asking for more (at the maximum) until the 150-s tick's mean of 4.5 per
-    machine; from 160 s one machine fewer would do, so after 30 s of calm the newest stops at
+    3 req/s from 60 s to 90 s queue 2 (k - 60) prompts at second k on the one machine, one
+    more in service: the tick at 70 s reads a mean of 11 + 1 = 12 > 2 requests per machine and
+    starts min(ceil(12 / 2) - 1, 3 - 1) = 2 machines (paid from 70 s, serving from 90 s: 20-s
+    start-up). The backlog of 60 stays where it was routed and drains at 1 per second until
+    150 s (150 - k queued at second k, one in service), so ticks keep asking for more (at the
+    maximum) until the 150-s tick's mean of 4.5 + 1 over three machines; from 160 s one
+    machine fewer would do, so after 30 s of calm the newest stops at
     190 s, the next at 220 s, and the one at the minimum stays. The request at 100 s goes
     to the first new machine (least work), never to one before 90 s. Paid, to the 300-s
     horizon: 300 + (220 - 70) + (190 - 70) = 570 machine-seconds."""
@@ -124,7 +125,7 @@ def test_two_levels_in_the_engine_by_hand():
     rec = [r[:4] for r in cl.controller.records]
     assert rec == [[0.0, 0.0, np.inf, np.inf], [70.0, 90.0, 220.0, 220.0], [70.0, 90.0, 190.0, 190.0]]
     queued = [m for t, m, _ in cl.controller.ticks if t in (70.0, 150.0)]
-    assert queued == [11.0, 1.5]   # tick 70: 11 on one machine; tick 150: a mean of 4.5 over three
+    assert queued == [12.0, pytest.approx(5.5 / 3)]   # tick 70: 12 on one machine; tick 150: 5.5 over three
     assert cl.prefill_on[-1] == 1 and cl.finish[-1] == 101.0
     assert max(cl.finish[:-1]) == 150.0 and all(p == 0 for p in cl.prefill_on[:-1])
     paid_s = sum(min(r[3], 300.0) - r[0] for r in rec)
@@ -171,22 +172,48 @@ def test_engine_keeps_the_rules(scheduler):
     assert not np.isnan(cl.finish).any()
 
 
-def test_closed_loop_day_saves_at_met_slos():
-    """A 4-hour diurnal cosine (3x peak over trough) at a peak of 3 req/s: the freeness
-    controller pays fewer machine-hours than the cluster sized for the peak, both meeting
-    every SLO."""
+@pytest.mark.parametrize("metric", ["freeness", "queue"])
+def test_closed_loop_day_with_default_thresholds_saves_at_met_slos(metric):
+    """A 4-hour diurnal cosine (3x peak over trough) at a peak of 3 req/s, the thresholds
+    left `auto` (calibrated on the cluster sized for the peak). The 4-h profile spans the
+    cosine's trough..peak from its first hours: the peak at both ends, a third of it in the
+    middle. The controller scales in for the trough and out again to the static count for
+    the closing peak, meets every SLO, and pays fewer machine-hours than the static cluster."""
     from workloads import diurnal_profile
 
     gen = TraceGenerator("coding", 600, seed=0)
     profile = diurnal_profile(3.0, 4 * 3600.0)
-    policy = AutoscalePolicy(scale_on="freeness", scale_out_freeness=45000.0, scale_in_freeness=90000.0,
-                             interval_s=10.0, window_s=300.0)
+    policy = AutoscalePolicy(scale_on=metric, interval_s=10.0, window_s=300.0)
+    assert policy.thresholds_auto
     r = autoscale("baseline-a100", gen.with_profile(profile), gen.at(profile.peak_rps), MODEL, policy, perf=PERF,
                   engine="des")
     assert r.static.row["slo_met"] and r.autoscaled.row["slo_met"]
-    assert r.autoscaled.machine_hours < 0.9 * r.static.machine_hours
+    assert r.autoscaled.machine_hours < 0.95 * r.static.machine_hours
     j = r.to_json()
-    assert j["scale_on"] == "freeness" and j["scaling_events"] >= 2 and "freeness_steps" in j["timeline"]
+    assert j["scale_on"] == metric and j["scaling_events"] >= 2
+    assert j["policy"]["thresholds"]["source"] == "auto"
+    out, into = j["policy"][f"scale_out_{metric}"], j["policy"][f"scale_in_{metric}"]
+    assert min(out, into) > 0 and ((out < into) if metric == "freeness" else (into < out))
+    t_h, machines = np.array(j["timeline"]["time_s"]) / 3600.0, np.array(j["timeline"]["machines"])
+    assert machines[(t_h > 1.5) & (t_h < 2.5)].min() < r.static_machines   # scaled in for the trough
+    assert machines[t_h > 3.5].max() == r.static_machines                  # and out again for the peak
+
+
+def test_calibration_reads_the_controllers_freeness_by_hand():
+    """Two machines of M1 = 1000 KV tokens; requests of s + n = 100 tokens, one arriving
+    every 2 s and staying 5 s: in each 10-s interval after the warm-up the system holds
+    B = 2.5 requests and V = 250 tokens on average, so every reading is (2000 - 250) / 2.5
+    = 700 decode steps; out at 700, in at 1.5 x 700."""
+    from provisioner.autoscale._calibrate import SCALE_IN_FACTOR, calibrate
+
+    arrivals = np.arange(0.0, 200.0, 2.0)
+    trace = Trace(arrivals, np.full(len(arrivals), 60), np.full(len(arrivals), 40), "hand", 200.0)
+    cal = calibrate("freeness", trace, arrivals + 1.0, arrivals + 5.0, 2, 1000.0, 10.0, on_demand=False)
+    assert cal.median == pytest.approx(700.0)
+    assert cal.scale_out == pytest.approx(700.0) and cal.scale_in == pytest.approx(700.0 * SCALE_IN_FACTOR)
+    assert cal.intervals == 18    # 20 s of warm-up (10% of 200 s) left out
+    queue = calibrate("queue", trace, arrivals + 1.0, arrivals + 5.0, 2, 1000.0, 10.0, on_demand=False)
+    assert queue.scale_out == pytest.approx(1.25) and queue.scale_in == pytest.approx(1.25 / SCALE_IN_FACTOR)
 
 
 def test_fluid_engine_declines_in_one_line():
@@ -215,14 +242,22 @@ def test_cli_closed_loop_json(tmp_path):
     assert obj["policy"]["interval_s"] == 10.0 and isinstance(obj["scaling_events"], int)
     for side in ("static", "autoscaled"):
         assert {"machine_hours", "cost_usd", "energy_kwh", "slo"} <= set(obj[side])
-    assert "queued_per_machine" in obj["timeline"] and "saving_pct" in obj
-    assert "prompts queued per machine" in (tmp_path / "day.html").read_text()
+    assert "requests_per_machine" in obj["timeline"] and "saving_pct" in obj
+    assert obj["policy"]["thresholds"]["source"] == "auto" and obj["policy"]["scale_out_queue"] > 0
+    assert "requests queued or in service per machine" in (tmp_path / "day.html").read_text()
 
 
 @pytest.mark.parametrize("args, message", [
     (["--scale-on", "load"], "--scale-on must be one of rate, freeness, queue"),
-    (["--scale-on", "freeness", "--scale-out-freeness", "80"], "--scale-out-freeness must be below --scale-in-freeness"),
-    (["--scale-on", "queue", "--scale-in-queue", "-1"], "0 <= --scale-in-queue < --scale-out-queue"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "80", "--scale-in-freeness", "60"],
+     "--scale-out-freeness must be below --scale-in-freeness"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "lots"], "--scale-out-freeness must be a number or auto"),
+    (["--scale-on", "freeness", "--scale-in-freeness", "inf"], "--scale-in-freeness must be a finite number"),
+    (["--scale-on", "freeness", "--scale-out-freeness", "-5"], "with the other freeness threshold auto"),
+    (["--scale-on", "queue", "--scale-in-queue", "-1", "--scale-out-queue", "2"],
+     "0 <= --scale-in-queue < --scale-out-queue"),
+    (["--scale-on", "queue", "--scale-in-queue", "-1"], "with the other queue threshold auto"),
+    (["--scale-on", "queue", "--scale-out-queue", "many"], "--scale-out-queue must be a number or auto"),
     (["--scale-on", "queue", "--max-machines", "0"], "--max-machines must be a whole number >= --min-machines"),
     (["--scale-out-freeness", "5"], "--scale-out-freeness is a threshold of --scale-on freeness"),
     (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is a threshold of --scale-on rate"),
@@ -233,3 +268,51 @@ def test_cli_bad_policy_is_one_line_exit_2(args, message):
     code, _, err = cli(["--profile", "diurnal", "--rps", "2", "--duration", "900", "--static-machines", "2", *args])
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+def freeness_json(*args):
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "freeness",
+                          "--json", *args])
+    assert code == 0, err
+    return json.loads(out)["policy"]
+
+
+def test_calibrated_thresholds_follow_the_model():
+    """At the same load and on the same machine, BLOOM-176B (no grouped-query attention: a
+    DGX-A100 holds ~56k of its KV tokens) leaves far less free KV per request than
+    Llama-2-70B (8 KV heads of 64), so its calibrated thresholds are lower: they come from
+    the model's memory, not from a constant."""
+    bloom, llama = freeness_json(), freeness_json("--model", "llama2-70b")
+    assert bloom["thresholds"]["source"] == llama["thresholds"]["source"] == "auto"
+    assert bloom["scale_out_freeness"] < llama["scale_out_freeness"]
+    assert bloom["scale_in_freeness"] < llama["scale_in_freeness"]
+    for p in (bloom, llama):
+        assert p["scale_in_freeness"] == pytest.approx(1.5 * p["scale_out_freeness"])
+
+
+@pytest.mark.parametrize("args, out, into", [
+    (["--scale-out-freeness", "10", "--scale-in-freeness", "60"], 10.0, 60.0),   # Llumnix's own, typed
+    (["--scale-out-freeness", "40000"], 40000.0, 60000.0),                        # the other by the factor
+    (["--scale-in-freeness", "AUTO", "--scale-out-freeness", "300"], 300.0, 450.0),
+])
+def test_explicit_freeness_thresholds_are_honoured(args, out, into):
+    p = freeness_json("--static-machines", "3", *args)
+    assert (p["scale_out_freeness"], p["scale_in_freeness"]) == (out, into)
+    assert p["thresholds"] == {"source": "given"}
+
+
+def test_explicit_queue_thresholds_are_honoured():
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "queue",
+                          "--static-machines", "3", "--scale-out-queue", "2", "--scale-in-queue", "0.5", "--json"])
+    assert code == 0, err
+    p = json.loads(out)["policy"]
+    assert (p["scale_out_queue"], p["scale_in_queue"], p["thresholds"]) == (2.0, 0.5, {"source": "given"})
+
+
+def test_run_closed_loop_refuses_unresolved_auto_thresholds():
+    from provisioner.autoscale import run_closed_loop
+
+    trace = two_level_trace(high_s=30.0, low_s=30.0)
+    with pytest.raises(ProvisionerError, match="thresholds as numbers"):
+        run_closed_loop("baseline-a100", trace, MODEL, AutoscalePolicy(scale_on="freeness"), PERF, None, "des", 2, 1,
+                        {})

@@ -9,12 +9,14 @@ times, so both engines run the same schedule of availability windows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ProvisionerError
+from ._calibrate import SCALE_IN_FACTOR
 
 __all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "SCALE_ON"]
 
@@ -39,9 +41,10 @@ class AutoscalePolicy:
     scale_on : "rate" (the thresholds above on the observed arrival rate, planned before
         the run) or, closed-loop inside the discrete-event engine, "freeness" (Llumnix's
         pooled freeness in decode steps: scale out below `scale_out_freeness`, in when one
-        machine fewer would stay above `scale_in_freeness`) or "queue" (prompts waiting per
-        machine: out above `scale_out_queue`, in when one machine fewer would stay below
-        `scale_in_queue`).
+        machine fewer would stay above `scale_in_freeness`) or "queue" (requests queued or in
+        service per machine: out above `scale_out_queue`, in when one machine fewer would stay
+        below `scale_in_queue`). A threshold None is `auto`: calibrated on the static cluster
+        at the peak (`_calibrate.py`, `autoscale` resolves it; `with_thresholds`).
     max_machines : never more machines serving or loading (None: the static peak count).
     """
 
@@ -53,12 +56,13 @@ class AutoscalePolicy:
     window_s: float = 300.0
     min_machines: int = 1
     scale_on: str = "rate"
-    # Llumnix's defaults (its config/default.py: SCALE_UP_THRESHOLD 10, SCALE_DOWN_THRESHOLD 60,
-    # avg_load over the instances' remaining decode steps).
-    scale_out_freeness: float = 10.0
-    scale_in_freeness: float = 60.0
-    scale_out_queue: float = 2.0
-    scale_in_queue: float = 0.5
+    # None: `auto`, calibrated on the cluster sized for the peak (`_calibrate.py`). Llumnix's
+    # own 10 / 60 (its config/default.py) suit 7B models on 24-GB GPUs, where KV binds; on a
+    # DGX running BLOOM-176B the peak-sized cluster reads ~50k steps and 10 never fires.
+    scale_out_freeness: float | None = None
+    scale_in_freeness: float | None = None
+    scale_out_queue: float | None = None   # None: auto, as the freeness
+    scale_in_queue: float | None = None
     max_machines: int | None = None
 
     RATE_FIELDS = ("scale_out_load", "scale_in_load", "target_load", "startup_s", "interval_s", "window_s",
@@ -82,20 +86,61 @@ class AutoscalePolicy:
 
     def _check_closed_loop(self):
         for name in ("scale_out_freeness", "scale_in_freeness", "scale_out_queue", "scale_in_queue"):
-            if not (isinstance(getattr(self, name), (int, float)) and math.isfinite(getattr(self, name))):
-                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number (got "
-                                       f"{getattr(self, name)!r})")
-        if not self.scale_out_freeness < self.scale_in_freeness:
-            raise ProvisionerError(f"--scale-out-freeness must be below --scale-in-freeness (scale out when the "
-                                   f"cluster is less free than when it scales in; got {self.scale_out_freeness:g} "
-                                   f">= {self.scale_in_freeness:g})")
-        if not 0 <= self.scale_in_queue < self.scale_out_queue:
-            raise ProvisionerError(f"the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (prompts "
-                                   f"waiting per machine; got {self.scale_in_queue:g}, {self.scale_out_queue:g})")
+            value = getattr(self, name)
+            if value is None:
+                continue   # auto
+            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number or auto (got {value!r})")
+        self._check_freeness()
+        self._check_queue()
         if self.max_machines is not None and (int(self.max_machines) != self.max_machines
                                               or self.max_machines < self.min_machines):
             raise ProvisionerError(f"--max-machines must be a whole number >= --min-machines ({self.min_machines}) "
                                    f"(got {self.max_machines!r})")
+
+    def _check_freeness(self):
+        """Both given: out < in. One given: the other follows by the calibration's factor,
+        which needs a positive freeness to keep out < in."""
+        out, into = self.scale_out_freeness, self.scale_in_freeness
+        if out is not None and into is not None and not out < into:
+            raise ProvisionerError(f"--scale-out-freeness must be below --scale-in-freeness (scale out when the "
+                                   f"cluster is less free than when it scales in; got {out:g} >= {into:g})")
+        for name, value in (("scale_out_freeness", out), ("scale_in_freeness", into)):
+            if (out is None) != (into is None) and value is not None and value <= 0:
+                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other freeness threshold auto: "
+                                       f"give a number > 0 (the other is it x or / {SCALE_IN_FACTOR:g}), or both")
+
+    def _check_queue(self):
+        """Both given: 0 <= in < out. One given: the other follows by the calibration's factor."""
+        out, into = self.scale_out_queue, self.scale_in_queue
+        if out is not None and into is not None and not 0 <= into < out:
+            raise ProvisionerError(f"the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (requests "
+                                   f"per machine; got {into:g}, {out:g})")
+        for name, value in (("scale_out_queue", out), ("scale_in_queue", into)):
+            if (out is None) != (into is None) and value is not None and value <= 0:
+                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other queue threshold auto: "
+                                       f"give a number > 0 (the other is it x or / {SCALE_IN_FACTOR:g}), or both")
+
+    @property
+    def thresholds_auto(self) -> bool:
+        """Both thresholds of the closed-loop metric left to the calibration on the peak-sized cluster."""
+        return (self.closed_loop and getattr(self, f"scale_out_{self.scale_on}") is None
+                and getattr(self, f"scale_in_{self.scale_on}") is None)
+
+    def with_thresholds(self, calibrated_out: float | None = None) -> "AutoscalePolicy":
+        """The policy with both thresholds of its metric numbers: a lone given one sets the
+        other by `SCALE_IN_FACTOR` (freeness: in = out x it; queue: in = out / it); both auto
+        take `calibrated_out` (the calibration's scale-out level) and its in."""
+        metric = self.scale_on
+        out, into = getattr(self, f"scale_out_{metric}"), getattr(self, f"scale_in_{metric}")
+        better = SCALE_IN_FACTOR if metric == "freeness" else 1.0 / SCALE_IN_FACTOR   # in = out x better
+        if out is None and into is None:
+            out = calibrated_out
+        if out is None:
+            out = into / better
+        if into is None:
+            into = out * better
+        return dataclasses.replace(self, **{f"scale_out_{metric}": float(out), f"scale_in_{metric}": float(into)})
 
     @property
     def closed_loop(self) -> bool:

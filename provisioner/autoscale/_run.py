@@ -14,6 +14,8 @@ from ..results import latency_json
 from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_fluid, simulate, simulate_controlled,
                    simulate_scaled)
 from ..slo import SLO
+from ..schedulers import DEFAULT_SCHEDULER
+from ._calibrate import Calibration, calibrate
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 
 __all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "run_closed_loop",
@@ -49,6 +51,7 @@ class AutoscaleResult:
     schedule: ScalingSchedule
     policy: AutoscalePolicy
     duration_s: float
+    calibration: Calibration | None = None   # the `auto` thresholds' reading at the peak
 
     @property
     def saving_pct(self) -> float:
@@ -59,7 +62,7 @@ class AutoscaleResult:
         counts = s.machines if len(s.machines) else np.array([s.n_machines])   # a profile shorter than a tick
         return {
             "family": self.family, "duration_s": self.duration_s, "capacity_rps": self.capacity_rps,
-            "policy": self.policy.to_json(),
+            "policy": self._policy_json(),
             "static": {"machines": self.static_machines, **self.static.to_json()},
             "autoscaled": {"machines_started": s.n_machines, "machines_max": int(counts.max()),
                            "machines_min": int(counts.min()), **self.autoscaled.to_json()},
@@ -72,23 +75,39 @@ class AutoscaleResult:
         }
 
 
+    def _policy_json(self) -> dict:
+        """The policy as run (thresholds as numbers) and, closed-loop, where they came from."""
+        out = self.policy.to_json()
+        if self.policy.closed_loop:
+            out["thresholds"] = self.calibration.to_json() if self.calibration else {"source": "given"}
+        return out
+
+
 def _saving(static: float, scaled: float) -> float:
     return 100.0 * (1.0 - scaled / static) if static > 0 else 0.0
 
 
 def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
-                  preemption: str = "recompute", **overrides) -> int:
+                  preemption: str = "recompute", request_times: list | None = None, **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
-    trace at the profile's peak), scored by the search's `Evaluator` in batches of counts."""
+    trace at the profile's peak), scored by the search's `Evaluator` in batches of counts.
+    request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
+        kept from the same simulation (the calibrated thresholds read them)."""
     from ..search import Evaluator
+    from ..search._evaluate import design_keys
 
-    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption)
+    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
+                         keep_requests=request_times is not None)
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
-        met = evaluate([make_design(family, machines=n, **overrides) for n in counts])["slo_met"].to_numpy(bool)
+        designs = [make_design(family, machines=n, **overrides) for n in counts]
+        met = evaluate(designs)["slo_met"].to_numpy(bool)
         if met.any():
-            return counts[int(np.argmax(met))]
+            k = int(np.argmax(met))
+            if request_times is not None:
+                request_times.append(evaluate.request_times[design_keys(DesignBatch.from_designs([designs[k]]))[0]])
+            return counts[k]
         lo += SIZING_BATCH
     raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs at the "
                            f"profile's peak of {peak_trace.rate_rps:g} req/s; lower the profile's rates or "
@@ -122,8 +141,16 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     # Closed loop under least-work: the fluid engine sizes the static cluster (a batch of
     # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
     sizing_engine = "fluid" if policy.closed_loop and "scheduler" not in overrides else engine
+    calibrate = policy.thresholds_auto
+    peak_times = [] if calibrate else None
     n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
-                                                **overrides)
+                                                request_times=peak_times, **overrides)
+    calibration = None
+    if calibrate:
+        calibration = _calibrate(family, peak_trace, model, policy, perf, slo, sizing_engine, preemption, n_static,
+                                 peak_times, overrides)
+    if policy.closed_loop:
+        policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
@@ -149,7 +176,24 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                           preemption=preemption).iloc[0]
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
-    return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s)
+    return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration)
+
+
+def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides):
+    """The closed-loop thresholds from the static cluster at the peak: its requests' times from
+    the sizing run, or (a static count given, so no sizing ran) from its one run on the peak."""
+    from ..sim import build_inputs
+
+    design = make_design(family, machines=n_static, **overrides)
+    if not peak_times:
+        simulate(design, peak_trace, model, engine=engine, slo=slo, perf=perf, preemption=preemption,
+                 requests=peak_times)
+    inputs = build_inputs(DesignBatch.from_designs([design]), peak_trace, perf.llm(model), perf)
+    servers = int(inputs.n_machines[0, 0])
+    kv_per_machine = float(inputs.kv_cap_tokens[0, 0]) * servers / n_static
+    first_s, finish_s = peak_times[0]
+    return calibrate(policy.scale_on, peak_trace, first_s, finish_s, n_static, kv_per_machine, policy.interval_s,
+                     on_demand=design.scheduler != DEFAULT_SCHEDULER)
 
 
 def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides,
@@ -157,6 +201,9 @@ def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, en
     """The autoscaled day under the closed-loop controller in the discrete-event engine:
     (result row, its ScalingSchedule with `released_s`). `n_static` is the default maximum,
     `initial` the machines serving at 0, `overrides` the design's fields (its scheduler)."""
+    if None in (getattr(policy, f"scale_out_{policy.scale_on}"), getattr(policy, f"scale_in_{policy.scale_on}")):
+        raise ProvisionerError(f"run_closed_loop needs its {policy.scale_on} thresholds as numbers: `autoscale` "
+                               f"calibrates auto ones (its result's `policy`), or use `policy.with_thresholds`")
     top = int(policy.max_machines) if policy.max_machines is not None else max(n_static, policy.min_machines)
     one = make_design(family, machines=1, **overrides)
     rep = perf.catalog.machine(one.prompt_machine).gpus_per_machine // int(one.prompt_tp)
@@ -173,7 +220,7 @@ def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, en
     return row, schedule
 
 
-_METRIC_NAMES = {"freeness": "freeness_steps", "queue": "queued_per_machine"}
+_METRIC_NAMES = {"freeness": "freeness_steps", "queue": "requests_per_machine"}
 
 
 def machine_hours(schedule: ScalingSchedule, drained_s: np.ndarray, horizon_s: float) -> float:

@@ -73,17 +73,24 @@ def autoscale_command(
     scale_on: str = typer.Option("rate", "--scale-on", metavar="rate|freeness|queue",
                                  help="rate: plan from the observed arrival rate (both engines). freeness or "
                                       "queue: a closed-loop controller inside the discrete-event engine reads "
-                                      "Llumnix's freeness (decode steps) or the prompts queued per machine, "
-                                      "averaged over each interval."),
-    scale_out_freeness: float = typer.Option(10.0, "--scale-out-freeness", help="--scale-on freeness: add machines "
-                                             "when the cluster's freeness (decode steps) falls below this "
-                                             "(Llumnix's default 10)."),
-    scale_in_freeness: float = typer.Option(60.0, "--scale-in-freeness", help="--scale-on freeness: stop a machine "
-                                            "when one fewer would stay above this (Llumnix's default 60)."),
-    scale_out_queue: float = typer.Option(2.0, "--scale-out-queue", help="--scale-on queue: add machines when "
-                                          "the prompts waiting per machine exceed this."),
-    scale_in_queue: float = typer.Option(0.5, "--scale-in-queue", help="--scale-on queue: stop a machine when one "
-                                         "fewer would keep fewer prompts waiting per machine than this."),
+                                      "Llumnix's freeness (decode steps) or the requests queued or in service "
+                                      "per machine, averaged over each interval."),
+    scale_out_freeness: str = typer.Option("auto", "--scale-out-freeness", metavar="STEPS|auto",
+                                           help="--scale-on freeness: add machines when the cluster's freeness "
+                                                "(decode steps) falls below this. auto: the 10th percentile of the "
+                                                "10-s readings of the static cluster at the peak, from the sizing "
+                                                "run (where the SLOs hold). Llumnix's own 10 (for 7B models on "
+                                                "24-GB GPUs) by typing it."),
+    scale_in_freeness: str = typer.Option("auto", "--scale-in-freeness", metavar="STEPS|auto",
+                                          help="--scale-on freeness: stop a machine when one fewer would stay above "
+                                               "this. auto: 1.5x the scale-out level (Llumnix's 60 by typing it)."),
+    scale_out_queue: str = typer.Option("auto", "--scale-out-queue", metavar="REQUESTS|auto",
+                                        help="--scale-on queue: add machines when the requests queued or in service "
+                                             "per machine exceed this. auto: the 90th percentile of the 10-s "
+                                             "readings of the static cluster at the peak, from the sizing run."),
+    scale_in_queue: str = typer.Option("auto", "--scale-in-queue", metavar="REQUESTS|auto",
+                                       help="--scale-on queue: stop a machine when one fewer would carry fewer "
+                                            "requests per machine than this. auto: the scale-out level / 1.5."),
     max_machines: int = typer.Option(None, "--max-machines", help="Closed-loop: never more machines serving or "
                                      "loading (default: the static cluster's count)."),
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
@@ -115,8 +122,10 @@ def autoscale_command(
     if interval_s is None:
         interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S
     policy = AutoscalePolicy(scale_out_load, scale_in_load, target_load, startup_s, interval_s, window_s, min_machines,
-                             scale_on, scale_out_freeness, scale_in_freeness, scale_out_queue, scale_in_queue,
-                             max_machines)
+                             scale_on, _number_or_auto(scale_out_freeness, "--scale-out-freeness"),
+                             _number_or_auto(scale_in_freeness, "--scale-in-freeness"),
+                             _number_or_auto(scale_out_queue, "--scale-out-queue"),
+                             _number_or_auto(scale_in_queue, "--scale-in-queue"), max_machines)
     if policy.closed_loop:
         if engine == "fluid" and given(ctx, "engine"):
             refuse_closed_loop_in_fluid(scale_on)
@@ -165,6 +174,19 @@ def _refuse_other_policy_flags(ctx: typer.Context, scale_on: str) -> None:
                                        f"or drop {flag}")
 
 
+def _number_or_auto(value: str, flag: str) -> float | None:
+    """A closed-loop threshold: a number (decode steps, requests per machine), or None for `auto`."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ProvisionerError(f"{flag} must be a number or auto (got '{value}')") from None
+    if not math.isfinite(number):
+        raise ProvisionerError(f"{flag} must be a finite number or auto (got '{value}')")
+    return number
+
+
 def _profile(profile: str, rps: float | None, duration: float | None):
     if rps is not None and not 0 < rps < math.inf:
         raise ProvisionerError(f"--rps must be > 0 and finite, the profile's peak in requests per second (got {rps:g})")
@@ -204,15 +226,29 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     how = (f"the controller plans with {obj['capacity_rps']:.3g} req/s per machine" if obj["scale_on"] == "rate" else
            f"the controller scales on {obj['scale_on']} inside the discrete-event engine "
            f"({obj['scaling_events']} scaling events)")
+    if obj["scale_on"] != "rate":
+        console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
                   f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); {how} and started "
                   f"{a['machines_started']} machines")
     console.print(f"simulated {p['requests']:,} requests twice in {elapsed_s:.1f} s")
 
 
+def _thresholds_line(policy: dict, metric: str) -> str:
+    """The closed-loop thresholds as run, and where they came from (a run is reproducible from them)."""
+    unit = "decode steps" if metric == "freeness" else "requests per machine"
+    line = (f"thresholds: scale out at {policy[f'scale_out_{metric}']:.6g}, in at {policy[f'scale_in_{metric}']:.6g} "
+            f"{unit}")
+    source = policy.get("thresholds", {"source": "given"})
+    if source["source"] == "auto":
+        line += (f" (auto: the {source['scale_out_percentile']:g}th percentile of the static cluster's 10-s "
+                 f"readings at the peak ({source['machines']} machines), and {source['scale_in_factor']:g}x better)")
+    return line
+
+
 _METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
                   "freeness": ("freeness_steps", "cluster freeness (decode steps)"),
-                  "queue": ("queued_per_machine", "prompts queued per machine")}
+                  "queue": ("requests_per_machine", "requests queued or in service per machine")}
 
 
 def _write_report(path: Path, obj: dict) -> None:

@@ -64,6 +64,9 @@ class Evaluator:
     on_evaluate : called with the number of new designs after each batch (progress bars).
     store : a `provisioner.store.ResultStore` (None: remember in memory only).
     preemption : "recompute" (default) or "swap", for designs under an on-demand scheduler.
+    keep_requests : also keep each newly simulated design's per-request (first_token_s,
+        finish_s) in `request_times` (by design key), e.g. to read a sized cluster's state
+        (`provision autoscale`'s calibrated thresholds) without simulating it again.
 
     Attributes
     ----------
@@ -74,7 +77,8 @@ class Evaluator:
     """
 
     def __init__(self, trace, model: str, slo, perf, *, engine: str = "fluid", stop_infeasible: bool = True,
-                 on_evaluate: Callable[[int], None] | None = None, store=None, preemption: str = "recompute"):
+                 on_evaluate: Callable[[int], None] | None = None, store=None, preemption: str = "recompute",
+                 keep_requests: bool = False):
         self.trace = trace
         self.preemption = preemption
         self.model = model
@@ -89,6 +93,8 @@ class Evaluator:
         self._context_key = None
         self.log: list[pd.DataFrame] = []
         self._cache: dict[tuple, dict] = {}
+        self.keep_requests = keep_requests
+        self.request_times: dict[tuple, tuple] = {}
 
     @property
     def rps(self) -> float:
@@ -123,8 +129,12 @@ class Evaluator:
             warnings.simplefilter("ignore", RuntimeWarning)
             todo = batch.take(np.asarray(idx))
             engine = engine_for(todo, self.engine)
+            kept = [] if self.keep_requests else None
             frame = simulate(todo, self.trace, self.model, engine=engine, slo=self.slo, perf=self.perf,
-                             stop_infeasible=self.stop_infeasible and engine == "fluid", preemption=self.preemption)
+                             stop_infeasible=self.stop_infeasible and engine == "fluid", preemption=self.preemption,
+                             requests=kept)
+        if kept is not None:
+            self.request_times.update({keys[i]: times for i, times in zip(idx, kept)})
         frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
         records = {keys[i]: {k: _py(v) for k, v in rec.items()} for i, rec in zip(idx, frame.to_dict("records"))}
         if self.store is not None:

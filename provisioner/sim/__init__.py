@@ -150,7 +150,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
              slo: SLO | None = None, perf: LatencyModel | None = None,
              stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
              high_priority_slo: SLO | None = None, timelines: list | None = None,
-             preemption: str = "recompute") -> pd.DataFrame:
+             preemption: str = "recompute", requests: list | None = None) -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -172,6 +172,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
         queued prompts; SEMANTICS.md "Schedulers").
     preemption : "recompute" (default) or "swap": how an on-demand baseline preempts when
         KV runs out (vLLM's two modes; swap adds `swaps` and `swapped_bytes`).
+    requests : a list that gets, per design, its requests' (first_token_s, finish_s)
+        arrays (absolute s; +inf: not finished). The rows are the same with or without it.
 
     Returns
     -------
@@ -187,7 +189,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
-                                    keep_requests=False, high_priority=high_priority_fraction, preemption=preemption)
+                                    keep_requests=requests is not None, high_priority=high_priority_fraction,
+                                    preemption=preemption)
     cost, power = cluster_cost_power(batch, perf.catalog)
     frame = batch.to_frame()
     if (frame["scheduler"] == DEFAULT_SCHEDULER).all():   # least-work results keep their columns
@@ -204,6 +207,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     result.loc[failed, "binding_slo"] = KV_CAPACITY_CHECK
     if timelines is not None and out.timelines is not None:
         timelines.extend(out.timelines)
+    if requests is not None:
+        requests.extend(zip(out.first_token_s, out.finish_s))
     return result
 
 

@@ -1,7 +1,7 @@
 """Closed-loop autoscaling inside the discrete-event engine (SEMANTICS.md, "Closed-loop autoscaling").
 
 Every `interval_s` the controller reads the cluster's state, Llumnix's pooled freeness
-F = (sum M - sum V) / sum B over the serving machines or the prompts queued per machine,
+F = (sum M - sum V) / sum B over the serving machines, or the requests B per machine,
 and starts machines (serving `startup_s` later: weight loading) or stops the newest one
 (it takes no new request, drains, and is released once it holds nothing). It acts only
 through the availability windows that routing already reads (`_windows._Windowed`): a
@@ -32,9 +32,11 @@ class ScalingControl:
     """The closed-loop controller's settings, in machines (each `servers_per_machine` servers).
 
     metric : "freeness" (pooled F in decode steps: scale out below `out_threshold`, in when
-        F with one machine fewer stays above `in_threshold`) or "queue" (prompts waiting
-        per machine: out above `out_threshold`, in when with one machine fewer it stays
-        below `in_threshold`).
+        F with one machine fewer stays above `in_threshold`) or "queue" (requests queued or
+        in service per machine, Llumnix's B: out above `out_threshold`, in when with one
+        machine fewer it stays below `in_threshold`). The queue counts decoding requests: a
+        least-work cluster sized for its SLOs at the peak holds ~0.003 prompts waiting per
+        machine, and TBT degrades with the decode batch before any prompt waits.
     calm_s : scale in only when the scale-in condition has held at every tick for this long
         and no machine is loading (Kubernetes' scale-down stabilization window), then
         again only after another `calm_s`.
@@ -120,7 +122,7 @@ class Controller:
         self.next_tick_s = ctl.interval_s
         self.sample_s = min(SAMPLE_S, ctl.interval_s)
         self.next_sample_s = self.sample_s
-        self.acc = [0.0] * 6   # sums over the samples since the last tick: KV, V, B, queued, machines, samples
+        self.acc = [0.0] * 5   # sums over the samples since the last tick: KV, V, B, machines, samples
         self.next_due_s = self.sample_s   # the engine calls `advance` at its first event at or after this
 
     def advance(self, t: float) -> None:
@@ -140,19 +142,16 @@ class Controller:
         self.next_due_s = min(self.next_sample_s, self.next_tick_s)
 
     def _sample(self, t: float) -> None:
-        """Add the serving machines' KV, virtual usage, requests and queued prompts to the
-        sums the next tick averages (one sample per `sample_s`: a tick reads its interval,
-        not one instant)."""
+        """Add the serving machines' KV, virtual usage and requests to the sums the next
+        tick averages (one sample per `sample_s`: a tick reads its interval, not one instant)."""
         slots = [slot for k, slot in self.live if self.records[k][1] <= t]
-        kv, virtual, requests = self._usage(slots) if self.ctl.metric == "freeness" else (0.0, 0.0, 0.0)
-        queued = sum(len(self.cl.machines[s].prompt_q) for slot in slots for s in self._servers(slot))
+        kv, virtual, requests = self._usage(slots)
         acc = self.acc
         acc[0] += kv
         acc[1] += virtual
         acc[2] += requests
-        acc[3] += queued
-        acc[4] += len(slots)
-        acc[5] += 1
+        acc[3] += len(slots)
+        acc[4] += 1
 
     # -- one decision ---------------------------------------------------------------
     def _tick(self, t: float) -> None:
@@ -181,9 +180,9 @@ class Controller:
         the interval's samples: Llumnix's avg_load rule, the machines still loading counted
         as capacity (so a tick does not start them again)."""
         ctl, acc = self.ctl, self.acc
-        samples = max(acc[5], 1.0)
+        samples = max(acc[4], 1.0)
         virtual, requests = acc[1] / samples, acc[2] / samples
-        self.acc = [0.0] * 6
+        self.acc = [0.0] * 5
         if ctl.metric == "freeness":
             kv_live = n_live * self.kv_per_machine
             value = (acc[0] - acc[1]) / acc[2] if acc[2] else math.inf
@@ -192,11 +191,10 @@ class Controller:
                 return value, max(1, math.ceil(need)), False
             fewer = (kv_live - self.kv_per_machine - virtual) / requests if requests else math.inf
             return value, 0, fewer > ctl.in_threshold
-        queued = acc[3] / samples
-        value = acc[3] / acc[4] if acc[4] else 0.0
-        if queued / n_live > ctl.out_threshold:
-            return value, max(1, math.ceil(queued / ctl.out_threshold) - n_live), False
-        return value, 0, n_live > 1 and queued / (n_live - 1) < ctl.in_threshold
+        value = acc[2] / acc[3] if acc[3] else 0.0
+        if requests / n_live > ctl.out_threshold:
+            return value, max(1, math.ceil(requests / ctl.out_threshold) - n_live), False
+        return value, 0, n_live > 1 and requests / (n_live - 1) < ctl.in_threshold
 
     def _usage(self, slots):
         """(KV M, virtual usage V, requests B) summed over the servers of the machines `slots`."""
