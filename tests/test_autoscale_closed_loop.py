@@ -204,7 +204,7 @@ def test_calibration_reads_the_controllers_freeness_by_hand():
     every 2 s and staying 5 s: in each 10-s interval after the warm-up the system holds
     B = 2.5 requests and V = 250 tokens on average, so every reading is (2000 - 250) / 2.5
     = 700 decode steps; out at 700, in at 1.5 x 700."""
-    from provisioner.autoscale._calibrate import SCALE_IN_FACTOR, calibrate
+    from provisioner.autoscale import SCALE_IN_FACTOR, calibrate
 
     arrivals = np.arange(0.0, 200.0, 2.0)
     trace = Trace(arrivals, np.full(len(arrivals), 60), np.full(len(arrivals), 40), "hand", 200.0)

@@ -5,12 +5,14 @@
     result.saving_pct, result.to_json()
 
 `plan_scaling` is the controller (causal, on observed arrivals); `size_for_peak` the
-static cluster (the fewest machines meeting the SLOs at the peak, by the `Evaluator`).
+static cluster (the fewest machines meeting the SLOs at the peak, by the `Evaluator`);
+`calibrate` the closed-loop controller's `auto` thresholds from the sizing run.
 The rules are in `provisioner/sim/SEMANTICS.md`, "Autoscaling".
 """
 
+from ._calibrate import SCALE_IN_FACTOR, calibrate
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 from ._run import AutoscaleResult, ClusterDay, autoscale, machine_hours, run_closed_loop, size_for_peak
 
 __all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "AutoscaleResult", "ClusterDay", "autoscale",
-           "machine_hours", "size_for_peak", "run_closed_loop"]
+           "machine_hours", "size_for_peak", "run_closed_loop", "calibrate", "SCALE_IN_FACTOR"]
