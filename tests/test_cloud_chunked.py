@@ -89,15 +89,17 @@ def _cloud_json(*extra):
     return json.loads(res.output)
 
 
-def test_cli_reports_the_chunked_non_split_comparison_beside_the_unchunked_one():
-    """Default: the best of the chunked families' budgets, beside `non_split` (whole prompts);
-    the contract's keys unchanged; 0 turns the second comparison off."""
-    default, off = _cloud_json(), _cloud_json("--prefill-chunk-tokens", "0")
+def test_cli_reports_the_chunked_non_split_comparison_beside_the_unchunked_one(tmp_path):
+    """Default: the best of the chunked families' budgets, beside `non_split` (whole prompts),
+    in the JSON and the HTML report; the contract's keys unchanged; 0 turns it off."""
+    page = tmp_path / "plan.html"
+    default, off = _cloud_json("--report", str(page)), _cloud_json("--prefill-chunk-tokens", "0")
     assert CONTRACT_KEYS <= default.keys() and "non_split" in default
     ch = default["non_split_chunked"]
     assert ch["budgets_searched"] == [256, 512, 1024, 2048] and ch["prefill_chunk_tokens"] in ch["budgets_searched"]
     assert all(r["phase"] == "both" for r in ch["replicas"])
     assert default["split_over_non_split_chunked_sustained"] == pytest.approx(
         default["sustained_rps"] / ch["sustained_rps"])
+    assert f"Best non-split plan, chunked prefill ({ch['prefill_chunk_tokens']} tokens)" in page.read_text()
     assert "non_split_chunked" not in off and "split_over_non_split_chunked_sustained" not in off
     assert {k: off[k] for k in CONTRACT_KEYS - {"elapsed_s"}} == {k: default[k] for k in CONTRACT_KEYS - {"elapsed_s"}}
