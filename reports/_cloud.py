@@ -106,7 +106,8 @@ def _lead(a: dict) -> str:
     return escape(f"{a['model']} on {a['workload']}: {a['throughput_rps']:.2f} req/s predicted (bound "
                   f"{a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}), {a['sustained_rps']:.2f} req/s at "
                   f"{a['target_attainment']:.0%} attainment in the DES; non-split "
-                  f"{a['non_split']['sustained_rps']:.2f}{_chunked_lead(a)}. At {a['rps']:g} req/s: attainment ttft {att['ttft']:.1%}, "
+                  f"{a['non_split']['sustained_rps']:.2f}{_chunked_lead(a)}. At {a['rps']:g} req/s: attainment "
+                  f"ttft {att['ttft']:.1%}, "
                   f"tbt {att['tbt']:.1%}, e2e {att['e2e']:.1%}. Planned in {a['elapsed_s']:.2f} s.")
 
 

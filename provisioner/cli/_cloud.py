@@ -135,9 +135,10 @@ def _render(a: dict) -> None:
               f"tbt {ns['slo_attainment']['tbt']:.1%} e2e {ns['slo_attainment']['e2e']:.1%}")
     if "non_split_chunked" in a:
         ch = a["non_split_chunked"]
+        ratio = a["split_over_non_split_chunked_sustained"] or 0
         con.print(f"sustained at {a['target_attainment']:.0%} attainment: split {a['sustained_rps']:.2f} req/s; "
                   f"non-split {ns['sustained_rps']:.2f}; non-split with {ch['prefill_chunk_tokens']}-token chunked "
-                  f"prefill {ch['sustained_rps']:.2f} (split over it {a['split_over_non_split_chunked_sustained'] or 0:.2f}x)")
+                  f"prefill {ch['sustained_rps']:.2f} (split over it {ratio:.2f}x)")
     if "replan" in a:
         rp = a["replan"]
         for k in ("before", "none", "light", "full"):

@@ -78,9 +78,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 else None
     out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
     out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 else None
-    budgets = CHUNK_TOKEN_CHOICES if prefill_chunk_tokens is None else (prefill_chunk_tokens,) * (prefill_chunk_tokens > 0)
+    budgets = _chunk_budgets(prefill_chunk_tokens)
     if budgets:
-        out["non_split_chunked"] = _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine, engine)
+        out["non_split_chunked"] = _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine,
+                                                       engine)
         ch = out["non_split_chunked"]["sustained_rps"]
         out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 else None
     if without is not None:
@@ -123,6 +124,14 @@ def best_chunked_non_split(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICE
 def best_of_budgets(rated):
     """The best entry of `chunked_non_split_by_budget`'s list."""
     return max(rated, key=lambda r: (r[2], r[1], -r[3]))
+
+
+def _chunk_budgets(prefill_chunk_tokens) -> tuple:
+    """Budgets of the chunked comparison: None searches the chunked families' budgets (as
+    `provision` does), 0 turns it off, N fixes it."""
+    if prefill_chunk_tokens is None:
+        return CHUNK_TOKEN_CHOICES
+    return (prefill_chunk_tokens,) if prefill_chunk_tokens > 0 else ()
 
 
 def _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine, engine) -> dict:

@@ -70,7 +70,8 @@ def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) 
     return SimInputs(
         n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
         kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
-        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]), chunk_tokens=np.array([float(chunk_tokens)]),
+        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]),
+        chunk_tokens=np.array([float(chunk_tokens)]),
         allow_borrow=np.zeros(1, dtype=bool), mps_share=np.zeros(1), kv_s_per_token=np.zeros(1),
         kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
         overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),

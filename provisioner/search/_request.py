@@ -8,8 +8,8 @@ from functools import cached_property
 
 from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 
-from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES,
-                       family_spec)
+from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
+                       DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
 from ..sim import PREEMPTION_MODES
