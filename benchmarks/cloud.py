@@ -1,5 +1,7 @@
 """Cloud plan times (issue 13): tabu search on 16, 24, 32 and 64 GPUs of ThunderServe's
-node types (llama-30b), and the split / non-split throughput ratios at 32 GPUs.
+node types (llama-30b), and the split / non-split throughput ratios at 32 GPUs, non-split
+with whole prompts (HexGen) and with chunked prefill (the best of the chunked baseline
+families' budgets, vLLM's scheduler).
 
     python benchmarks/cloud.py [--engine des|fluid]   # writes benchmarks/results/cloud.md
 
@@ -19,8 +21,10 @@ import time
 from pathlib import Path
 
 from perfmodels import LatencyModel
-from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, load_inventory, make_context, score, search_plan,
+from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, best_of_budgets, chunked_non_split_by_budget,
+                               load_inventory, make_context, plan_routing, score, search_plan, simulate_plan,
                                sustained_rps)
+from provisioner.designs import CHUNK_TOKEN_CHOICES
 from provisioner.cloud import canon
 from workloads import TraceGenerator
 
@@ -29,6 +33,8 @@ from workloads import TraceGenerator
 # 250-500 requests, so 99% attainment would rest on the fate of 2-5 of them.
 ATTAINMENT_TRACE_S = 600.0
 SIZES = {16: (1, 1, 0, 2), 24: (1, 1, 1, 1), 32: (2, 2, 1, 2), 64: (4, 4, 2, 4)}
+# which SLO binds: attainment per metric just past each plan's sustained rate
+PAST_SUSTAINED = 1.1
 
 
 def main() -> None:
@@ -37,7 +43,7 @@ def main() -> None:
     engine = ap.parse_args().engine
     perf = LatencyModel()
     base = load_inventory("thunderserve-32gpu", perf.catalog)
-    rows, sustained, decode_size = [], [], []
+    rows, sustained, decode_size, budgets, binding = [], [], [], [], []
     for workload in ("coding", "conversation"):
         traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0)
         trace = traces.at(4.0)
@@ -52,10 +58,12 @@ def main() -> None:
                         f"{n_pre} / {len(plan) - n_pre} |")
             print(rows[-1], flush=True)
             if gpus == 32:   # as `provision cloud`: the rate at 99% attainment, both plans
-                row, smaller = _equal_attainment(ctx, workload, engine)
+                row, smaller, by_budget, binds = _equal_attainment(ctx, workload, engine)
                 sustained.append(row)
                 decode_size.append(smaller)
-                print(row, smaller, sep="\n", flush=True)
+                budgets.append(by_budget)
+                binding += binds
+                print(row, smaller, by_budget, *binds, sep="\n", flush=True)
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{_machine()}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
             f"21 / 36 / 54 s for 16 / 24 / 32 GPUs; split over non-split (HexGen) 1.5x coding, 1.3x "
@@ -68,28 +76,57 @@ def main() -> None:
             "best plans by the analytic score, as `provision cloud` answers; dispatch by least queued work within "
             "the routing shares (SEMANTICS.md, \"Cloud plans\"). Replicas: the split plan's prefill / decode and "
             f"the non-split plan's; GPUs per type as prefill / decode; plan s: search and {engine.upper()} re-scoring of the "
-            "split plan on the 600-s trace (wall)\n\n| workload | split rps | non-split rps | ratio | split replicas "
-            "P / D | non-split replicas | GPUs prefill / decode | plan s |\n|---|---|---|---|---|---|---|---|\n")
+            "split plan on the 600-s trace (wall). Non-split: whole prompts in mixed batches (HexGen, ThunderServe's "
+            "comparison); chunked: the same search with chunked prefill on every replica, the best of budgets "
+            f"{', '.join(map(str, CHUNK_TOKEN_CHOICES))} tokens (the chunked baseline families', vLLM's scheduler) "
+            "by the same criterion\n\n| workload | split rps | non-split rps | ratio | chunked non-split rps "
+            "(budget) | ratio | split replicas P / D | non-split replicas | chunked non-split replicas | GPUs "
+            "prefill / decode | plan s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
     sizes = ("\n\nDecode replica size (32 GPUs): the chosen split plan against the same plan with every "
              "decode group of several nodes cut into one replica per node (same GPUs, more and smaller decode "
              f"replicas); decode replicas (KV tokens each) and the {engine.upper()}-sustained rate at 99% attainment\n\n"
              "| workload | decode replicas | rps | cut into | rps |\n|---|---|---|---|---|\n")
+    per_budget = (f"\n\nChunked non-split plans (32 GPUs): the {engine.upper()}-sustained rate at 99% attainment "
+                  "per chunk budget (tokens), each the best of the non-split search's five finalists\n\n| workload | "
+                  + " | ".join(map(str, CHUNK_TOKEN_CHOICES)) + " |\n|---|" + "---|" * len(CHUNK_TOKEN_CHOICES) + "\n")
+    binds = (f"\n\nWhich SLO binds (32 GPUs): each plan at {PAST_SUSTAINED:g}x its own sustained rate, the "
+             f"{engine.upper()}'s share of requests within the p99 limit per metric on the 600-s trace (the metric "
+             "under 99% is the one that stopped the bisection)\n\n| workload | plan | rps | TTFT | TBT | E2E |\n"
+             "|---|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
-        head + "\n".join(rows) + tail + "\n".join(sustained) + sizes + "\n".join(decode_size) + "\n")
+        head + "\n".join(rows) + tail + "\n".join(sustained) + per_budget + "\n".join(budgets) + binds
+        + "\n".join(binding) + sizes + "\n".join(decode_size) + "\n")
 
 
-def _equal_attainment(ctx, workload, engine) -> str:
-    """One row: sustained rates (`engine`) of the split and non-split plans `provision cloud` picks,
-    their replica counts and the split plan's GPUs per type and phase."""
+def _equal_attainment(ctx, workload, engine) -> tuple:
+    """One row: sustained rates (`engine`) of the split, non-split and chunked non-split plans
+    `provision cloud` picks, their replica counts and the split plan's GPUs per type and
+    phase; the decode-size row, the per-budget row and the binding-metric rows."""
     long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
     t0 = time.perf_counter()
     plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, engine=engine)
     plan_s = time.perf_counter() - t0
     ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
+    rated = chunked_non_split_by_budget(ctx, long, TARGET_ATTAINMENT, 0, CHUNK_TOKEN_CHOICES, engine=engine)
+    ch_plan, _, chunked, chunk = best_of_budgets(rated)
     n_pre = sum(ph == "prefill" for _, ph in plan)
-    row = (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {n_pre} / {len(plan) - n_pre} | "
-           f"{len(ns_plan)} | {_phase_by_type(ctx, plan)} | {plan_s:.1f} |")
-    return row, _smaller_decode_row(ctx, plan, split, long, workload, engine)
+    row = (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {chunked:.2f} ({chunk}) | "
+           f"{split / chunked:.2f}x | {n_pre} / {len(plan) - n_pre} | {len(ns_plan)} | {len(ch_plan)} | "
+           f"{_phase_by_type(ctx, plan)} | {plan_s:.1f} |")
+    by_budget = f"| {workload} | " + " | ".join(f"{r[2]:.2f}" for r in rated) + " |"
+    binds = [_binding_row(ctx, workload, name, p, rate, long, engine, c)
+             for name, p, rate, c in (("split", plan, split, 0), ("non-split", ns_plan, mixed, 0),
+                                      (f"non-split, chunks of {chunk}", ch_plan, chunked, chunk))]
+    return row, _smaller_decode_row(ctx, plan, split, long, workload, engine), by_budget, binds
+
+
+def _binding_row(ctx, workload, name, plan, sustained, traces, engine, chunk) -> str:
+    """Attainment per metric of `plan` at PAST_SUSTAINED x its sustained rate."""
+    rate = sustained * PAST_SUSTAINED
+    split = any(ph != "both" for _, ph in plan)
+    routing = plan_routing(ctx, plan, rate) if split else None
+    att = simulate_plan(ctx, plan, traces.at(rate), routing, engine=engine, chunk_tokens=chunk)["slo_attainment"]
+    return f"| {workload} | {name} | {rate:.2f} | " + " | ".join(f"{att[m]:.1%}" for m in ("ttft", "tbt", "e2e")) + " |"
 
 
 def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:

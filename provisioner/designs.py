@@ -45,6 +45,7 @@ import pandas as pd
 
 from perfmodels._power import MIN_POWER_CAP
 
+from ._validation import Integral, Interval
 from .errors import ProvisionerError
 from .schedulers import DEFAULT_SCHEDULER, check_scheduler_family
 
@@ -53,6 +54,8 @@ DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughpu
 # and 2048 for relaxed ones; 256 and 1024 bracket them.
 CHUNK_TOKEN_CHOICES = (256, 512, 1024, 2048)
 DEFAULT_CHUNK_TOKENS = 512   # a chunked family's design when none is chosen (vLLM's chunked-prefill default)
+# `--prefill-chunk-tokens` (None: searched; 0: off), one rule for `provision` and `provision cloud`
+CHUNK_TOKENS_CONSTRAINT = [None, Interval(Integral, 0, None, closed="left")]
 # SM shares of the prefill process the splitwiser families search (the decode process gets
 # the rest); an even split when none is chosen.
 MPS_SHARE_CHOICES = (0.3, 0.5, 0.7)

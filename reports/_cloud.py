@@ -90,8 +90,12 @@ def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
     for index, (cid, fig) in enumerate(cloud_figures(answer)):
         html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{index}", config=PLOTLY_CONFIG)
         parts.append(f'<div class="chart" data-chart="{escape(cid)}">{html}</div>')
-    for name, reps in (("Split plan", answer["replicas"]), ("Best non-split plan", answer["non_split"]["replicas"])):
-        parts += [f"<h2>{name}</h2>", _table(reps)]
+    plans = [("Split plan", answer["replicas"]), ("Best non-split plan", answer["non_split"]["replicas"])]
+    if "non_split_chunked" in answer:   # absent with --prefill-chunk-tokens 0
+        ch = answer["non_split_chunked"]
+        plans.append((f"Best non-split plan, chunked prefill ({ch['prefill_chunk_tokens']} tokens)", ch["replicas"]))
+    for name, reps in plans:
+        parts += [f"<h2>{escape(name)}</h2>", _table(reps)]
     parts += ["<footer>self-contained: plotly.js is inlined; this file loads nothing from the network.</footer>",
               "</main></body></html>"]
     return "\n".join(parts)
@@ -102,8 +106,16 @@ def _lead(a: dict) -> str:
     return escape(f"{a['model']} on {a['workload']}: {a['throughput_rps']:.2f} req/s predicted (bound "
                   f"{a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}), {a['sustained_rps']:.2f} req/s at "
                   f"{a['target_attainment']:.0%} attainment in the DES; non-split "
-                  f"{a['non_split']['sustained_rps']:.2f}. At {a['rps']:g} req/s: attainment ttft {att['ttft']:.1%}, "
+                  f"{a['non_split']['sustained_rps']:.2f}{_chunked_lead(a)}. At {a['rps']:g} req/s: attainment "
+                  f"ttft {att['ttft']:.1%}, "
                   f"tbt {att['tbt']:.1%}, e2e {att['e2e']:.1%}. Planned in {a['elapsed_s']:.2f} s.")
+
+
+def _chunked_lead(a: dict) -> str:
+    if "non_split_chunked" not in a:
+        return ""
+    ch = a["non_split_chunked"]
+    return f", non-split with {ch['prefill_chunk_tokens']}-token chunked prefill {ch['sustained_rps']:.2f}"
 
 
 def _table(reps: list) -> str:

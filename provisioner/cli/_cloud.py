@@ -9,8 +9,8 @@ import typer
 from ..errors import ProvisionerError
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, latency_interp_option,
-                      latency_profile_option, load_latency_model, refuse_idle_flags, refuse_on_demand_scheduler,
-                      scheduler_option, trace_generator)
+                      latency_profile_option, load_latency_model, prefill_chunk_option, refuse_idle_flags,
+                      refuse_on_demand_scheduler, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
 GOALS = ("rps", "throughput", "cost")
@@ -50,11 +50,18 @@ def cloud_command(
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     scheduler: str = scheduler_option(),
+    prefill_chunk_tokens: int = prefill_chunk_option(
+        "Cloud: the budget of the second non-split comparison (non_split_chunked); the split plan's "
+        "prefill replicas batch no decodes and never chunk. Default: the best of 256, 512, 1024, 2048."),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
                                           "(least queued work), and the on-demand schedulers (KV on demand, "
                                           "freeness dispatch) are modelled for baseline families only")
+    from .._validation import validate_params
+    from ..designs import CHUNK_TOKENS_CONSTRAINT
+    # refused before the search, as `provision` refuses it
+    validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
     goal = goal or ("throughput" if rps is None else "rps")
     if goal not in GOALS:
         raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{goal}')")
@@ -90,7 +97,7 @@ def cloud_command(
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
                         seed=seed, without=without, target=target_attainment, engine=engine,
-                        rescore_engine=rescore_engine)
+                        rescore_engine=rescore_engine, prefill_chunk_tokens=prefill_chunk_tokens)
     answer["workload"] = workload
     if report is not None:
         from reports import write_cloud_report
@@ -126,6 +133,12 @@ def _render(a: dict) -> None:
     con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} tbt {att['tbt']:.1%} "
               f"e2e {att['e2e']:.1%}; non-split ttft {ns['slo_attainment']['ttft']:.1%} "
               f"tbt {ns['slo_attainment']['tbt']:.1%} e2e {ns['slo_attainment']['e2e']:.1%}")
+    if "non_split_chunked" in a:
+        ch = a["non_split_chunked"]
+        ratio = a["split_over_non_split_chunked_sustained"] or 0
+        con.print(f"sustained at {a['target_attainment']:.0%} attainment: split {a['sustained_rps']:.2f} req/s; "
+                  f"non-split {ns['sustained_rps']:.2f}; non-split with {ch['prefill_chunk_tokens']}-token chunked "
+                  f"prefill {ch['sustained_rps']:.2f} (split over it {ratio:.2f}x)")
     if "replan" in a:
         rp = a["replan"]
         for k in ("before", "none", "light", "full"):

@@ -97,11 +97,10 @@ def latency_profile_option():
                              "columns); interpolated per model, GPU and TP, the roofline where unmeasured.")
 
 
-def prefill_chunk_option():
+def prefill_chunk_option(default_help="Default: the -chunked families search it, the others prefill whole prompts."):
     return typer.Option(None, "--prefill-chunk-tokens", metavar="N",
                         help="Chunked prefill (Sarathi-Serve, vLLM's default): at most N prompt tokens per "
-                             "iteration, long prompts split into chunks; 0 turns it off. Default: the "
-                             "-chunked families search it, the others prefill whole prompts.")
+                             "iteration, long prompts split into chunks; 0 turns it off. " + default_help)
 
 
 def mps_share_option():

@@ -10,6 +10,8 @@ import numpy as np
 
 from perfmodels import TP_DEGREES
 
+from .._validation import validate_params
+from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
 from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan
 from ._search import canon, score
@@ -23,7 +25,8 @@ CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
-               without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des") -> dict:
+               without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des",
+               prefill_chunk_tokens=None) -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
@@ -32,7 +35,12 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         rates (bisections) and `--goal cost`'s checks of each rental. The fluid engine agrees
         with the DES on cloud plans (benchmarks/fidelity.py) in a fraction of its time, but
         its first cloud plan compiles the kernel's cloud specialisation (12-29 s of CPU, once
-        per install), which would break the 10-s planning time of a first run: opt-in."""
+        per install), which would break the 10-s planning time of a first run: opt-in.
+    prefill_chunk_tokens : the second comparison point, `non_split_chunked`: the best non-split
+        plan whose replicas run chunked prefill with this budget (None: the best of the
+        chunked baseline families' budgets, `CHUNK_TOKEN_CHOICES`; 0: not computed). The
+        first, `non_split`, prefills whole prompts (HexGen, ThunderServe's comparison)."""
+    validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
     t0 = time.perf_counter()
     reference = inventory
     if goal == "cost":
@@ -70,23 +78,70 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 else None
     out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
     out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 else None
+    budgets = _chunk_budgets(prefill_chunk_tokens)
+    if budgets:
+        out["non_split_chunked"] = _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine,
+                                                       engine)
+        ch = out["non_split_chunked"]["sustained_rps"]
+        out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 else None
     if without is not None:
         out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine)
     out["elapsed_s"] = plan_s
     return out
 
 
-def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des"):
+def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des",
+                chunk_tokens=0):
     """(plan, predicted rps, sustained rps): the tabu search's `finalists` best plans by the
     analytic score, re-scored by the rate the simulation (`engine`) sustains at the target
-    attainment (the analytic score ranks; the simulation decides among the best it found)."""
+    attainment (the analytic score ranks; the simulation decides among the best it found).
+    chunk_tokens : chunked-prefill budget of non-split replicas in the simulation (0: off)."""
     seen: dict = {}
     search_plan(ctx, seed=seed, phases=phases, seen=seen)
     ranked = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
     split = phases != ("both",)
-    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine), cap, p) for p, cap in ranked]
+    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens), cap, p)
+             for p, cap in ranked]
     sustained, cap, plan = max(rated, key=lambda r: (r[0], r[1]))
     return plan, cap, sustained
+
+
+def chunked_non_split_by_budget(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des") -> list:
+    """[(plan, predicted rps, sustained rps, chunk budget)]: `best_by_des` of the non-split
+    plans once per budget. The analytic score ignores chunking, so the finalists are the
+    unchunked comparison's; only the simulation sees what chunking changes."""
+    return [(*best_by_des(ctx, traces, target, seed, phases=("both",), engine=engine, chunk_tokens=c), c)
+            for c in budgets]
+
+
+def best_chunked_non_split(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des"):
+    """(plan, predicted rps, sustained rps, chunk budget): the best of
+    `chunked_non_split_by_budget`, by `best_by_des`'s criterion (sustained rate, then
+    predicted rate; the smaller budget on a tie)."""
+    return best_of_budgets(chunked_non_split_by_budget(ctx, traces, target, seed, budgets, engine))
+
+
+def best_of_budgets(rated):
+    """The best entry of `chunked_non_split_by_budget`'s list."""
+    return max(rated, key=lambda r: (r[2], r[1], -r[3]))
+
+
+def _chunk_budgets(prefill_chunk_tokens) -> tuple:
+    """Budgets of the chunked comparison: None searches the chunked families' budgets (as
+    `provision` does), 0 turns it off, N fixes it."""
+    if prefill_chunk_tokens is None:
+        return CHUNK_TOKEN_CHOICES
+    return (prefill_chunk_tokens,) if prefill_chunk_tokens > 0 else ()
+
+
+def _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine, engine) -> dict:
+    """`non_split_chunked` of the JSON: the best chunked non-split plan, its budget, sustained
+    rate and attainment at the planned rate."""
+    plan, cap, sustained, chunk = best_chunked_non_split(ctx, traces, target, seed, budgets, rescore_engine)
+    sim = simulate_plan(ctx, plan, trace, engine=engine, chunk_tokens=chunk)
+    return {"prefill_chunk_tokens": int(chunk), "budgets_searched": [int(c) for c in budgets],
+            "replicas": replicas_json(ctx, plan), "throughput_rps": cap, "sustained_rps": sustained,
+            "slo_attainment": sim["slo_attainment"], "slo": sim["slo"]}
 
 
 def flows_json(routed) -> list:
@@ -97,12 +152,13 @@ def flows_json(routed) -> list:
     return [[int(i), len(pre) + int(j), round(float(flow[i, j]), 6)] for i, j in zip(*np.nonzero(flow > 1e-9))]
 
 
-def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des") -> float:
+def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0) -> float:
     """Highest rate (bisection on `engine`, traces nested across rates) at which every
-    metric's attainment is >= target; 0 when even a tiny rate misses it."""
+    metric's attainment is >= target; 0 when even a tiny rate misses it. chunk_tokens:
+    chunked-prefill budget of a non-split plan's replicas (0: whole prompts)."""
     def ok(rate):
         routing = plan_routing(ctx, plan, rate) if split else None
-        sim = simulate_plan(ctx, plan, traces.at(rate), routing, engine=engine)
+        sim = simulate_plan(ctx, plan, traces.at(rate), routing, engine=engine, chunk_tokens=chunk_tokens)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
     floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0

@@ -41,16 +41,20 @@ def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
     return sp, len(pre), len(dec)
 
 
-def simulate_plan(ctx, plan, trace, routing=None, engine="des") -> dict:
+def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) -> dict:
     """SLO attainment per metric (share within the p99 limit), the nine percentile checks,
-    and the achieved throughput of `plan` on `trace`, by `engine` ("des" or "fluid")."""
+    and the achieved throughput of `plan` on `trace`, by `engine` ("des" or "fluid").
+
+    chunk_tokens : chunked-prefill budget (prompt tokens per iteration, 0: whole prompts) of
+        a non-split plan's replicas. A split plan ignores it: its prefill replicas batch no
+        decodes, so there is no decode for a long prompt to stall (SEMANTICS.md, "Cloud plans")."""
     if engine not in ENGINES:
         raise ProvisionerError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
     sp, n_p, n_d = server_plan(ctx, plan, routing)
     if sp.prefill_share.sum() <= 0:
         return {"slo_attainment": {m: 0.0 for m in (*METRICS, "all")}, "slo": {"met": False},
                 "served_rps": 0.0, "requests": len(trace)}
-    inputs = plan_inputs(ctx, sp, n_p, n_d, trace)
+    inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0)
     if engine == "fluid":
         from ..sim._fluid import run_fluid
         out = run_fluid(inputs)
@@ -59,13 +63,15 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des") -> dict:
     return plan_scores(ctx, trace, inputs, out)
 
 
-def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace) -> SimInputs:
+def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) -> SimInputs:
     """One design: the plan's servers (`servers`); the per-pool arrays are placeholders
-    (the first and last server) that the engines replace by the plan's own."""
+    (the first and last server) that the engines replace by the plan's own. The chunk
+    budget is the design's, so every server of the plan applies the engines' chunking rule."""
     return SimInputs(
         n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
         kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
-        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]), chunk_tokens=np.zeros(1),
+        batch_cap_tokens=np.array([float(DEFAULT_PROMPT_BATCH_CAP_TOKENS)]),
+        chunk_tokens=np.array([float(chunk_tokens)]),
         allow_borrow=np.zeros(1, dtype=bool), mps_share=np.zeros(1), kv_s_per_token=np.zeros(1),
         kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
         overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),

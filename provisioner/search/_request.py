@@ -8,8 +8,8 @@ from functools import cached_property
 
 from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 
-from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES,
-                       family_spec)
+from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
+                       DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
 from ..sim import PREEMPTION_MODES
@@ -43,7 +43,7 @@ _CONSTRAINTS = {
     "n_trials": [_COUNT],
     "trial_batch": [_COUNT],
     "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],
-    "prefill_chunk_tokens": [None, Interval(Integral, 0, None, closed="left")],
+    "prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT,
     "mps_prefill_share": [None, Interval(Real, 0, 1, closed="neither")],
     "duplicate_weights": [bool],
     "scheduler": [Options(SCHEDULERS)],
