@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from perfmodels import N_COEF, LatencyModel
-from provisioner.cloud import load_inventory, make_context, simulate_plan
+from provisioner.cloud import COMPARISON_CHUNK_TOKENS, load_inventory, make_context, simulate_plan
 from provisioner.sim import ServerPlan, SimInputs
 from provisioner.sim.testing import run_des, run_fluid
 from workloads import TraceGenerator
@@ -90,13 +90,13 @@ def _cloud_json(*extra):
 
 
 def test_cli_reports_the_chunked_non_split_comparison_beside_the_unchunked_one(tmp_path):
-    """Default: the best of the chunked families' budgets, beside `non_split` (whole prompts),
-    in the JSON and the HTML report; the contract's keys unchanged; 0 turns it off."""
+    """Default: one budget, COMPARISON_CHUNK_TOKENS, beside `non_split` (whole prompts), in
+    the JSON and the HTML report; the contract's keys unchanged; 0 turns it off."""
     page = tmp_path / "plan.html"
     default, off = _cloud_json("--report", str(page)), _cloud_json("--prefill-chunk-tokens", "0")
     assert CONTRACT_KEYS <= default.keys() and "non_split" in default
     ch = default["non_split_chunked"]
-    assert ch["budgets_searched"] == [256, 512, 1024, 2048] and ch["prefill_chunk_tokens"] in ch["budgets_searched"]
+    assert ch["budgets_searched"] == [COMPARISON_CHUNK_TOKENS] == [ch["prefill_chunk_tokens"]]
     assert all(r["phase"] == "both" for r in ch["replicas"])
     assert default["split_over_non_split_chunked_sustained"] == pytest.approx(
         default["sustained_rps"] / ch["sustained_rps"])

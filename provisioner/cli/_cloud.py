@@ -52,7 +52,8 @@ def cloud_command(
     scheduler: str = scheduler_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(
         "Cloud: the budget of the second non-split comparison (non_split_chunked); the split plan's "
-        "prefill replicas batch no decodes and never chunk. Default: the best of 256, 512, 1024, 2048."),
+        "prefill replicas batch no decodes and never chunk. Default: 512 (the best of 256-2048 on the "
+        "shipped inventories, benchmarks/results/cloud.md)."),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
@@ -82,7 +83,7 @@ def cloud_command(
         check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
     from perfmodels import LatencyModel
 
-    from ..cloud import load_inventory, plan_cloud
+    from ..cloud import COMPARISON_CHUNK_TOKENS, load_inventory, plan_cloud
     perf = load_latency_model(latency_profile, latency_interp)
     if perf is not None:
         typer.echo("warning: --latency-profile: cloud replicas use the roofline (a measured table is per "
@@ -97,7 +98,9 @@ def cloud_command(
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
                         seed=seed, without=without, target=target_attainment, engine=engine,
-                        rescore_engine=rescore_engine, prefill_chunk_tokens=prefill_chunk_tokens)
+                        rescore_engine=rescore_engine,
+                        prefill_chunk_tokens=(COMPARISON_CHUNK_TOKENS if prefill_chunk_tokens is None
+                                              else prefill_chunk_tokens))
     answer["workload"] = workload
     if report is not None:
         from reports import write_cloud_report
@@ -139,6 +142,9 @@ def _render(a: dict) -> None:
         con.print(f"sustained at {a['target_attainment']:.0%} attainment: split {a['sustained_rps']:.2f} req/s; "
                   f"non-split {ns['sustained_rps']:.2f}; non-split with {ch['prefill_chunk_tokens']}-token chunked "
                   f"prefill {ch['sustained_rps']:.2f} (split over it {ratio:.2f}x)")
+        if ratio < 1:   # the comparison point wins: say so, the plan above is not the one to deploy
+            con.print(f"[bold]non-split with {ch['prefill_chunk_tokens']}-token chunked prefill sustains more than "
+                      f"the split plan here: see non_split_chunked in --json[/bold]")
     if "replan" in a:
         rp = a["replan"]
         for k in ("before", "none", "light", "full"):

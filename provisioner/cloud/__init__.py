@@ -5,7 +5,7 @@ phase, and how requests are routed between them; what to rent; re-planning after
 `plan_cloud(...)` answers the question as the JSON of `provision cloud --json`.
 """
 
-from ._answer import (TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
+from ._answer import (COMPARISON_CHUNK_TOKENS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
                       chunked_non_split_by_budget, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
@@ -15,7 +15,7 @@ from ._score import Routing, Scorer, Workload
 from ._search import canon, exhaustive, initial_plan, neighbours, score, tabu_search
 from ._simulate import server_plan, simulate_plan
 
-__all__ = ["load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
+__all__ = ["COMPARISON_CHUNK_TOKENS", "load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget",
            "Physics", "split_layers", "make_context", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",

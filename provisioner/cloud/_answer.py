@@ -21,12 +21,16 @@ TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
 FINALISTS = 5        # plans the simulation re-scores after the tabu search
 MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
+# The chunked non-split comparison's budget: one budget, not the families' four (each is a
+# bisection per finalist). On thunderserve-32gpu (benchmarks/results/cloud.md) 512 is the
+# best on coding and within 1% of the best (256) on conversation.
+COMPARISON_CHUNK_TOKENS = 512
 CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4 x capacity)
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
                without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des",
-               prefill_chunk_tokens=None) -> dict:
+               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS) -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
@@ -37,9 +41,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         its first cloud plan compiles the kernel's cloud specialisation (12-29 s of CPU, once
         per install), which would break the 10-s planning time of a first run: opt-in.
     prefill_chunk_tokens : the second comparison point, `non_split_chunked`: the best non-split
-        plan whose replicas run chunked prefill with this budget (None: the best of the
-        chunked baseline families' budgets, `CHUNK_TOKEN_CHOICES`; 0: not computed). The
-        first, `non_split`, prefills whole prompts (HexGen, ThunderServe's comparison)."""
+        plan whose replicas run chunked prefill with this budget (default
+        `COMPARISON_CHUNK_TOKENS`; None: the best of the chunked baseline families' budgets,
+        `CHUNK_TOKEN_CHOICES`, four times the simulations; 0: not computed). The first,
+        `non_split`, prefills whole prompts (HexGen, ThunderServe's comparison)."""
     validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
     t0 = time.perf_counter()
     reference = inventory
