@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from perfmodels import LatencyModel
-from provisioner.autoscale import AutoscalePolicy, autoscale
+from provisioner.autoscale import SCALE_IN_FACTOR, AutoscalePolicy, autoscale
 from provisioner.cli import run
 from provisioner.designs import make_design
 from provisioner.errors import ProvisionerError
@@ -193,7 +193,11 @@ def test_closed_loop_day_with_default_thresholds_saves_at_met_slos(metric):
     assert j["scale_on"] == metric and j["scaling_events"] >= 2
     assert j["policy"]["thresholds"]["source"] == "auto"
     out, into = j["policy"][f"scale_out_{metric}"], j["policy"][f"scale_in_{metric}"]
-    assert min(out, into) > 0 and ((out < into) if metric == "freeness" else (into < out))
+    cal = j["policy"]["thresholds"]
+    if metric == "freeness":   # out: the 10th percentile of the peak readings, in: 1.5x it
+        assert 0 < out <= cal["peak_median"] and into == pytest.approx(out * SCALE_IN_FACTOR)
+    else:                      # out: the 90th percentile, in: out / 1.5
+        assert out >= cal["peak_median"] > 0 and into == pytest.approx(out / SCALE_IN_FACTOR)
     t_h, machines = np.array(j["timeline"]["time_s"]) / 3600.0, np.array(j["timeline"]["machines"])
     assert machines[(t_h > 1.5) & (t_h < 2.5)].min() < r.static_machines   # scaled in for the trough
     assert machines[t_h > 3.5].max() == r.static_machines                  # and out again for the peak
@@ -204,7 +208,7 @@ def test_calibration_reads_the_controllers_freeness_by_hand():
     every 2 s and staying 5 s: in each 10-s interval after the warm-up the system holds
     B = 2.5 requests and V = 250 tokens on average, so every reading is (2000 - 250) / 2.5
     = 700 decode steps; out at 700, in at 1.5 x 700."""
-    from provisioner.autoscale import SCALE_IN_FACTOR, calibrate
+    from provisioner.autoscale import calibrate
 
     arrivals = np.arange(0.0, 200.0, 2.0)
     trace = Trace(arrivals, np.full(len(arrivals), 60), np.full(len(arrivals), 40), "hand", 200.0)
