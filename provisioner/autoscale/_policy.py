@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ProvisionerError
+from ..sim import SCALE_METRICS
 from ._calibrate import SCALE_IN_FACTOR
 
 __all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "SCALE_ON"]
@@ -91,34 +92,34 @@ class AutoscalePolicy:
                 continue   # auto
             if not (isinstance(value, (int, float)) and math.isfinite(value)):
                 raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number or auto (got {value!r})")
-        self._check_freeness()
-        self._check_queue()
+        for metric in SCALE_METRICS:
+            self._check_thresholds(metric)
         if self.max_machines is not None and (int(self.max_machines) != self.max_machines
                                               or self.max_machines < self.min_machines):
             raise ProvisionerError(f"--max-machines must be a whole number >= --min-machines ({self.min_machines}) "
                                    f"(got {self.max_machines!r})")
 
-    def _check_freeness(self):
-        """Both given: out < in. One given: the other follows by the calibration's factor,
-        which needs a positive freeness to keep out < in."""
-        out, into = self.scale_out_freeness, self.scale_in_freeness
-        if out is not None and into is not None and not out < into:
-            raise ProvisionerError(f"--scale-out-freeness must be below --scale-in-freeness (scale out when the "
-                                   f"cluster is less free than when it scales in; got {out:g} >= {into:g})")
-        for name, value in (("scale_out_freeness", out), ("scale_in_freeness", into)):
-            if (out is None) != (into is None) and value is not None and value <= 0:
-                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other freeness threshold auto: "
-                                       f"give a number > 0 (the other is it x or / {SCALE_IN_FACTOR:g}), or both")
+    # Both thresholds given: scale out where the cluster is worse off than where it scales in
+    # (freeness: fewer free decode steps; queue: more requests per machine).
+    _THRESHOLD_ORDER = {
+        "freeness": (lambda out, into: out < into,
+                     "--scale-out-freeness must be below --scale-in-freeness (scale out when the cluster is less "
+                     "free than when it scales in; got {out:g} >= {into:g})"),
+        "queue": (lambda out, into: 0 <= into < out,
+                  "the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (requests per machine; "
+                  "got {into:g}, {out:g})"),
+    }
 
-    def _check_queue(self):
-        """Both given: 0 <= in < out. One given: the other follows by the calibration's factor."""
-        out, into = self.scale_out_queue, self.scale_in_queue
-        if out is not None and into is not None and not 0 <= into < out:
-            raise ProvisionerError(f"the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (requests "
-                                   f"per machine; got {into:g}, {out:g})")
-        for name, value in (("scale_out_queue", out), ("scale_in_queue", into)):
+    def _check_thresholds(self, metric: str):
+        """Both given: in the order above. One given: the other follows by the calibration's
+        factor, which needs a positive number."""
+        out, into = getattr(self, f"scale_out_{metric}"), getattr(self, f"scale_in_{metric}")
+        ordered, rule = self._THRESHOLD_ORDER[metric]
+        if out is not None and into is not None and not ordered(out, into):
+            raise ProvisionerError(rule.format(out=out, into=into))
+        for name, value in ((f"scale_out_{metric}", out), (f"scale_in_{metric}", into)):
             if (out is None) != (into is None) and value is not None and value <= 0:
-                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other queue threshold auto: "
+                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other {metric} threshold auto: "
                                        f"give a number > 0 (the other is it x or / {SCALE_IN_FACTOR:g}), or both")
 
     @property
