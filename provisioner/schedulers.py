@@ -28,6 +28,8 @@ from .errors import ProvisionerError
 SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration", "splitwisesim")
 SPLITWISESIM = "splitwisesim"
 DEFAULT_SCHEDULER = "least-work"
+# The policies that allocate KV on demand and preempt (vLLM): `_des_llumnix.OnDemandMachine`.
+ON_DEMAND_SCHEDULERS = ("jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
 SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, least pending work), jsq (KV on "
                   "demand with vLLM preemption, least pending work), llumnix-dispatch (on demand, dispatch by "
                   "freeness), llumnix (dispatch by freeness with live migration), jsq-migration (least "

@@ -263,6 +263,8 @@ def test_cli_closed_loop_json(tmp_path):
     (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is a threshold of --scale-on rate"),
     (["--scale-on", "queue", "--engine", "fluid"], "the fluid engine cannot run closed-loop autoscaling"),
     (["--scale-on", "freeness", "--design", "splitwiser-a100"], "use --scale-on rate for splitwiser-a100"),
+    (["--design", "baseline-h100", "--scheduler", "splitwisesim", "--scale-on", "queue", "--scale-out-queue", "5",
+      "--scale-in-queue", "1"], "--scale-on queue cannot run under --scheduler splitwisesim"),
 ])
 def test_cli_bad_policy_is_one_line_exit_2(args, message):
     code, _, err = cli(["--profile", "diurnal", "--rps", "2", "--duration", "900", "--static-machines", "2", *args])

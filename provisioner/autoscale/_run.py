@@ -14,7 +14,7 @@ from ..results import latency_json
 from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_fluid, simulate, simulate_controlled,
                    simulate_scaled)
 from ..slo import SLO
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import ON_DEMAND_SCHEDULERS, SPLITWISESIM
 from ._calibrate import Calibration, calibrate
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 
@@ -135,6 +135,10 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         if family.startswith("splitwiser"):
             raise ProvisionerError(f"--scale-on {policy.scale_on} scales baseline machines inside the discrete-event "
                                    f"engine; use --scale-on rate for {family}")
+        if overrides.get("scheduler") == SPLITWISESIM:
+            raise ProvisionerError(f"--scale-on {policy.scale_on} cannot run under --scheduler splitwisesim (the "
+                                   f"controller does not read SplitwiseSim's machines): use --scale-on rate, or "
+                                   f"another --scheduler")
         if engine == "fluid":
             refuse_closed_loop_in_fluid(policy.scale_on)
     slo = slo if slo is not None else SLO()
@@ -193,7 +197,7 @@ def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption,
     kv_per_machine = float(inputs.kv_cap_tokens[0, 0]) * servers / n_static
     first_s, finish_s = peak_times[0]
     return calibrate(policy.scale_on, peak_trace, first_s, finish_s, n_static, kv_per_machine, policy.interval_s,
-                     on_demand=design.scheduler != DEFAULT_SCHEDULER)
+                     on_demand=design.scheduler in ON_DEMAND_SCHEDULERS)
 
 
 def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides,
