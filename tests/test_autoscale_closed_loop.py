@@ -19,7 +19,7 @@ from provisioner.designs import make_design
 from provisioner.errors import ProvisionerError
 from provisioner.sim import ScalingControl, build_inputs, simulate_controlled
 from provisioner.sim.testing import ScalingController as Controller
-from provisioner.sim.testing import des_simulate_design
+from provisioner.sim.testing import DesOnDemandMachine, des_simulate_design
 from workloads import RateProfile, Trace, TraceGenerator
 
 PERF = LatencyModel()
@@ -27,10 +27,15 @@ MODEL = "bloom-176b"
 
 
 # -- the controller on a hand-built state ---------------------------------------------
+class StubMachine(SimpleNamespace):
+    """An on-demand server's state, read through the on-demand machine's own `usage` (V, B)."""
+    usage = DesOnDemandMachine.usage
+
+
 def stub_cluster(slots: int, kv_cap: float = 1000.0):
     """A cluster of idle on-demand-like servers (one per machine) whose state the test sets."""
-    machines = [SimpleNamespace(prompt_q=deque(), wait_q=deque(), busy=False, start_pending=False, running=0,
-                                incoming=0, ctx=0, pf_kv=0, high=0, queued_kv=0, prefilling=())
+    machines = [StubMachine(prompt_q=deque(), wait_q=deque(), busy=False, start_pending=False, running=0,
+                            incoming=0, ctx=0, pf_kv=0, high=0, queued_kv=0, prefilling=(), swapped=[])
                 for _ in range(slots)]
     return SimpleNamespace(machines=machines, kv_cap=np.full(slots, kv_cap), window=np.full((slots, 2), np.inf),
                            last_end_s=[0.0] * slots, windows_changed=lambda: None)

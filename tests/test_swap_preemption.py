@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import types
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from provisioner.cli import run
 from provisioner.designs import DesignBatch, make_design
 from provisioner.sim import build_inputs, swap_inputs
 from provisioner.sim.testing import DesOnDemandMachine as OnDemandMachine
-from provisioner.sim.testing import des_simulate_design, run_des
+from provisioner.sim.testing import des_simulate_design, run_des, scaling_machine_usage
 from test_scheduler import unit_inputs
 from workloads import TraceGenerator
 
@@ -83,6 +84,27 @@ def test_swap_conserves_tokens_and_keeps_the_host_budget(scheduler, monkeypatch)
     assert max(peak) <= 4000.0
     assert all(not mc.swapped and mc.host_used == 0 for mc in cl.machines)
     assert np.all(np.array(cl.finish) >= np.array(cl.first))
+
+
+def test_the_controller_reads_a_swapped_request_as_freeness_does(monkeypatch):
+    """A swapped-out request's prefill demand is in V (`queued_kv`) and the request in B, for
+    Llumnix's freeness as for the closed-loop controller (SEMANTICS.md: "for freeness a
+    swapped request counts in B"): at every swap-out both read the same (V, B)."""
+    _, inputs = conversation_inputs("jsq", host_fraction=4000.0)
+    seen = []
+    original = OnDemandMachine.swap_out
+
+    def recording(self, r, tokens):
+        original(self, r, tokens)
+        virtual, requests = scaling_machine_usage(types.SimpleNamespace(machines={0: self}), 0)
+        assert requests >= self.running + len(self.swapped) and self.swapped
+        assert (virtual, requests) == self.usage()
+        assert (self.kv_cap - virtual) / max(requests, 1) == self.freeness()
+        seen.append(requests)
+
+    monkeypatch.setattr(OnDemandMachine, "swap_out", recording)
+    des_simulate_design(inputs, 0)
+    assert seen
 
 
 def test_host_link_and_budget_from_the_catalog():

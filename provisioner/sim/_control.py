@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ProvisionerError
-from ..schedulers import HIGH_PRIORITY_HEADROOM_TOKENS
 from ._windows import _Windowed
 
 __all__ = ["ScalingControl", "SCALE_METRICS", "controlled_cluster", "scaling_log_arrays"]
@@ -249,9 +248,8 @@ def machine_usage(cl, s: int):
     counts them (on-demand machines); under least-work the KV reserved for whole requests
     plus the queued prompts' `s + n`."""
     mc = cl.machines[s]
-    if hasattr(mc, "queued_kv"):   # on-demand KV (SEMANTICS.md, "Schedulers")
-        virtual = mc.ctx + mc.pf_kv + mc.incoming + HIGH_PRIORITY_HEADROOM_TOKENS * mc.high + mc.queued_kv
-        return virtual, mc.running + len(mc.prefilling) + len(mc.prompt_q)
+    if hasattr(mc, "usage"):   # on-demand KV (SEMANTICS.md, "Schedulers"): the pair its freeness reads
+        return mc.usage()
     queue = list(mc.prompt_q)[1:] if mc.head_done else mc.prompt_q   # a partly prefilled head holds its KV
     virtual = mc.kv_used + sum(cl.S[r] + cl.N[r] for r in queue)
     return virtual, mc.running + len(mc.prefilling) + len(mc.prompt_q)
