@@ -217,6 +217,7 @@ def test_calibration_reads_the_controllers_freeness_by_hand():
     assert cal.median == pytest.approx(700.0)
     assert cal.scale_out == pytest.approx(700.0) and cal.scale_in == pytest.approx(700.0 * SCALE_IN_FACTOR)
     assert cal.intervals == 18    # 20 s of warm-up (10% of 200 s) left out
+    assert cal.interval_s == 10.0 and cal.to_json()["interval_s"] == 10.0
     queue = calibrate("queue", trace, arrivals + 1.0, arrivals + 5.0, 2, 1000.0, 10.0, on_demand=False)
     assert queue.scale_out == pytest.approx(1.25) and queue.scale_in == pytest.approx(1.25 / SCALE_IN_FACTOR)
 
@@ -314,6 +315,18 @@ def test_explicit_queue_thresholds_are_honoured():
     assert code == 0, err
     p = json.loads(out)["policy"]
     assert (p["scale_out_queue"], p["scale_in_queue"], p["thresholds"]) == (2.0, 0.5, {"source": "given"})
+
+
+def test_summary_names_the_calibration_interval():
+    """The thresholds line names the readings' length as run (--interval-s), not a fixed 10 s."""
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "queue",
+                          "--static-machines", "3", "--interval-s", "20"])
+    assert code == 0, err
+    assert "static cluster's 20-s readings at the peak" in out and "10-s" not in out
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "queue",
+                          "--static-machines", "3", "--interval-s", "20", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["policy"]["thresholds"]["interval_s"] == 20.0
 
 
 def test_run_closed_loop_refuses_unresolved_auto_thresholds():

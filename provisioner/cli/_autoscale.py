@@ -78,7 +78,7 @@ def autoscale_command(
     scale_out_freeness: str = typer.Option("auto", "--scale-out-freeness", metavar="STEPS|auto",
                                            help="--scale-on freeness: add machines when the cluster's freeness "
                                                 "(decode steps) falls below this. auto: the 10th percentile of the "
-                                                "10-s readings of the static cluster at the peak, from the sizing "
+                                                "readings (one per --interval-s) of the static cluster at the peak, from the sizing "
                                                 "run (where the SLOs hold). Llumnix's own 10 (for 7B models on "
                                                 "24-GB GPUs) by typing it."),
     scale_in_freeness: str = typer.Option("auto", "--scale-in-freeness", metavar="STEPS|auto",
@@ -86,8 +86,8 @@ def autoscale_command(
                                                "this. auto: 1.5x the scale-out level (Llumnix's 60 by typing it)."),
     scale_out_queue: str = typer.Option("auto", "--scale-out-queue", metavar="REQUESTS|auto",
                                         help="--scale-on queue: add machines when the requests queued or in service "
-                                             "per machine exceed this. auto: the 90th percentile of the 10-s "
-                                             "readings of the static cluster at the peak, from the sizing run."),
+                                             "per machine exceed this. auto: the 90th percentile of the "
+                                             "readings (one per --interval-s) of the static cluster at the peak, from the sizing run."),
     scale_in_queue: str = typer.Option("auto", "--scale-in-queue", metavar="REQUESTS|auto",
                                        help="--scale-on queue: stop a machine when one fewer would carry fewer "
                                             "requests per machine than this. auto: the scale-out level / 1.5."),
@@ -241,8 +241,8 @@ def _thresholds_line(policy: dict, metric: str) -> str:
             f"{unit}")
     source = policy.get("thresholds", {"source": "given"})
     if source["source"] == "auto":
-        line += (f" (auto: the {source['scale_out_percentile']:g}th percentile of the static cluster's 10-s "
-                 f"readings at the peak ({source['machines']} machines), and {source['scale_in_factor']:g}x better)")
+        line += (f" (auto: the {source['scale_out_percentile']:g}th percentile of the static cluster's "
+                 f"{source['interval_s']:g}-s readings at the peak ({source['machines']} machines), and {source['scale_in_factor']:g}x better)")
     return line
 
 
