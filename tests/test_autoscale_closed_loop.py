@@ -92,6 +92,19 @@ def test_freeness_controller_by_hand():
     assert len(ctl.live) == 3 and ctl.records[2][0] == 50.0
 
 
+def test_past_the_horizon_the_engine_stops_calling():
+    """Once the samples and ticks reach the horizon, `next_due_s` is infinite (the engine calls
+    `advance` only at t >= next_due_s), and `finish` still releases what drained."""
+    cl = stub_cluster(6)
+    ctl = Controller(cl, control(initial_machines=2, calm_s=0.0))
+    ctl.advance(119.0)
+    assert ctl.next_due_s == 120.0
+    ctl.advance(130.0)
+    assert ctl.next_due_s == np.inf and len(ctl.ticks) == 11
+    ctl.finish()
+    assert len(ctl.ticks) == 11 and not ctl.draining and ctl.next_due_s == np.inf
+
+
 def test_a_draining_machine_with_work_is_not_released():
     cl = stub_cluster(6)
     ctl = Controller(cl, control(initial_machines=2, calm_s=0.0))

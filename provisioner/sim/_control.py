@@ -130,8 +130,9 @@ class Controller:
         horizon = self.ctl.horizon_s
         while min(self.next_sample_s, self.next_tick_s) <= t:
             now = min(self.next_sample_s, self.next_tick_s)
-            if now >= horizon:
-                break
+            if now >= horizon:   # no sample or tick remains: later events need not call again
+                self.next_due_s = math.inf
+                return
             if self.next_sample_s <= self.next_tick_s:
                 self._sample(now)
                 self.next_sample_s += self.sample_s
