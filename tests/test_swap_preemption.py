@@ -189,6 +189,26 @@ def test_search_and_sweep_take_swap(tmp_path):
                          duration_s=30.0, preemption="swap")
 
 
+@pytest.mark.parametrize("scheduler", ["least-work", "splitwisesim"])
+def test_every_caller_refuses_swap_without_an_on_demand_scheduler_alike(scheduler):
+    """One rule (`schedulers.check_preemption`): the library names its parameters, the CLI its flags."""
+    from provisioner.errors import ProvisionerError
+    from provisioner.search import ProvisionRequest
+
+    batch = DesignBatch.from_designs([make_design("baseline-a100", machines=2, scheduler=scheduler)])
+    with pytest.raises(ProvisionerError) as sim_error:
+        swap_inputs(batch, PERF.llm("bloom-176b"), PERF.catalog)
+    with pytest.raises(ProvisionerError) as request_error:
+        ProvisionRequest(goal="cost", rps=12.0, workload="conversation", families=("baseline-h100",),
+                         duration_s=30.0, scheduler=scheduler, preemption="swap")
+    for exc in (sim_error.value, request_error.value):
+        assert f"scheduler {scheduler} does not preempt" in str(exc) and "--" not in str(exc)
+        assert exc.params == ("preemption", "scheduler")
+    code, _, err = cli(["--design", "baseline-a100", "--machines", "2", "--scheduler", scheduler,
+                        "--preemption", "swap"])
+    assert code == 2 and f"--scheduler {scheduler} does not preempt" in err and "--preemption swap" in err
+
+
 def test_search_cli_refuses_swap_without_an_on_demand_scheduler():
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

@@ -131,14 +131,10 @@ def preemption_option():
 
 
 def check_preemption(preemption: str, scheduler: str) -> None:
-    """One line for an unknown mode or swap without an on-demand scheduler (it would change nothing)."""
-    from ..schedulers import DEFAULT_SCHEDULER, SPLITWISESIM
-    if preemption not in ("recompute", "swap"):
-        raise ProvisionerError(f"--preemption must be one of recompute, swap (got '{preemption}')")
-    if preemption == "swap" and scheduler in (DEFAULT_SCHEDULER, SPLITWISESIM):
-        raise ProvisionerError(f"--preemption swap sets how the on-demand schedulers preempt; --scheduler {scheduler} "
-                               f"does not preempt: add --scheduler jsq, llumnix-dispatch, llumnix or jsq-migration, "
-                               f"or drop --preemption")
+    """One line for an unknown mode or swap without an on-demand scheduler (it would change
+    nothing): `schedulers.check_preemption`, whose parameter names print as flags."""
+    from ..schedulers import check_preemption as check
+    check(preemption, scheduler)
 
 
 def refuse_on_demand_scheduler(scheduler: str, why: str) -> None:

@@ -44,6 +44,12 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def preemption_key(preemption: str) -> tuple:
+    """The preemption mode's part of a store key: empty for recompute (recompute keys stay as
+    they were before swap existed), else the mode."""
+    return () if preemption == "recompute" else (preemption,)
+
+
 def engine_for(batch: DesignBatch, engine: str) -> str:
     """The discrete-event engine for designs under an on-demand scheduler (the fluid
     engine models only least-work, SEMANTICS.md "Schedulers"); else `engine`."""
@@ -153,10 +159,10 @@ class Evaluator:
     def context_key(self) -> str:
         """Content hash of everything but the design that a score depends on."""
         if self._context_key is None:
-            swap = () if self.preemption == "recompute" else (self.preemption,)   # recompute keys stay as they were
             self._context_key = digest("evaluator", trace_digest(self.trace), str(self.model), repr(self.slo),
                                        latency_model_digest(self.perf), self.engine,
-                                       bool(self.stop_infeasible and self.engine == "fluid"), *swap, code_version())
+                                       bool(self.stop_infeasible and self.engine == "fluid"),
+                                       *preemption_key(self.preemption), code_version())
         return self._context_key
 
     def _store_key(self, design_key: tuple) -> str:

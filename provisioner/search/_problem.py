@@ -17,7 +17,7 @@ from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ..store import latency_model_digest
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
-from ._evaluate import Evaluator, engine_for, stored_rows
+from ._evaluate import Evaluator, engine_for, preemption_key, stored_rows
 from ._ilp import CapacityBound, capacity_bound, pool_options
 from ._progress import Progress
 from ._request import ProvisionRequest
@@ -294,6 +294,6 @@ class SearchProblem:
                                  engine=engine_for(DesignBatch.from_designs(design), "fluid"),
                                  preemption=self.req.preemption)
             return frame.to_dict("records")
-        swap = () if self.req.preemption == "recompute" else (self.req.preemption,)   # recompute keys unchanged
-        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf), *swap)
+        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf),
+                   *preemption_key(self.req.preemption))
         return pd.Series(stored_rows(self.store, "final", context, design, [trace], run)[0])

@@ -11,8 +11,7 @@ from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec)
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
-from ..sim import PREEMPTION_MODES
+from ..schedulers import DEFAULT_SCHEDULER, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
@@ -165,10 +164,7 @@ class ProvisionRequest:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
         refuse_scheduler_families(self.scheduler, fams)
-        if self.preemption == "swap" and self.scheduler in (DEFAULT_SCHEDULER, "splitwisesim"):
-            raise ProvisionerError(f"preemption swap sets how the on-demand schedulers preempt; scheduler "
-                                   f"{self.scheduler} does not preempt: choose jsq, llumnix-dispatch, llumnix or "
-                                   f"jsq-migration", params=("preemption", "scheduler"))
+        check_preemption(self.preemption, self.scheduler)
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",

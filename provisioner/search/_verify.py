@@ -33,7 +33,7 @@ from ..designs import DesignBatch
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
 from ..store import latency_model_digest
-from ._evaluate import Evaluator, stored_keys, stored_record
+from ._evaluate import Evaluator, preemption_key, stored_keys, stored_record
 
 SLOWDOWN_COLUMNS = [f"slowdown_{m}_p{p}" for m in METRICS for p in PERCENTILES]
 
@@ -109,8 +109,8 @@ def _load_des() -> None:
 def _stored_checks(pool: DesPool, store, design, traces: list, model: str, slo, perf,
                    preemption: str = "recompute") -> list:
     """`pool.submit`, recalling the runs `store` has and storing the new ones when collected."""
-    swap = () if preemption == "recompute" else (preemption,)   # recompute keys stay as they were
-    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf), *swap), design, traces)
+    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf), *preemption_key(preemption)), design,
+                       traces)
     found = store.get_many(keys)
     missing = [j for j, k in enumerate(keys) if k not in found]
     running = iter(pool.submit(design, [traces[j] for j in missing], model, slo, perf, preemption)

@@ -17,9 +17,9 @@ from perfmodels import LatencyModel
 from ..designs import Design, DesignBatch
 from .._validation import Options, validate_params
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SCHEDULER, PREEMPTION_MODES
 from ..slo import SLO, SLO_REFERENCE_TP
-from ._inputs import PREEMPTION_MODES, EngineOutput, SimInputs, build_inputs, swap_inputs
+from ._inputs import EngineOutput, SimInputs, build_inputs, swap_inputs
 from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests

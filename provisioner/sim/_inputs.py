@@ -18,7 +18,7 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
 from ..errors import ProvisionerError
-from ..schedulers import scheduler_codes
+from ..schedulers import check_preemption, scheduler_codes
 
 # Splitwise's mixed pool: a prompt machine more than this many full batches behind
 # lends the prefill to a token machine (SEMANTICS.md, "prompt pool overloaded").
@@ -196,7 +196,6 @@ class EngineOutput:
     swap_stats: np.ndarray | None = None     # (d, 2) swap preemption (DES): swap-outs, bytes over the host link
 
 
-PREEMPTION_MODES = ("recompute", "swap")
 
 
 def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
@@ -207,10 +206,7 @@ def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
     out = np.empty((len(designs), 3))
     for i in range(len(designs)):
         d = designs.design(i)
-        if d.scheduler in ("least-work", "splitwisesim"):
-            raise ProvisionerError(f"--preemption swap applies to the on-demand schedulers (jsq, llumnix-dispatch, "
-                                   f"llumnix, jsq-migration), which preempt; --scheduler {d.scheduler} does not: "
-                                   f"add one or drop --preemption")
+        check_preemption("swap", d.scheduler)
         if d.split or d.colocated:
             raise ProvisionerError(f"--preemption swap is modelled on the baseline families (one pool of vLLM "
                                    f"instances), not {d.family}: use --preemption recompute")
