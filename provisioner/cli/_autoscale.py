@@ -18,7 +18,8 @@ from ..sim import ENGINES, refuse_closed_loop_in_fluid
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
-                      given, scheduler_option, trace_generator, preemption_option, check_preemption)
+                      given, scheduler_option, trace_generator, preemption_option, check_preemption,
+                      swap_space_option, check_swap_space_flag)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -100,6 +101,7 @@ def autoscale_command(
     latency_interp: str = latency_interp_option(),
     scheduler: str = scheduler_option(),
     preemption: str = preemption_option(),
+    swap_space_gb: float = swap_space_option(),
 ) -> None:
     from ..autoscale import AutoscalePolicy, autoscale
 
@@ -112,6 +114,7 @@ def autoscale_command(
     refuse_idle_flags(ctx, workload, arrival)
     scheduler_code(scheduler)   # an unknown name: one line listing the policies
     check_preemption(preemption, scheduler)
+    swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
@@ -140,7 +143,7 @@ def autoscale_command(
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
                        engine=engine, capacity_rps=capacity_rps, static_machines=static_machines,
-                       preemption=preemption, **overrides)
+                       preemption=preemption, swap_space_gb=swap_space_gb, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
@@ -148,6 +151,7 @@ def autoscale_command(
            "trace": traces.to_json(), **result.to_json()}
     if preemption != "recompute":   # recompute results keep their keys
         obj["preemption"] = preemption
+        obj["swap_space_gb"] = swap_space_gb
     if measured is not None:
         from ..designs import make_design
         d = make_design(design, machines=1)

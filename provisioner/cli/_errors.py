@@ -42,6 +42,7 @@ PARAM_FLAGS = {
     "max_machines": "--max-machines", "n_trials": "--trials", "engine": "--engine", "arrival": "--arrival", "cv": "--cv",
     "prefill_chunk_tokens": "--prefill-chunk-tokens", "mps_prefill_share": "--mps-prefill-share", "scheduler": "--scheduler",
     "duplicate_weights": "--duplicate-weights", "preemption": "--preemption",
+    "swap_space_gb": "--swap-space-gb",
     "study": "--study", "machines": "--machines", "prompt_machines": "--prompt-machines",
     "token_machines": "--token-machines", "prompt_power_cap": "--prompt-power-cap",
     "token_power_cap": "--token-power-cap", "family": "--family",

@@ -283,7 +283,7 @@ class SearchProblem:
             counter[0] += n
             self.progress.advance(n)
         return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick, store=self.store,
-                         preemption=self.req.preemption)
+                         preemption=self.req.preemption, swap_space_gb=self.req.swap_space_gb)
 
     def final_row(self, design, trace) -> pd.Series:
         """The reported design scored in full (no early stop), for every metric of the result."""
@@ -292,8 +292,8 @@ class SearchProblem:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf,
                                  engine=engine_for(DesignBatch.from_designs(design), "fluid"),
-                                 preemption=self.req.preemption)
+                                 preemption=self.req.preemption, swap_space_gb=self.req.swap_space_gb)
             return frame.to_dict("records")
         context = (self.req.model, repr(self.slo), latency_model_digest(self.perf),
-                   *preemption_key(self.req.preemption))
+                   *preemption_key(self.req.preemption, self.req.swap_space_gb))
         return pd.Series(stored_rows(self.store, "final", context, design, [trace], run)[0])

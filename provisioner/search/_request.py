@@ -11,7 +11,7 @@ from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec)
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
+from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
@@ -47,6 +47,7 @@ _CONSTRAINTS = {
     "duplicate_weights": [bool],
     "scheduler": [Options(SCHEDULERS)],
     "preemption": [Options(PREEMPTION_MODES)],
+    "swap_space_gb": [_POSITIVE],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -92,6 +93,8 @@ class ProvisionRequest:
     scheduler : the cluster scheduler of every design (`provisioner.schedulers`).
     preemption : "recompute" (default) or "swap": how an on-demand scheduler preempts
         (baseline families; the result's question records "swap").
+    swap_space_gb : with swap, the host memory each GPU swaps into, GiB (vLLM's
+        `--swap-space`, default 4), capped by the machine's DRAM per replica.
     max_machines : count bound per pool (default: derived from the capacity model).
     n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
         and trials per batched ask/tell.
@@ -128,6 +131,7 @@ class ProvisionRequest:
     duplicate_weights: bool = False
     scheduler: str = DEFAULT_SCHEDULER
     preemption: str = "recompute"
+    swap_space_gb: float = DEFAULT_SWAP_SPACE_GB
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6

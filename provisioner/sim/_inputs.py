@@ -18,7 +18,7 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
 from ..errors import ProvisionerError
-from ..schedulers import check_preemption, scheduler_codes
+from ..schedulers import DEFAULT_SWAP_SPACE_GB, check_preemption, check_swap_space, scheduler_codes
 
 # Splitwise's mixed pool: a prompt machine more than this many full batches behind
 # lends the prefill to a token machine (SEMANTICS.md, "prompt pool overloaded").
@@ -198,11 +198,14 @@ class EngineOutput:
 
 
 
-def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
+def swap_inputs(designs: DesignBatch, llm, catalog, swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> np.ndarray:
     """(d, 3) swap preemption's host side per server (`SimInputs.swap`): the seconds per KV
     token to copy it over the host links of its TP group's GPUs (PCIe, in parallel), the KV
-    tokens its share of the machine's DRAM holds, and the KV bytes per token. Baselines
-    under an on-demand scheduler only; a machine without host data is refused in one line."""
+    tokens its swap space holds (vLLM's `--swap-space`: `swap_space_gb` GiB per GPU of the
+    TP group, capped by the replica's share of the machine's DRAM), and the KV bytes per
+    token. Baselines under an on-demand scheduler only; a machine without host data is
+    refused in one line."""
+    swap_space_gb = check_swap_space(swap_space_gb)
     out = np.empty((len(designs), 3))
     for i in range(len(designs)):
         d = designs.design(i)
@@ -216,6 +219,7 @@ def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
                                    f"the catalog does not have: use --preemption recompute")
         tp = int(d.prompt_tp)
         replicas = machine.gpus_per_machine // tp
+        host_bytes = min(swap_space_gb * 2**30 * tp, machine.host_memory_gb * 1e9 / replicas)
         out[i] = (llm.kv_bytes_per_token / (tp * machine.host_link_gb_per_s_per_gpu * 1e9),
-                  machine.host_memory_gb * 1e9 / replicas / llm.kv_bytes_per_token, llm.kv_bytes_per_token)
+                  host_bytes / llm.kv_bytes_per_token, llm.kv_bytes_per_token)
     return out
