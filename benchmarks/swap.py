@@ -24,6 +24,7 @@ import numpy as np
 
 from perfmodels import LatencyModel
 from provisioner.designs import make_design
+from provisioner.schedulers import DEFAULT_SWAP_SPACE_GB
 from provisioner.sim import simulate
 from workloads import TraceGenerator
 
@@ -58,7 +59,8 @@ def main() -> None:
              f"{platform.python_version()}; {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC; commit {commit}.",
              "", f"{FAMILY} x N, {MODEL}, {WORKLOAD} at {RPS:g} req/s, Poisson, {args.duration:g}-s traces, seeds "
              f"{args.seeds} (means over seeds; SLOs: seeds meeting all nine). Swap: DGX-H100, 8 x PCIe Gen5 at "
-             f"64 GB/s per direction, 2 TB of DRAM per machine.", "",
+             f"64 GB/s per direction; swap space {DEFAULT_SWAP_SPACE_GB:g} GiB per GPU (vLLM's --swap-space "
+             f"default; 32 GiB per TP-8 replica), capped by the machine's 2 TB of DRAM.", "",
              "| machines | scheduler | preemption | TTFT p99 (s) | TBT p99 (ms) | preemptions | tokens recomputed | "
              "swaps | GB over PCIe | copy time (s) | SLOs met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for machines in CLUSTERS:

@@ -28,6 +28,13 @@ from .errors import ProvisionerError
 SCHEDULERS = ("least-work", "jsq", "llumnix-dispatch", "llumnix", "jsq-migration", "splitwisesim")
 SPLITWISESIM = "splitwisesim"
 DEFAULT_SCHEDULER = "least-work"
+# The policies that allocate KV on demand and preempt (vLLM): `_des_llumnix.OnDemandMachine`.
+ON_DEMAND_SCHEDULERS = ("jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
+# How an on-demand scheduler preempts: recompute the victim's KV, or swap it to host memory.
+PREEMPTION_MODES = ("recompute", "swap")
+# Swap preemption's host memory per GPU, GiB: vLLM's `--swap-space` default (4 GiB per GPU).
+# A replica of TP t swaps into t x this, capped by its share of the machine's DRAM (catalog).
+DEFAULT_SWAP_SPACE_GB = 4.0
 SCHEDULER_HELP = ("least-work (default: KV reserved per request at admission, least pending work), jsq (KV on "
                   "demand with vLLM preemption, least pending work), llumnix-dispatch (on demand, dispatch by "
                   "freeness), llumnix (dispatch by freeness with live migration), jsq-migration (least "
@@ -85,6 +92,31 @@ def check_scheduler_family(scheduler: str, family: str, colocated: bool) -> None
     if scheduler == SPLITWISESIM and colocated:
         raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
                                f"(SplitwiseSim has no co-located Splitwiser), not {family}")
+
+
+def check_preemption(preemption: str, scheduler: str) -> None:
+    """One line for an unknown preemption mode, or for swap under a scheduler that does not
+    preempt (it would change nothing). The message names the Python parameters (`params`;
+    the CLI prints its flags)."""
+    if preemption not in PREEMPTION_MODES:
+        raise ProvisionerError(f"preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')",
+                               params=("preemption",))
+    if preemption == "swap" and scheduler not in ON_DEMAND_SCHEDULERS:
+        raise ProvisionerError(f"preemption swap sets how the on-demand schedulers preempt; scheduler {scheduler} "
+                               f"does not preempt: choose scheduler {', '.join(ON_DEMAND_SCHEDULERS[:-1])} or "
+                               f"{ON_DEMAND_SCHEDULERS[-1]}, or drop preemption", params=("preemption", "scheduler"))
+
+
+def check_swap_space(swap_space_gb) -> float:
+    """The swap space per GPU (GiB) as a float; one line unless it is > 0 and finite."""
+    try:
+        value = float(swap_space_gb)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ProvisionerError(f"swap_space_gb must be > 0 and finite, in GiB of host memory per GPU (got "
+                               f"{swap_space_gb!r})", params=("swap_space_gb",))
+    return value
 
 
 def scheduler_applies_to(scheduler: str, family: str) -> bool:

@@ -19,7 +19,7 @@ from provisioner.designs import make_design
 from provisioner.errors import ProvisionerError
 from provisioner.sim import ScalingControl, build_inputs, simulate_controlled
 from provisioner.sim.testing import ScalingController as Controller
-from provisioner.sim.testing import des_simulate_design
+from provisioner.sim.testing import DesOnDemandMachine, des_simulate_design
 from workloads import RateProfile, Trace, TraceGenerator
 
 PERF = LatencyModel()
@@ -27,10 +27,15 @@ MODEL = "bloom-176b"
 
 
 # -- the controller on a hand-built state ---------------------------------------------
+class StubMachine(SimpleNamespace):
+    """An on-demand server's state, read through the on-demand machine's own `usage` (V, B)."""
+    usage = DesOnDemandMachine.usage
+
+
 def stub_cluster(slots: int, kv_cap: float = 1000.0):
     """A cluster of idle on-demand-like servers (one per machine) whose state the test sets."""
-    machines = [SimpleNamespace(prompt_q=deque(), wait_q=deque(), busy=False, start_pending=False, running=0,
-                                incoming=0, ctx=0, pf_kv=0, high=0, queued_kv=0, prefilling=())
+    machines = [StubMachine(prompt_q=deque(), wait_q=deque(), busy=False, start_pending=False, running=0,
+                            incoming=0, ctx=0, pf_kv=0, high=0, queued_kv=0, prefilling=(), swapped=[])
                 for _ in range(slots)]
     return SimpleNamespace(machines=machines, kv_cap=np.full(slots, kv_cap), window=np.full((slots, 2), np.inf),
                            last_end_s=[0.0] * slots, windows_changed=lambda: None)
@@ -85,6 +90,19 @@ def test_freeness_controller_by_hand():
     ctl.advance(40.0)      # the new machine serves from 40 s; its state enters the samples from then
     ctl.advance(50.0)
     assert len(ctl.live) == 3 and ctl.records[2][0] == 50.0
+
+
+def test_past_the_horizon_the_engine_stops_calling():
+    """Once the samples and ticks reach the horizon, `next_due_s` is infinite (the engine calls
+    `advance` only at t >= next_due_s), and `finish` still releases what drained."""
+    cl = stub_cluster(6)
+    ctl = Controller(cl, control(initial_machines=2, calm_s=0.0))
+    ctl.advance(119.0)
+    assert ctl.next_due_s == 120.0
+    ctl.advance(130.0)
+    assert ctl.next_due_s == np.inf and len(ctl.ticks) == 11
+    ctl.finish()
+    assert len(ctl.ticks) == 11 and not ctl.draining and ctl.next_due_s == np.inf
 
 
 def test_a_draining_machine_with_work_is_not_released():
@@ -216,6 +234,7 @@ def test_calibration_reads_the_controllers_freeness_by_hand():
     assert cal.median == pytest.approx(700.0)
     assert cal.scale_out == pytest.approx(700.0) and cal.scale_in == pytest.approx(700.0 * SCALE_IN_FACTOR)
     assert cal.intervals == 18    # 20 s of warm-up (10% of 200 s) left out
+    assert cal.interval_s == 10.0 and cal.to_json()["interval_s"] == 10.0
     queue = calibrate("queue", trace, arrivals + 1.0, arrivals + 5.0, 2, 1000.0, 10.0, on_demand=False)
     assert queue.scale_out == pytest.approx(1.25) and queue.scale_in == pytest.approx(1.25 / SCALE_IN_FACTOR)
 
@@ -267,6 +286,8 @@ def test_cli_closed_loop_json(tmp_path):
     (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is a threshold of --scale-on rate"),
     (["--scale-on", "queue", "--engine", "fluid"], "the fluid engine cannot run closed-loop autoscaling"),
     (["--scale-on", "freeness", "--design", "splitwiser-a100"], "use --scale-on rate for splitwiser-a100"),
+    (["--design", "baseline-h100", "--scheduler", "splitwisesim", "--scale-on", "queue", "--scale-out-queue", "5",
+      "--scale-in-queue", "1"], "--scale-on queue cannot run under --scheduler splitwisesim"),
 ])
 def test_cli_bad_policy_is_one_line_exit_2(args, message):
     code, _, err = cli(["--profile", "diurnal", "--rps", "2", "--duration", "900", "--static-machines", "2", *args])
@@ -311,6 +332,18 @@ def test_explicit_queue_thresholds_are_honoured():
     assert code == 0, err
     p = json.loads(out)["policy"]
     assert (p["scale_out_queue"], p["scale_in_queue"], p["thresholds"]) == (2.0, 0.5, {"source": "given"})
+
+
+def test_summary_names_the_calibration_interval():
+    """The thresholds line names the readings' length as run (--interval-s), not a fixed 10 s."""
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "queue",
+                          "--static-machines", "3", "--interval-s", "20"])
+    assert code == 0, err
+    assert "static cluster's 20-s readings at the peak" in out and "10-s" not in out
+    code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "queue",
+                          "--static-machines", "3", "--interval-s", "20", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["policy"]["thresholds"]["interval_s"] == 20.0
 
 
 def test_run_closed_loop_refuses_unresolved_auto_thresholds():

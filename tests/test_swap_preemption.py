@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import types
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from provisioner.cli import run
 from provisioner.designs import DesignBatch, make_design
 from provisioner.sim import build_inputs, swap_inputs
 from provisioner.sim.testing import DesOnDemandMachine as OnDemandMachine
-from provisioner.sim.testing import des_simulate_design, run_des
+from provisioner.sim.testing import des_simulate_design, run_des, scaling_machine_usage
 from test_scheduler import unit_inputs
 from workloads import TraceGenerator
 
@@ -85,15 +86,40 @@ def test_swap_conserves_tokens_and_keeps_the_host_budget(scheduler, monkeypatch)
     assert np.all(np.array(cl.finish) >= np.array(cl.first))
 
 
+def test_the_controller_reads_a_swapped_request_as_freeness_does(monkeypatch):
+    """A swapped-out request's prefill demand is in V (`queued_kv`) and the request in B, for
+    Llumnix's freeness as for the closed-loop controller (SEMANTICS.md: "for freeness a
+    swapped request counts in B"): at every swap-out both read the same (V, B)."""
+    _, inputs = conversation_inputs("jsq", host_fraction=4000.0)
+    seen = []
+    original = OnDemandMachine.swap_out
+
+    def recording(self, r, tokens):
+        original(self, r, tokens)
+        virtual, requests = scaling_machine_usage(types.SimpleNamespace(machines={0: self}), 0)
+        assert requests >= self.running + len(self.swapped) and self.swapped
+        assert (virtual, requests) == self.usage()
+        assert (self.kv_cap - virtual) / max(requests, 1) == self.freeness()
+        seen.append(requests)
+
+    monkeypatch.setattr(OnDemandMachine, "swap_out", recording)
+    des_simulate_design(inputs, 0)
+    assert seen
+
+
 def test_host_link_and_budget_from_the_catalog():
     """DGX-A100, BLOOM-176B at TP 8: 8 GPUs x 32 GB/s of PCIe Gen4 per direction, and the
-    machine's 2 TB of DRAM for its one replica."""
+    machine's 2 TB of DRAM for its one replica as the cap of the swap space (vLLM's
+    --swap-space: 4 GiB per GPU by default, 32 GiB for the TP-8 replica)."""
     llm = PERF.llm("bloom-176b")
-    swap = swap_inputs(DesignBatch.from_designs([make_design("baseline-a100", machines=2, scheduler="jsq")]),
-                       llm, PERF.catalog)[0]
+    batch = DesignBatch.from_designs([make_design("baseline-a100", machines=2, scheduler="jsq")])
+    swap = swap_inputs(batch, llm, PERF.catalog)[0]
     assert swap[0] == pytest.approx(llm.kv_bytes_per_token / (8 * 32e9))
-    assert swap[1] == pytest.approx(2048e9 / llm.kv_bytes_per_token)
+    assert swap[1] == pytest.approx(8 * 4 * 2**30 / llm.kv_bytes_per_token)
     assert swap[2] == llm.kv_bytes_per_token
+    assert swap_inputs(batch, llm, PERF.catalog, 100.0)[0, 1] == pytest.approx(8 * 100 * 2**30 / llm.kv_bytes_per_token)
+    capped = swap_inputs(batch, llm, PERF.catalog, 1e6)[0]
+    assert capped[1] == pytest.approx(2048e9 / llm.kv_bytes_per_token)
 
 
 def cli(args):
@@ -117,12 +143,31 @@ def test_cli_swap_adds_its_counts_and_recompute_keeps_its_keys():
     assert swap["scheduler_stats"]["preemptions"] >= swap["scheduler_stats"]["swaps"] > 0
 
 
+def test_cli_swap_space_sets_the_budget():
+    """--swap-space-gb is recorded with swap; 0.01 GiB per GPU (~80 MB for the TP-8 replica,
+    ~20 BLOOM-176B tokens) holds no victim, so its preemptions are recomputed."""
+    base = ["--design", "baseline-h100", "--machines", "7", "--scheduler", "jsq", "--preemption", "swap"]
+    code, out, err = cli(base)
+    assert code == 0, err
+    small = json.loads(out)
+    code, out, err = cli(base + ["--swap-space-gb", "0.01"])
+    assert code == 0, err
+    tiny = json.loads(out)
+    assert small["swap_space_gb"] == 4.0 and tiny["swap_space_gb"] == 0.01
+    assert tiny["scheduler_stats"]["swaps"] == 0 < small["scheduler_stats"]["swaps"]
+    assert tiny["scheduler_stats"]["recomputed_tokens"] > 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--design", "baseline-a100", "--machines", "4", "--preemption", "swap"], "--scheduler least-work does not preempt"),
     (["--design", "baseline-a100", "--machines", "4", "--scheduler", "jsq", "--preemption", "copy"],
      "--preemption must be one of recompute, swap"),
     (["--design", "splitwise-aa", "--prompt-machines", "2", "--token-machines", "2", "--scheduler", "jsq",
       "--preemption", "swap"], "modelled on the baseline families"),
+    (["--design", "baseline-a100", "--machines", "4", "--scheduler", "jsq", "--swap-space-gb", "8"],
+     "--swap-space-gb sets the host memory of swap preemption: add --preemption swap"),
+    (["--design", "baseline-a100", "--machines", "4", "--scheduler", "jsq", "--preemption", "swap",
+      "--swap-space-gb", "inf"], "--swap-space-gb must be > 0 and finite"),
 ])
 def test_cli_bad_preemption_is_one_line_exit_2(args, message):
     code, _, err = cli(args)
@@ -165,6 +210,26 @@ def test_search_and_sweep_take_swap(tmp_path):
     with pytest.raises(Exception, match="does not preempt"):
         ProvisionRequest(goal="cost", rps=12.0, workload="conversation", families=("baseline-h100",),
                          duration_s=30.0, preemption="swap")
+
+
+@pytest.mark.parametrize("scheduler", ["least-work", "splitwisesim"])
+def test_every_caller_refuses_swap_without_an_on_demand_scheduler_alike(scheduler):
+    """One rule (`schedulers.check_preemption`): the library names its parameters, the CLI its flags."""
+    from provisioner.errors import ProvisionerError
+    from provisioner.search import ProvisionRequest
+
+    batch = DesignBatch.from_designs([make_design("baseline-a100", machines=2, scheduler=scheduler)])
+    with pytest.raises(ProvisionerError) as sim_error:
+        swap_inputs(batch, PERF.llm("bloom-176b"), PERF.catalog)
+    with pytest.raises(ProvisionerError) as request_error:
+        ProvisionRequest(goal="cost", rps=12.0, workload="conversation", families=("baseline-h100",),
+                         duration_s=30.0, scheduler=scheduler, preemption="swap")
+    for exc in (sim_error.value, request_error.value):
+        assert f"scheduler {scheduler} does not preempt" in str(exc) and "--" not in str(exc)
+        assert exc.params == ("preemption", "scheduler")
+    code, _, err = cli(["--design", "baseline-a100", "--machines", "2", "--scheduler", scheduler,
+                        "--preemption", "swap"])
+    assert code == 2 and f"--scheduler {scheduler} does not preempt" in err and "--preemption swap" in err
 
 
 def test_search_cli_refuses_swap_without_an_on_demand_scheduler():

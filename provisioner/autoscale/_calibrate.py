@@ -45,13 +45,15 @@ class Calibration:
     metric: str
     machines: int
     intervals: int
+    interval_s: float   # the length of each reading (the controller's `interval_s`)
     median: float
     scale_out: float   # the readings' SCALE_OUT_PERCENTILE[metric] percentile
     scale_in: float
 
     def to_json(self) -> dict:
         return {"source": "auto", "from": "the static cluster at the profile's peak (sizing run)",
-                "machines": self.machines, "intervals": self.intervals, "peak_median": self.median,
+                "machines": self.machines, "intervals": self.intervals,
+                "interval_s": self.interval_s, "peak_median": self.median,
                 "scale_out_percentile": SCALE_OUT_PERCENTILE[self.metric], "scale_in_factor": SCALE_IN_FACTOR}
 
 
@@ -72,7 +74,7 @@ def calibrate(metric: str, peak_trace, first_token_s, finish_s, machines: int, k
         raise ProvisionerError(f"--scale-out-freeness auto: the peak-sized cluster has no free KV at its peak "
                                f"(freeness {out:.3g} steps); give the thresholds as numbers")
     into = out * SCALE_IN_FACTOR if metric == "freeness" else out / SCALE_IN_FACTOR
-    return Calibration(metric, machines, int(busy.sum()), float(np.median(readings)), out, into)
+    return Calibration(metric, machines, int(busy.sum()), float(interval_s), float(np.median(readings)), out, into)
 
 
 def _readings(metric: str, requests, virtual_tokens, machines: int, kv_per_machine_tokens: float) -> np.ndarray:

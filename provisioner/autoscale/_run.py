@@ -14,7 +14,7 @@ from ..results import latency_json
 from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_fluid, simulate, simulate_controlled,
                    simulate_scaled)
 from ..slo import SLO
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SWAP_SPACE_GB, ON_DEMAND_SCHEDULERS, SPLITWISESIM
 from ._calibrate import Calibration, calibrate
 from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
 
@@ -88,7 +88,8 @@ def _saving(static: float, scaled: float) -> float:
 
 
 def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
-                  preemption: str = "recompute", request_times: list | None = None, **overrides) -> int:
+                  preemption: str = "recompute", request_times: list | None = None,
+                  swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
     trace at the profile's peak), scored by the search's `Evaluator` in batches of counts.
     request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
@@ -97,7 +98,7 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
     from ..search._evaluate import design_keys
 
     evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
-                         keep_requests=request_times is not None)
+                         keep_requests=request_times is not None, swap_space_gb=swap_space_gb)
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
@@ -116,7 +117,8 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
 
 def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
               engine: str = "fluid", capacity_rps: float | None = None, static_machines: int | None = None,
-              initial_rps: float | None = None, preemption: str = "recompute", **overrides) -> AutoscaleResult:
+              initial_rps: float | None = None, preemption: str = "recompute",
+              swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, **overrides) -> AutoscaleResult:
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
@@ -126,6 +128,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
+    swap_space_gb : with swap, host memory per GPU, GiB (vLLM's `--swap-space`, default 4).
     """
     spec = family_spec(family)
     if spec.split:
@@ -135,6 +138,10 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         if family.startswith("splitwiser"):
             raise ProvisionerError(f"--scale-on {policy.scale_on} scales baseline machines inside the discrete-event "
                                    f"engine; use --scale-on rate for {family}")
+        if overrides.get("scheduler") == SPLITWISESIM:
+            raise ProvisionerError(f"--scale-on {policy.scale_on} cannot run under --scheduler splitwisesim (the "
+                                   f"controller does not read SplitwiseSim's machines): use --scale-on rate, or "
+                                   f"another --scheduler")
         if engine == "fluid":
             refuse_closed_loop_in_fluid(policy.scale_on)
     slo = slo if slo is not None else SLO()
@@ -144,11 +151,11 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     calibrate = policy.thresholds_auto
     peak_times = [] if calibrate else None
     n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
-                                                request_times=peak_times, **overrides)
+                                                request_times=peak_times, swap_space_gb=swap_space_gb, **overrides)
     calibration = None
     if calibrate:
         calibration = _calibrate(family, peak_trace, model, policy, perf, slo, sizing_engine, preemption, n_static,
-                                 peak_times, overrides)
+                                 peak_times, overrides, swap_space_gb)
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
@@ -162,24 +169,25 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                                                         perf.catalog))
     if policy.closed_loop:
         scaled_row, schedule = run_closed_loop(family, trace, model, policy, perf, slo, engine, n_static, initial,
-                                               overrides, preemption)
+                                               overrides, preemption, swap_space_gb)
         hours = machine_hours(schedule, schedule.released_s, horizon_s)
     else:
         schedule = plan_scaling(trace.arrival_s, horizon_s, capacity, initial, policy)
         scaled_design = make_design(family, machines=schedule.n_machines, **overrides)
         lo, hi, layout = _server_windows(scaled_design, schedule, perf)
         scaled_row, drained_s = simulate_scaled(scaled_design, trace, model, lo, hi, engine=engine, slo=slo,
-                                                perf=perf, preemption=preemption)
+                                                perf=perf, preemption=preemption, swap_space_gb=swap_space_gb)
         hours = machine_hours(schedule, _machine_drained_s(drained_s, layout, schedule.n_machines), horizon_s)
     scaled = ClusterDay(hours, hours * usd_per_h, hours * kw, scaled_row.iloc[0])
     static_row = simulate(static_design, trace, model, engine=engine, slo=slo, perf=perf,
-                          preemption=preemption).iloc[0]
+                          preemption=preemption, swap_space_gb=swap_space_gb).iloc[0]
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration)
 
 
-def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides):
+def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides,
+               swap_space_gb=DEFAULT_SWAP_SPACE_GB):
     """The closed-loop thresholds from the static cluster at the peak: its requests' times from
     the sizing run, or (a static count given, so no sizing ran) from its one run on the peak."""
     from ..sim import build_inputs
@@ -187,17 +195,17 @@ def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption,
     design = make_design(family, machines=n_static, **overrides)
     if not peak_times:
         simulate(design, peak_trace, model, engine=engine, slo=slo, perf=perf, preemption=preemption,
-                 requests=peak_times)
+                 requests=peak_times, swap_space_gb=swap_space_gb)
     inputs = build_inputs(DesignBatch.from_designs([design]), peak_trace, perf.llm(model), perf)
     servers = int(inputs.n_machines[0, 0])
     kv_per_machine = float(inputs.kv_cap_tokens[0, 0]) * servers / n_static
     first_s, finish_s = peak_times[0]
     return calibrate(policy.scale_on, peak_trace, first_s, finish_s, n_static, kv_per_machine, policy.interval_s,
-                     on_demand=design.scheduler != DEFAULT_SCHEDULER)
+                     on_demand=design.scheduler in ON_DEMAND_SCHEDULERS)
 
 
 def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, engine, n_static, initial, overrides,
-                    preemption: str = "recompute"):
+                    preemption: str = "recompute", swap_space_gb: float = DEFAULT_SWAP_SPACE_GB):
     """The autoscaled day under the closed-loop controller in the discrete-event engine:
     (result row, its ScalingSchedule with `released_s`). `n_static` is the default maximum,
     `initial` the machines serving at 0, `overrides` the design's fields (its scheduler)."""
@@ -213,7 +221,7 @@ def run_closed_loop(family, trace, model, policy: AutoscalePolicy, perf, slo, en
                              calm_s=policy.window_s)
     design = make_design(family, machines=control.slots, **overrides)
     row, log = simulate_controlled(design, trace, model, control, engine=engine, slo=slo, perf=perf,
-                                   preemption=preemption)
+                                   preemption=preemption, swap_space_gb=swap_space_gb)
     schedule = ScalingSchedule(log["billed_from_s"], log["serve_from_s"], log["serve_until_s"], log["time_s"],
                                log["metric"], log["machines"], metric_name=_METRIC_NAMES[policy.scale_on],
                                events=int(log["events"]), released_s=log["released_s"])

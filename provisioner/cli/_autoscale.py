@@ -18,7 +18,8 @@ from ..sim import ENGINES, refuse_closed_loop_in_fluid
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
-                      given, scheduler_option, trace_generator, preemption_option, check_preemption)
+                      given, scheduler_option, trace_generator, preemption_option, check_preemption,
+                      swap_space_option, check_swap_space_flag)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -78,7 +79,7 @@ def autoscale_command(
     scale_out_freeness: str = typer.Option("auto", "--scale-out-freeness", metavar="STEPS|auto",
                                            help="--scale-on freeness: add machines when the cluster's freeness "
                                                 "(decode steps) falls below this. auto: the 10th percentile of the "
-                                                "10-s readings of the static cluster at the peak, from the sizing "
+                                                "readings (one per --interval-s) of the static cluster at the peak, from the sizing "
                                                 "run (where the SLOs hold). Llumnix's own 10 (for 7B models on "
                                                 "24-GB GPUs) by typing it."),
     scale_in_freeness: str = typer.Option("auto", "--scale-in-freeness", metavar="STEPS|auto",
@@ -86,8 +87,8 @@ def autoscale_command(
                                                "this. auto: 1.5x the scale-out level (Llumnix's 60 by typing it)."),
     scale_out_queue: str = typer.Option("auto", "--scale-out-queue", metavar="REQUESTS|auto",
                                         help="--scale-on queue: add machines when the requests queued or in service "
-                                             "per machine exceed this. auto: the 90th percentile of the 10-s "
-                                             "readings of the static cluster at the peak, from the sizing run."),
+                                             "per machine exceed this. auto: the 90th percentile of the "
+                                             "readings (one per --interval-s) of the static cluster at the peak, from the sizing run."),
     scale_in_queue: str = typer.Option("auto", "--scale-in-queue", metavar="REQUESTS|auto",
                                        help="--scale-on queue: stop a machine when one fewer would carry fewer "
                                             "requests per machine than this. auto: the scale-out level / 1.5."),
@@ -100,6 +101,7 @@ def autoscale_command(
     latency_interp: str = latency_interp_option(),
     scheduler: str = scheduler_option(),
     preemption: str = preemption_option(),
+    swap_space_gb: float = swap_space_option(),
 ) -> None:
     from ..autoscale import AutoscalePolicy, autoscale
 
@@ -112,6 +114,7 @@ def autoscale_command(
     refuse_idle_flags(ctx, workload, arrival)
     scheduler_code(scheduler)   # an unknown name: one line listing the policies
     check_preemption(preemption, scheduler)
+    swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
@@ -140,7 +143,7 @@ def autoscale_command(
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
                        engine=engine, capacity_rps=capacity_rps, static_machines=static_machines,
-                       preemption=preemption, **overrides)
+                       preemption=preemption, swap_space_gb=swap_space_gb, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
@@ -148,6 +151,7 @@ def autoscale_command(
            "trace": traces.to_json(), **result.to_json()}
     if preemption != "recompute":   # recompute results keep their keys
         obj["preemption"] = preemption
+        obj["swap_space_gb"] = swap_space_gb
     if measured is not None:
         from ..designs import make_design
         d = make_design(design, machines=1)
@@ -241,8 +245,8 @@ def _thresholds_line(policy: dict, metric: str) -> str:
             f"{unit}")
     source = policy.get("thresholds", {"source": "given"})
     if source["source"] == "auto":
-        line += (f" (auto: the {source['scale_out_percentile']:g}th percentile of the static cluster's 10-s "
-                 f"readings at the peak ({source['machines']} machines), and {source['scale_in_factor']:g}x better)")
+        line += (f" (auto: the {source['scale_out_percentile']:g}th percentile of the static cluster's "
+                 f"{source['interval_s']:g}-s readings at the peak ({source['machines']} machines), and {source['scale_in_factor']:g}x better)")
     return line
 
 

@@ -130,15 +130,28 @@ def preemption_option():
                              "over PCIe and back; recompute when host memory is full). Baseline families.")
 
 
+def swap_space_option():
+    """`--swap-space-gb` next to `--preemption`."""
+    from ..schedulers import DEFAULT_SWAP_SPACE_GB
+    return typer.Option(DEFAULT_SWAP_SPACE_GB, "--swap-space-gb", metavar="GIB",
+                        help="--preemption swap: host memory each GPU swaps KV into, GiB (vLLM's --swap-space; "
+                             "default 4, vLLM's), capped by the machine's host memory (catalog) per replica.")
+
+
+def check_swap_space_flag(ctx: typer.Context, preemption: str, swap_space_gb: float) -> float:
+    """One line for --swap-space-gb without --preemption swap, or not > 0 and finite."""
+    from ..schedulers import check_swap_space
+    if given(ctx, "swap_space_gb") and preemption != "swap":
+        raise ProvisionerError("--swap-space-gb sets the host memory of swap preemption: add --preemption swap, "
+                               "or drop --swap-space-gb")
+    return check_swap_space(swap_space_gb)
+
+
 def check_preemption(preemption: str, scheduler: str) -> None:
-    """One line for an unknown mode or swap without an on-demand scheduler (it would change nothing)."""
-    from ..schedulers import DEFAULT_SCHEDULER, SPLITWISESIM
-    if preemption not in ("recompute", "swap"):
-        raise ProvisionerError(f"--preemption must be one of recompute, swap (got '{preemption}')")
-    if preemption == "swap" and scheduler in (DEFAULT_SCHEDULER, SPLITWISESIM):
-        raise ProvisionerError(f"--preemption swap sets how the on-demand schedulers preempt; --scheduler {scheduler} "
-                               f"does not preempt: add --scheduler jsq, llumnix-dispatch, llumnix or jsq-migration, "
-                               f"or drop --preemption")
+    """One line for an unknown mode or swap without an on-demand scheduler (it would change
+    nothing): `schedulers.check_preemption`, whose parameter names print as flags."""
+    from ..schedulers import check_preemption as check
+    check(preemption, scheduler)
 
 
 def refuse_on_demand_scheduler(scheduler: str, why: str) -> None:

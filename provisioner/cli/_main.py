@@ -19,7 +19,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, 
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
                       given, refuse_idle_flags, replay_note, scheduler_option, study_option,
-                      preemption_option, check_preemption)
+                      preemption_option, check_preemption, swap_space_option, check_swap_space_flag)
 from ._tables import render_result
 
 
@@ -74,6 +74,7 @@ def main_command(
     study: str = study_option(),
     scheduler: str = scheduler_option(),
     preemption: str = preemption_option(),
+    swap_space_gb: float = swap_space_option(),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -89,6 +90,7 @@ def main_command(
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=_input_files(workload, latency_profile))
     check_preemption(preemption, scheduler)
+    swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
@@ -114,7 +116,7 @@ def main_command(
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
         mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler,
-        preemption=preemption)
+        preemption=preemption, swap_space_gb=swap_space_gb)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:

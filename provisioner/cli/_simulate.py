@@ -20,6 +20,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WO
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
                       given, high_priority_option, scheduler_option, preemption_option, check_preemption,
+                      swap_space_option, check_swap_space_flag,
                       replay_note, trace_generator)
 
 DEFAULT_RPS = 70.0
@@ -68,6 +69,7 @@ def simulate_command(
                                   help="With an on-demand --scheduler: write a page of preemptions, migrations, "
                                        "downtime and memory fragmentation over time."),
     preemption: str = preemption_option(),
+    swap_space_gb: float = swap_space_option(),
 ) -> None:
     engine = _engine_for(ctx, engine, scheduler)
     if engine not in ENGINES:
@@ -105,6 +107,7 @@ def simulate_command(
                                "--scheduler jsq, llumnix-dispatch or llumnix, or drop it")
     high_slo = _high_priority_slo(ctx, slo, high_priority_slo_scale, high_priority_fraction)
     check_preemption(preemption, d.scheduler)
+    swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     if timeline is not None:
         if d.scheduler == DEFAULT_SCHEDULER:
             raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
@@ -114,7 +117,7 @@ def simulate_command(
     timelines = []
     row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
                    high_priority_fraction=high_priority_fraction, high_priority_slo=high_slo,
-                   timelines=timelines, preemption=preemption).iloc[0]
+                   timelines=timelines, preemption=preemption, swap_space_gb=swap_space_gb).iloc[0]
     if timeline is not None:
         from reports import build_scheduler_html
         write_output(timeline, build_scheduler_html({d.scheduler: timelines[0]},
@@ -125,6 +128,7 @@ def simulate_command(
     obj.update(scheduler_json(row))
     if preemption != "recompute":   # recompute results keep their keys
         obj["preemption"] = preemption
+        obj["swap_space_gb"] = swap_space_gb
     # Wall time of the engine call (metrics included; a first run also compiles the kernel).
     # Never in the JSON, which stays byte-identical from run to run.
     speed = (f"simulated {len(trace):,} requests in {elapsed_s:.2f} s "

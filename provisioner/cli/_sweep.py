@@ -16,7 +16,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
-from ._common import given, preemption_option, scheduler_option, study_option
+from ._common import given, preemption_option, scheduler_option, study_option, swap_space_option
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
 
@@ -36,6 +36,7 @@ def sweep_command(
     study: str = study_option(),
     scheduler: str = scheduler_option(),
     preemption: str = preemption_option(),
+    swap_space_gb: float = swap_space_option(),
 ) -> None:
     if out is None:
         raise ProvisionerError("--out DIR is required: the directory for results.parquet, results.csv and "
@@ -50,7 +51,8 @@ def sweep_command(
     from ..sweep import load_sweep_spec, run_sweep
 
     questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None,
-                                preemption if given(ctx, "preemption") else None).questions
+                                preemption if given(ctx, "preemption") else None,
+                                swap_space_gb if given(ctx, "swap_space_gb") else None).questions
     paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,),
                                parents=True) for name in OUTPUTS]
     with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..designs import DesignBatch, DESIGN_FIELDS
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB
 from ..sim import simulate
 from ..store import code_version, digest, latency_model_digest, trace_digest
 
@@ -44,6 +44,12 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def preemption_key(preemption: str, swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> tuple:
+    """The preemption's part of a store key: empty for recompute (recompute keys stay as they
+    were before swap existed), else the mode and its swap space per GPU (GiB)."""
+    return () if preemption == "recompute" else (preemption, float(swap_space_gb))
+
+
 def engine_for(batch: DesignBatch, engine: str) -> str:
     """The discrete-event engine for designs under an on-demand scheduler (the fluid
     engine models only least-work, SEMANTICS.md "Schedulers"); else `engine`."""
@@ -64,6 +70,7 @@ class Evaluator:
     on_evaluate : called with the number of new designs after each batch (progress bars).
     store : a `provisioner.store.ResultStore` (None: remember in memory only).
     preemption : "recompute" (default) or "swap", for designs under an on-demand scheduler.
+    swap_space_gb : with swap, host memory per GPU, GiB (vLLM's `--swap-space`).
     keep_requests : also keep each newly simulated design's per-request (first_token_s,
         finish_s) in `request_times` (by design key), e.g. to read a sized cluster's state
         (`provision autoscale`'s calibrated thresholds) without simulating it again.
@@ -78,9 +85,10 @@ class Evaluator:
 
     def __init__(self, trace, model: str, slo, perf, *, engine: str = "fluid", stop_infeasible: bool = True,
                  on_evaluate: Callable[[int], None] | None = None, store=None, preemption: str = "recompute",
-                 keep_requests: bool = False):
+                 keep_requests: bool = False, swap_space_gb: float = DEFAULT_SWAP_SPACE_GB):
         self.trace = trace
         self.preemption = preemption
+        self.swap_space_gb = swap_space_gb
         self.model = model
         self.slo = slo
         self.perf = perf
@@ -132,7 +140,7 @@ class Evaluator:
             kept = [] if self.keep_requests else None
             frame = simulate(todo, self.trace, self.model, engine=engine, slo=self.slo, perf=self.perf,
                              stop_infeasible=self.stop_infeasible and engine == "fluid", preemption=self.preemption,
-                             requests=kept)
+                             requests=kept, swap_space_gb=self.swap_space_gb)
         if kept is not None:
             self.request_times.update({keys[i]: times for i, times in zip(idx, kept)})
         frame = frame[[c for c in LOG_COLUMNS if c in frame.columns]].assign(rps=self.rps)
@@ -153,10 +161,10 @@ class Evaluator:
     def context_key(self) -> str:
         """Content hash of everything but the design that a score depends on."""
         if self._context_key is None:
-            swap = () if self.preemption == "recompute" else (self.preemption,)   # recompute keys stay as they were
             self._context_key = digest("evaluator", trace_digest(self.trace), str(self.model), repr(self.slo),
                                        latency_model_digest(self.perf), self.engine,
-                                       bool(self.stop_infeasible and self.engine == "fluid"), *swap, code_version())
+                                       bool(self.stop_infeasible and self.engine == "fluid"),
+                                       *preemption_key(self.preemption, self.swap_space_gb), code_version())
         return self._context_key
 
     def _store_key(self, design_key: tuple) -> str:

@@ -63,7 +63,8 @@ def start_choice(problem: SearchProblem, family: str, cand: DesignBatch, objecti
     pending = start_verification(cand, objective, screen, traces=verify_traces, seeds=req.verification_seeds,
                                  model=req.model, slo=problem.slo, rps=rps, duration_s=req.verification_duration_s,
                                  perf=problem.perf, pool=problem.des_pool, store=problem.store,
-                                 on_progress=lambda: problem.progress.advance(1), preemption=req.preemption)
+                                 on_progress=lambda: problem.progress.advance(1), preemption=req.preemption,
+                                 swap_space_gb=req.swap_space_gb)
     return PendingChoice(lambda: _verified_choice(req, cand, pending.outcome()))
 
 

@@ -17,7 +17,7 @@ from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ..store import latency_model_digest
 from ._capacity import Demand, MachineCapacity, machine_capacity, tp_options
-from ._evaluate import Evaluator, engine_for, stored_rows
+from ._evaluate import Evaluator, engine_for, preemption_key, stored_rows
 from ._ilp import CapacityBound, capacity_bound, pool_options
 from ._progress import Progress
 from ._request import ProvisionRequest
@@ -283,7 +283,7 @@ class SearchProblem:
             counter[0] += n
             self.progress.advance(n)
         return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick, store=self.store,
-                         preemption=self.req.preemption)
+                         preemption=self.req.preemption, swap_space_gb=self.req.swap_space_gb)
 
     def final_row(self, design, trace) -> pd.Series:
         """The reported design scored in full (no early stop), for every metric of the result."""
@@ -292,8 +292,8 @@ class SearchProblem:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 frame = simulate(design, trace, self.req.model, slo=self.slo, perf=self.perf,
                                  engine=engine_for(DesignBatch.from_designs(design), "fluid"),
-                                 preemption=self.req.preemption)
+                                 preemption=self.req.preemption, swap_space_gb=self.req.swap_space_gb)
             return frame.to_dict("records")
-        swap = () if self.req.preemption == "recompute" else (self.req.preemption,)   # recompute keys unchanged
-        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf), *swap)
+        context = (self.req.model, repr(self.slo), latency_model_digest(self.perf),
+                   *preemption_key(self.req.preemption, self.req.swap_space_gb))
         return pd.Series(stored_rows(self.store, "final", context, design, [trace], run)[0])

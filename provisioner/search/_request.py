@@ -11,8 +11,7 @@ from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec)
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER, SCHEDULERS, refuse_scheduler_families
-from ..sim import PREEMPTION_MODES
+from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, validate_params
 from ..slo import SLO
 
@@ -48,6 +47,7 @@ _CONSTRAINTS = {
     "duplicate_weights": [bool],
     "scheduler": [Options(SCHEDULERS)],
     "preemption": [Options(PREEMPTION_MODES)],
+    "swap_space_gb": [_POSITIVE],
     "search_tp": [bool],
     "optuna_designed_start": [bool],
 }
@@ -93,6 +93,8 @@ class ProvisionRequest:
     scheduler : the cluster scheduler of every design (`provisioner.schedulers`).
     preemption : "recompute" (default) or "swap": how an on-demand scheduler preempts
         (baseline families; the result's question records "swap").
+    swap_space_gb : with swap, the host memory each GPU swaps into, GiB (vLLM's
+        `--swap-space`, default 4), capped by the machine's DRAM per replica.
     max_machines : count bound per pool (default: derived from the capacity model).
     n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
         and trials per batched ask/tell.
@@ -129,6 +131,7 @@ class ProvisionRequest:
     duplicate_weights: bool = False
     scheduler: str = DEFAULT_SCHEDULER
     preemption: str = "recompute"
+    swap_space_gb: float = DEFAULT_SWAP_SPACE_GB
     max_machines: int | None = None
     n_trials: int = 48
     trial_batch: int = 6
@@ -165,10 +168,7 @@ class ProvisionRequest:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
         refuse_scheduler_families(self.scheduler, fams)
-        if self.preemption == "swap" and self.scheduler in (DEFAULT_SCHEDULER, "splitwisesim"):
-            raise ProvisionerError(f"preemption swap sets how the on-demand schedulers preempt; scheduler "
-                                   f"{self.scheduler} does not preempt: choose jsq, llumnix-dispatch, llumnix or "
-                                   f"jsq-migration", params=("preemption", "scheduler"))
+        check_preemption(self.preemption, self.scheduler)
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",

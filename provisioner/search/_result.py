@@ -212,7 +212,8 @@ class ProvisionResult:
                 "verify_duration_s": req.verification_duration_s if req.verify else None,
                 "verify_seeds": list(req.verification_seeds) if req.verify else None,
                 "code_version": _version(), "catalog": cat_json,
-                **({"preemption": req.preemption} if req.preemption != "recompute" else {})}
+                **({"preemption": req.preemption, "swap_space_gb": float(req.swap_space_gb)}
+                   if req.preemption != "recompute" else {})}
 
 
 def _version() -> str:

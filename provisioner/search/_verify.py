@@ -30,10 +30,11 @@ import pandas as pd
 
 from .._workers import start_executor_deaf_to_ctrl_c
 from ..designs import DesignBatch
+from ..schedulers import DEFAULT_SWAP_SPACE_GB
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
 from ..store import latency_model_digest
-from ._evaluate import Evaluator, stored_keys, stored_record
+from ._evaluate import Evaluator, preemption_key, stored_keys, stored_record
 
 SLOWDOWN_COLUMNS = [f"slowdown_{m}_p{p}" for m in METRICS for p in PERCENTILES]
 
@@ -66,12 +67,13 @@ class Verification:
                 "min_margin": json_number(self.min_margin), "binding": self.binding}
 
 
-def _des_one(design, trace, model, slo, perf, preemption="recompute"):
+def _des_one(design, trace, model, slo, perf, preemption="recompute", swap_space_gb=DEFAULT_SWAP_SPACE_GB):
     """One DES run (a pool task: module-level so it pickles)."""
     from ..sim import simulate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return simulate(design, trace, model, engine="des", slo=slo, perf=perf, preemption=preemption)
+        return simulate(design, trace, model, engine="des", slo=slo, perf=perf, preemption=preemption,
+                        swap_space_gb=swap_space_gb)
 
 
 class DesPool:
@@ -92,13 +94,15 @@ class DesPool:
             for _ in range(self.n_jobs):
                 self._executor.submit(_load_des)
 
-    def submit(self, design, traces: list, model: str, slo, perf, preemption: str = "recompute") -> list:
+    def submit(self, design, traces: list, model: str, slo, perf, preemption: str = "recompute",
+               swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> list:
         """Start the DES of `design` on each trace; one future (`.result()`) per trace.
         With one job, each runs here and now."""
         if self.n_jobs <= 1:
-            return [_Done(_des_one(design, tr, model, slo, perf, preemption)) for tr in traces]
+            return [_Done(_des_one(design, tr, model, slo, perf, preemption, swap_space_gb)) for tr in traces]
         self.start()
-        return [self._executor.submit(_des_one, design, tr, model, slo, perf, preemption) for tr in traces]
+        return [self._executor.submit(_des_one, design, tr, model, slo, perf, preemption, swap_space_gb)
+                for tr in traces]
 
 
 def _load_des() -> None:
@@ -107,13 +111,13 @@ def _load_des() -> None:
 
 
 def _stored_checks(pool: DesPool, store, design, traces: list, model: str, slo, perf,
-                   preemption: str = "recompute") -> list:
+                   preemption: str = "recompute", swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> list:
     """`pool.submit`, recalling the runs `store` has and storing the new ones when collected."""
-    swap = () if preemption == "recompute" else (preemption,)   # recompute keys stay as they were
-    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf), *swap), design, traces)
+    keys = stored_keys("des", (str(model), repr(slo), latency_model_digest(perf), *preemption_key(preemption, swap_space_gb)),
+                       design, traces)
     found = store.get_many(keys)
     missing = [j for j, k in enumerate(keys) if k not in found]
-    running = iter(pool.submit(design, [traces[j] for j in missing], model, slo, perf, preemption)
+    running = iter(pool.submit(design, [traces[j] for j in missing], model, slo, perf, preemption, swap_space_gb)
                    if missing else [])
     return [_Done(pd.DataFrame([found[k]])) if k in found else _Storing(next(running), store, k) for k in keys]
 
@@ -240,7 +244,8 @@ class PendingVerification:
 def start_verification(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
                        traces: list, seeds: tuple[int, ...], model: str, slo, rps: float, duration_s: float,
                        perf, pool: DesPool, store=None, chunk: int = 24, max_des: int = 3,
-                       on_progress=None, preemption: str = "recompute") -> PendingVerification:
+                       on_progress=None, preemption: str = "recompute",
+                       swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> PendingVerification:
     """Screen candidates and submit the first DES check to `pool` (see `candidate_walk`);
     `traces`, `seeds` are the verification traces and their seeds, `perf` the search's
     latency model (the screen's evaluators use it too), `store` a `ResultStore` for the
@@ -250,8 +255,8 @@ def start_verification(candidates: DesignBatch, objective: np.ndarray, screen: l
     def check(i):
         design = candidates.design(i)
         if store is None:
-            return pool.submit(design, traces, model, slo, perf, preemption)
-        return _stored_checks(pool, store, design, traces, model, slo, perf, preemption)
+            return pool.submit(design, traces, model, slo, perf, preemption, swap_space_gb)
+        return _stored_checks(pool, store, design, traces, model, slo, perf, preemption, swap_space_gb)
 
     return PendingVerification(
         walk, check,

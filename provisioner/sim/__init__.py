@@ -17,9 +17,9 @@ from perfmodels import LatencyModel
 from ..designs import Design, DesignBatch
 from .._validation import Options, validate_params
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES
 from ..slo import SLO, SLO_REFERENCE_TP
-from ._inputs import PREEMPTION_MODES, EngineOutput, SimInputs, build_inputs, swap_inputs
+from ._inputs import EngineOutput, SimInputs, build_inputs, swap_inputs
 from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
@@ -78,7 +78,7 @@ def cluster_cost_power(designs: DesignBatch, catalog):
 def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "fluid",
                       perf: LatencyModel | None = None, slo: SLO | None = None,
                       stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
-                      preemption: str = "recompute"):
+                      preemption: str = "recompute", swap_space_gb: float = DEFAULT_SWAP_SPACE_GB):
     """Run an engine; returns (DesignBatch, SimInputs, EngineOutput) with per-request times
     (with an on-demand scheduler, the DES's `scheduler_stats` and `timelines` too).
 
@@ -91,7 +91,8 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, _ = _run(designs, trace, perf.llm(model), perf, engine,
                                  slo if slo is not None else SLO(), stop_infeasible,
-                                 high_priority=high_priority_fraction, preemption=preemption)
+                                 high_priority=high_priority_fraction, preemption=preemption,
+                                 swap_space_gb=swap_space_gb)
     return batch, inputs, out
 
 
@@ -102,13 +103,14 @@ def refuse_closed_loop_in_fluid(metric: str) -> None:
 
 
 def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None,
-         high_priority=0.0, scaling=None, preemption="recompute"):
+         high_priority=0.0, scaling=None, preemption="recompute", swap_space_gb=DEFAULT_SWAP_SPACE_GB):
     """(DesignBatch, SimInputs, EngineOutput, solo latencies (ttft, tbt, e2e)).
 
     keep_requests : False lets the fluid engine return only per-design figures.
     windows : (active_from_s, active_until_s) per server (see `_windows.py`), or None.
     scaling : a closed-loop controller's settings (`_control.ScalingControl`; DES only), or None.
-    preemption : "recompute" or "swap" (on-demand baselines: `_inputs.swap_inputs`)."""
+    preemption : "recompute" or "swap" (on-demand baselines: `_inputs.swap_inputs`).
+    swap_space_gb : with swap, host memory per GPU (GiB; vLLM's --swap-space, default 4)."""
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf, high_priority_mask(trace, high_priority))
     if windows is not None:
@@ -118,7 +120,7 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
     if preemption not in PREEMPTION_MODES:
         raise ProvisionerError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')")
     if preemption == "swap":
-        inputs = dataclasses.replace(inputs, swap=swap_inputs(batch, llm, perf.catalog))
+        inputs = dataclasses.replace(inputs, swap=swap_inputs(batch, llm, perf.catalog, swap_space_gb))
     duration_s = getattr(trace, "duration_s", None)
     if engine == "fluid":
         refuse_on_demand_in_fluid(inputs)
@@ -150,7 +152,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
              slo: SLO | None = None, perf: LatencyModel | None = None,
              stop_infeasible: bool = False, high_priority_fraction: float = 0.0,
              high_priority_slo: SLO | None = None, timelines: list | None = None,
-             preemption: str = "recompute", requests: list | None = None) -> pd.DataFrame:
+             preemption: str = "recompute", requests: list | None = None,
+             swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> pd.DataFrame:
     """Score designs against a trace.
 
     Parameters
@@ -172,6 +175,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
         queued prompts; SEMANTICS.md "Schedulers").
     preemption : "recompute" (default) or "swap": how an on-demand baseline preempts when
         KV runs out (vLLM's two modes; swap adds `swaps` and `swapped_bytes`).
+    swap_space_gb : with swap, the host memory each GPU swaps into, GiB (vLLM's
+        `--swap-space`, default 4), capped by the machine's DRAM (catalog) per replica.
     requests : a list that gets, per design, its requests' (first_token_s, finish_s)
         arrays (absolute s; +inf: not finished). The rows are the same with or without it.
 
@@ -190,7 +195,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
                                     keep_requests=requests is not None, high_priority=high_priority_fraction,
-                                    preemption=preemption)
+                                    preemption=preemption, swap_space_gb=swap_space_gb)
     cost, power = cluster_cost_power(batch, perf.catalog)
     frame = batch.to_frame()
     if (frame["scheduler"] == DEFAULT_SCHEDULER).all():   # least-work results keep their columns

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ProvisionerError
-from ..schedulers import HIGH_PRIORITY_HEADROOM_TOKENS
 from ._windows import _Windowed
 
 __all__ = ["ScalingControl", "SCALE_METRICS", "controlled_cluster", "scaling_log_arrays"]
@@ -131,8 +130,9 @@ class Controller:
         horizon = self.ctl.horizon_s
         while min(self.next_sample_s, self.next_tick_s) <= t:
             now = min(self.next_sample_s, self.next_tick_s)
-            if now >= horizon:
-                break
+            if now >= horizon:   # no sample or tick remains: later events need not call again
+                self.next_due_s = math.inf
+                return
             if self.next_sample_s <= self.next_tick_s:
                 self._sample(now)
                 self.next_sample_s += self.sample_s
@@ -249,9 +249,8 @@ def machine_usage(cl, s: int):
     counts them (on-demand machines); under least-work the KV reserved for whole requests
     plus the queued prompts' `s + n`."""
     mc = cl.machines[s]
-    if hasattr(mc, "queued_kv"):   # on-demand KV (SEMANTICS.md, "Schedulers")
-        virtual = mc.ctx + mc.pf_kv + mc.incoming + HIGH_PRIORITY_HEADROOM_TOKENS * mc.high + mc.queued_kv
-        return virtual, mc.running + len(mc.prefilling) + len(mc.prompt_q)
+    if hasattr(mc, "usage"):   # on-demand KV (SEMANTICS.md, "Schedulers"): the pair its freeness reads
+        return mc.usage()
     queue = list(mc.prompt_q)[1:] if mc.head_done else mc.prompt_q   # a partly prefilled head holds its KV
     virtual = mc.kv_used + sum(cl.S[r] + cl.N[r] for r in queue)
     return virtual, mc.running + len(mc.prefilling) + len(mc.prompt_q)

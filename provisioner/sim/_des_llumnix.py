@@ -203,16 +203,25 @@ class OnDemandMachine(_Machine):
     def free_kv(self) -> float:
         return self.kv_cap - self.ctx - self.pf_kv - self.incoming
 
-    def freeness(self, queue: bool = True) -> float:
-        """Llumnix's F = (M - virtual usage) / B: KV free per request (running, prefilling and,
-        with `queue`, queued) after the incoming copies, the high-priority headroom and, with
-        `queue`, the queued prompts' demand. Without the queue (migration) it is the decode
-        steps left before the machine must preempt."""
+    def usage(self, queue: bool = True):
+        """(virtual usage V in KV tokens, requests B) as Llumnix's freeness counts them: the
+        running and prefilling requests' KV, the incoming copies and the high-priority
+        headroom and, with `queue`, the queued prompts' demand (`queued_kv`, which a swap-out
+        also adds to) with the queued and swapped-out requests counted in B. The closed-loop
+        controller reads the same pair (`_control.machine_usage`)."""
         virtual = self.ctx + self.pf_kv + self.incoming + HIGH_PRIORITY_HEADROOM_TOKENS * self.high
         requests = self.running + len(self.prefilling)
         if queue:
             virtual += self.queued_kv
             requests += len(self.prompt_q) + len(self.swapped)
+        return virtual, requests
+
+    def freeness(self, queue: bool = True) -> float:
+        """Llumnix's F = (M - virtual usage) / B: KV free per request (running, prefilling and,
+        with `queue`, queued or swapped out) after the incoming copies, the high-priority
+        headroom and, with `queue`, the queued prompts' demand (`usage`). Without the queue
+        (migration) it is the decode steps left before the machine must preempt."""
+        virtual, requests = self.usage(queue)
         return (self.kv_cap - virtual) / max(requests, 1)
 
 

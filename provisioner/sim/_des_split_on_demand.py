@@ -75,15 +75,15 @@ class TokenMachine(OnDemandMachine):
             self.queued -= 1
             self.join(r, st.gen[r])
 
-    def freeness(self, queue: bool = True) -> float:
-        """F = (M - V) / B as on a baseline machine, the queue being the requests
-        dispatched here and not yet admitted."""
+    def usage(self, queue: bool = True):
+        """(V, B) as on a baseline machine, the queue being the requests dispatched here and
+        not yet admitted (`freeness` reads it through `OnDemandMachine.freeness`)."""
         virtual = self.ctx + self.incoming + HIGH_PRIORITY_HEADROOM_TOKENS * self.high
         requests = self.running
         if queue:
             virtual += self.queued_kv
             requests += self.queued
-        return (self.kv_cap - virtual) / max(requests, 1)
+        return virtual, requests
 
 
 class SplitOnDemandCluster(OnDemandCluster):

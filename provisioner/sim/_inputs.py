@@ -18,7 +18,7 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DesignBatch
 from ..errors import ProvisionerError
-from ..schedulers import scheduler_codes
+from ..schedulers import DEFAULT_SWAP_SPACE_GB, check_preemption, check_swap_space, scheduler_codes
 
 # Splitwise's mixed pool: a prompt machine more than this many full batches behind
 # lends the prefill to a token machine (SEMANTICS.md, "prompt pool overloaded").
@@ -196,21 +196,20 @@ class EngineOutput:
     swap_stats: np.ndarray | None = None     # (d, 2) swap preemption (DES): swap-outs, bytes over the host link
 
 
-PREEMPTION_MODES = ("recompute", "swap")
 
 
-def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
+def swap_inputs(designs: DesignBatch, llm, catalog, swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> np.ndarray:
     """(d, 3) swap preemption's host side per server (`SimInputs.swap`): the seconds per KV
     token to copy it over the host links of its TP group's GPUs (PCIe, in parallel), the KV
-    tokens its share of the machine's DRAM holds, and the KV bytes per token. Baselines
-    under an on-demand scheduler only; a machine without host data is refused in one line."""
+    tokens its swap space holds (vLLM's `--swap-space`: `swap_space_gb` GiB per GPU of the
+    TP group, capped by the replica's share of the machine's DRAM), and the KV bytes per
+    token. Baselines under an on-demand scheduler only; a machine without host data is
+    refused in one line."""
+    swap_space_gb = check_swap_space(swap_space_gb)
     out = np.empty((len(designs), 3))
     for i in range(len(designs)):
         d = designs.design(i)
-        if d.scheduler in ("least-work", "splitwisesim"):
-            raise ProvisionerError(f"--preemption swap applies to the on-demand schedulers (jsq, llumnix-dispatch, "
-                                   f"llumnix, jsq-migration), which preempt; --scheduler {d.scheduler} does not: "
-                                   f"add one or drop --preemption")
+        check_preemption("swap", d.scheduler)
         if d.split or d.colocated:
             raise ProvisionerError(f"--preemption swap is modelled on the baseline families (one pool of vLLM "
                                    f"instances), not {d.family}: use --preemption recompute")
@@ -220,6 +219,7 @@ def swap_inputs(designs: DesignBatch, llm, catalog) -> np.ndarray:
                                    f"the catalog does not have: use --preemption recompute")
         tp = int(d.prompt_tp)
         replicas = machine.gpus_per_machine // tp
+        host_bytes = min(swap_space_gb * 2**30 * tp, machine.host_memory_gb * 1e9 / replicas)
         out[i] = (llm.kv_bytes_per_token / (tp * machine.host_link_gb_per_s_per_gpu * 1e9),
-                  machine.host_memory_gb * 1e9 / replicas / llm.kv_bytes_per_token, llm.kv_bytes_per_token)
+                  host_bytes / llm.kv_bytes_per_token, llm.kv_bytes_per_token)
     return out

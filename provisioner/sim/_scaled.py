@@ -6,6 +6,7 @@ import numpy as np
 
 from perfmodels import LatencyModel
 
+from ..schedulers import DEFAULT_SWAP_SPACE_GB
 from ..slo import SLO
 from ._metrics import summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_requests
@@ -15,7 +16,7 @@ __all__ = ["simulate_scaled"]
 
 def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_until_s: np.ndarray, *,
                     engine: str = "fluid", slo: SLO | None = None, perf: LatencyModel | None = None,
-                    preemption: str = "recompute"):
+                    preemption: str = "recompute", swap_space_gb: float = DEFAULT_SWAP_SPACE_GB):
     """Score one design whose server k takes new requests only in [active_from_s[k],
     active_until_s[k]) (SEMANTICS.md, "Availability windows").
 
@@ -36,12 +37,14 @@ def simulate_scaled(design, trace, model, active_from_s: np.ndarray, active_unti
     perf = perf if perf is not None else LatencyModel()
     windows = (np.atleast_2d(np.asarray(active_from_s, float)), np.atleast_2d(np.asarray(active_until_s, float)))
     batch, inputs, out, solo = _run([design], trace, perf.llm(model), perf, engine, slo, False,
-                                    keep_requests=False, windows=windows, preemption=preemption)
+                                    keep_requests=False, windows=windows, preemption=preemption,
+                                    swap_space_gb=swap_space_gb)
     return _row(batch, inputs, out, solo, trace, slo, perf, engine), out.drained_s[0]
 
 
 def simulate_controlled(design, trace, model, scaling, *, engine: str = "des", slo: SLO | None = None,
-                        perf: LatencyModel | None = None, preemption: str = "recompute"):
+                        perf: LatencyModel | None = None, preemption: str = "recompute",
+                        swap_space_gb: float = DEFAULT_SWAP_SPACE_GB):
     """Score one baseline design of `2 x scaling.max_machines` machine slots under a
     closed-loop controller (`ScalingControl`; SEMANTICS.md, "Closed-loop autoscaling").
 
@@ -55,7 +58,8 @@ def simulate_controlled(design, trace, model, scaling, *, engine: str = "des", s
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run([design], trace, perf.llm(model), perf, engine, slo, False,
-                                    keep_requests=False, scaling=scaling, preemption=preemption)
+                                    keep_requests=False, scaling=scaling, preemption=preemption,
+                                    swap_space_gb=swap_space_gb)
     return _row(batch, inputs, out, solo, trace, slo, perf, engine), out.scaling[0]
 
 

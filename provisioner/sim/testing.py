@@ -11,6 +11,8 @@ is for optuna's): not the user-facing API, which is `provisioner.sim.simulate`.
   `swap_out` puts a preempted request's KV in host memory).
 - `ScalingController`: the closed-loop autoscaling controller (`advance(t)` runs its
   samples and ticks up to t on a cluster's state).
+- `scaling_machine_usage(cl, s)`: the (virtual usage, requests) the controller reads on
+  server s of cluster `cl`.
 - `percentiles_into(a, n_finite, n, out)`: the fluid kernel's p50/p90/p99.
 - `recorded_des_iterations()`: a context manager listing the arguments of every
   iteration the discrete-event engine runs meanwhile (for checks such as "no iteration
@@ -27,6 +29,7 @@ from ._des_machine import Machine as DesMachine
 from ._des_split_on_demand import TokenMachine as DesTokenMachine
 from ._des_llumnix import OnDemandMachine as DesOnDemandMachine
 from ._control import Controller as ScalingController
+from ._control import machine_usage as scaling_machine_usage
 from ._des import _simulate as des_simulate_design
 from ._des import run_des
 from ._fluid import _percentiles_into as percentiles_into
@@ -34,7 +37,7 @@ from ._fluid import run_fluid
 from ._inputs import build_inputs
 
 __all__ = ["run_fluid", "run_des", "des_iteration_s", "des_simulate_design", "DesMachine", "DesTokenMachine",
-           "DesOnDemandMachine", "ScalingController",
+           "DesOnDemandMachine", "ScalingController", "scaling_machine_usage",
            "percentiles_into", "build_inputs", "recorded_des_iterations"]
 
 

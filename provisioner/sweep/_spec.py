@@ -10,6 +10,7 @@
     duration_s = 60                    # the other ProvisionRequest settings, one value each
     scheduler = "llumnix"              # least-work (default) | jsq | llumnix-dispatch | llumnix
     preemption = "swap"                # recompute (default) | swap (an on-demand scheduler's preemption)
+    swap_space_gb = 4                  # swap: host memory per GPU, GiB (vLLM's --swap-space; default 4)
     verify = false
 
     [price_lists]                      # optional; default one list, "catalog" (shipped prices)
@@ -46,7 +47,7 @@ GRID_KEYS = ("goals", "models", "workloads", "rps", "power_budget_kw", "cost_bud
 SETTINGS = {"duration_s": "duration_s", "arrival": "arrival", "cv": "cv", "slo_scale": "slo_scale",
             "searcher": "searcher", "verify": "verify", "verify_duration_s": "verify_duration_s",
             "max_machines": "max_machines", "trials": "n_trials", "scheduler": "scheduler",
-            "preemption": "preemption"}
+            "preemption": "preemption", "swap_space_gb": "swap_space_gb"}
 DEFAULT_PRICE_LIST = "catalog"
 
 
@@ -69,6 +70,7 @@ class Question:
             cols["scheduler"] = r.scheduler
         if r.preemption != "recompute":        # and so does a recompute one
             cols["preemption"] = r.preemption
+            cols["swap_space_gb"] = float(r.swap_space_gb)
         return cols
 
 
@@ -78,11 +80,12 @@ class SweepSpec:
     questions: tuple[Question, ...]
 
 
-def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None = None) -> SweepSpec:
+def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None = None,
+                    swap_space_gb: float | None = None) -> SweepSpec:
     """Read and validate a sweep spec; `ProvisionerError` (file, key, fix) on any problem.
-    `scheduler` (None: the spec's own `scheduler` key, else least-work) and `preemption`
-    (None: the spec's, else recompute) apply to every question; a spec that names another
-    one is refused."""
+    `scheduler` (None: the spec's own `scheduler` key, else least-work), `preemption`
+    (None: the spec's, else recompute) and `swap_space_gb` (None: the spec's, else 4) apply
+    to every question; a spec that names another one is refused."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -101,7 +104,7 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
             raise ProvisionerError(f"{path}: unknown key '{key}'; {hint}")
     grid = {k: _list(path, k, raw[k]) for k in GRID_KEYS if k in raw}
     settings = {SETTINGS[k]: raw[k] for k in SETTINGS if k in raw}
-    for key, value in (("scheduler", scheduler), ("preemption", preemption)):
+    for key, value in (("scheduler", scheduler), ("preemption", preemption), ("swap_space_gb", swap_space_gb)):
         if value is None:
             continue
         if settings.get(key, value) != value:
