@@ -66,23 +66,9 @@ class ScalingControl:
 
 
 class _Controlled(_Windowed):
-    """Mixed into a discrete-event cluster: windows that the controller sets. Which servers
-    take new requests is cached between window edges (routing asks at every arrival); the
-    engine files each server's last iteration end in `last_end_s` (when a drain ended)."""
-
-    mask_from_s = mask_until_s = 0.0
-
-    def available(self, t):
-        if not self.mask_from_s <= t < self.mask_until_s:
-            n = len(self.machines)
-            lo, hi = self.window[:n, 0], self.window[:n, 1]
-            self.mask = (lo <= t) & (t < hi)
-            edges = np.concatenate([lo[lo > t], hi[hi > t]])
-            self.mask_from_s, self.mask_until_s = t, float(edges.min()) if len(edges) else np.inf
-        return self.mask
-
-    def windows_changed(self):
-        self.mask_until_s = -np.inf
+    """Mixed into a discrete-event cluster: windows that the controller sets (it calls
+    `windows_changed` after each change); the engine files each server's last iteration end
+    in `last_end_s` (when a drain ended)."""
 
 
 def controlled_cluster(base, inputs, d: int):

@@ -72,13 +72,24 @@ def server_windows(inputs, idx: np.ndarray) -> np.ndarray:
 
 class _Windowed:
     """Mixed into a discrete-event cluster: servers outside their window have infinite
-    prompt work, so the least-loaded routing never picks them."""
+    prompt work, so the least-loaded routing never picks them. Which servers take new
+    requests is cached between window edges (routing asks at every arrival); whoever
+    changes `window` calls `windows_changed`."""
 
     window: np.ndarray
+    mask_from_s = mask_until_s = 0.0
 
     def available(self, t):
-        n = len(self.machines)
-        return (self.window[:n, 0] <= t) & (t < self.window[:n, 1])
+        if not self.mask_from_s <= t < self.mask_until_s:
+            n = len(self.machines)
+            lo, hi = self.window[:n, 0], self.window[:n, 1]
+            self.mask = (lo <= t) & (t < hi)
+            edges = np.concatenate([lo[lo > t], hi[hi > t]])
+            self.mask_from_s, self.mask_until_s = t, float(edges.min()) if len(edges) else np.inf
+        return self.mask
+
+    def windows_changed(self):
+        self.mask_until_s = -np.inf
 
     def prompt_work(self, t):
         work = super().prompt_work(t)
