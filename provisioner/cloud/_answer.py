@@ -57,7 +57,9 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
     plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine)
     plan_s = time.perf_counter() - t0
-    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine)
+    ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
+    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
+                                                ranked=ns_finalists)
     bound = bounds(ctx)
     if goal == "throughput":
         if sustained <= 0:
@@ -86,7 +88,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     budgets = _chunk_budgets(prefill_chunk_tokens)
     if budgets:
         out["non_split_chunked"] = _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine,
-                                                       engine)
+                                                       engine, ns_finalists)
         ch = out["non_split_chunked"]["sustained_rps"]
         out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 else None
     if without is not None:
@@ -95,15 +97,22 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     return out
 
 
+def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS) -> list:
+    """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score."""
+    seen: dict = {}
+    search_plan(ctx, seed=seed, phases=phases, seen=seen)
+    return sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
+
+
 def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des",
-                chunk_tokens=0):
+                chunk_tokens=0, ranked=None):
     """(plan, predicted rps, sustained rps): the tabu search's `finalists` best plans by the
     analytic score, re-scored by the rate the simulation (`engine`) sustains at the target
     attainment (the analytic score ranks; the simulation decides among the best it found).
-    chunk_tokens : chunked-prefill budget of non-split replicas in the simulation (0: off)."""
-    seen: dict = {}
-    search_plan(ctx, seed=seed, phases=phases, seen=seen)
-    ranked = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
+    chunk_tokens : chunked-prefill budget of non-split replicas in the simulation (0: off).
+    ranked : `finalist_plans(ctx, seed, phases, finalists)` when the caller has it already."""
+    if ranked is None:
+        ranked = finalist_plans(ctx, seed, phases, finalists)
     split = phases != ("both",)
     rated = [(sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens), cap, p)
              for p, cap in ranked]
@@ -111,19 +120,24 @@ def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalis
     return plan, cap, sustained
 
 
-def chunked_non_split_by_budget(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des") -> list:
+def chunked_non_split_by_budget(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des",
+                                ranked=None) -> list:
     """[(plan, predicted rps, sustained rps, chunk budget)]: `best_by_des` of the non-split
     plans once per budget. The analytic score ignores chunking, so the finalists are the
-    unchunked comparison's; only the simulation sees what chunking changes."""
-    return [(*best_by_des(ctx, traces, target, seed, phases=("both",), engine=engine, chunk_tokens=c), c)
+    unchunked comparison's (searched once: `ranked`, or here); only the simulation sees what
+    chunking changes."""
+    if ranked is None:
+        ranked = finalist_plans(ctx, seed, phases=("both",))
+    return [(*best_by_des(ctx, traces, target, seed, phases=("both",), engine=engine, chunk_tokens=c,
+                          ranked=ranked), c)
             for c in budgets]
 
 
-def best_chunked_non_split(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des"):
+def best_chunked_non_split(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des", ranked=None):
     """(plan, predicted rps, sustained rps, chunk budget): the best of
     `chunked_non_split_by_budget`, by `best_by_des`'s criterion (sustained rate, then
     predicted rate; the smaller budget on a tie)."""
-    return best_of_budgets(chunked_non_split_by_budget(ctx, traces, target, seed, budgets, engine))
+    return best_of_budgets(chunked_non_split_by_budget(ctx, traces, target, seed, budgets, engine, ranked))
 
 
 def best_of_budgets(rated):
@@ -139,10 +153,10 @@ def _chunk_budgets(prefill_chunk_tokens) -> tuple:
     return (prefill_chunk_tokens,) if prefill_chunk_tokens > 0 else ()
 
 
-def _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine, engine) -> dict:
+def _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine, engine, ranked) -> dict:
     """`non_split_chunked` of the JSON: the best chunked non-split plan, its budget, sustained
     rate and attainment at the planned rate."""
-    plan, cap, sustained, chunk = best_chunked_non_split(ctx, traces, target, seed, budgets, rescore_engine)
+    plan, cap, sustained, chunk = best_chunked_non_split(ctx, traces, target, seed, budgets, rescore_engine, ranked)
     sim = simulate_plan(ctx, plan, trace, engine=engine, chunk_tokens=chunk)
     return {"prefill_chunk_tokens": int(chunk), "budgets_searched": [int(c) for c in budgets],
             "replicas": replicas_json(ctx, plan), "throughput_rps": cap, "sustained_rps": sustained,
