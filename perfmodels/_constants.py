@@ -35,7 +35,9 @@ class GpuConstants:
         extra tokens slows down (Splitwise Sec. III: prompt throughput drops beyond
         ~2048 batched tokens; the profiles locate the drop in communication, since it
         grows with the tensor-parallel degree).
-    allreduce_slowdown : how many times slower the bytes beyond the knee move.
+    allreduce_slowdown : how many times slower the bytes beyond the knee move. Not lent
+        over another kind of link: a PCIe card borrowing DGX constants moves them at 1x
+        (`LatencyModel._knee_slowdown`).
     prefill_layer_overhead_s, decode_layer_overhead_s : fixed time per transformer
         layer per forward pass (kernel launches, synchronisation).
     prefill_seq_overhead_s, decode_seq_overhead_s : fixed time per sequence per pass

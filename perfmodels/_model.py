@@ -71,12 +71,29 @@ class LatencyModel:
             allreduce_step_s=np.asarray(c.allreduce_step_s),
             allreduce_link_efficiency=np.asarray(c.allreduce_link_efficiency),
             allreduce_knee_tokens=np.asarray(c.allreduce_knee_tokens),
-            allreduce_slowdown=np.asarray(c.allreduce_slowdown),
+            allreduce_slowdown=np.asarray(self._knee_slowdown(g, c)),
             prefill_layer_overhead_s=np.asarray(c.prefill_layer_overhead_s),
             decode_layer_overhead_s=np.asarray(c.decode_layer_overhead_s),
             prefill_seq_overhead_s=np.asarray(c.prefill_seq_overhead_s),
             decode_seq_overhead_s=np.asarray(c.decode_seq_overhead_s),
         )
+
+    def _knee_slowdown(self, g, c) -> float:
+        """The all-reduce knee's slowdown, unless it was measured on another kind of link.
+
+        The knee was fitted on NVSwitch machines (DGX profiles). A GPU that borrows those
+        constants over a different intra-machine link (PCIe cards) keeps the link
+        efficiency but not the slowdown: nothing measured says large all-reduces slow down
+        on PCIe (NCCL's bus bandwidth there rises with message size to the link's), and a
+        5.6x slowdown of a 10x slower link would cap TP prefill at ~4 GB/s of all-reduce."""
+        lender = self.calibration.borrowed.get(g.name)
+        if lender is None or g.name in self.calibration.per_gpu:
+            return c.allreduce_slowdown
+        try:
+            lender_link = self.catalog.gpu(lender).intra_link
+        except KeyError:   # a lender missing from a custom catalog: keep the fitted value
+            return c.allreduce_slowdown
+        return c.allreduce_slowdown if lender_link == g.intra_link else 1.0
 
     # -- phase latencies ------------------------------------------------------
     def prefill_time_s(self, model, gpu, tp, prompt_tokens, batch_size=1, power_cap=1.0):

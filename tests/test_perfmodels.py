@@ -214,6 +214,20 @@ def test_h100_prefill_of_a_bloom_prompt_is_faster_than_a100():
     assert 1.5 <= a100 / h100 <= 3.5
 
 
+@pytest.mark.parametrize("gpu", ["a40", "a5000", "a6000", "rtx3090ti", "l40s"])
+def test_pcie_cards_do_not_inherit_the_nvswitch_allreduce_knee(gpu):
+    """The knee was fitted on DGX (NVSwitch) profiles; a PCIe card borrowing those constants
+    moves every all-reduce byte at its own link's fitted rate, so a long prompt still gets
+    faster with each doubling of TP (the knee would cap PCIe all-reduce at ~4 GB/s)."""
+    p = perf()
+    assert p.hardware(gpu, 4).allreduce_slowdown == 1.0
+    assert p.hardware("a100-80gb", 4).allreduce_slowdown == p.calibration.for_gpu("a100-80gb").allreduce_slowdown > 1
+    long_prompt_s = [float(p.prefill_time_s("llama-30b", gpu, tp, 6400)) for tp in (2, 4, 8)]
+    assert long_prompt_s[0] > long_prompt_s[1] > long_prompt_s[2]
+    # ... but sublinearly: the all-reduce grows with 2(tp-1)/tp of the message over PCIe
+    assert long_prompt_s[0] / long_prompt_s[1] < 1.9
+
+
 @pytest.mark.parametrize("gpu", ["a100-80gb", "h100-80gb"])
 @pytest.mark.parametrize("model,ctx", [("bloom-176b", 512), ("llama2-70b", 1500)])
 def test_decode_at_batch_64_is_about_twice_batch_1(gpu, model, ctx):

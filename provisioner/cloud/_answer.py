@@ -63,8 +63,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     bound = bounds(ctx)
     if goal == "throughput":
         if sustained <= 0:
-            raise ProvisionerError(f"no rate meets {target:.0%} attainment on this inventory: loosen "
-                                   f"--slo-scale or lower --target-attainment")
+            where = (f"; its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split"
+                     if ns_sustained > 0 else "")
+            raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory"
+                                   f"{where}, or loosen --slo-scale or lower --target-attainment")
         rps = sustained
     out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
            "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
