@@ -41,6 +41,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=("des", "fluid"), default="des", help="simulator of the bisections")
     engine = ap.parse_args().engine
+    machine = _machine()   # the load average before the runs, not after them
     perf = LatencyModel()
     base = load_inventory("thunderserve-32gpu", perf.catalog)
     rows, sustained, decode_size, budgets, binding = [], [], [], [], []
@@ -64,7 +65,7 @@ def main() -> None:
                 budgets.append(by_budget)
                 binding += binds
                 print(row, smaller, by_budget, *binds, sep="\n", flush=True)
-    head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{_machine()}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
+    head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{machine}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
             f"21 / 36 / 54 s for 16 / 24 / 32 GPUs; split over non-split (HexGen) 1.5x coding, 1.3x "
             f"conversation. Plan s is wall time, plan CPU s the search's own CPU time (one thread): on "
