@@ -113,7 +113,7 @@ def _equal_attainment(ctx, workload, engine) -> tuple:
     n_pre = sum(ph == "prefill" for _, ph in plan)
     row = (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {chunked:.2f} ({chunk}) | "
            f"{split / chunked:.2f}x | {n_pre} / {len(plan) - n_pre} | {len(ns_plan)} | {len(ch_plan)} | "
-           f"{_phase_by_type(ctx, plan)} | {plan_s:.1f} |")
+           f"{gpus_by_phase(ctx, plan)} | {plan_s:.1f} |")
     by_budget = f"| {workload} | " + " | ".join(f"{r[2]:.2f}" for r in rated) + " |"
     binds = [_binding_row(ctx, workload, name, p, rate, long, engine, c)
              for name, p, rate, c in (("split", plan, split, 0), ("non-split", ns_plan, mixed, 0),
@@ -149,7 +149,7 @@ def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:
             f"{n_dec} ({kv(cut)}) | {rate:.2f} |")
 
 
-def _phase_by_type(ctx, plan) -> str:
+def gpus_by_phase(ctx, plan) -> str:
     """GPUs per type as prefill / decode, e.g. `a40 8/0`."""
     count: dict = {}
     for stages, phase in plan:
