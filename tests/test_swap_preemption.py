@@ -212,6 +212,22 @@ def test_search_and_sweep_take_swap(tmp_path):
                          duration_s=30.0, preemption="swap")
 
 
+@pytest.mark.parametrize("spec_line, flags", [('swap_space_gb = 8\n', []), ("", ["--swap-space-gb", "8"])])
+def test_sweep_refuses_swap_space_without_swap(tmp_path, spec_line, flags):
+    """swap_space_gb sizes swap preemption only: a sweep spec (or `provision sweep
+    --swap-space-gb`) that sets it without preemption = "swap" is refused in one line, as
+    `provision --swap-space-gb` is, and nothing is written."""
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n' + spec_line)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(["sweep", str(spec), "--out", str(tmp_path / "out"), *flags])
+    lines = err.getvalue().strip().splitlines()
+    name = flags[0] if flags else "swap_space_gb"
+    assert code == 2 and len(lines) == 1 and f"{name} sets the host memory of swap preemption" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("scheduler", ["least-work", "splitwisesim"])
 def test_every_caller_refuses_swap_without_an_on_demand_scheduler_alike(scheduler):
     """One rule (`schedulers.check_preemption`): the library names its parameters, the CLI its flags."""

@@ -111,6 +111,11 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
             raise ProvisionerError(f"{path}: the spec asks for '{settings[key]}' and {key} '{value}' was given; "
                                    f"give it in one place", params=(key,))
         settings[key] = value
+    if "swap_space_gb" in settings and settings.get("preemption", "recompute") != "swap":
+        # the same rule as the CLI's --swap-space-gb: it sizes swap preemption's host memory only
+        name = "swap_space_gb" if swap_space_gb is None else "--swap-space-gb"
+        raise ProvisionerError(f"{path}: {name} sets the host memory of swap preemption: set preemption = "
+                               f"\"swap\" in the spec (or give --preemption swap), or drop {name}")
     prices = _price_lists(path, raw.get("price_lists", {DEFAULT_PRICE_LIST: {}}))
     questions = _questions(path, grid, settings, prices)
     return SweepSpec(path, tuple(questions))
