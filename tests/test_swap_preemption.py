@@ -248,6 +248,18 @@ def test_every_caller_refuses_swap_without_an_on_demand_scheduler_alike(schedule
     assert code == 2 and f"--scheduler {scheduler} does not preempt" in err and "--preemption swap" in err
 
 
+def test_the_library_names_preemption_as_a_parameter():
+    """The engines' own swap refusals name the Python parameter (the CLI says --preemption)."""
+    from provisioner.errors import ProvisionerError
+
+    split = DesignBatch.from_designs([make_design("splitwise-aa", prompt_machines=2, token_machines=2, scheduler="jsq")])
+    with pytest.raises(ProvisionerError) as family_error:
+        swap_inputs(split, PERF.llm("bloom-176b"), PERF.catalog)
+    exc = family_error.value
+    assert "preemption swap is modelled on the baseline families" in str(exc) and "--" not in str(exc)
+    assert exc.params == ("preemption",)
+
+
 def test_search_cli_refuses_swap_without_an_on_demand_scheduler():
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

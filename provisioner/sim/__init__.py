@@ -118,7 +118,8 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
     if scaling is not None:
         inputs = dataclasses.replace(inputs, scaling=scaling)
     if preemption not in PREEMPTION_MODES:
-        raise ProvisionerError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')")
+        raise ProvisionerError(f"preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')",
+                               params=("preemption",))
     if preemption == "swap":
         inputs = dataclasses.replace(inputs, swap=swap_inputs(batch, llm, perf.catalog, swap_space_gb))
     duration_s = getattr(trace, "duration_s", None)

@@ -211,12 +211,12 @@ def swap_inputs(designs: DesignBatch, llm, catalog, swap_space_gb: float = DEFAU
         d = designs.design(i)
         check_preemption("swap", d.scheduler)
         if d.split or d.colocated:
-            raise ProvisionerError(f"--preemption swap is modelled on the baseline families (one pool of vLLM "
-                                   f"instances), not {d.family}: use --preemption recompute")
+            raise ProvisionerError(f"preemption swap is modelled on the baseline families (one pool of vLLM "
+                                   f"instances), not {d.family}: use preemption recompute", params=("preemption",))
         machine = catalog.machine(d.prompt_machine)
         if machine.host_memory_gb is None or machine.host_link_gb_per_s_per_gpu is None:
-            raise ProvisionerError(f"--preemption swap needs the host memory and host link of a {machine.name}, which "
-                                   f"the catalog does not have: use --preemption recompute")
+            raise ProvisionerError(f"preemption swap needs the host memory and host link of a {machine.name}, which "
+                                   f"the catalog does not have: use preemption recompute", params=("preemption",))
         tp = int(d.prompt_tp)
         replicas = machine.gpus_per_machine // tp
         host_bytes = min(swap_space_gb * 2**30 * tp, machine.host_memory_gb * 1e9 / replicas)
