@@ -83,10 +83,13 @@ def main() -> None:
             "by the same criterion\n\n| workload | split rps | non-split rps | ratio | chunked non-split rps "
             "(budget) | ratio | split replicas P / D | non-split replicas | chunked non-split replicas | GPUs "
             "prefill / decode | plan s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
-    sizes = ("\n\nDecode replica size (32 GPUs): the chosen split plan against the same plan with every "
+    sizes = ("\n\nDecode replicas (32 GPUs): the chosen split plan against (a) the same plan with every "
              "decode group of several nodes cut into one replica per node (same GPUs, more and smaller decode "
-             f"replicas); decode replicas (KV tokens each) and the {engine.upper()}-sustained rate at 99% attainment\n\n"
-             "| workload | decode replicas | rps | cut into | rps |\n|---|---|---|---|---|\n")
+             "replicas; decode replicas and their KV tokens each) and (b) the best plan with more decode than "
+             "prefill replicas (ThunderServe's Table 3 shape for conversation; the five best such plans of the "
+             f"tabu search, re-scored as `provision cloud` does; prefill / decode replicas); the "
+             f"{engine.upper()}-sustained rate at 99% attainment\n\n"
+             "| workload | decode replicas | rps | instead | rps |\n|---|---|---|---|---|\n")
     per_budget = (f"\n\nChunked non-split plans (32 GPUs): the {engine.upper()}-sustained rate at 99% attainment "
                   "per chunk budget (tokens), each the best of the non-split search's five finalists\n\n| workload | "
                   + " | ".join(map(str, CHUNK_TOKEN_CHOICES)) + " |\n|---|" + "---|" * len(CHUNK_TOKEN_CHOICES) + "\n")
@@ -118,7 +121,24 @@ def _equal_attainment(ctx, workload, engine) -> tuple:
     binds = [_binding_row(ctx, workload, name, p, rate, long, engine, c)
              for name, p, rate, c in (("split", plan, split, 0), ("non-split", ns_plan, mixed, 0),
                                       (f"non-split, chunks of {chunk}", ch_plan, chunked, chunk))]
-    return row, _smaller_decode_row(ctx, plan, split, long, workload, engine), by_budget, binds
+    return row, _smaller_decode_row(ctx, plan, split, long, workload, engine) + "\n" + \
+        _more_decode_row(ctx, split, long, workload, engine), by_budget, binds
+
+
+def _more_decode_row(ctx, split, traces, workload, engine) -> str:
+    """The best plan with more decode than prefill replicas (ThunderServe's Table 3 shape for
+    conversation): the five best such plans the tabu search scored, re-scored as `provision
+    cloud` re-scores its finalists."""
+    seen: dict = {}
+    search_plan(ctx, seed=0, seen=seen)
+    count = lambda p: sum(ph == "decode" for _, ph in p) - sum(ph == "prefill" for _, ph in p)   # noqa: E731
+    ranked = sorted(((p, c) for p, c in seen.items() if count(p) > 0), key=lambda kv: (-kv[1], kv[0]))[:5]
+    if not ranked:
+        return f"| {workload} | more decode than prefill replicas | {split:.2f} | none of {len(seen)} plans scored | |"
+    plan, _, rate = best_by_des(ctx, traces, TARGET_ATTAINMENT, 0, engine=engine, ranked=ranked)
+    n_dec = sum(ph == "decode" for _, ph in plan)
+    return (f"| {workload} | more decode than prefill replicas | {split:.2f} | {len(plan) - n_dec} / {n_dec} | "
+            f"{rate:.2f} |")
 
 
 def _binding_row(ctx, workload, name, plan, sustained, traces, engine, chunk) -> str:
