@@ -22,8 +22,8 @@ from pathlib import Path
 
 from perfmodels import LatencyModel
 from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, best_of_budgets, chunked_non_split_by_budget,
-                               load_inventory, make_context, plan_routing, score, search_plan, simulate_plan,
-                               sustained_rps)
+                               finalist_plans, load_inventory, make_context, plan_routing, score, search_plan,
+                               simulate_plan, sustained_rps)
 from provisioner.designs import CHUNK_TOKEN_CHOICES
 from provisioner.cloud import canon
 from workloads import TraceGenerator
@@ -35,6 +35,7 @@ ATTAINMENT_TRACE_S = 600.0
 SIZES = {16: (1, 1, 0, 2), 24: (1, 1, 1, 1), 32: (2, 2, 1, 2), 64: (4, 4, 2, 4)}
 # which SLO binds: attainment per metric just past each plan's sustained rate
 PAST_SUSTAINED = 1.1
+SLOW_NETWORK_GBPS = 5.0   # ThunderServe's slowest measured inter-node Ethernet
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
     machine = _machine()   # the load average before the runs, not after them
     perf = LatencyModel()
     base = load_inventory("thunderserve-32gpu", perf.catalog)
-    rows, sustained, decode_size, budgets, binding = [], [], [], [], []
+    rows, sustained, decode_size, budgets, binding, slow = [], [], [], [], [], []
     for workload in ("coding", "conversation"):
         traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0)
         trace = traces.at(4.0)
@@ -64,7 +65,9 @@ def main() -> None:
                 decode_size.append(smaller)
                 budgets.append(by_budget)
                 binding += binds
-                print(row, smaller, by_budget, *binds, sep="\n", flush=True)
+                slow += _slow_network_rows(ctx, workload, TraceGenerator(workload, ATTAINMENT_TRACE_S, 0,
+                                                                         arrival="poisson", rps=4.0), engine)
+                print(row, smaller, by_budget, *binds, *slow[-2:], sep="\n", flush=True)
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{machine}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
             f"21 / 36 / 54 s for 16 / 24 / 32 GPUs; split over non-split (HexGen) 1.5x coding, 1.3x "
@@ -97,9 +100,14 @@ def main() -> None:
              f"{engine.upper()}'s share of requests within the p99 limit per metric on the 600-s trace (the metric "
              "under 99% is the one that stopped the bisection)\n\n| workload | plan | rps | TTFT | TBT | E2E |\n"
              "|---|---|---|---|---|---|\n")
+    network = (f"\n\nA slow network (32 GPUs, {SLOW_NETWORK_GBPS:g} Gbps between nodes): the split plan "
+               "`provision cloud --inter-node-gbps 5 [--kv-bits 4]` chooses, its predicted rate (routing LP), its "
+               f"{engine.upper()}-sustained rate at 99% attainment and the share of KV bytes that cross nodes; the "
+               "best non-split plan's sustained rate (it moves no KV)\n\n| workload | KV bits | split predicted "
+               "rps | split rps | KV across nodes | non-split rps |\n|---|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
         head + "\n".join(rows) + tail + "\n".join(sustained) + per_budget + "\n".join(budgets) + binds
-        + "\n".join(binding) + sizes + "\n".join(decode_size) + "\n")
+        + "\n".join(binding) + sizes + "\n".join(decode_size) + network + "\n".join(slow) + "\n")
 
 
 def _equal_attainment(ctx, workload, engine) -> tuple:
@@ -127,18 +135,37 @@ def _equal_attainment(ctx, workload, engine) -> tuple:
 
 def _more_decode_row(ctx, split, traces, workload, engine) -> str:
     """The best plan with more decode than prefill replicas (ThunderServe's Table 3 shape for
-    conversation): the five best such plans the tabu search scored, re-scored as `provision
-    cloud` re-scores its finalists."""
-    seen: dict = {}
-    search_plan(ctx, seed=0, seen=seen)
-    count = lambda p: sum(ph == "decode" for _, ph in p) - sum(ph == "prefill" for _, ph in p)   # noqa: E731
-    ranked = sorted(((p, c) for p, c in seen.items() if count(p) > 0), key=lambda kv: (-kv[1], kv[0]))[:5]
+    conversation): the tabu search's finalists among such plans, re-scored as `provision
+    cloud` re-scores its own."""
+    ranked = finalist_plans(ctx, 0, keep=_more_decode_than_prefill)
     if not ranked:
-        return f"| {workload} | more decode than prefill replicas | {split:.2f} | none of {len(seen)} plans scored | |"
+        return f"| {workload} | more decode than prefill replicas | {split:.2f} | none scored by the search | |"
     plan, _, rate = best_by_des(ctx, traces, TARGET_ATTAINMENT, 0, engine=engine, ranked=ranked)
     n_dec = sum(ph == "decode" for _, ph in plan)
     return (f"| {workload} | more decode than prefill replicas | {split:.2f} | {len(plan) - n_dec} / {n_dec} | "
             f"{rate:.2f} |")
+
+
+def _more_decode_than_prefill(plan) -> bool:
+    return sum(ph == "decode" for _, ph in plan) > sum(ph == "prefill" for _, ph in plan)
+
+
+def _slow_network_rows(ctx, workload, traces, engine) -> list[str]:
+    """At 5 Gbps between nodes, 16- and 4-bit KV on the wire: the split plan's predicted and
+    sustained rates and where its KV goes, and the non-split plan's sustained rate (it moves
+    no KV), each chosen as `provision cloud --inter-node-gbps 5 [--kv-bits 4]` chooses."""
+    rows = []
+    slow = ctx.inventory.with_bandwidth(SLOW_NETWORK_GBPS)
+    for bits in (16, 4):
+        c = make_context(slow, ctx.llm, ctx.perf, ctx.trace, kv_bits=bits)
+        plan, cap, split = best_by_des(c, traces, TARGET_ATTAINMENT, 0, engine=engine)
+        pre, dec, r = plan_routing(c, plan, split)
+        flow = r.prefill_share[:, None] * r.decode_share
+        cross = sum(flow[i, j] * sum(share for (a, b), share in c.physics.kv_traffic(pre[i], dec[j]).items() if a != b)
+                    for i in range(len(pre)) for j in range(len(dec)))
+        _, _, mixed = best_by_des(c, traces, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
+        rows.append(f"| {workload} | {bits} | {cap:.2f} | {split:.2f} | {cross:.1%} | {mixed:.2f} |")
+    return rows
 
 
 def _binding_row(ctx, workload, name, plan, sustained, traces, engine, chunk) -> str:

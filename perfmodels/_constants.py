@@ -36,7 +36,7 @@ class GpuConstants:
         ~2048 batched tokens; the profiles locate the drop in communication, since it
         grows with the tensor-parallel degree).
     allreduce_slowdown : how many times slower the bytes beyond the knee move. Not lent
-        over another kind of link: a PCIe card borrowing DGX constants moves them at 1x
+        to a PCIe card from a GPU on another link: it moves them at 1x
         (`LatencyModel._knee_slowdown`).
     prefill_layer_overhead_s, decode_layer_overhead_s : fixed time per transformer
         layer per forward pass (kernel launches, synchronisation).

@@ -79,21 +79,22 @@ class LatencyModel:
         )
 
     def _knee_slowdown(self, g, c) -> float:
-        """The all-reduce knee's slowdown, unless it was measured on another kind of link.
+        """The all-reduce knee's slowdown, unless a PCIe card borrows it from another link.
 
-        The knee was fitted on NVSwitch machines (DGX profiles). A GPU that borrows those
-        constants over a different intra-machine link (PCIe cards) keeps the link
-        efficiency but not the slowdown: nothing measured says large all-reduces slow down
-        on PCIe (NCCL's bus bandwidth there rises with message size to the link's), and a
-        5.6x slowdown of a 10x slower link would cap TP prefill at ~4 GB/s of all-reduce."""
+        The shipped knee was fitted on NVSwitch machines (DGX profiles). A PCIe card that
+        borrows constants from a GPU on another kind of link keeps the link efficiency but
+        not the slowdown: nothing measured says large all-reduces slow down on PCIe (NCCL's
+        bus bandwidth there rises with message size to the link's), and a 5.6x slowdown of
+        a 10x slower link would cap its TP prefill at ~4 GB/s of all-reduce. Other links
+        (Infinity Fabric) keep the lender's knee: nothing measured says either way."""
         lender = self.calibration.borrowed.get(g.name)
-        if lender is None or g.name in self.calibration.per_gpu:
+        if lender is None or g.name in self.calibration.per_gpu or g.intra_link != "pcie":
             return c.allreduce_slowdown
         try:
             lender_link = self.catalog.gpu(lender).intra_link
         except KeyError:   # a lender missing from a custom catalog: keep the fitted value
             return c.allreduce_slowdown
-        return c.allreduce_slowdown if lender_link == g.intra_link else 1.0
+        return c.allreduce_slowdown if lender_link == "pcie" else 1.0
 
     # -- phase latencies ------------------------------------------------------
     def prefill_time_s(self, model, gpu, tp, prompt_tokens, batch_size=1, power_cap=1.0):

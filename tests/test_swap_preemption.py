@@ -224,8 +224,34 @@ def test_sweep_refuses_swap_space_without_swap(tmp_path, spec_line, flags):
         code = run(["sweep", str(spec), "--out", str(tmp_path / "out"), *flags])
     lines = err.getvalue().strip().splitlines()
     name = flags[0] if flags else "swap_space_gb"
-    assert code == 2 and len(lines) == 1 and f"{name} sets the host memory of swap preemption" in lines[0], lines
+    fix = "give --preemption swap" if flags else 'set preemption = "swap" in the spec'
+    assert code == 2 and len(lines) == 1 and f"{name} sets the host memory of KV swapping: {fix}" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spec_lines, kwargs", [('preemption = "swap"\nswap_space_gb = 8\n', {}),
+                                                ("", {"preemption": "swap", "swap_space_gb": 8.0}),
+                                                ('preemption = "swap"\n', {"swap_space_gb": 8.0})])
+def test_sweep_takes_swap_space_with_swap(tmp_path, spec_lines, kwargs):
+    from provisioner.sweep import load_sweep_spec
+
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n' + spec_lines)
+    request = load_sweep_spec(spec, **kwargs).questions[0].request
+    assert request.preemption == "swap" and request.swap_space_gb == 8.0
+
+
+def test_sweep_library_names_the_parameter(tmp_path):
+    from provisioner.errors import ProvisionerError
+    from provisioner.sweep import load_sweep_spec
+
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n')
+    with pytest.raises(ProvisionerError) as error:
+        load_sweep_spec(spec, swap_space_gb=8.0)
+    assert "swap_space_gb sets the host memory of KV swapping: give preemption swap" in str(error.value)
+    assert "--" not in str(error.value)
+    assert error.value.params == ("swap_space_gb", "preemption")
 
 
 @pytest.mark.parametrize("scheduler", ["least-work", "splitwisesim"])

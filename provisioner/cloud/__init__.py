@@ -6,7 +6,7 @@ phase, and how requests are routed between them; what to rent; re-planning after
 """
 
 from ._answer import (COMPARISON_CHUNK_TOKENS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
-                      chunked_non_split_by_budget, plan_cloud, sustained_rps)
+                      chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
@@ -16,7 +16,7 @@ from ._search import canon, exhaustive, initial_plan, neighbours, score, tabu_se
 from ._simulate import server_plan, simulate_plan
 
 __all__ = ["COMPARISON_CHUNK_TOKENS", "load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
-           "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget",
+           "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "canon", "upper_bound_rps", "simulate_plan", "server_plan"]

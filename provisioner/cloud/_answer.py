@@ -13,7 +13,7 @@ from perfmodels import TP_DEGREES
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
-from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan
+from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan, uncompressed
 from ._search import canon, score
 from ._simulate import simulate_plan
 
@@ -63,10 +63,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     bound = bounds(ctx)
     if goal == "throughput":
         if sustained <= 0:
-            where = (f"; its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split"
-                     if ns_sustained > 0 else "")
-            raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory"
-                                   f"{where}, or loosen --slo-scale or lower --target-attainment")
+            fix = (f"its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split, or "
+                   if ns_sustained > 0 else "")
+            raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
+                                   f"{fix}loosen slo_scale or lower target", params=("slo_scale", "target"))
         rps = sustained
     out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
            "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
@@ -99,11 +99,21 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     return out
 
 
-def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS) -> list:
-    """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score."""
+def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS, keep=None) -> list:
+    """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score;
+    `keep(plan)`, when given, admits only the plans it accepts (e.g. a shape to compare with)."""
     seen: dict = {}
     search_plan(ctx, seed=seed, phases=phases, seen=seen)
-    return sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:finalists]
+    kept = seen.items() if keep is None else [(p, r) for p, r in seen.items() if keep(p)]
+    ranked = sorted(kept, key=lambda kv: (-kv[1], kv[0]))[:finalists]
+    if ctx.kv_bits < 16 and phases != ("both",):
+        # The uncompressed search's finalists stay feasible with compressed (shorter)
+        # transfers; tabu search is local, and alone the compressed one can miss them
+        # (conversation at 5 Gbps: 4-bit finalists 5.67 req/s, the 16-bit plan 6.51).
+        ours = {p for p, _ in ranked}
+        ranked += [(p, score(ctx.scorer, p)) for p, _ in finalist_plans(uncompressed(ctx), seed, phases, finalists, keep)
+                   if p not in ours]
+    return ranked
 
 
 def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des",

@@ -10,7 +10,7 @@ test as the p99 check.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,6 +105,11 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     if seen is not None:
         seen[plan] = rps
     return plan, rps
+
+
+def uncompressed(ctx: Context) -> Context:
+    """The same question with 16-bit KV on the wire (its own scorer: rates are cached per scorer)."""
+    return replace(ctx, kv_bits=16, scorer=Scorer(ctx.physics, ctx.scorer.w, 16))
 
 
 def plan_routing(ctx: Context, plan, rps: float | None = None):

@@ -113,9 +113,11 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
         settings[key] = value
     if "swap_space_gb" in settings and settings.get("preemption", "recompute") != "swap":
         # the same rule as the CLI's --swap-space-gb: it sizes swap preemption's host memory only
-        name = "swap_space_gb" if swap_space_gb is None else "--swap-space-gb"
-        raise ProvisionerError(f"{path}: {name} sets the host memory of swap preemption: set preemption = "
-                               f"\"swap\" in the spec (or give --preemption swap), or drop {name}")
+        if swap_space_gb is None:   # the spec's own key: name it, and nothing for the CLI to rename
+            raise ProvisionerError(f"{path}: swap_space_gb sets the host memory of KV swapping: set "
+                                   f"preemption = \"swap\" in the spec, or drop swap_space_gb")
+        raise ProvisionerError(f"{path}: swap_space_gb sets the host memory of KV swapping: give preemption "
+                               f"swap, or drop swap_space_gb", params=("swap_space_gb", "preemption"))
     prices = _price_lists(path, raw.get("price_lists", {DEFAULT_PRICE_LIST: {}}))
     questions = _questions(path, grid, settings, prices)
     return SweepSpec(path, tuple(questions))
