@@ -59,10 +59,6 @@ def cloud_command(
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
                                           "(least queued work), and the on-demand schedulers (KV on demand, "
                                           "freeness dispatch) are modelled for baseline families only")
-    from .._validation import validate_params
-    from ..designs import CHUNK_TOKENS_CONSTRAINT
-    # refused before the search, as `provision` refuses it
-    validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
     goal = goal or ("throughput" if rps is None else "rps")
     if goal not in GOALS:
         raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{goal}')")
