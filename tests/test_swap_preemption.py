@@ -212,13 +212,16 @@ def test_search_and_sweep_take_swap(tmp_path):
                          duration_s=30.0, preemption="swap")
 
 
+JSQ_SPEC = 'goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n'   # the sweep tests' spec
+
+
 @pytest.mark.parametrize("spec_line, flags", [('swap_space_gb = 8\n', []), ("", ["--swap-space-gb", "8"])])
 def test_sweep_refuses_swap_space_without_swap(tmp_path, spec_line, flags):
     """swap_space_gb sizes swap preemption only: a sweep spec (or `provision sweep
     --swap-space-gb`) that sets it without preemption = "swap" is refused in one line, as
     `provision --swap-space-gb` is, and nothing is written."""
     spec = tmp_path / "sweep.toml"
-    spec.write_text('goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n' + spec_line)
+    spec.write_text(JSQ_SPEC + spec_line)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = run(["sweep", str(spec), "--out", str(tmp_path / "out"), *flags])
@@ -236,7 +239,7 @@ def test_sweep_takes_swap_space_with_swap(tmp_path, spec_lines, kwargs):
     from provisioner.sweep import load_sweep_spec
 
     spec = tmp_path / "sweep.toml"
-    spec.write_text('goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n' + spec_lines)
+    spec.write_text(JSQ_SPEC + spec_lines)
     request = load_sweep_spec(spec, **kwargs).questions[0].request
     assert request.preemption == "swap" and request.swap_space_gb == 8.0
 
@@ -246,7 +249,7 @@ def test_sweep_library_names_the_parameter(tmp_path):
     from provisioner.sweep import load_sweep_spec
 
     spec = tmp_path / "sweep.toml"
-    spec.write_text('goals = ["cost"]\nrps = [12]\nfamilies = ["baseline-h100"]\nscheduler = "jsq"\n')
+    spec.write_text(JSQ_SPEC)
     with pytest.raises(ProvisionerError) as error:
         load_sweep_spec(spec, swap_space_gb=8.0)
     assert "swap_space_gb sets the host memory of KV swapping: give preemption swap" in str(error.value)
