@@ -23,7 +23,7 @@ from pathlib import Path
 from perfmodels import LatencyModel
 from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, best_of_budgets, chunked_non_split_by_budget,
                                finalist_plans, load_inventory, make_context, plan_routing, score, search_plan,
-                               simulate_plan, sustained_rps)
+                               simulate_plan, size_sample, sustained_rps)
 from provisioner.designs import CHUNK_TOKEN_CHOICES
 from provisioner.cloud import canon
 from workloads import TraceGenerator
@@ -48,7 +48,7 @@ def main() -> None:
     rows, sustained, decode_size, budgets, binding, slow = [], [], [], [], [], []
     for workload in ("coding", "conversation"):
         traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0)
-        trace = traces.at(4.0)
+        trace = size_sample(traces, 4.0)   # as provision cloud scores plans
         for gpus, counts in SIZES.items():
             ctx = make_context(base.with_counts(counts), perf.llm("llama-30b"), perf, trace)
             t0, c0 = time.perf_counter(), time.process_time()

@@ -21,7 +21,7 @@ from pathlib import Path
 from cloud import ATTAINMENT_TRACE_S, _machine, gpus_by_phase
 from hardware_catalog import load_catalog
 from perfmodels import LatencyModel
-from provisioner.cloud import TARGET_ATTAINMENT, best_by_des, load_inventory, make_context
+from provisioner.cloud import TARGET_ATTAINMENT, best_by_des, load_inventory, make_context, size_sample
 from workloads import TraceGenerator
 
 CATALOG = Path(__file__).resolve().parents[1] / "hardware_catalog" / "data"
@@ -47,7 +47,7 @@ def main() -> None:
             perf = LatencyModel(catalog=catalog)
             inv = load_inventory("thunderserve-32gpu", catalog)
             for workload in ("coding", "conversation"):
-                sizes = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0).at(4.0)
+                sizes = size_sample(TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0), 4.0)
                 ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes)
                 long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
                 plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)

@@ -13,8 +13,8 @@ from perfmodels import TP_DEGREES
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
-from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan, uncompressed
-from ._search import canon, score
+from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan, size_sample, uncompressed
+from ._search import canon, score, symmetry_key
 from ._simulate import simulate_plan
 
 TARGET_ATTAINMENT = 0.99
@@ -53,7 +53,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
                                   engine=rescore_engine)
         reference = price_list
-    sizes = traces.at(rps if rps is not None else 1.0)
+    sizes = size_sample(traces, rps)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
     plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine)
     plan_s = time.perf_counter() - t0
@@ -105,14 +105,20 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
     seen: dict = {}
     search_plan(ctx, seed=seed, phases=phases, seen=seen)
     kept = seen.items() if keep is None else [(p, r) for p, r in seen.items() if keep(p)]
-    ranked = sorted(kept, key=lambda kv: (-kv[1], kv[0]))[:finalists]
+    ranked, keys = [], set()
+    for p, r in sorted(kept, key=lambda kv: (-kv[1], kv[0])):   # one of each plan up to node relabelling
+        key = symmetry_key(ctx.physics, p)
+        if key not in keys:
+            keys.add(key)
+            ranked.append((p, r))
+            if len(ranked) == finalists:
+                break
     if ctx.kv_bits < 16 and phases != ("both",):
         # The uncompressed search's finalists stay feasible with compressed (shorter)
         # transfers; tabu search is local, and alone the compressed one can miss them
         # (conversation at 5 Gbps: 4-bit finalists 5.67 req/s, the 16-bit plan 6.51).
-        ours = {p for p, _ in ranked}
         ranked += [(p, score(ctx.scorer, p)) for p, _ in finalist_plans(uncompressed(ctx), seed, phases, finalists, keep)
-                   if p not in ours]
+                   if symmetry_key(ctx.physics, p) not in keys]
     return ranked
 
 
@@ -212,7 +218,7 @@ def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, s
     """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
     re-routing only: no model reload) and after a full re-plan, at the same rate."""
     inv2, k = ctx.inventory.without(node)
-    ctx2 = make_context(inv2, llm, perf, trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
+    ctx2 = make_context(inv2, llm, perf, ctx.trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
     survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
                        if all(n != k for n, _ in st)])
     before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)["slo_attainment"]
@@ -268,13 +274,13 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     if not any(limits):
         raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
                                f"`available` limits)")
-    trace = traces.at(rps)
-    rates = [_node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits) for k in range(len(limits))]
+    trace, sizes = traces.at(rps), size_sample(traces, rps)
+    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits) for k in range(len(limits))]
     verdicts: dict = {}
 
     def passes(counts):
         if counts not in verdicts:
-            ctx = make_context(price_list.with_counts(counts), llm, perf, trace, slo_scale, kv_bits,
+            ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits,
                                reference=price_list)
             plan, cap = search_plan(ctx, seed=seed, steps=30)
             sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)

@@ -47,6 +47,7 @@ class Physics:
         self.node_type = np.array([ti for _, ti in inventory.nodes], dtype=np.int64)
         self.gpus = [cat.gpu(t.gpu) for t in inventory.types]
         self.link_bytes_per_s = inventory.link_gbps() * 1e9 / 8.0
+        self.nodes_interchangeable = _interchangeable(self.node_type, self.link_bytes_per_s)
         self._cache: dict = {}
 
     def group(self, stages: tuple) -> GroupPhysics | None:
@@ -135,6 +136,21 @@ class Physics:
         gpus = [self.gpus[self.node_type[n]] for n, _ in stages]
         hbm = sum(g.hbm_bandwidth_gb_per_s * GB * tp for g, (_, tp) in zip(gpus, stages)) / len(stages)
         return self.llm.kv_bytes_per_token * (1.0 + kv_bits / 16.0) / hbm
+
+
+def _interchangeable(node_type, link) -> bool:
+    """Whether the nodes of one type are interchangeable: listed type by type, and every
+    link's bandwidth a function of its two ends' types (no full matrix telling them apart),
+    so relabelling nodes within a type maps every plan to one of equal physics."""
+    if np.any(np.diff(node_type) < 0):
+        return False
+    n = len(node_type)
+    seen: dict = {}
+    for a in range(n):
+        for b in range(n):
+            if a != b and seen.setdefault((node_type[a], node_type[b]), link[a, b]) != link[a, b]:
+                return False
+    return True
 
 
 def _tp_on(stages, node) -> int:

@@ -67,6 +67,15 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
                    ref_physics)
 
 
+def size_sample(traces, rps=None):
+    """The trace a plan is scored on: the asked rate's, stretched to at least SIZE_SAMPLE
+    requests. A generator's request sizes are one stream whatever the rate, so a low rate
+    (or `--goal throughput`'s start) would otherwise score every plan on the first hundred
+    requests' sizes, and the plan would hinge on them."""
+    floor = SIZE_SAMPLE / traces.duration_s if traces.duration_s else 1.0
+    return traces.at(max(float(rps or 0.0), floor))
+
+
 def reference_latencies(physics, prompt_tokens, output_tokens):
     """Per request (ttft, tbt, e2e) alone on the inventory's best single node, per metric."""
     best = None
@@ -154,5 +163,5 @@ def bounds(ctx: Context) -> dict:
     return {"split": upper_bound_rps(ctx.scorer), "non_split": upper_bound_rps(ctx.scorer, ("both",))}
 
 
-__all__ = ["Context", "make_context", "search_plan", "plan_routing", "replicas_json", "reference_latencies",
+__all__ = ["Context", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json", "reference_latencies",
            "bounds"]

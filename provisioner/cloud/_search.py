@@ -31,6 +31,27 @@ def score(scorer, plan) -> float:
     return scorer.route(pre, dec).throughput_rps
 
 
+def symmetry_key(physics, plan, rounds=3):
+    """A key equal for plans that differ only in which of several interchangeable nodes
+    (`Physics.nodes_interchangeable`) each group uses, e.g. a prefill on the first 4x3090 Ti
+    node and a decode on the second, or the other way round: the same plan to the scorer
+    and the engines. Colour refinement (Weisfeiler-Lehman) of the nodes-groups graph: a node
+    is labelled by its type and the (tp, group label) of the slices it hosts, a group by its
+    phase and its stages' (node label, tp) in stage order. Two plans the refinement cannot
+    tell apart are taken as one; without interchangeable nodes the key is the plan itself."""
+    if not physics.nodes_interchangeable:
+        return plan
+    groups = [st for st, _ in plan]
+    glab = [ph for _, ph in plan]
+    nodes = sorted({n for st in groups for n, _ in st})
+    nlab = {n: int(physics.node_type[n]) for n in nodes}
+    for _ in range(rounds):
+        nlab = {n: (nlab[n], tuple(sorted((tp, glab[g]) for g, st in enumerate(groups) for m, tp in st if m == n)))
+                for n in nodes}
+        glab = [(glab[g], tuple((nlab[n], tp) for n, tp in st)) for g, st in enumerate(groups)]
+    return tuple(sorted(glab))
+
+
 def initial_groups(physics) -> list[tuple]:
     """Each node cut into the smallest TP groups that hold the model; a node too small for
     one group joins (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
@@ -140,8 +161,13 @@ def _regroup(a, b, physics, max_slices=4):
 
 
 def _splits(st):
+    """A group re-cut in place: PP stages apart; TP t halved into two groups or into two PP
+    stages, and back (two equal PP stages on one node -> TP 2t: the same GPUs, no hand-off)."""
     if len(st) > 1:
         yield tuple((s,) for s in st)
+        (na, ta), (nb, tb) = st[0], st[-1]
+        if len(st) == 2 and na == nb and ta == tb and 2 * ta in TP_DEGREES:
+            yield (((na, 2 * ta),),)
     elif st[0][1] > 1:
         node, tp = st[0]
         yield (((node, tp // 2),), ((node, tp // 2),))
