@@ -18,7 +18,7 @@ import time
 import pandas as pd
 
 from perfmodels import LatencyModel
-from provisioner.cloud import TARGET_ATTAINMENT, load_inventory, make_context, plan_routing, search_plan, \
+from provisioner.cloud import TARGET_ATTAINMENT, load_inventory, make_context, plan_routing, search_plan, size_sample, \
     simulate_plan, sustained_rps
 from workloads import TraceGenerator
 
@@ -73,7 +73,7 @@ def cloud_cases(seed: int, duration_s: float = TRACE_S) -> pd.DataFrame:
     for label, inv, ref in inventories(perf):
         for workload in ("coding", "conversation"):
             traces = TraceGenerator(workload, duration_s, seed, arrival="poisson", rps=2.0)
-            ctx = make_context(inv, perf.llm(MODEL), perf, traces.at(2.0), reference=ref)
+            ctx = make_context(inv, perf.llm(MODEL), perf, size_sample(traces, 2.0), reference=ref)
             for kind, plan, cap in plans(ctx):
                 bind = sustained_rps(ctx, plan, traces, cap, TARGET_ATTAINMENT, split=kind == "split") or cap
                 for load in LOADS:
