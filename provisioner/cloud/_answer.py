@@ -23,7 +23,7 @@ FINALISTS = 5        # plans the simulation re-scores after the tabu search
 MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
 # The chunked non-split comparison's budget: one budget, not the families' four (each is a
 # bisection per finalist). On thunderserve-32gpu (benchmarks/results/cloud.md) 512 is the
-# best on coding and within 1% of the best (256) on conversation.
+# best on coding and within 1% of the best (2048) on conversation.
 COMPARISON_CHUNK_TOKENS = 512
 CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4 x capacity)
 
