@@ -215,7 +215,8 @@ def test_cli_without_a_node_replans_and_reports(tmp_path):
     assert rp["light"]["elapsed_s"] <= 2.0
     for case in ("light", "full"):
         assert all("a6000-4x-1" not in r["nodes"] for r in rp[case]["replicas"])
-    assert rp["full"]["throughput_rps"] >= rp["light"]["throughput_rps"] - 1e-9
+    # the light plan is among the full re-plan's candidates, rated on the same trace
+    assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
     html = out.read_text()
     assert "SLO attainment without a6000-4x-1" in html and "routed shares" in html
 
@@ -383,3 +384,20 @@ def test_plans_are_scored_on_the_same_sizes_whatever_the_rate(perf):
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     plans = [search_plan(make_context(inv, perf.llm("llama-30b"), perf, t), steps=20) for t in (low, high)]
     assert plans[0] == plans[1]
+
+
+def test_a_full_replan_does_no_worse_than_the_lightweight_one(perf):
+    """Where the SLOs bind (conversation at 6 req/s, 4xA6000 decode node lost), both
+    re-plans are chosen by the DES among their searches' finalists, and the light plan is
+    one of the full re-plan's candidates: the analytic best alone (the full re-plan's old
+    answer) kept 94.2% of requests within every limit against the light plan's 96.9%."""
+    from provisioner.cloud import plan_cloud
+
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=6.0)
+    rp = plan_cloud(inv, perf.llm("llama-30b"), perf, traces, rps=6.0, without="a6000-4x-0",
+                    prefill_chunk_tokens=0)["replan"]
+    assert rp["before"]["all"] >= 0.99
+    assert rp["none"]["slo_attainment"]["all"] < rp["light"]["slo_attainment"]["all"]
+    assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
+    assert rp["light"]["elapsed_s"] <= 2.0
