@@ -36,6 +36,7 @@ SIZES = {16: (1, 1, 0, 2), 24: (1, 1, 1, 1), 32: (2, 2, 1, 2), 64: (4, 4, 2, 4)}
 # which SLO binds: attainment per metric just past each plan's sustained rate
 PAST_SUSTAINED = 1.1
 SLOW_NETWORK_GBPS = 5.0   # ThunderServe's slowest measured inter-node Ethernet
+SPLIT_INSIDE = (("a40",), ("a6000",), ("a40", "a6000"))   # GPU types whose nodes hold two llama-30b replicas
 OTHER_SEEDS = (1, 2)      # the equal-attainment comparison again on other traces
 
 
@@ -46,7 +47,7 @@ def main() -> None:
     machine = _machine()   # the load average before the runs, not after them
     perf = LatencyModel()
     base = load_inventory("thunderserve-32gpu", perf.catalog)
-    rows, sustained, decode_size, budgets, binding, slow = [], [], [], [], [], []
+    rows, sustained, decode_size, budgets, binding, slow, split_some = [], [], [], [], [], [], []
     for workload in ("coding", "conversation"):
         traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0)
         trace = size_sample(traces, 4.0)   # as provision cloud scores plans
@@ -66,9 +67,11 @@ def main() -> None:
                 decode_size.append(smaller)
                 budgets.append(by_budget)
                 binding += binds
-                slow += _slow_network_rows(ctx, workload, TraceGenerator(workload, ATTAINMENT_TRACE_S, 0,
-                                                                         arrival="poisson", rps=4.0), engine)
-                print(row, smaller, by_budget, *binds, *slow[-2:], sep="\n", flush=True)
+                long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
+                slow += _slow_network_rows(ctx, workload, long, engine)
+                split_some += _split_some_nodes_rows(ctx, workload, long, engine)
+                print(row, smaller, by_budget, *binds, *slow[-2:], *split_some[-len(SPLIT_INSIDE):], sep="\n",
+                      flush=True)
     seeds = [_other_seed_row(base, perf, workload, seed, engine) for seed in OTHER_SEEDS
              for workload in ("coding", "conversation")]
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{machine}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
@@ -108,13 +111,38 @@ def main() -> None:
                f"{engine.upper()}-sustained rate at 99% attainment and the share of KV bytes that cross nodes; the "
                "best non-split plan's sustained rate (it moves no KV)\n\n| workload | KV bits | split predicted "
                "rps | split rps | KV across nodes | non-split rps |\n|---|---|---|---|---|---|\n")
+    some = (f"\n\nSplit inside some nodes (32 GPUs, {SLOW_NETWORK_GBPS:g} Gbps, 16-bit KV): the nodes that hold "
+            "two replicas (4x48 GB, 8x48 GB) split into prefill and decode replicas, the rest (4x24 GB: one "
+            "replica each) non-split, two independent clusters with each request sent to one in proportion to "
+            f"its sustained rate; the sum of the two {engine.upper()}-sustained rates at 99% attainment (each "
+            "part the best of its search's five finalists), against the whole inventory split and non-split "
+            "above\n\n| workload | split inside | split part rps | non-split rest rps | total rps |\n"
+            "|---|---|---|---|---|\n")
     other = (f"\n\nOther trace seeds (32 GPUs): the equal-attainment comparison with seed 1 and 2 for both "
              f"the sizes the search scores and the 600-s {engine.upper()} traces\n\n| seed | workload | split rps | "
              "non-split rps | ratio | split replicas P / D | GPUs prefill / decode |\n|---|---|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
         head + "\n".join(rows) + tail + "\n".join(sustained) + per_budget + "\n".join(budgets) + binds
-        + "\n".join(binding) + sizes + "\n".join(decode_size) + network + "\n".join(slow) + other
+        + "\n".join(binding) + sizes + "\n".join(decode_size) + network + "\n".join(slow) + some
+        + "\n".join(split_some) + other
         + "\n".join(seeds) + "\n")
+
+
+def _split_some_nodes_rows(ctx, workload, traces, engine) -> list[str]:
+    """ThunderServe's Table 5 answer at 5 Gbps, a per-node split, where only some nodes can
+    split: those split (KV inside them), the rest serve non-split. The SLO reference is the
+    whole inventory's, as for the plans it is compared with."""
+    slow = ctx.inventory.with_bandwidth(SLOW_NETWORK_GBPS)
+    rows = []
+    for gpus in SPLIT_INSIDE:
+        inside = [t.count if t.gpu in gpus else 0 for t in slow.types]
+        rest = [t.count - c for t, c in zip(slow.types, inside)]
+        part = make_context(slow.with_counts(inside), ctx.llm, ctx.perf, ctx.trace, reference=slow)
+        _, _, split = best_by_des(part, traces, TARGET_ATTAINMENT, 0, engine=engine)
+        others = make_context(slow.with_counts(rest), ctx.llm, ctx.perf, ctx.trace, reference=slow)
+        _, _, mixed = best_by_des(others, traces, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
+        rows.append(f"| {workload} | {' + '.join(gpus)} | {split:.2f} | {mixed:.2f} | {split + mixed:.2f} |")
+    return rows
 
 
 def _other_seed_row(base, perf, workload, seed, engine) -> str:
