@@ -222,7 +222,8 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
 
 def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine="des") -> dict:
     """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
-    re-routing only: no model reload) and after a full re-plan, at the same rate."""
+    re-routing only: no model reload) and after a full re-plan, at the same rate. Each
+    re-plan is the best, by the simulation at that rate, of its search's finalists."""
     inv2, k = ctx.inventory.without(node)
     ctx2 = make_context(inv2, llm, perf, ctx.trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
     survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
