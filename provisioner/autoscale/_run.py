@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._validation import Integral, Interval, Real, validate_params
 from ..designs import DesignBatch, family_spec, make_design
 from ..errors import ProvisionerError
 from ..results import latency_json
@@ -23,6 +24,7 @@ __all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
+MAX_DECISIONS = 1_000_000   # scaling decisions over the profile (one a minute for a day is 1,440)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,14 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
     swap_space_gb : with swap, host memory per GPU, GiB (vLLM's `--swap-space`, default 4).
     """
+    validate_params({"capacity_rps": capacity_rps, "static_machines": static_machines},
+                    {"capacity_rps": [None, Interval(Real, 0, None, closed="neither")],
+                     "static_machines": [None, Interval(Integral, 1, None)]})
+    decisions = float(trace.duration_s) / policy.interval_s
+    if decisions > MAX_DECISIONS:   # before any work: the schedule holds one entry per decision
+        raise ProvisionerError(f"interval_s {policy.interval_s:g} makes {decisions:.3g} scaling decisions over the "
+                               f"profile's {float(trace.duration_s):g} s, more than {MAX_DECISIONS:,}; raise interval_s "
+                               f"to at least {float(trace.duration_s) / MAX_DECISIONS:.3g} s", params=("interval_s",))
     spec = family_spec(family)
     if spec.split:
         raise ProvisionerError(f"autoscale scales one pool of machines: {family} has two (prompt and token) with "

@@ -109,6 +109,8 @@ def autoscale_command(
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
     if not 0 < slo_scale < math.inf:
         raise ProvisionerError(f"--slo-scale must be a finite number > 0 (got {slo_scale:g})")
+    if not 0 < sizing_duration < math.inf:   # before trace_generator, which would name --duration
+        raise ProvisionerError(f"--sizing-duration must be > 0 and finite, in seconds (got {sizing_duration:g})")
     if static_machines is not None and static_machines < 1:
         raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
     refuse_idle_flags(ctx, workload, arrival)
