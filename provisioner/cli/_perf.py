@@ -31,6 +31,7 @@ from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyM
 from reports import perf_figure, perf_plot_data
 
 from ..files import check_output_path, write_output
+from ._common import check_seed
 from ._common import console as make_console
 from ..errors import ProvisionerError
 
@@ -258,6 +259,7 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> 
     """`perfmodels.calibrate` with the CLI's argument checks (one-line errors)."""
     if not 0 < holdout < 1:
         raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g})")
+    check_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an empty split's mean; reported below
         report = calibrate(profile, holdout_fraction=holdout, seed=seed)
