@@ -90,6 +90,9 @@ def test_sweep_refuses_to_overwrite_without_force(swept):
     assert (out / "results.csv").read_bytes() == before
 
 
+SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify = false\n'   # seconds of work
+
+
 @pytest.mark.parametrize("body, needles", [
     ('rps = [5]\nfamilys = ["splitwise-hh"]\n', ["unknown key 'familys'", "families"]),
     ('rps = [-5]\n', ["key 'rps'", "> 0"]),
@@ -100,6 +103,11 @@ def test_sweep_refuses_to_overwrite_without_force(swept):
     ('rps = [5]\n[price_lists]\nspot = { dgx-h10 = 3.0 }\n', ["key 'price_lists.spot.dgx-h10'", "dgx-h100"]),
     ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 0 }\n', ["key 'price_lists.spot.dgx-h100'", "> 0"]),
     ('rps = [5\n', ["not valid TOML"]),
+    # keys no question reads: were accepted and changed nothing
+    ('goals = ["throughput"]\nrps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'rps'", "goals cost and power"]),
+    ('rps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'power_budget_kw'", "goal throughput"]),
+    ('rps = [5]\ncv = 3\n' + SMALL, ["key 'cv'", 'arrival = "gamma"']),
+    ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process
