@@ -96,8 +96,8 @@ def main_command(
     families = tuple(design) if design else None
     if families is None and scheduler != DEFAULT_SCHEDULER:   # the families it applies to
         families = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))
-    ptypes = _names(prompt_machine_types)
-    ttypes = _names(token_machine_types)
+    ptypes = _names(prompt_machine_types, "--prompt-machine-types")
+    ttypes = _names(token_machine_types, "--token-machine-types")
     for flag, flag_given in (("--mps-prefill-share", mps_prefill_share is not None),
                              ("--duplicate-weights", duplicate_weights)):
         if flag_given and families and not any(f.startswith("splitwiser") for f in families):
@@ -187,11 +187,22 @@ def _family_pools(request, perf) -> list[tuple[str, int]]:
     return [(cat.machine(m).gpu, cat.machine(m).gpus_per_machine) for m in dict.fromkeys(machines)]
 
 
-def _names(text: str | None) -> tuple[str, ...] | None:
-    if not text:
+def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
+    """Machine types of a comma-separated flag, each checked against the catalog (None: not given)."""
+    if text is None:
         return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    return names or None
+    if not names:   # "" or ",,": the custom family would fall back to other machines without a word
+        raise ProvisionerError(f"{flag} lists no machine type (got '{text}'); give catalog machines such as "
+                               f"dgx-h100,dgx-a100 (provision catalog machines)")
+    from hardware_catalog import CatalogError, load_catalog
+    catalog = load_catalog()
+    for name in names:
+        try:
+            catalog.machine(name)
+        except CatalogError as exc:
+            raise ProvisionerError(f"{flag}: {str(exc).splitlines()[0]}") from None
+    return names
 
 
 def _cap_range(text: str) -> tuple[float, float]:
