@@ -314,6 +314,19 @@ def test_report_never_overwrites_its_own_input(tmp_path):
     assert src.read_text() == before
 
 
+def test_a_study_database_is_never_an_output(tmp_path):
+    """Was: the search kept its work in the --study file, then the report replaced it (exit 0)."""
+    line = assert_one_line_error(*cli("--goal", "cost", "--rps", "2", "--duration", "3", "--design", "baseline-a100",
+                                      "--no-verify", "--max-machines", "4", "--study", "plan.html", "--report",
+                                      tmp_path / "plan.html", cwd=tmp_path), "--report", "--study database")
+    assert not (tmp_path / "plan.html").exists(), line
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\nfamilies = ["baseline-a100"]\nduration_s = 3\nverify = false\nmax_machines = 4\n')
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "out", "--study", tmp_path / "out" / "results.csv"),
+                          "--out", "--study database")
+    assert not (tmp_path / "out").exists()
+
+
 def test_perf_predict_refuses_fractional_tokens_and_keeps_extra_columns(tmp_path):
     points = tmp_path / "p.csv"
     points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,note\n"

@@ -15,6 +15,7 @@ from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
+from ._common import refuse_study_as_output
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
@@ -87,6 +88,7 @@ def main_command(
     if verify_seeds < 1:
         raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
     if report is not None:  # refuse before the search, not after it
+        refuse_study_as_output(study, (report,), "--report")
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=_input_files(workload, latency_profile))
     check_preemption(preemption, scheduler)

@@ -16,6 +16,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
+from ._common import refuse_study_as_output
 from ._common import given, preemption_option, scheduler_option, study_option, swap_space_option
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
@@ -53,6 +54,7 @@ def sweep_command(
     questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None,
                                 preemption if given(ctx, "preemption") else None,
                                 swap_space_gb if given(ctx, "swap_space_gb") else None).questions
+    refuse_study_as_output(study, [out / name for name in OUTPUTS], "--out")
     paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,),
                                parents=True) for name in OUTPUTS]
     with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:
