@@ -170,6 +170,29 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert len(lines) == 1 and message in lines[0], lines
 
 
+def test_cli_report_never_overwrites_without_force_nor_an_input(tmp_path):
+    """Was: --report replaced any existing file, the --workload trace included (exit 0)."""
+    from provisioner.cli import run
+
+    kept, trace = tmp_path / "day.html", tmp_path / "trace.csv"
+    kept.write_text("keep me")
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,100,10\n2,100,10\n")
+    base = ["autoscale", "--design", "baseline-a100", "--profile", "diurnal", "--rps", "2", "--duration", "3600",
+            "--sizing-duration", "30", "--static-machines", "2"]
+    import contextlib
+    import io
+    for extra, words in (([ "--report", str(kept)], "pass --force"),
+                         (["--workload", str(trace), "--report", str(trace), "--force"], "input")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert run([*base, *extra]) == 2
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], lines
+    assert kept.read_text() == "keep me" and trace.read_text().startswith("arrival_s,")
+    assert runner.invoke(get_app(), [*base, "--report", str(kept), "--force", "--json"]).exit_code == 0
+    assert kept.read_text().startswith("<")
+
+
 def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():
     from provisioner.autoscale import size_for_peak
     from provisioner.slo import SLO

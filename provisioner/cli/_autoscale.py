@@ -97,6 +97,7 @@ def autoscale_command(
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
     report: Path = typer.Option(None, "--report", metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     scheduler: str = scheduler_option(),
@@ -120,9 +121,10 @@ def autoscale_command(
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
+    inputs = tuple(p for p in (profile, workload, latency_profile) if p and Path(str(p)).is_file())
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
-        check_output_path(report, flag="--report", force=True, inputs=(profile,) if Path(profile).exists() else ())
+        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
     _refuse_other_policy_flags(ctx, scale_on)
     if interval_s is None:
         interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S
@@ -160,7 +162,7 @@ def autoscale_command(
         pool = (perf.catalog.machine(d.prompt_machine).gpu, d.prompt_tp)
         obj["latency_model"] = latency_model_json(perf, model, [pool], day.prompt_tokens)
     if report is not None:
-        _write_report(report, obj)
+        _write_report(report, obj, inputs)
     if json_out:
         echo_json(obj)
         if sys.stderr.isatty():
@@ -257,7 +259,7 @@ _METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
                   "queue": ("requests_per_machine", "requests queued or in service per machine")}
 
 
-def _write_report(path: Path, obj: dict) -> None:
+def _write_report(path: Path, obj: dict, inputs: tuple = ()) -> None:
     """Rate and machines over time, one self-contained HTML page (plotly, loaded lazily)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -272,5 +274,7 @@ def _write_report(path: Path, obj: dict) -> None:
                              name="static (peak)", line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
     fig.update_layout(title=f"Autoscaling {obj['family']}: saves {obj['saving_pct']:.1f}% of the cost")
-    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+    from ..files import write_output   # atomically; the path was checked before the run (--force)
+    write_output(path, fig.to_html(include_plotlyjs=True, full_html=True), flag="--report", force=True,
+                 inputs=inputs)
     typer.echo(f"wrote {path}", err=True)
