@@ -188,6 +188,18 @@ def test_a_mistyped_result_json_is_refused(tmp_path, mangle, needle):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_errors_name_the_flag_and_what_the_path_is(tmp_path):
+    from test_reports import fixture_result
+
+    (tmp_path / "r.json").write_text(json.dumps(fixture_result(("splitwise-hh",))))
+    # was "baseline 'nope' ...": no flag named
+    assert_one_line_error(*cli("report", tmp_path / "r.json", "--out", tmp_path / "a.html", "--baseline", "nope"),
+                          "--baseline 'nope' is not a family")
+    (tmp_path / "d.json").mkdir()   # was "result file 'd.json' does not exist"
+    line = assert_one_line_error(*cli("report", tmp_path / "d.json", "--out", tmp_path / "b.html"), "is a directory")
+    assert "does not exist" not in line and not list(tmp_path.glob("*.html"))
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_disk_is_one_line(tmp_path):
     points = tmp_path / "p.csv"
