@@ -153,6 +153,9 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     (["--profile", "diurnal", "--rps", "2", "--sizing-duration", "0"], "--sizing-duration must be > 0"),
     # was "out of memory while simulating ... --max-machines": one decision per interval
     (["--profile", "diurnal", "--rps", "2", "--interval-s", "1e-6"], "raise --interval-s to at least 0.0864 s"),
+    # ran for hours: the controller kept a Python list entry per machine (10**8 of them) and tick
+    (["--profile", "diurnal", "--rps", "2", "--static-machines", "100000000"], "lower --static-machines"),
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     from provisioner.cli import run

@@ -24,6 +24,7 @@ __all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
+MAX_MACHINES = 100_000       # machines the autoscaled cluster may need at the peak
 MAX_DECISIONS = 1_000_000   # scaling decisions over the profile (one a minute for a day is 1,440)
 
 
@@ -169,6 +170,13 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
+    at_peak = float(peak_trace.rate_rps) / (capacity * policy.target_load)
+    if at_peak > MAX_MACHINES:   # the controller keeps a list entry per machine and tick
+        given = "capacity_rps" if capacity_rps is not None else "static_machines"
+        raise ProvisionerError(f"{given} {capacity_rps if capacity_rps is not None else n_static:g} means "
+                               f"{capacity:.3g} req/s per machine: {at_peak:,.0f} machines at the peak, more than "
+                               f"{MAX_MACHINES:,}; {'raise' if given == 'capacity_rps' else 'lower'} {given}",
+                               params=(given,))
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
         first = min(policy.window_s, horizon_s)
