@@ -90,8 +90,10 @@ def cloud_command(
     inv = load_inventory(inventory, perf.catalog)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
-    if without is not None:
-        inv.without(without)   # an unknown node is refused before the search
+    if without is not None:   # an unknown node is refused before the search
+        # --goal cost: the price list's counts are what is rented now (often 0); any node it may rent is known
+        rentable = inv.with_counts([t.count if t.available is None else t.available for t in inv.types])
+        (rentable if goal == "cost" else inv).without(without)
     traces = trace_generator(workload, arrival, rps, duration, seed, cv)
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
