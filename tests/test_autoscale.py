@@ -156,6 +156,7 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     # ran for hours: the controller kept a Python list entry per machine (10**8 of them) and tick
     (["--profile", "diurnal", "--rps", "2", "--static-machines", "100000000"], "lower --static-machines"),
     (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
+    (["--profile", ""], "--profile is empty"),   # was ": cannot read the rate profile (No such file ...)"
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     from provisioner.cli import run

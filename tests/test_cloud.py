@@ -91,11 +91,25 @@ def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body
     (["--slo-scale", "0"], "--slo-scale must be a number > 0"),          # was "SLO.scaled: factor must be ..."
     (["--inter-node-gbps", "1e-9"], "--inter-node-gbps must be between"),  # was accepted (overflowing arithmetic)
     (["--without", "a40-8x-0", "--without", "a6000-4x-0"], "--without takes one node"),   # the first was dropped
+    (["--inventory", ""], "--inventory is empty"),   # was "cannot read '' (Is a directory)"
 ])
 def test_cloud_flag_errors_name_the_flag(capsys, args, words):
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
+
+
+def test_goal_cost_takes_without_a_node_it_may_rent(capsys):
+    """Was: --without was checked against the price list's counts (0: nothing rented yet), so
+    every node was refused ("its nodes are " and nothing)."""
+    assert run(["cloud", "--inventory", "cloud-prices", "--goal", "cost", "--rps", "1", "--duration", "30",
+                "--prefill-chunk-tokens", "0", "--without", "a5000-4x-0", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["replan"]["node"] == "a5000-4x-0"
+    assert run(["cloud", "--inventory", "cloud-prices", "--goal", "cost", "--rps", "1", "--without",
+                "a5000-4x-9"]) == 2   # beyond `available`: still refused before the search
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no node 'a5000-4x-9'" in err and "a5000-4x-3" in err, err
 
 
 def test_goal_cost_refuses_a_bandwidth_matrix(tmp_path, capsys):

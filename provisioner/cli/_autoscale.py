@@ -200,6 +200,8 @@ def _profile(profile: str, rps: float | None, duration: float | None):
         raise ProvisionerError(f"--rps must be > 0 and finite, the profile's peak in requests per second (got {rps:g})")
     if duration is not None and not 0 < duration < math.inf:
         raise ProvisionerError(f"--duration must be > 0 and finite, in seconds (got {duration:g})")
+    if not profile.strip():   # '' is the current directory to Path
+        raise ProvisionerError("--profile is empty: give a CSV with columns time_s,rps or 'diurnal'")
     if profile.strip().lower() == DIURNAL:
         if rps is None:
             raise ProvisionerError("--profile diurnal needs its peak rate: add --rps R (requests/s)")

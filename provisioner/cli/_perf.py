@@ -84,7 +84,8 @@ def _read_points(path: Path) -> _Points:
     """Parse and validate `--points`; every error names the line (header = line 1) and column."""
     where = f"--points {path}"
     if not path.is_file():
-        raise ProvisionerError(f"{where}: no such file; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise ProvisionerError(f"{where}: {what}; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
@@ -220,7 +221,8 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
         return None
     where = f"--profile {profile}"
     if not profile.is_file():
-        raise ProvisionerError(f"{where}: no such file; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
+        what = "is a directory" if profile.is_dir() else "no such file"
+        raise ProvisionerError(f"{where}: {what}; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
     try:
         df = pd.read_csv(profile)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:

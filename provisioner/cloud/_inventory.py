@@ -110,6 +110,8 @@ class Inventory:
 
 def load_inventory(spec: str | Path, catalog) -> Inventory:
     """An inventory from a TOML path or a shipped example's name (`thunderserve-32gpu`)."""
+    if not str(spec).strip():   # '' is the current directory to Path
+        raise ProvisionerError(f"--inventory is empty: give a TOML file or a shipped example: {', '.join(SHIPPED)}")
     path = Path(str(spec))
     if str(spec) in SHIPPED and not path.exists():
         res = resources.files("hardware_catalog") / "data" / "inventories" / f"{spec}.toml"
