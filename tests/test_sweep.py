@@ -121,6 +121,20 @@ def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     assert not (tmp_path / "out").exists()   # refused before any work or output
 
 
+def test_a_failed_sweep_leaves_no_empty_out_directory(tmp_path, capsys):
+    """Was: --out was created before the run, so a sweep that failed (here: no Dask scheduler
+    at that address) left an empty directory behind."""
+    from provisioner.cli import run
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\n' + SMALL)
+    assert run(["sweep", str(spec), "--out", str(tmp_path / "out" / "sub"), "--dask-scheduler", ""]) == 2
+    assert "--dask-scheduler" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    (tmp_path / "file").write_text("x")
+    assert run(["sweep", str(spec), "--out", str(tmp_path / "file" / "sub")]) == 2   # refused before the run
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file" in err, err
+
+
 def test_sweep_on_dask_local_cluster_gives_the_local_table(swept, tmp_path):
     """`--dask-local 2` runs the questions on a `distributed.LocalCluster` (joblib's dask
     backend): the same table, byte for byte in CSV, as the local backend."""
