@@ -29,7 +29,7 @@ def cloud_command(
     inter_node_gbps: float = typer.Option(None, "--inter-node-gbps", help="Override the inventory's "
                                                                           "inter-node bandwidth (Gbps)."),
     kv_bits: int = typer.Option(16, "--kv-bits", help="Bits per KV element on the wire: 16, 8 or 4."),
-    without: list[str] = typer.Option(None, "--without", help="Re-plan without this node (e.g. a6000-4x-1): "
+    without: list[str] = typer.Option(None, "--without", metavar="NODE", help="Re-plan without this node (e.g. a6000-4x-1): "
                                                               "none vs lightweight vs full re-plan."),
     slo_scale: float = typer.Option(2.0, "--slo-scale", help="Multiply Table VI's limits (cloud default 2; "
                                                              "slowdowns against the inventory's best node)."),
