@@ -185,7 +185,7 @@ def summary_bars(result: dict, baseline: str | None = None) -> tuple[pd.DataFram
     families = [str(b["design"]["family"]) for b in result["best"]]
     if baseline is not None and baseline not in families:
         raise ProvisionerError(f"baseline '{baseline}' is not a family of this result; "
-                               f"use one of {', '.join(families)}")
+                               f"use one of {', '.join(families)}", params=("baseline",))
     vals = {}
     for b in result["best"]:
         if not is_feasible(b):

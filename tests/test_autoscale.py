@@ -146,6 +146,17 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     (["--profile", "diurnal"], "--profile diurnal needs its peak rate"),
     (["--profile", "nope.csv"], "neither a file nor 'diurnal'"),
     (["--profile", "diurnal", "--rps", "2", "--scale-in-load", "0.9"], "--scale-in-load < --target-load"),
+    # were internal errors (exit 1): a division by the capacity before any check
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "0"], "--capacity-rps must be a number > 0"),
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "nan"], "--capacity-rps must be a number > 0"),
+    # named --duration, a flag the user did not give
+    (["--profile", "diurnal", "--rps", "2", "--sizing-duration", "0"], "--sizing-duration must be > 0"),
+    # was "out of memory while simulating ... --max-machines": one decision per interval
+    (["--profile", "diurnal", "--rps", "2", "--interval-s", "1e-6"], "raise --interval-s to at least 0.0864 s"),
+    # ran for hours: the controller kept a Python list entry per machine (10**8 of them) and tick
+    (["--profile", "diurnal", "--rps", "2", "--static-machines", "100000000"], "lower --static-machines"),
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
+    (["--profile", ""], "--profile is empty"),   # was ": cannot read the rate profile (No such file ...)"
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     from provisioner.cli import run
@@ -161,6 +172,29 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert code == 2
     lines = err.getvalue().strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_cli_report_never_overwrites_without_force_nor_an_input(tmp_path):
+    """Was: --report replaced any existing file, the --workload trace included (exit 0)."""
+    from provisioner.cli import run
+
+    kept, trace = tmp_path / "day.html", tmp_path / "trace.csv"
+    kept.write_text("keep me")
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,100,10\n2,100,10\n")
+    base = ["autoscale", "--design", "baseline-a100", "--profile", "diurnal", "--rps", "2", "--duration", "3600",
+            "--sizing-duration", "30", "--static-machines", "2"]
+    import contextlib
+    import io
+    for extra, words in (([ "--report", str(kept)], "pass --force"),
+                         (["--workload", str(trace), "--report", str(trace), "--force"], "input")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert run([*base, *extra]) == 2
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], lines
+    assert kept.read_text() == "keep me" and trace.read_text().startswith("arrival_s,")
+    assert runner.invoke(get_app(), [*base, "--report", str(kept), "--force", "--json"]).exit_code == 0
+    assert kept.read_text().startswith("<")
 
 
 def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():

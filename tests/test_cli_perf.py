@@ -169,6 +169,23 @@ def test_calibrate_bad_profile_is_a_one_line_error(tmp_path, points_csv):
     assert_user_error(r, "--profile", "missing columns", "token_time_ms")
 
 
+def test_a_directory_given_as_input_is_called_one(tmp_path):
+    (tmp_path / "in.csv").mkdir()   # was "no such file"
+    assert_user_error(provision("perf", "predict", "--points", "in.csv", "--out", "o.csv", cwd=tmp_path),
+                      "--points in.csv: is a directory")
+    assert_user_error(provision("perf", "calibrate", "--profile", "in.csv", "--out", "c.toml", cwd=tmp_path),
+                      "--profile in.csv: is a directory")
+
+
+@pytest.mark.parametrize("command", ["calibrate", "plot"])
+def test_a_negative_seed_is_a_one_line_error(tmp_path, command):
+    # was an internal error (numpy's "expected non-negative integer"), exit 1
+    r = provision("perf", command, "--seed", "-1", "--out", "out.html" if command == "plot" else "cal.toml",
+                  cwd=tmp_path)
+    assert_user_error(r, "--seed must be a whole number")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_refreshing_the_default_from_some_gpus_keeps_the_others(tmp_path, monkeypatch):
     # In-process on a copy of the package's file: the default --out is overwritten without
     # --force, but a profile of the H100 alone must not drop the A100's constants.

@@ -105,6 +105,15 @@ def test_subcommands_still_work():
     (["--goal", "cost", "--rps", "70", "--design", "baseline-a100", "--slo-scale", "0.5"],
      ["no machine can meet the SLO"]),
     (["--goal", "speed", "--rps", "70"], ["--goal must be one of"]),
+    # named no flag ("unknown machine 'x'"): which of the two lists?
+    (["--goal", "cost", "--rps", "2", "--design", "splitwise-custom", "--prompt-machine-types", "dgx-a100",
+      "--token-machine-types", "dgx-b100"], ["--token-machine-types: unknown machine 'dgx-b100'"]),
+    # an empty list was taken as not given (the prompt types, or the family's default machines)
+    *[(["--goal", "cost", "--rps", "2", "--duration", "3", "--no-verify", "--max-machines", "4", "--design",
+        "splitwise-custom", "--prompt-machine-types", ptypes, "--token-machine-types", ttypes],
+       [f"{flag} lists no machine type"])
+      for ptypes, ttypes, flag in (("dgx-a100", "", "--token-machine-types"),
+                                   (",,", "dgx-a100", "--prompt-machine-types"))],
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needles):
     assert_user_error(run(*args), *needles)

@@ -46,6 +46,7 @@ def test_shipped_inventory_matches_thunderserve(perf):
     ('[[nodes]]\ntype = "nope"\n', "nodes[1].type", 2),
     ('[network]\ninter_node_gbps = 0\n[[nodes]]\ntype = "a40-8x"\n', "network.inter_node_gbps", 2),
     ('[[nodes]]\ntype = "a40-8x"\navailable = 1\ncount = 2\n', "nodes[1].count", 4),
+    ('[[nodes]]\ntype = "a40-8x"\ntype = "a6000-4x"\n', "type", 3),   # a TOML syntax error: was "file: not valid TOML"
 ])
 def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body, field, line):
     path = tmp_path / "inv.toml"
@@ -54,6 +55,73 @@ def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body
     err = capsys.readouterr().err
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and f"{path}:{line}: {field}:" in lines[0], err
+
+
+@pytest.mark.parametrize("body, field, line, words", [
+    # a table header misspelt: was line 1
+    ('[[nodes]]\ntype = "a40-8x"\n[netwrok]\ninter_node_gbps = 5\n', "netwrok", 3, "unknown field"),
+    # was "must be a whole number >= 1 (got None)"
+    ('[[nodes]]\ngpu = "a40"\n', "nodes[1].gpus", 1, "missing"),
+    # were accepted: booleans as 1 Gbps, names that are not names
+    ('[network]\nbandwidth_gbps = [[true, true], [true, true]]\n[[nodes]]\ntype = "a40-8x"\ncount = 2\n',
+     "network.bandwidth_gbps", 2, "matrix of numbers"),
+    ('[[nodes]]\ntype = "a40-8x"\nname = 5\n', "nodes[1].name", 3, "non-empty string"),
+    ('[[nodes]]\ntype = "a40-8x"\nname = ""\n', "nodes[1].name", 3, "non-empty string"),
+    ('[name]\na = 1\n[[nodes]]\ntype = "a40-8x"\n', "name", 1, "non-empty string"),
+    # were accepted: answers planned on overflowing arithmetic (RuntimeWarnings on stderr)
+    ('[network]\ninter_node_latency_ms = 1e300\n[[nodes]]\ntype = "a40-8x"\n', "network.inter_node_latency_ms", 2,
+     "between 0 and 10000 ms"),
+    ('[network]\ninter_node_gbps = 1e-300\n[[nodes]]\ntype = "a40-8x"\n', "network.inter_node_gbps", 2,
+     "between 0.001 and 100000 Gbps"),
+    ('[[nodes]]\ntype = "a40-8x"\nintra_link_gb_per_s = 1e-300\n', "nodes[1].intra_link_gb_per_s", 3, "GB/s"),
+    # were accepted, then the search ran for hours (3000 nodes) or ran out of memory (10**6)
+    ('[[nodes]]\ntype = "a40-8x"\ncount = 3000\n', "nodes[1].count", 3, "at most 128"),
+    ('[[nodes]]\ngpu = "a40"\ngpus = 100000000\n', "nodes[1].gpus", 3, "at most 128"),
+    ('[[nodes]]\ntype = "a40-8x"\navailable = 1000\n', "nodes[1].available", 3, "at most 128"),
+])
+def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body, field, line, words):
+    from provisioner import ProvisionerError
+
+    path = tmp_path / "inv.toml"
+    path.write_text(body)
+    with pytest.raises(ProvisionerError) as err:
+        load_inventory(str(path), perf.catalog)
+    assert str(err.value).startswith(f"{path}:{line}: {field}:") and words in str(err.value), err.value
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--slo-scale", "0"], "--slo-scale must be a number > 0"),          # was "SLO.scaled: factor must be ..."
+    (["--inter-node-gbps", "1e-9"], "--inter-node-gbps must be between"),  # was accepted (overflowing arithmetic)
+    (["--without", "a40-8x-0", "--without", "a6000-4x-0"], "--without takes one node"),   # the first was dropped
+    (["--inventory", ""], "--inventory is empty"),   # was "cannot read '' (Is a directory)"
+])
+def test_cloud_flag_errors_name_the_flag(capsys, args, words):
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
+
+
+def test_goal_cost_takes_without_a_node_it_may_rent(capsys):
+    """Was: --without was checked against the price list's counts (0: nothing rented yet), so
+    every node was refused ("its nodes are " and nothing)."""
+    assert run(["cloud", "--inventory", "cloud-prices", "--goal", "cost", "--rps", "1", "--duration", "30",
+                "--prefill-chunk-tokens", "0", "--without", "a5000-4x-0", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["replan"]["node"] == "a5000-4x-0"
+    assert run(["cloud", "--inventory", "cloud-prices", "--goal", "cost", "--rps", "1", "--without",
+                "a5000-4x-9"]) == 2   # beyond `available`: still refused before the search
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no node 'a5000-4x-9'" in err and "a5000-4x-3" in err, err
+
+
+def test_goal_cost_refuses_a_bandwidth_matrix(tmp_path, capsys):
+    """--goal cost re-counts the nodes, which used to drop the matrix silently (40 Gbps instead)."""
+    path = tmp_path / "prices.toml"
+    path.write_text('[network]\nbandwidth_gbps = [[0, 5], [5, 0]]\n[[nodes]]\ntype = "a40-8x"\navailable = 2\n'
+                    'count = 2\n')
+    assert run(["cloud", "--inventory", str(path), "--goal", "cost", "--rps", "1", "--duration", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}:2: network.bandwidth_gbps:"), err
 
 
 def test_layer_split_never_exceeds_memory():

@@ -188,6 +188,18 @@ def test_a_mistyped_result_json_is_refused(tmp_path, mangle, needle):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_errors_name_the_flag_and_what_the_path_is(tmp_path):
+    from test_reports import fixture_result
+
+    (tmp_path / "r.json").write_text(json.dumps(fixture_result(("splitwise-hh",))))
+    # was "baseline 'nope' ...": no flag named
+    assert_one_line_error(*cli("report", tmp_path / "r.json", "--out", tmp_path / "a.html", "--baseline", "nope"),
+                          "--baseline 'nope' is not a family")
+    (tmp_path / "d.json").mkdir()   # was "result file 'd.json' does not exist"
+    line = assert_one_line_error(*cli("report", tmp_path / "d.json", "--out", tmp_path / "b.html"), "is a directory")
+    assert "does not exist" not in line and not list(tmp_path.glob("*.html"))
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_disk_is_one_line(tmp_path):
     points = tmp_path / "p.csv"
@@ -312,6 +324,19 @@ def test_report_never_overwrites_its_own_input(tmp_path):
     before = src.read_text()
     assert_one_line_error(*cli("report", src, "--out", src, "--force"), "input")
     assert src.read_text() == before
+
+
+def test_a_study_database_is_never_an_output(tmp_path):
+    """Was: the search kept its work in the --study file, then the report replaced it (exit 0)."""
+    line = assert_one_line_error(*cli("--goal", "cost", "--rps", "2", "--duration", "3", "--design", "baseline-a100",
+                                      "--no-verify", "--max-machines", "4", "--study", "plan.html", "--report",
+                                      tmp_path / "plan.html", cwd=tmp_path), "--report", "--study database")
+    assert not (tmp_path / "plan.html").exists(), line
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\nfamilies = ["baseline-a100"]\nduration_s = 3\nverify = false\nmax_machines = 4\n')
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "out", "--study", tmp_path / "out" / "results.csv"),
+                          "--out", "--study database")
+    assert not (tmp_path / "out").exists()
 
 
 def test_perf_predict_refuses_fractional_tokens_and_keeps_extra_columns(tmp_path):

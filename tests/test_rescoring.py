@@ -90,6 +90,16 @@ def test_from_result_refuses_conflicting_flags_and_unknown_families(tmp_path):
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_from_result_of_a_binary_file_is_one_line(tmp_path, capsys):
+    from provisioner.cli import run
+
+    path = tmp_path / "r.json"
+    path.write_bytes(bytes(range(128, 256)))   # not UTF-8: was an internal error (UnicodeDecodeError), exit 1
+    assert run(["simulate", "--from-result", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --from-result:") and "not a UTF-8 JSON" in err, err
+
+
 def _slow_h100() -> LatencyModel:
     """The shipped model with H100 GEMMs at 60% of their calibrated efficiency."""
     cal = load_calibration()

@@ -90,6 +90,9 @@ def test_sweep_refuses_to_overwrite_without_force(swept):
     assert (out / "results.csv").read_bytes() == before
 
 
+SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify = false\n'   # seconds of work
+
+
 @pytest.mark.parametrize("body, needles", [
     ('rps = [5]\nfamilys = ["splitwise-hh"]\n', ["unknown key 'familys'", "families"]),
     ('rps = [-5]\n', ["key 'rps'", "> 0"]),
@@ -100,6 +103,11 @@ def test_sweep_refuses_to_overwrite_without_force(swept):
     ('rps = [5]\n[price_lists]\nspot = { dgx-h10 = 3.0 }\n', ["key 'price_lists.spot.dgx-h10'", "dgx-h100"]),
     ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 0 }\n', ["key 'price_lists.spot.dgx-h100'", "> 0"]),
     ('rps = [5\n', ["not valid TOML"]),
+    # keys no question reads: were accepted and changed nothing
+    ('goals = ["throughput"]\nrps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'rps'", "goals cost and power"]),
+    ('rps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'power_budget_kw'", "goal throughput"]),
+    ('rps = [5]\ncv = 3\n' + SMALL, ["key 'cv'", 'arrival = "gamma"']),
+    ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process
@@ -111,6 +119,20 @@ def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     for needle in needles:
         assert needle in lines[0]
     assert not (tmp_path / "out").exists()   # refused before any work or output
+
+
+def test_a_failed_sweep_leaves_no_empty_out_directory(tmp_path, capsys):
+    """Was: --out was created before the run, so a sweep that failed (here: no Dask scheduler
+    at that address) left an empty directory behind."""
+    from provisioner.cli import run
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\n' + SMALL)
+    assert run(["sweep", str(spec), "--out", str(tmp_path / "out" / "sub"), "--dask-scheduler", ""]) == 2
+    assert "--dask-scheduler" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    (tmp_path / "file").write_text("x")
+    assert run(["sweep", str(spec), "--out", str(tmp_path / "file" / "sub")]) == 2   # refused before the run
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file" in err, err
 
 
 def test_sweep_on_dask_local_cluster_gives_the_local_table(swept, tmp_path):

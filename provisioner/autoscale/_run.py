@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._validation import Integral, Interval, Real, validate_params
 from ..designs import DesignBatch, family_spec, make_design
 from ..errors import ProvisionerError
 from ..results import latency_json
@@ -23,6 +24,8 @@ __all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
+MAX_MACHINES = 100_000       # machines the autoscaled cluster may need at the peak
+MAX_DECISIONS = 1_000_000   # scaling decisions over the profile (one a minute for a day is 1,440)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,14 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
     swap_space_gb : with swap, host memory per GPU, GiB (vLLM's `--swap-space`, default 4).
     """
+    validate_params({"capacity_rps": capacity_rps, "static_machines": static_machines},
+                    {"capacity_rps": [None, Interval(Real, 0, None, closed="neither")],
+                     "static_machines": [None, Interval(Integral, 1, None)]})
+    decisions = float(trace.duration_s) / policy.interval_s
+    if decisions > MAX_DECISIONS:   # before any work: the schedule holds one entry per decision
+        raise ProvisionerError(f"interval_s {policy.interval_s:g} makes {decisions:.3g} scaling decisions over the "
+                               f"profile's {float(trace.duration_s):g} s, more than {MAX_DECISIONS:,}; raise interval_s "
+                               f"to at least {float(trace.duration_s) / MAX_DECISIONS:.3g} s", params=("interval_s",))
     spec = family_spec(family)
     if spec.split:
         raise ProvisionerError(f"autoscale scales one pool of machines: {family} has two (prompt and token) with "
@@ -159,6 +170,13 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
+    at_peak = float(peak_trace.rate_rps) / (capacity * policy.target_load)
+    if at_peak > MAX_MACHINES:   # the controller keeps a list entry per machine and tick
+        given = "capacity_rps" if capacity_rps is not None else "static_machines"
+        raise ProvisionerError(f"{given} {capacity_rps if capacity_rps is not None else n_static:g} means "
+                               f"{capacity:.3g} req/s per machine: {at_peak:,.0f} machines at the peak, more than "
+                               f"{MAX_MACHINES:,}; {'raise' if given == 'capacity_rps' else 'lower'} {given}",
+                               params=(given,))
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
         first = min(policy.window_s, horizon_s)

@@ -97,6 +97,7 @@ def autoscale_command(
     json_out: bool = typer.Option(False, "--json", help="Print the CONTRACTS.md JSON object."),
     report: Path = typer.Option(None, "--report", metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     scheduler: str = scheduler_option(),
@@ -109,6 +110,8 @@ def autoscale_command(
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
     if not 0 < slo_scale < math.inf:
         raise ProvisionerError(f"--slo-scale must be a finite number > 0 (got {slo_scale:g})")
+    if not 0 < sizing_duration < math.inf:   # before trace_generator, which would name --duration
+        raise ProvisionerError(f"--sizing-duration must be > 0 and finite, in seconds (got {sizing_duration:g})")
     if static_machines is not None and static_machines < 1:
         raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
     refuse_idle_flags(ctx, workload, arrival)
@@ -118,9 +121,10 @@ def autoscale_command(
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
+    inputs = tuple(p for p in (profile, workload, latency_profile) if p and Path(str(p)).is_file())
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
-        check_output_path(report, flag="--report", force=True, inputs=(profile,) if Path(profile).exists() else ())
+        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
     _refuse_other_policy_flags(ctx, scale_on)
     if interval_s is None:
         interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S
@@ -158,7 +162,7 @@ def autoscale_command(
         pool = (perf.catalog.machine(d.prompt_machine).gpu, d.prompt_tp)
         obj["latency_model"] = latency_model_json(perf, model, [pool], day.prompt_tokens)
     if report is not None:
-        _write_report(report, obj)
+        _write_report(report, obj, inputs)
     if json_out:
         echo_json(obj)
         if sys.stderr.isatty():
@@ -196,6 +200,8 @@ def _profile(profile: str, rps: float | None, duration: float | None):
         raise ProvisionerError(f"--rps must be > 0 and finite, the profile's peak in requests per second (got {rps:g})")
     if duration is not None and not 0 < duration < math.inf:
         raise ProvisionerError(f"--duration must be > 0 and finite, in seconds (got {duration:g})")
+    if not profile.strip():   # '' is the current directory to Path
+        raise ProvisionerError("--profile is empty: give a CSV with columns time_s,rps or 'diurnal'")
     if profile.strip().lower() == DIURNAL:
         if rps is None:
             raise ProvisionerError("--profile diurnal needs its peak rate: add --rps R (requests/s)")
@@ -255,7 +261,7 @@ _METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
                   "queue": ("requests_per_machine", "requests queued or in service per machine")}
 
 
-def _write_report(path: Path, obj: dict) -> None:
+def _write_report(path: Path, obj: dict, inputs: tuple = ()) -> None:
     """Rate and machines over time, one self-contained HTML page (plotly, loaded lazily)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -270,5 +276,7 @@ def _write_report(path: Path, obj: dict) -> None:
                              name="static (peak)", line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
     fig.update_layout(title=f"Autoscaling {obj['family']}: saves {obj['saving_pct']:.1f}% of the cost")
-    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+    from ..files import write_output   # atomically; the path was checked before the run (--force)
+    write_output(path, fig.to_html(include_plotlyjs=True, full_html=True), flag="--report", force=True,
+                 inputs=inputs)
     typer.echo(f"wrote {path}", err=True)

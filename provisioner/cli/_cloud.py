@@ -29,8 +29,8 @@ def cloud_command(
     inter_node_gbps: float = typer.Option(None, "--inter-node-gbps", help="Override the inventory's "
                                                                           "inter-node bandwidth (Gbps)."),
     kv_bits: int = typer.Option(16, "--kv-bits", help="Bits per KV element on the wire: 16, 8 or 4."),
-    without: str = typer.Option(None, "--without", help="Re-plan without this node (e.g. a6000-4x-1): "
-                                                        "none vs lightweight vs full re-plan."),
+    without: list[str] = typer.Option(None, "--without", metavar="NODE", help="Re-plan without this node (e.g. a6000-4x-1): "
+                                                              "none vs lightweight vs full re-plan."),
     slo_scale: float = typer.Option(2.0, "--slo-scale", help="Multiply Table VI's limits (cloud default 2; "
                                                              "slowdowns against the inventory's best node)."),
     target_attainment: float = typer.Option(0.99, "--target-attainment",
@@ -59,6 +59,10 @@ def cloud_command(
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
                                           "(least queued work), and the on-demand schedulers (KV on demand, "
                                           "freeness dispatch) are modelled for baseline families only")
+    if without and len(without) > 1:   # typer would keep the last one and drop the others silently
+        raise ProvisionerError(f"--without takes one node (given {len(without)} times: {', '.join(without)}); "
+                               f"re-plan without one node at a time")
+    without = without[0] if without else None
     goal = goal or ("throughput" if rps is None else "rps")
     if goal not in GOALS:
         raise ProvisionerError(f"--goal must be one of {', '.join(GOALS)} (got '{goal}')")
@@ -66,8 +70,6 @@ def cloud_command(
         raise ProvisionerError(f"--goal {goal} needs --rps R (requests/s)")
     if goal == "throughput" and rps is not None:
         raise ProvisionerError("--goal throughput finds the rate itself: drop --rps")
-    if inter_node_gbps is not None and not 0 < inter_node_gbps < float("inf"):
-        raise ProvisionerError(f"--inter-node-gbps must be a number > 0 (got {inter_node_gbps:g})")
     for flag, name in (("--engine", engine), ("--rescore-engine", rescore_engine)):
         if name not in ENGINES:
             raise ProvisionerError(f"{flag} must be one of {', '.join(ENGINES)} (got '{name}')")
@@ -88,8 +90,10 @@ def cloud_command(
     inv = load_inventory(inventory, perf.catalog)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
-    if without is not None:
-        inv.without(without)   # an unknown node is refused before the search
+    if without is not None:   # an unknown node is refused before the search
+        # --goal cost: the price list's counts are what is rented now (often 0); any node it may rent is known
+        rentable = inv.with_counts([t.count if t.available is None else t.available for t in inv.types])
+        (rentable if goal == "cost" else inv).without(without)
     traces = trace_generator(workload, arrival, rps, duration, seed, cv)
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,

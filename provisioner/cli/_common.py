@@ -219,3 +219,14 @@ def study_option():
                              "if missing) or database URL (postgresql://user@host/db, shared by several "
                              "workers): the same command run again, after a kill too, re-uses them and gives "
                              "the same answer.")
+
+
+def refuse_study_as_output(study: str | None, outputs, flag: str) -> None:
+    """A --study SQLite file that is also an output path would be replaced by that output
+    (atomically, after the run), losing every simulation the study kept: refused first."""
+    if not study or "://" in str(study) or not str(study).strip():
+        return
+    db = Path(str(study)).expanduser().resolve()
+    for out in outputs:
+        if out is not None and Path(out).expanduser().resolve() == db:
+            raise ProvisionerError(f"{flag} '{out}' is also the --study database; give them different paths")

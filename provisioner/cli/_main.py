@@ -15,6 +15,7 @@ from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
+from ._common import refuse_study_as_output
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
@@ -87,6 +88,7 @@ def main_command(
     if verify_seeds < 1:
         raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
     if report is not None:  # refuse before the search, not after it
+        refuse_study_as_output(study, (report,), "--report")
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=_input_files(workload, latency_profile))
     check_preemption(preemption, scheduler)
@@ -96,8 +98,8 @@ def main_command(
     families = tuple(design) if design else None
     if families is None and scheduler != DEFAULT_SCHEDULER:   # the families it applies to
         families = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))
-    ptypes = _names(prompt_machine_types)
-    ttypes = _names(token_machine_types)
+    ptypes = _names(prompt_machine_types, "--prompt-machine-types")
+    ttypes = _names(token_machine_types, "--token-machine-types")
     for flag, flag_given in (("--mps-prefill-share", mps_prefill_share is not None),
                              ("--duplicate-weights", duplicate_weights)):
         if flag_given and families and not any(f.startswith("splitwiser") for f in families):
@@ -187,11 +189,22 @@ def _family_pools(request, perf) -> list[tuple[str, int]]:
     return [(cat.machine(m).gpu, cat.machine(m).gpus_per_machine) for m in dict.fromkeys(machines)]
 
 
-def _names(text: str | None) -> tuple[str, ...] | None:
-    if not text:
+def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
+    """Machine types of a comma-separated flag, each checked against the catalog (None: not given)."""
+    if text is None:
         return None
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    return names or None
+    if not names:   # "" or ",,": the custom family would fall back to other machines without a word
+        raise ProvisionerError(f"{flag} lists no machine type (got '{text}'); give catalog machines such as "
+                               f"dgx-h100,dgx-a100 (provision catalog machines)")
+    from hardware_catalog import CatalogError, load_catalog
+    catalog = load_catalog()
+    for name in names:
+        try:
+            catalog.machine(name)
+        except CatalogError as exc:
+            raise ProvisionerError(f"{flag}: {str(exc).splitlines()[0]}") from None
+    return names
 
 
 def _cap_range(text: str) -> tuple[float, float]:

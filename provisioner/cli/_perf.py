@@ -31,6 +31,7 @@ from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyM
 from reports import perf_figure, perf_plot_data
 
 from ..files import check_output_path, write_output
+from ._common import check_seed
 from ._common import console as make_console
 from ..errors import ProvisionerError
 
@@ -83,7 +84,8 @@ def _read_points(path: Path) -> _Points:
     """Parse and validate `--points`; every error names the line (header = line 1) and column."""
     where = f"--points {path}"
     if not path.is_file():
-        raise ProvisionerError(f"{where}: no such file; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise ProvisionerError(f"{where}: {what}; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
@@ -219,7 +221,8 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
         return None
     where = f"--profile {profile}"
     if not profile.is_file():
-        raise ProvisionerError(f"{where}: no such file; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
+        what = "is a directory" if profile.is_dir() else "no such file"
+        raise ProvisionerError(f"{where}: {what}; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
     try:
         df = pd.read_csv(profile)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -258,6 +261,7 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> 
     """`perfmodels.calibrate` with the CLI's argument checks (one-line errors)."""
     if not 0 < holdout < 1:
         raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g})")
+    check_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an empty split's mean; reported below
         report = calibrate(profile, holdout_fraction=holdout, seed=seed)

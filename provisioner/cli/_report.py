@@ -33,6 +33,9 @@ def report_command(
 def load_result(path: Path) -> dict:
     """Read a result JSON file; a missing file or bad JSON is a one-line error."""
     path = Path(path)
+    if path.is_dir():
+        raise ProvisionerError(f"result file '{path}' is a directory; give the file saved with "
+                               f"`provision ... --json > result.json`")
     if not path.is_file():
         raise ProvisionerError(f"result file '{path}' does not exist (save one with `provision ... --json > {path}`)")
     try:

@@ -179,6 +179,9 @@ def _read_result(path: Path) -> dict:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ProvisionerError(f"--from-result: cannot read '{path}' ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ProvisionerError(f"--from-result: '{path}' is not a UTF-8 JSON text file; give the output of "
+                               f"`provision --json`") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -16,6 +16,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
+from ._common import refuse_study_as_output
 from ._common import given, preemption_option, scheduler_option, study_option, swap_space_option
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
@@ -53,8 +54,13 @@ def sweep_command(
     questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None,
                                 preemption if given(ctx, "preemption") else None,
                                 swap_space_gb if given(ctx, "swap_space_gb") else None).questions
-    paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,),
-                               parents=True) for name in OUTPUTS]
+    refuse_study_as_output(study, [out / name for name in OUTPUTS], "--out")
+    if out.is_dir():
+        paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,))
+                 for name in OUTPUTS]
+    else:   # created when the answers are written: a failed or interrupted sweep leaves no empty directory
+        _check_creatable(out)
+        paths = [out / name for name in OUTPUTS]
     with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:
         backend, n_jobs, threads = cluster if cluster is not None else ("loky", jobs, None)
         table = run_sweep(questions, study=study, n_jobs=n_jobs, backend=backend, threads=threads,
@@ -69,10 +75,25 @@ def _write(table, paths: list[Path], force: bool, spec: Path) -> None:
     table.to_parquet(parquet, index=False)
     data = (parquet.getvalue(), table.to_csv(index=False), build_sweep_html(table, title=f"Sweep: {spec.name}"))
     for path, payload in zip(paths, data):
-        write_output(path, payload, flag="--out", force=force, force_hint="--force", inputs=(spec,))
+        write_output(path, payload, flag="--out", force=force, force_hint="--force", inputs=(spec,), parents=True)
     feasible = int(table["feasible"].sum())
     typer.echo(f"{table['question'].nunique()} questions, {len(table)} answers ({feasible} feasible): "
                + ", ".join(str(p) for p in paths))
+
+
+def _check_creatable(out: Path) -> None:
+    """Refuse, before any work, a --out directory that could not be created."""
+    import os
+
+    base = out.absolute()
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise ProvisionerError(f"--out '{out}': '{base}' is a file, so the directory cannot be created; give another "
+                               f"directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ProvisionerError(f"--out '{out}': cannot create it in '{base}' (not writable); choose a writable "
+                               f"directory")
 
 
 @contextmanager

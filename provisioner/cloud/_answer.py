@@ -48,6 +48,11 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
     t0 = time.perf_counter()
     reference = inventory
+    if goal == "cost" and inventory.bandwidth_gbps is not None:
+        # with_counts() drops a per-node matrix: the links of nodes not yet chosen are unknown
+        raise ProvisionerError(f"{inventory.bandwidth_at or inventory.name}: network.bandwidth_gbps: a matrix gives "
+                               f"the links between the nodes of a fixed inventory, and --goal cost chooses the "
+                               f"nodes; give network.inter_node_gbps (or --inter-node-gbps) instead")
     if goal == "cost":
         price_list = inventory
         inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,

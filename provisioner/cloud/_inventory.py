@@ -6,7 +6,8 @@ inline GPU node (`name`, `gpu = "a100-80gb"`, `gpus = 8`), with `count` (default
 list's limit for `--goal cost`; then `count` defaults to 0) and `intra_link_gb_per_s`
 (default: the GPU's intra-node link). `[network]` gives `inter_node_gbps` and
 `inter_node_latency_ms`, or a full `bandwidth_gbps` matrix over the expanded nodes.
-Every error names the file, the line and the field.
+At most `MAX_GPUS` GPUs; numbers within physical ranges (`GBPS_RANGE`, ...). Every error
+names the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from ..errors import ProvisionerError
 SHIPPED = ("thunderserve-32gpu", "cloud-prices")
 _NODE_KEYS = {"type", "name", "gpu", "gpus", "count", "price_usd_per_h", "available", "intra_link_gb_per_s"}
 _NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps"}
+# Physical ranges of the numbers (beyond them the model's arithmetic overflows, and no
+# cluster network is 1 Mbps or 100 Tbps per link, or takes 10 s per message).
+GBPS_RANGE = (1e-3, 1e5)              # inter-node links, Gbps
+LINK_GB_PER_S_RANGE = (1e-3, 1e5)     # intra-node links, GB/s per GPU
+LATENCY_MS_RANGE = (0.0, 1e4)
+# The tabu search's time grows ~5x per doubling of GPUs (2 cores: 64 GPUs ~15 s, 128 ~70 s,
+# 256 more than 12 minutes): an inventory is at most this many GPUs (counts, and `available`).
+MAX_GPUS = 128
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Inventory:
     inter_node_gbps: float
     inter_node_latency_s: float
     bandwidth_gbps: np.ndarray | None = None   # (nodes, nodes) when given in full
+    bandwidth_at: str | None = None            # "file:line" of the matrix, for errors
 
     @property
     def nodes(self) -> list[tuple[str, int]]:
@@ -76,6 +86,10 @@ class Inventory:
         return replace(self, types=types, bandwidth_gbps=None)
 
     def with_bandwidth(self, gbps: float) -> "Inventory":
+        lo, hi = GBPS_RANGE
+        if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not lo <= gbps <= hi:
+            raise ProvisionerError(f"inter_node_gbps must be between {lo:g} and {hi:g} Gbps (got {gbps!r})",
+                                   params=("inter_node_gbps",))
         return replace(self, inter_node_gbps=float(gbps), bandwidth_gbps=None)
 
     def without(self, node: str) -> tuple["Inventory", int]:
@@ -96,6 +110,8 @@ class Inventory:
 
 def load_inventory(spec: str | Path, catalog) -> Inventory:
     """An inventory from a TOML path or a shipped example's name (`thunderserve-32gpu`)."""
+    if not str(spec).strip():   # '' is the current directory to Path
+        raise ProvisionerError(f"--inventory is empty: give a TOML file or a shipped example: {', '.join(SHIPPED)}")
     path = Path(str(spec))
     if str(spec) in SHIPPED and not path.exists():
         res = resources.files("hardware_catalog") / "data" / "inventories" / f"{spec}.toml"
@@ -109,8 +125,23 @@ def load_inventory(spec: str | Path, catalog) -> Inventory:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ProvisionerError(f"{where}: not valid TOML ({exc})") from None
+        raise _syntax_error(where, text, exc) from None
     return _parse(raw, _Locator(where, text), catalog, default_name=path.stem)
+
+
+def _syntax_error(where: str, text: str, exc: Exception) -> ProvisionerError:
+    """`file:line: key: not valid TOML (...)`: the line tomllib names, and the key on it."""
+    at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+    if at is None:
+        return ProvisionerError(f"{where}: not valid TOML ({exc}); fix the syntax")
+    line = int(at.group(1))
+    lines = text.splitlines()
+    key = re.match(r"^\s*([A-Za-z0-9_-]+)\s*=", lines[line - 1]) if 0 < line <= len(lines) else None
+    field = f" {key.group(1)}:" if key else ""
+    why = str(exc)[:at.start()].strip()
+    if why == "Cannot overwrite a value" and key:
+        why = f"'{key.group(1)}' is given twice in one table; keep one"
+    return ProvisionerError(f"{where}:{line}:{field} not valid TOML ({why}); fix the syntax")
 
 
 class _Locator:
@@ -135,7 +166,7 @@ class _Locator:
                 start = i
         if node is not None and seen < node:
             start = 0
-        pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+        pattern = re.compile(rf"^\s*({re.escape(key)}\s*=|\[\[?\s*{re.escape(key)}\s*\]\]?\s*(#.*)?$)")
         for i in range(start, len(self.lines)):
             if pattern.match(self.lines[i]):
                 return i + 1
@@ -150,7 +181,18 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
     nodes = raw.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise loc.error("nodes", "no [[nodes]] entries: list at least one node type")
+    if "name" in raw and not _is_name(raw["name"]):
+        raise loc.error("name", f"must be a non-empty string (got {raw['name']!r})")
     types = tuple(_node(entry, k, loc, catalog) for k, entry in enumerate(nodes))
+    for what, per_type in (("count", lambda t: t.count), ("available", lambda t: t.available or 0)):
+        total = 0
+        for k, t in enumerate(types):
+            total += t.gpus * per_type(t)
+            if total > MAX_GPUS:
+                key = what if what in nodes[k] or what == "available" else "gpus"   # count: default 1
+                raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory reaches {total} GPUs here; provision "
+                                f"cloud plans at most {MAX_GPUS} (the search's time grows ~5x per doubling): "
+                                f"lower {key} or split the inventory", node=k)
     names = [t.name for t in types]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
@@ -162,14 +204,20 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
         raise loc.error("network", "must be a table [network]")
     for key in set(net) - _NET_KEYS:
         raise loc.error(f"network.{key}", f"unknown field; use {', '.join(sorted(_NET_KEYS))}", section="network")
-    gbps = _number(net.get("inter_node_gbps", 40.0), "network.inter_node_gbps", loc, None, "network")
+    gbps = _number(net.get("inter_node_gbps", 40.0), "network.inter_node_gbps", loc, None, "network",
+                   bounds=GBPS_RANGE, unit="Gbps")
     lat_ms = _number(net.get("inter_node_latency_ms", 0.5), "network.inter_node_latency_ms", loc, None, "network",
-                     allow_zero=True)
+                     allow_zero=True, bounds=LATENCY_MS_RANGE, unit="ms")
     inv = Inventory(name=str(raw.get("name", default_name)), types=types, inter_node_gbps=gbps,
                     inter_node_latency_s=lat_ms / 1e3)
     if "bandwidth_gbps" in net:
-        inv = replace(inv, bandwidth_gbps=_matrix(net["bandwidth_gbps"], len(inv.nodes), loc))
+        inv = replace(inv, bandwidth_gbps=_matrix(net["bandwidth_gbps"], len(inv.nodes), loc),
+                      bandwidth_at=f"{loc.where}:{loc._line('bandwidth_gbps', None, 'network')}")
     return inv
+
+
+def _is_name(value) -> bool:
+    return isinstance(value, str) and value.strip() != ""
 
 
 def _node(entry, k: int, loc: _Locator, catalog) -> NodeType:
@@ -183,17 +231,23 @@ def _node(entry, k: int, loc: _Locator, catalog) -> NodeType:
             machine = catalog.machine(str(entry["type"]))
         except Exception as exc:
             raise loc.error(f"{field}.type", str(exc).splitlines()[0], node=k) from None
-        name, gpu_name, gpus = str(entry.get("name", machine.name)), machine.gpu, machine.gpus_per_machine
+        name, gpu_name, gpus = entry.get("name", machine.name), machine.gpu, machine.gpus_per_machine
         price = machine.cost_usd_per_h
         if "gpu" in entry or "gpus" in entry:
             raise loc.error(f"{field}.gpu", "give either type (a catalog node) or gpu + gpus (inline)", node=k)
     elif "gpu" in entry:
-        gpu_name, name = str(entry["gpu"]), str(entry.get("name", f"{entry['gpu']}-node"))
-        gpus = _integer(entry.get("gpus"), f"{field}.gpus", loc, k, low=1)
+        gpu_name, name = str(entry["gpu"]), entry.get("name", f"{entry['gpu']}-node")
+        if "gpus" not in entry:
+            raise loc.error(f"{field}.gpus", "missing: an inline node gives gpu and gpus (GPUs per node, a whole "
+                            "number >= 1)", node=k)
+        gpus = _integer(entry["gpus"], f"{field}.gpus", loc, k, low=1)
         price = None
     else:
         raise loc.error(f"{field}.type", "missing: give type (a catalog node such as a40-8x) or gpu + gpus",
                         node=k)
+    if not _is_name(name):
+        raise loc.error(f"{field}.name", f"must be a non-empty string, the node's name in --without and the "
+                        f"answer (got {name!r})", node=k)
     try:
         gpu = catalog.gpu(gpu_name)
     except Exception as exc:
@@ -212,16 +266,19 @@ def _node(entry, k: int, loc: _Locator, catalog) -> NodeType:
         raise loc.error(f"{field}.count", f"{count} nodes but only {available} available: lower count",
                         node=k)
     link = _number(entry.get("intra_link_gb_per_s", gpu.intra_link_bandwidth_gb_per_s),
-                   f"{field}.intra_link_gb_per_s", loc, k)
+                   f"{field}.intra_link_gb_per_s", loc, k, bounds=LINK_GB_PER_S_RANGE, unit="GB/s")
     return NodeType(name=name, gpu=gpu.name, gpus=gpus, count=count, price_usd_per_h=float(price),
                     available=available, intra_link_gb_per_s=link)
 
 
-def _number(value, field, loc, node, section=None, allow_zero=False) -> float:
+def _number(value, field, loc, node, section=None, allow_zero=False, bounds=None, unit="") -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise loc.error(field, f"must be a finite number {bound} (got {value!r})", node=node, section=section)
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise loc.error(field, f"must be between {bounds[0]:g} and {bounds[1]:g} {unit} (got {value!r})",
+                        node=node, section=section)
     return float(value)
 
 
@@ -233,6 +290,11 @@ def _integer(value, field, loc, node, low: int) -> int:
 
 def _matrix(value, n: int, loc: _Locator) -> np.ndarray:
     field = "network.bandwidth_gbps"
+    rows = value if isinstance(value, list) else [value]
+    for row in rows:
+        for x in (row if isinstance(row, list) else [row]):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise loc.error(field, f"must be a {n}x{n} matrix of numbers (Gbps; got {x!r})", section="network")
     try:
         m = np.array(value, dtype=float)
     except (TypeError, ValueError):
@@ -241,6 +303,7 @@ def _matrix(value, n: int, loc: _Locator) -> np.ndarray:
         raise loc.error(field, f"must be {n}x{n} (one row per node, in file order; got shape {m.shape})",
                         section="network")
     off = m[~np.eye(n, dtype=bool)]
-    if np.any(~np.isfinite(off)) or np.any(off <= 0):
-        raise loc.error(field, "every off-diagonal bandwidth must be a finite number > 0", section="network")
+    if np.any(~np.isfinite(off)) or np.any(off < GBPS_RANGE[0]) or np.any(off > GBPS_RANGE[1]):
+        raise loc.error(field, f"every off-diagonal bandwidth must be between {GBPS_RANGE[0]:g} and "
+                        f"{GBPS_RANGE[1]:g} Gbps", section="network")
     return m

@@ -16,6 +16,7 @@ import numpy as np
 
 from perfmodels import TP_DEGREES
 
+from .._validation import Interval, Real, validate_params
 from ..errors import ProvisionerError
 from ..slo import SLO
 from ._bound import upper_bound_rps
@@ -47,7 +48,8 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
     """reference : the inventory whose best node defines the SLO (default: `inventory`;
     a price list's every node type when choosing what to rent)."""
     if kv_bits not in (16, 8, 4):
-        raise ProvisionerError(f"--kv-bits must be 16, 8 or 4 (got {kv_bits})")
+        raise ProvisionerError(f"kv_bits must be 16, 8 or 4 (got {kv_bits})", params=("kv_bits",))
+    validate_params({"slo_scale": slo_scale}, {"slo_scale": [Interval(Real, 0, None, closed="neither")]})
     if inventory.n_gpus == 0:
         raise ProvisionerError(f"inventory {inventory.name} has no nodes to plan (every count is 0): "
                                f"use --goal cost to choose what to rent")

@@ -135,6 +135,7 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Que
     scheduler = settings.get("scheduler", DEFAULT_SCHEDULER)
     default = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))   # the families it applies to
     families = tuple(grid.get("families", default))
+    _refuse_idle_keys(path, goals, grid, settings)
     _check_names(path, "families", families, family_spec)
     _check_names(path, "models", grid.get("models", []), load_catalog().model)
     out = []
@@ -156,6 +157,27 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Que
                                           families=families, **load, **settings))
             out.append(Question(len(out), request, pname, plist))
     return out
+
+
+def _refuse_idle_keys(path: Path, goals: list, grid: dict, settings: dict) -> None:
+    """A key that no question reads would change nothing: refused, as the CLI refuses such flags."""
+    for goal in goals:
+        if goal not in ("cost", "power", "throughput"):
+            raise ProvisionerError(f"{path}: key 'goals': unknown goal '{goal}'; use cost, power or throughput")
+    listed = ", ".join(map(str, goals))
+    if "rps" in grid and not any(g in ("cost", "power") for g in goals):
+        raise ProvisionerError(f"{path}: key 'rps' is read by goals cost and power only (goals: {listed}); add "
+                               f"one of them to 'goals', or drop 'rps'")
+    for key in ("power_budget_kw", "cost_budget_usd_per_h"):
+        if key in grid and "throughput" not in goals:
+            raise ProvisionerError(f"{path}: key '{key}' is a budget of goal throughput only (goals: {listed}); "
+                                   f"add throughput to 'goals', or drop '{key}'")
+    if "cv" in settings and settings.get("arrival") != "gamma":
+        raise ProvisionerError(f"{path}: key 'cv' sets the burstiness of gamma arrivals: set arrival = \"gamma\", "
+                               f"or drop 'cv'")
+    if "verify_duration_s" in settings and settings.get("verify") is False:
+        raise ProvisionerError(f"{path}: key 'verify_duration_s' sets the discrete-event re-check, which "
+                               f"verify = false turns off: drop one of them")
 
 
 def _check_names(path: Path, key: str, names, lookup) -> None:
