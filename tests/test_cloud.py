@@ -469,3 +469,28 @@ def test_a_full_replan_does_no_worse_than_the_lightweight_one(perf):
     assert rp["none"]["slo_attainment"]["all"] < rp["light"]["slo_attainment"]["all"]
     assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
     assert rp["light"]["elapsed_s"] <= 2.0
+
+
+def _trace_with_huge_prompts(path, every=10, huge=200_000):
+    rows = ["request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size"]
+    rows += [f"{i},2,0,{0.5 * i:.3f},1,{huge if i % every == 0 else 1000},100" for i in range(120)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
+    """A 200k-token prompt of llama-30b needs ~330 GB of KV: no replica of the inventory
+    holds it. The engines run it alone as if it fitted (so nothing deadlocks); the answer
+    counts it as missing every deadline, says so, and --goal throughput names the cause
+    instead of advising looser SLOs."""
+    trace = _trace_with_huge_prompts(tmp_path / "huge.csv")
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", str(trace),
+                                         "--rps", "1", "--prefill-chunk-tokens", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["unservable_requests"] == 12 and out["slo"]["met"] is False
+    assert out["slo_attainment"]["all"] <= 1 - 12 / 120
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--workload", str(trace), "--goal", "throughput",
+                "--prefill-chunk-tokens", "0"]) == 2
+    lines = [x for x in capsys.readouterr().err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "need more KV cache than any replica" in lines[0], lines

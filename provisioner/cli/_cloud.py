@@ -136,13 +136,17 @@ def _render(a: dict) -> None:
     con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} tbt {att['tbt']:.1%} "
               f"e2e {att['e2e']:.1%}; non-split ttft {ns['slo_attainment']['ttft']:.1%} "
               f"tbt {ns['slo_attainment']['tbt']:.1%} e2e {ns['slo_attainment']['e2e']:.1%}")
+    if a.get("unservable_requests"):
+        con.print(f"[bold]cannot serve {a['unservable_requests']} request(s): their KV cache is larger than any "
+                  f"replica of the plan holds (counted as misses above)[/bold]")
     if "non_split_chunked" in a:
         ch = a["non_split_chunked"]
-        ratio = a["split_over_non_split_chunked_sustained"] or 0
+        ratio = a["split_over_non_split_chunked_sustained"]
+        over = f" (split over it {ratio:.2f}x)" if ratio is not None else ""
         con.print(f"sustained at {a['target_attainment']:.0%} attainment: split {a['sustained_rps']:.2f} req/s; "
                   f"non-split {ns['sustained_rps']:.2f}; non-split with {ch['prefill_chunk_tokens']}-token chunked "
-                  f"prefill {ch['sustained_rps']:.2f} (split over it {ratio:.2f}x)")
-        if ratio < 1:   # the comparison point wins: say so, the plan above is not the one to deploy
+                  f"prefill {ch['sustained_rps']:.2f}{over}")
+        if ch["sustained_rps"] > a["sustained_rps"]:   # the comparison point wins: the plan above is not the one to deploy
             con.print(f"[bold]non-split with {ch['prefill_chunk_tokens']}-token chunked prefill sustains more than "
                       f"the split plan here: see non_split_chunked in --json[/bold]")
     if "replan" in a:

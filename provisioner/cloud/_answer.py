@@ -15,7 +15,7 @@ from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
 from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan, size_sample, uncompressed
 from ._search import canon, score, symmetry_key
-from ._simulate import simulate_plan
+from ._simulate import kv_misfits, simulate_plan
 
 TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
@@ -68,6 +68,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     bound = bounds(ctx)
     if goal == "throughput":
         if sustained <= 0:
+            _refuse_kv_misfits(ctx, plan, sizes, target)
             fix = (f"its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split, or "
                    if ns_sustained > 0 else "")
             raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
@@ -84,7 +85,8 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
            "rescore_engine": rescore_engine}
     trace = traces.at(rps)
     sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
-    out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"])
+    out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
+               unservable_requests=sim["unservable_requests"])
     ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
     out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
                         "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
@@ -102,6 +104,18 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine)
     out["elapsed_s"] = plan_s
     return out
+
+
+def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
+    """Where no rate meets the target because too many requests fit in no replica, say so
+    (rather than advise looser SLOs that cannot help)."""
+    misfits, largest, cap = kv_misfits(ctx, plan, trace)
+    if misfits > (1.0 - target) * len(trace):
+        raise ProvisionerError(
+            f"{misfits:,} of {len(trace):,} requests ({misfits / len(trace):.1%}) need more KV cache than any replica "
+            f"of the plan holds (the largest {largest:,} tokens, the largest replica {cap:,}), so no rate meets "
+            f"{target:.0%} attainment: truncate those requests, or plan on nodes with more GPU memory",
+            params=("target",))
 
 
 def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS, keep=None, start=None,

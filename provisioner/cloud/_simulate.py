@@ -53,7 +53,7 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
     sp, n_p, n_d = server_plan(ctx, plan, routing)
     if sp.prefill_share.sum() <= 0:
         return {"slo_attainment": {m: 0.0 for m in (*METRICS, "all")}, "slo": {"met": False},
-                "served_rps": 0.0, "requests": len(trace)}
+                "served_rps": 0.0, "requests": len(trace), "unservable_requests": 0}
     inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0)
     if engine == "fluid":
         from ..sim._fluid import run_fluid
@@ -79,18 +79,45 @@ def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) 
         output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64), servers=(sp,))
 
 
+def unservable(inputs) -> np.ndarray:
+    """(r,) the requests whose KV cache fits in no replica the plan routes to: a prompt's
+    `s` tokens in no prefill replica, or its `s + n` in no decode (or non-split) one. The
+    engines run such a request alone as if it fitted (SEMANTICS.md, so nothing deadlocks);
+    on the GPUs it would fail, so it counts as missing every deadline."""
+    sp = inputs.servers[0]
+    n_p, n_d = (int(x) for x in inputs.n_machines[0])
+    s = inputs.prompt_tokens.astype(float)
+    need = s + inputs.output_tokens
+    front = sp.kv_cap_tokens[:n_p][sp.prefill_share > 0]
+    if n_d == 0:
+        return need > front.max(initial=0.0)
+    back = sp.kv_cap_tokens[n_p:][(sp.prefill_share[:, None] * sp.decode_share).sum(axis=0) > 0]
+    return (s > front.max(initial=0.0)) | (need > back.max(initial=0.0))
+
+
+def kv_misfits(ctx, plan, trace) -> tuple[int, int, int]:
+    """(requests of `trace` that fit in no replica of `plan`, the largest request's KV
+    tokens, the plan's largest replica KV budget in tokens), without simulating."""
+    sp, n_p, n_d = server_plan(ctx, plan)
+    inputs = plan_inputs(ctx, sp, n_p, n_d, trace)
+    need = inputs.prompt_tokens + inputs.output_tokens
+    return int(unservable(inputs).sum()), int(need.max(initial=0)), int(sp.kv_cap_tokens.max(initial=0))
+
+
 def plan_scores(ctx, trace, inputs, out) -> dict:
-    """Attainment, the Table VI checks and the served rate of one engine run of a plan."""
+    """Attainment, the Table VI checks and the served rate of one engine run of a plan
+    (requests that fit in no replica count as misses: `unservable`)."""
     r = len(trace)
     lat = request_latencies(out, inputs.arrival_s, inputs.output_tokens)
     from ._plan import reference_latencies
     ref = reference_latencies(ctx.ref_physics, trace.prompt_tokens, trace.output_tokens)
     limits = ctx.slo.limits()
+    unserved = unservable(inputs)
     attain, checks, latency, ok_all = {}, {}, {}, np.ones(r, dtype=bool)
     for k, m in enumerate(METRICS):
         slow = lat[k][0] / ref[k]
         has = np.isfinite(ref[k])
-        within = slow[has] <= limits[k, -1]
+        within = (slow[has] <= limits[k, -1]) & ~unserved[has]
         attain[m] = float(within.mean()) if within.size else 1.0
         ok_all[has] &= within
         pct = row_percentiles(slow[has][None, :])[0]
@@ -98,7 +125,9 @@ def plan_scores(ctx, trace, inputs, out) -> dict:
         seconds = row_percentiles(lat[k][0][has][None, :])[0]   # the fidelity comparison's unit
         latency[m] = {f"p{p}": float(v) for p, v in zip(PERCENTILES, seconds)}
     attain["all"] = float(ok_all.mean())
-    met = all(checks[m][f"p{p}"] <= limits[k, j] for k, m in enumerate(METRICS) for j, p in enumerate(PERCENTILES))
+    met = not unserved.any() and all(checks[m][f"p{p}"] <= limits[k, j] for k, m in enumerate(METRICS)
+                                     for j, p in enumerate(PERCENTILES))
     span = float(np.nanmax(out.finish_s[0]) - inputs.arrival_s[0]) if r else 0.0
     return {"slo_attainment": attain, "slo": {"met": bool(met), "slowdown": checks}, "latency_s": latency,
-            "served_rps": r / span if span > 0 else 0.0, "requests": r}
+            "served_rps": r / span if span > 0 else 0.0, "requests": r, "unservable_requests": int(unserved.sum()),
+            "largest_request_kv_tokens": int((inputs.prompt_tokens + inputs.output_tokens).max(initial=0))}
