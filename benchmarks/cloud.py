@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 from perfmodels import LatencyModel
-from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, best_of_budgets, chunked_non_split_by_budget,
-                               finalist_plans, load_inventory, make_context, plan_routing, score, search_plan,
-                               simulate_plan, size_sample, sustained_rps)
+from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, best_of_budgets, canon, chunked_non_split_by_budget,
+                               finalist_plans, load_inventory, make_context, plan_cloud, plan_routing, score,
+                               search_plan, simulate_plan, size_sample, sustained_rps)
 from provisioner.designs import CHUNK_TOKEN_CHOICES
-from provisioner.cloud import canon
 from workloads import TraceGenerator
 
 # (a6000-4x, a5000-4x, a40-8x, rtx3090ti-4x) nodes per size
@@ -38,6 +37,8 @@ PAST_SUSTAINED = 1.1
 SLOW_NETWORK_GBPS = 5.0   # ThunderServe's slowest measured inter-node Ethernet
 SPLIT_INSIDE = (("a40",), ("a6000",), ("a40", "a6000"))   # GPU types whose nodes hold two llama-30b replicas
 OTHER_SEEDS = (1, 2)      # the equal-attainment comparison again on other traces
+# (workload, rps, --without): the answer's times, and a re-plan where the SLOs bind
+CLI_RUNS = (("coding", 4.0, None), ("conversation", 4.0, None), ("conversation", 6.0, "a6000-4x-0"))
 
 
 def main() -> None:
@@ -74,6 +75,7 @@ def main() -> None:
                       flush=True)
     seeds = [_other_seed_row(base, perf, workload, seed, engine) for seed in OTHER_SEEDS
              for workload in ("coding", "conversation")]
+    as_run = [_as_the_cli_runs_it(base, perf, workload, rps, without) for workload, rps, without in CLI_RUNS]
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{machine}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
             f"21 / 36 / 54 s for 16 / 24 / 32 GPUs; split over non-split (HexGen) 1.5x coding, 1.3x "
@@ -111,38 +113,67 @@ def main() -> None:
                f"{engine.upper()}-sustained rate at 99% attainment and the share of KV bytes that cross nodes; the "
                "best non-split plan's sustained rate (it moves no KV)\n\n| workload | KV bits | split predicted "
                "rps | split rps | KV across nodes | non-split rps |\n|---|---|---|---|---|---|\n")
-    some = (f"\n\nSplit inside some nodes (32 GPUs, {SLOW_NETWORK_GBPS:g} Gbps, 16-bit KV): the nodes that hold "
-            "two replicas (4x48 GB, 8x48 GB) split into prefill and decode replicas, the rest (4x24 GB: one "
-            "replica each) non-split, two independent clusters with each request sent to one in proportion to "
-            f"its sustained rate; the sum of the two {engine.upper()}-sustained rates at 99% attainment (each "
-            "part the best of its search's five finalists), against the whole inventory split and non-split "
-            "above\n\n| workload | split inside | split part rps | non-split rest rps | total rps |\n"
-            "|---|---|---|---|---|\n")
+    some = (f"\n\nSplit inside some nodes (32 GPUs, {SLOW_NETWORK_GBPS:g} Gbps, 16-bit KV): each node that holds "
+            "two replicas (4x48 GB, 8x48 GB) of the listed types is its own split cluster (prefill and decode "
+            "replicas inside it, so its KV never crosses the network), the rest (4x24 GB: one replica each) one "
+            "non-split cluster, each request sent to one cluster in proportion to its sustained rate; the sum of "
+            f"the {engine.upper()}-sustained rates at 99% attainment (each cluster the best of its search's five "
+            "finalists), against the whole inventory split and non-split above\n\n| workload | split inside "
+            "| split nodes rps | non-split rest rps | total rps |\n|---|---|---|---|---|\n")
     other = (f"\n\nOther trace seeds (32 GPUs): the equal-attainment comparison with seed 1 and 2 for both "
              f"the sizes the search scores and the 600-s {engine.upper()} traces\n\n| seed | workload | split rps | "
              "non-split rps | ratio | split replicas P / D | GPUs prefill / decode |\n|---|---|---|---|---|---|---|\n")
+    cli = ("\n\n`provision cloud` as a user runs it (32 GPUs, the CLI's defaults: 120-s Poisson trace, seed 0, "
+           "DES, the 512-token chunked comparison): plan s is the answer's `elapsed_s` (search and DES "
+           "re-scoring), total s the whole `plan_cloud` call (wall, without the interpreter's start); with "
+           "`--without`, the share of requests within every limit before, with no re-plan, after the lightweight "
+           "re-plan (phase flips and re-routing) and after the full one, and the re-plans' seconds\n\n"
+           "| workload | rps | without | plan s | total s | before | none | light | full | light s | full s |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
         head + "\n".join(rows) + tail + "\n".join(sustained) + per_budget + "\n".join(budgets) + binds
         + "\n".join(binding) + sizes + "\n".join(decode_size) + network + "\n".join(slow) + some
         + "\n".join(split_some) + other
-        + "\n".join(seeds) + "\n")
+        + "\n".join(seeds) + cli + "\n".join(as_run) + "\n")
 
 
 def _split_some_nodes_rows(ctx, workload, traces, engine) -> list[str]:
     """ThunderServe's Table 5 answer at 5 Gbps, a per-node split, where only some nodes can
-    split: those split (KV inside them), the rest serve non-split. The SLO reference is the
-    whole inventory's, as for the plans it is compared with."""
+    split: each such node is its own split cluster (its KV never leaves it), the rest one
+    non-split cluster. The SLO reference is the whole inventory's, as for the plans it is
+    compared with."""
     slow = ctx.inventory.with_bandwidth(SLOW_NETWORK_GBPS)
+    one_node = {}
+    for k, t in enumerate(slow.types):
+        if any(t.gpu in gpus for gpus in SPLIT_INSIDE):
+            part = make_context(slow.with_counts([int(i == k) for i in range(len(slow.types))]), ctx.llm, ctx.perf,
+                                ctx.trace, reference=slow)
+            one_node[t.gpu] = best_by_des(part, traces, TARGET_ATTAINMENT, 0, engine=engine)[2]
     rows = []
     for gpus in SPLIT_INSIDE:
-        inside = [t.count if t.gpu in gpus else 0 for t in slow.types]
-        rest = [t.count - c for t, c in zip(slow.types, inside)]
-        part = make_context(slow.with_counts(inside), ctx.llm, ctx.perf, ctx.trace, reference=slow)
-        _, _, split = best_by_des(part, traces, TARGET_ATTAINMENT, 0, engine=engine)
+        split = sum(t.count * one_node[t.gpu] for t in slow.types if t.gpu in gpus)
+        rest = [0 if t.gpu in gpus else t.count for t in slow.types]
         others = make_context(slow.with_counts(rest), ctx.llm, ctx.perf, ctx.trace, reference=slow)
         _, _, mixed = best_by_des(others, traces, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
         rows.append(f"| {workload} | {' + '.join(gpus)} | {split:.2f} | {mixed:.2f} | {split + mixed:.2f} |")
     return rows
+
+
+def _as_the_cli_runs_it(base, perf, workload, rps, without) -> str:
+    """One `provision cloud --rps R [--without NODE]` answer: its times and re-plan."""
+    traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=rps)
+    t0 = time.perf_counter()
+    a = plan_cloud(base, perf.llm("llama-30b"), perf, traces, rps=rps, without=without)
+    total_s = time.perf_counter() - t0
+    cells = ["", "", "", "", "", ""]
+    if without is not None:
+        rp = a["replan"]
+        cells = [f"{rp['before']['all']:.1%}"] + [f"{rp[k]['slo_attainment']['all']:.1%}" for k in ("none", "light",
+                                                                                                "full")]
+        cells += [f"{rp['light']['elapsed_s']:.2f}", f"{rp['full']['elapsed_s']:.2f}"]
+    row = f"| {workload} | {rps:g} | {without or ''} | {a['elapsed_s']:.2f} | {total_s:.2f} | " + " | ".join(cells) + " |"
+    print(row, flush=True)
+    return row
 
 
 def _other_seed_row(base, perf, workload, seed, engine) -> str:
@@ -153,7 +184,8 @@ def _other_seed_row(base, perf, workload, seed, engine) -> str:
     plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, engine=engine)
     _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, phases=("both",), engine=engine)
     n_pre = sum(ph == "prefill" for _, ph in plan)
-    row = (f"| {seed} | {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {n_pre} / {len(plan) - n_pre} "
+    ratio = f"{split / mixed:.2f}x" if mixed > 0 else "n/a"
+    row = (f"| {seed} | {workload} | {split:.2f} | {mixed:.2f} | {ratio} | {n_pre} / {len(plan) - n_pre} "
            f"| {gpus_by_phase(ctx, plan)} |")
     print(row, flush=True)
     return row

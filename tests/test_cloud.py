@@ -279,10 +279,14 @@ def test_cli_without_a_node_replans_and_reports(tmp_path):
                                          "--rps", "2", "--duration", "30", "--without", "a6000-4x-1", "--json",
                                          "--report", str(out)])
     assert res.exit_code == 0, res.output
-    rp = json.loads(res.output)["replan"]
+    answer = json.loads(res.output)
+    rp = answer["replan"]
     assert rp["light"]["elapsed_s"] <= 2.0
     for case in ("light", "full"):
         assert all("a6000-4x-1" not in r["nodes"] for r in rp[case]["replicas"])
+    # the lightweight re-plan reloads no model: the surviving groups, phases aside
+    shape = lambda reps: sorted((tuple(r["nodes"]), r["tp"], r["pp"]) for r in reps)  # noqa: E731
+    assert shape(rp["light"]["replicas"]) == shape(r for r in answer["replicas"] if "a6000-4x-1" not in r["nodes"])
     # the light plan is among the full re-plan's candidates, rated on the same trace
     assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
     html = out.read_text()
@@ -423,8 +427,27 @@ def test_finalists_are_distinct_up_to_interchangeable_nodes(perf, tmp_path):
     assert symmetry_key(ctx.physics, plan) != symmetry_key(ctx.physics, both_decode)
     pp = canon(others[:-1] + [(((ti[0], 4), (ti[1], 4)), "decode"), (others[-1][0], "decode")])
     assert symmetry_key(ctx.physics, pp) != symmetry_key(ctx.physics, plan)
-    keys = [symmetry_key(ctx.physics, p) for p, _ in finalist_plans(ctx, 0)]
-    assert len(keys) == 5 and len(set(keys)) == 5
+    assert len(finalist_plans(ctx, 0)) == 5
+    # sound: plans of one key score the same, over every plan the search scored
+    from provisioner.cloud import search_plan as search
+    seen: dict = {}
+    search(ctx, seed=0, steps=30, seen=seen)
+    by_key: dict = {}
+    for p, rate in seen.items():
+        by_key.setdefault(symmetry_key(ctx.physics, p), []).append(rate)
+    assert any(len(r) > 1 for r in by_key.values())
+    assert all(max(r) - min(r) <= 1e-9 * max(1.0, max(r)) for r in by_key.values())
+    # two PP prefill/decode pairs over A6000 + A5000 nodes: each pair inside the same two
+    # nodes, or every pair across them; the same degree at every node (colour refinement
+    # alone cannot tell them apart), different plans (the KV crosses different links)
+    a6, a5 = ([n for n, (_, t) in enumerate(inv.nodes) if inv.types[t].gpu == g] for g in ("a6000", "a5000"))
+    rest = [(((n, 4),), "prefill") for n in range(len(inv.nodes)) if inv.types[inv.nodes[n][1]].gpu == "a40"]
+    rest += [(((ti[0], 4), (ti[1], 4)), "decode")]
+    pair = lambda p, d: [(((a6[0], 2), (a5[p], 2)), "prefill"), (((a6[0], 2), (a5[d], 2)), "decode")]  # noqa: E731
+    second = lambda p, d: [(((a6[1], 2), (a5[p], 2)), "prefill"), (((a6[1], 2), (a5[d], 2)), "decode")]  # noqa: E731
+    together = canon(rest + pair(0, 0) + second(1, 1))
+    across = canon(rest + pair(0, 1) + second(1, 0))
+    assert symmetry_key(ctx.physics, together) != symmetry_key(ctx.physics, across)
 
     n = len(inv.nodes)
     bw = np.full((n, n), 40.0)
@@ -438,7 +461,7 @@ def test_finalists_are_distinct_up_to_interchangeable_nodes(perf, tmp_path):
     assert symmetry_key(lopsided.physics, plan) != symmetry_key(lopsided.physics, mirror)
 
 
-def test_plans_are_scored_on_the_same_sizes_whatever_the_rate(perf):
+def test_plans_are_scored_on_the_same_sizes_whatever_the_rate(perf, tmp_path):
     """The analytic score averages over at least 2000 requests' sizes, the same ones at any
     asked rate below that (one size stream per seed): the plan does not hinge on the first
     120 requests at 1 req/s, as --goal throughput once scored it."""
@@ -449,6 +472,13 @@ def test_plans_are_scored_on_the_same_sizes_whatever_the_rate(perf):
     assert len(low) >= 2000
     assert np.array_equal(low.prompt_tokens, high.prompt_tokens)
     assert np.array_equal(low.prompt_tokens[:480], traces.at(4.0).prompt_tokens)
+    # a replayed file is taken once, whole (stretched, its first rows would count twice)
+    rows = ["request_id,request_type,application_id,arrival_timestamp,batch_size,prompt_size,token_size"]
+    rows += [f"{i},2,0,{0.5 * i:.3f},1,{100 if i < 500 else 4000},50" for i in range(1500)]
+    path = tmp_path / "short.csv"
+    path.write_text("\n".join(rows) + "\n")
+    replayed = size_sample(TraceGenerator(str(path), 120.0, 0), 1.0)
+    assert len(replayed) == 1500 and replayed.prompt_tokens.mean() == pytest.approx((500 * 100 + 1000 * 4000) / 1500)
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     plans = [search_plan(make_context(inv, perf.llm("llama-30b"), perf, t), steps=20) for t in (low, high)]
     assert plans[0] == plans[1]
@@ -494,3 +524,29 @@ def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
                 "--prefill-chunk-tokens", "0"]) == 2
     lines = [x for x in capsys.readouterr().err.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and "need more KV cache than any replica" in lines[0], lines
+
+
+def test_a_tight_slo_is_not_blamed_on_kv(capsys):
+    """With SLOs no plan can meet (--slo-scale 0.2) every request still fits a replica:
+    --goal throughput says no split plan meets the target, not that requests are too big
+    (the plan routes nothing, which must not read as every request fitting nowhere)."""
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--goal", "throughput", "--slo-scale", "0.2",
+                "--duration", "30", "--prefill-chunk-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "no split plan meets" in err and "KV cache" not in err, err
+
+
+def test_goal_cost_without_a_node_the_rental_lacks_says_so(tmp_path):
+    """--goal cost --without NODE: the price list may rent NODE, the rental may not; then
+    there is nothing to re-plan and the answer says so (it used to fail after the search)."""
+    from provisioner.cloud import plan_cloud
+
+    perf = LatencyModel()
+    prices = load_inventory("cloud-prices", perf.catalog)
+    traces = TraceGenerator("coding", 30.0, 0, arrival="poisson", rps=1.0)
+    rentable = [n for n, _ in prices.with_counts([t.available or t.count for t in prices.types]).nodes]
+    out = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=1.0, prefill_chunk_tokens=0)
+    lacking = next(n for n in rentable if out["rented"][n.rsplit("-", 1)[0]] <= int(n.rsplit("-", 1)[1]))
+    again = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=1.0, prefill_chunk_tokens=0,
+                       without=lacking)
+    assert "replan" not in again and lacking in again["replan_skipped"]

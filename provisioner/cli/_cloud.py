@@ -52,8 +52,9 @@ def cloud_command(
     scheduler: str = scheduler_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(
         "Cloud: the budget of the second non-split comparison (non_split_chunked); the split plan's "
-        "prefill replicas batch no decodes and never chunk. Default: 512 (the best of 256-2048 on the "
-        "shipped inventories, benchmarks/results/cloud.md)."),
+        "prefill replicas batch no decodes and never chunk. Default: 512 (of 256-2048 on "
+        "thunderserve-32gpu the best on coding, within 1% of the best on conversation: "
+        "benchmarks/results/cloud.md)."),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
@@ -149,6 +150,8 @@ def _render(a: dict) -> None:
         if ch["sustained_rps"] > a["sustained_rps"]:   # the comparison point wins: the plan above is not the one to deploy
             con.print(f"[bold]non-split with {ch['prefill_chunk_tokens']}-token chunked prefill sustains more than "
                       f"the split plan here: see non_split_chunked in --json[/bold]")
+    if "replan_skipped" in a:
+        con.print(f"--without: {a['replan_skipped']}")
     if "replan" in a:
         rp = a["replan"]
         for k in ("before", "none", "light", "full"):

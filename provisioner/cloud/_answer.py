@@ -100,7 +100,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                                        engine, ns_finalists)
         ch = out["non_split_chunked"]["sustained_rps"]
         out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 else None
-    if without is not None:
+    if without is not None and without not in (name for name, _ in inventory.nodes):
+        # --goal cost: the price list could rent this node, the chosen rental does not
+        out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
+    elif without is not None:
         out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine)
     out["elapsed_s"] = plan_s
     return out

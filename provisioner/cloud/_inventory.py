@@ -12,6 +12,7 @@ names the file, the line and the field.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import tomllib
@@ -59,11 +60,17 @@ class Inventory:
     inter_node_latency_s: float
     bandwidth_gbps: np.ndarray | None = None   # (nodes, nodes) when given in full
     bandwidth_at: str | None = None            # "file:line" of the matrix, for errors
+    removed: tuple[str, ...] = ()              # nodes taken out (`without`): the others keep their names
 
     @property
     def nodes(self) -> list[tuple[str, int]]:
-        """(node name, type index) per node: `a40-8x-0`, `a40-8x-1`, ... in file order."""
-        return [(f"{t.name}-{k}", i) for i, t in enumerate(self.types) for k in range(t.count)]
+        """(node name, type index) per node: `a40-8x-0`, `a40-8x-1`, ... in file order,
+        skipping the names of removed nodes (so `a6000-4x-1` stays `a6000-4x-1`)."""
+        out = []
+        for i, t in enumerate(self.types):
+            names = (f"{t.name}-{k}" for k in itertools.count())
+            out += [(n, i) for n in itertools.islice((n for n in names if n not in self.removed), t.count)]
+        return out
 
     @property
     def n_gpus(self) -> int:
@@ -105,7 +112,7 @@ class Inventory:
         if self.bandwidth_gbps is not None:
             keep = [i for i in range(len(names)) if i != k]
             bw = self.bandwidth_gbps[np.ix_(keep, keep)]
-        return replace(self.with_counts(counts), bandwidth_gbps=bw), k
+        return replace(self.with_counts(counts), bandwidth_gbps=bw, removed=self.removed + (node,)), k
 
 
 def load_inventory(spec: str | Path, catalog) -> Inventory:
@@ -189,10 +196,13 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
         for k, t in enumerate(types):
             total += t.gpus * per_type(t)
             if total > MAX_GPUS:
-                key = what if what in nodes[k] or what == "available" else "gpus"   # count: default 1
+                # the field that crossed the limit: count or available if given, else an inline
+                # node's gpus; a catalog node of default count 1 is one node too many
+                key = what if what in nodes[k] or what == "available" else ("gpus" if "gpus" in nodes[k] else "type")
+                fix = f"lower {key}" if key != "type" else "list fewer nodes"
                 raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory reaches {total} GPUs here; provision "
                                 f"cloud plans at most {MAX_GPUS} (the search's time grows ~5x per doubling): "
-                                f"lower {key} or split the inventory", node=k)
+                                f"{fix} or split the inventory", node=k)
     names = [t.name for t in types]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:

@@ -15,6 +15,8 @@ pipeline stage with tensor parallelism; stages in series (PP) may mix types. Rul
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +50,24 @@ class Physics:
         self.gpus = [cat.gpu(t.gpu) for t in inventory.types]
         self.link_bytes_per_s = inventory.link_gbps() * 1e9 / 8.0
         self.nodes_interchangeable = _interchangeable(self.node_type, self.link_bytes_per_s)
+        self._relabellings: dict = {}
         self._cache: dict = {}
+
+    def relabellings(self, limit: int) -> list[np.ndarray] | None:
+        """Every permutation of the nodes that maps each node to one of its type (as arrays:
+        new index per node), or None when there are more than `limit`."""
+        if limit not in self._relabellings:
+            blocks = [np.flatnonzero(self.node_type == t) for t in np.unique(self.node_type)]
+            out = None
+            if math.prod(math.factorial(len(b)) for b in blocks) <= limit:
+                out = []
+                for choice in itertools.product(*(itertools.permutations(b) for b in blocks)):
+                    perm = np.arange(len(self.node_type))
+                    for block, image in zip(blocks, choice):
+                        perm[block] = image
+                    out.append(perm)
+            self._relabellings[limit] = out
+        return self._relabellings[limit]
 
     def group(self, stages: tuple) -> GroupPhysics | None:
         """Physics of a group (stages sorted), None when it cannot hold the weights."""
@@ -139,11 +158,9 @@ class Physics:
 
 
 def _interchangeable(node_type, link) -> bool:
-    """Whether the nodes of one type are interchangeable: listed type by type, and every
-    link's bandwidth a function of its two ends' types (no full matrix telling them apart),
-    so relabelling nodes within a type maps every plan to one of equal physics."""
-    if np.any(np.diff(node_type) < 0):
-        return False
+    """Whether the nodes of one type are interchangeable: every link's bandwidth a function
+    of its two ends' types (no full matrix telling them apart), so relabelling nodes within
+    a type maps every plan to one of equal physics."""
     n = len(node_type)
     seen: dict = {}
     for a in range(n):

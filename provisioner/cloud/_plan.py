@@ -73,7 +73,10 @@ def size_sample(traces, rps=None):
     """The trace a plan is scored on: the asked rate's, stretched to at least SIZE_SAMPLE
     requests. A generator's request sizes are one stream whatever the rate, so a low rate
     (or `--goal throughput`'s start) would otherwise score every plan on the first hundred
-    requests' sizes, and the plan would hinge on them."""
+    requests' sizes, and the plan would hinge on them. A replayed file is taken once, whole:
+    stretching it past its length would count its first rows twice."""
+    if traces.arrival == "replay":
+        return traces.source
     floor = SIZE_SAMPLE / traces.duration_s if traces.duration_s else 1.0
     return traces.at(max(float(rps or 0.0), floor))
 

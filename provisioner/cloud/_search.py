@@ -31,25 +31,42 @@ def score(scorer, plan) -> float:
     return scorer.route(pre, dec).throughput_rps
 
 
-def symmetry_key(physics, plan, rounds=3):
+MAX_RELABELLINGS = 1000   # node relabellings symmetry_key tries; beyond, no two plans are merged
+
+
+def symmetry_key(physics, plan):
     """A key equal for plans that differ only in which of several interchangeable nodes
     (`Physics.nodes_interchangeable`) each group uses, e.g. a prefill on the first 4x3090 Ti
-    node and a decode on the second, or the other way round: the same plan to the scorer
-    and the engines. Colour refinement (Weisfeiler-Lehman) of the nodes-groups graph: a node
-    is labelled by its type and the (tp, group label) of the slices it hosts, a group by its
-    phase and its stages' (node label, tp) in stage order. Two plans the refinement cannot
-    tell apart are taken as one; without interchangeable nodes the key is the plan itself."""
+    node and a decode on the second or the other way round: the same plan to the scorer and
+    the engines. The key is the least image of the plan over the relabellings of nodes
+    within each type that keep every group's stages in order (a group's stages run in node
+    order, so a relabelling that would reorder stages of different TP is a different group).
+    Exact: plans with one key are the same plan. Without interchangeable nodes, or with more
+    than MAX_RELABELLINGS relabellings, the key is the plan itself."""
     if not physics.nodes_interchangeable:
         return plan
-    groups = [st for st, _ in plan]
-    glab = [ph for _, ph in plan]
-    nodes = sorted({n for st in groups for n, _ in st})
-    nlab = {n: int(physics.node_type[n]) for n in nodes}
-    for _ in range(rounds):
-        nlab = {n: (nlab[n], tuple(sorted((tp, glab[g]) for g, st in enumerate(groups) for m, tp in st if m == n)))
-                for n in nodes}
-        glab = [(glab[g], tuple((nlab[n], tp) for n, tp in st)) for g, st in enumerate(groups)]
-    return tuple(sorted(glab))
+    relabellings = physics.relabellings(MAX_RELABELLINGS)
+    if relabellings is None:
+        return plan
+    best = plan
+    for perm in relabellings:
+        image = _relabelled(plan, perm, physics.node_type)
+        if image is not None and image < best:
+            best = image
+    return best
+
+
+def _relabelled(plan, perm, node_type):
+    """The plan with node n renamed perm[n], in canonical order, or None when renaming would
+    reorder a group's stages into a different sequence of (GPU type, TP)."""
+    groups = []
+    for st, ph in plan:
+        moved = [(int(perm[n]), tp) for n, tp in st]
+        ordered = sorted(moved)
+        if [(node_type[n], tp) for n, tp in ordered] != [(node_type[n], tp) for n, tp in moved]:
+            return None
+        groups.append((tuple(ordered), ph))
+    return tuple(sorted(groups))
 
 
 def initial_groups(physics) -> list[tuple]:

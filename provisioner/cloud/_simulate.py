@@ -96,12 +96,18 @@ def unservable(inputs) -> np.ndarray:
 
 
 def kv_misfits(ctx, plan, trace) -> tuple[int, int, int]:
-    """(requests of `trace` that fit in no replica of `plan`, the largest request's KV
-    tokens, the plan's largest replica KV budget in tokens), without simulating."""
-    sp, n_p, n_d = server_plan(ctx, plan)
-    inputs = plan_inputs(ctx, sp, n_p, n_d, trace)
-    need = inputs.prompt_tokens + inputs.output_tokens
-    return int(unservable(inputs).sum()), int(need.max(initial=0)), int(sp.kv_cap_tokens.max(initial=0))
+    """(requests of `trace` that fit in no replica of `plan`, routed or not: a prompt in no
+    prefill (or non-split) group, or `s + n` in no decode (or non-split) group; the largest
+    request's KV tokens; the plan's largest KV budget in tokens), without simulating."""
+    cap = {ph: max((ctx.physics.group(st).kv_cap_tokens for st, p in plan if p == ph), default=0.0)
+           for ph in ("prefill", "decode", "both")}
+    s = np.asarray(trace.prompt_tokens, dtype=float)
+    need = s + np.asarray(trace.output_tokens, dtype=float)
+    if cap["both"] > 0:
+        misfit = need > cap["both"]
+    else:
+        misfit = (s > cap["prefill"]) | (need > cap["decode"])
+    return int(misfit.sum()), int(need.max(initial=0)), int(max(cap.values()))
 
 
 def plan_scores(ctx, trace, inputs, out) -> dict:
