@@ -135,5 +135,4 @@ def plan_scores(ctx, trace, inputs, out) -> dict:
                                      for j, p in enumerate(PERCENTILES))
     span = float(np.nanmax(out.finish_s[0]) - inputs.arrival_s[0]) if r else 0.0
     return {"slo_attainment": attain, "slo": {"met": bool(met), "slowdown": checks}, "latency_s": latency,
-            "served_rps": r / span if span > 0 else 0.0, "requests": r, "unservable_requests": int(unserved.sum()),
-            "largest_request_kv_tokens": int((inputs.prompt_tokens + inputs.output_tokens).max(initial=0))}
+            "served_rps": r / span if span > 0 else 0.0, "requests": r, "unservable_requests": int(unserved.sum())}
