@@ -15,6 +15,7 @@ pipeline stage with tensor parallelism; stages in series (PP) may mix types. Rul
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import numpy as np
 from perfmodels import COEF_NAMES, HBM_UTILIZATION, N_COEF, TP_DEGREES
 
 GB = 1e9
+MAX_RELABELLINGS = 1000   # node relabellings `Physics.relabellings` lists; beyond, none
 ONE_REQUEST_KV_TOKENS = 2048   # as perfmodels.fits_in_memory: room for one 2048-token request
 _C_LM_HEAD, _C_AR_FIXED, _C_AR_TOKEN, _C_KNEE, _C_AR_BEYOND = (COEF_NAMES.index(n) for n in (
     "s_per_seq_lm_head", "s_allreduce_fixed", "s_per_token_allreduce", "allreduce_knee_tokens",
@@ -49,25 +51,26 @@ class Physics:
         self.node_type = np.array([ti for _, ti in inventory.nodes], dtype=np.int64)
         self.gpus = [cat.gpu(t.gpu) for t in inventory.types]
         self.link_bytes_per_s = inventory.link_gbps() * 1e9 / 8.0
-        self.nodes_interchangeable = _interchangeable(self.node_type, self.link_bytes_per_s)
-        self._relabellings: dict = {}
         self._cache: dict = {}
 
-    def relabellings(self, limit: int) -> list[np.ndarray] | None:
-        """Every permutation of the nodes that maps each node to one of its type (as arrays:
-        new index per node), or None when there are more than `limit`."""
-        if limit not in self._relabellings:
-            blocks = [np.flatnonzero(self.node_type == t) for t in np.unique(self.node_type)]
-            out = None
-            if math.prod(math.factorial(len(b)) for b in blocks) <= limit:
-                out = []
-                for choice in itertools.product(*(itertools.permutations(b) for b in blocks)):
-                    perm = np.arange(len(self.node_type))
-                    for block, image in zip(blocks, choice):
-                        perm[block] = image
-                    out.append(perm)
-            self._relabellings[limit] = out
-        return self._relabellings[limit]
+    @functools.cached_property
+    def relabellings(self) -> list[np.ndarray] | None:
+        """Every permutation of the nodes that maps each node to one of its type (arrays: new
+        index per node), the identity included; None when the nodes of a type are not
+        interchangeable (a bandwidth matrix tells them apart) or there are more than
+        MAX_RELABELLINGS. Computed when first asked (only the finalists' dedup does)."""
+        if not _interchangeable(self.node_type, self.link_bytes_per_s):
+            return None
+        blocks = [np.flatnonzero(self.node_type == t) for t in np.unique(self.node_type)]
+        if math.prod(math.factorial(len(b)) for b in blocks) > MAX_RELABELLINGS:
+            return None
+        out = []
+        for choice in itertools.product(*(itertools.permutations(b) for b in blocks)):
+            perm = np.arange(len(self.node_type))
+            for block, image in zip(blocks, choice):
+                perm[block] = image
+            out.append(perm)
+        return out
 
     def group(self, stages: tuple) -> GroupPhysics | None:
         """Physics of a group (stages sorted), None when it cannot hold the weights."""

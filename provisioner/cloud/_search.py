@@ -31,29 +31,18 @@ def score(scorer, plan) -> float:
     return scorer.route(pre, dec).throughput_rps
 
 
-MAX_RELABELLINGS = 1000   # node relabellings symmetry_key tries; beyond, no two plans are merged
-
-
 def symmetry_key(physics, plan):
-    """A key equal for plans that differ only in which of several interchangeable nodes
-    (`Physics.nodes_interchangeable`) each group uses, e.g. a prefill on the first 4x3090 Ti
-    node and a decode on the second or the other way round: the same plan to the scorer and
-    the engines. The key is the least image of the plan over the relabellings of nodes
-    within each type that keep every group's stages in order (a group's stages run in node
-    order, so a relabelling that would reorder stages of different TP is a different group).
-    Exact: plans with one key are the same plan. Without interchangeable nodes, or with more
-    than MAX_RELABELLINGS relabellings, the key is the plan itself."""
-    if not physics.nodes_interchangeable:
+    """A key equal for plans that differ only in which of several interchangeable nodes each
+    group uses, e.g. a prefill on the first 4x3090 Ti node and a decode on the second or the
+    other way round: the same plan to the scorer and the engines. The key is the least image
+    of the plan over the relabellings of nodes within each type (`Physics.relabellings`)
+    that keep every group's stages in order (a group's stages run in node order, so a
+    relabelling that would reorder stages of different TP is a different group). Exact:
+    plans with one key are the same plan. Without such relabellings the key is the plan."""
+    if physics.relabellings is None:
         return plan
-    relabellings = physics.relabellings(MAX_RELABELLINGS)
-    if relabellings is None:
-        return plan
-    best = plan
-    for perm in relabellings:
-        image = _relabelled(plan, perm, physics.node_type)
-        if image is not None and image < best:
-            best = image
-    return best
+    images = (_relabelled(plan, perm, physics.node_type) for perm in physics.relabellings)
+    return min(image for image in images if image is not None)   # the identity's image is the plan
 
 
 def _relabelled(plan, perm, node_type):
