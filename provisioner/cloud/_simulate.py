@@ -80,34 +80,38 @@ def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) 
 
 
 def unservable(inputs) -> np.ndarray:
-    """(r,) the requests whose KV cache fits in no replica the plan routes to: a prompt's
-    `s` tokens in no prefill replica, or its `s + n` in no decode (or non-split) one. The
-    engines run such a request alone as if it fitted (SEMANTICS.md, so nothing deadlocks);
-    on the GPUs it would fail, so it counts as missing every deadline."""
+    """(r,) the requests whose KV cache fits in no replica the plan routes to (`fits_nowhere`
+    over the routed servers). The engines run such a request alone as if it fitted
+    (SEMANTICS.md, so nothing deadlocks); on the GPUs it would fail, so it counts as missing
+    every deadline."""
     sp = inputs.servers[0]
     n_p, n_d = (int(x) for x in inputs.n_machines[0])
-    s = inputs.prompt_tokens.astype(float)
-    need = s + inputs.output_tokens
     front = sp.kv_cap_tokens[:n_p][sp.prefill_share > 0]
-    if n_d == 0:
-        return need > front.max(initial=0.0)
-    back = sp.kv_cap_tokens[n_p:][(sp.prefill_share[:, None] * sp.decode_share).sum(axis=0) > 0]
-    return (s > front.max(initial=0.0)) | (need > back.max(initial=0.0))
+    back = sp.kv_cap_tokens[n_p:][(sp.prefill_share[:, None] * sp.decode_share).sum(axis=0) > 0] if n_d else None
+    return fits_nowhere(inputs.prompt_tokens, inputs.output_tokens, front, back)
 
 
 def kv_misfits(ctx, plan, trace) -> tuple[int, int, int]:
-    """(requests of `trace` that fit in no replica of `plan`, routed or not: a prompt in no
-    prefill (or non-split) group, or `s + n` in no decode (or non-split) group; the largest
+    """(requests of `trace` that fit in no group of `plan`, routed or not; the largest
     request's KV tokens; the plan's largest KV budget in tokens), without simulating."""
-    cap = {ph: max((ctx.physics.group(st).kv_cap_tokens for st, p in plan if p == ph), default=0.0)
-           for ph in ("prefill", "decode", "both")}
-    s = np.asarray(trace.prompt_tokens, dtype=float)
-    need = s + np.asarray(trace.output_tokens, dtype=float)
-    if cap["both"] > 0:
-        misfit = need > cap["both"]
-    else:
-        misfit = (s > cap["prefill"]) | (need > cap["decode"])
-    return int(misfit.sum()), int(need.max(initial=0)), int(max(cap.values()))
+    caps = {ph: [ctx.physics.group(st).kv_cap_tokens for st, p in plan if p == ph]
+            for ph in ("prefill", "decode", "both")}
+    front, back = (caps["both"], None) if caps["both"] else (caps["prefill"], caps["decode"])
+    misfit = fits_nowhere(trace.prompt_tokens, trace.output_tokens, front, back)
+    need = np.asarray(trace.prompt_tokens) + np.asarray(trace.output_tokens)
+    return int(misfit.sum()), int(need.max(initial=0)), int(max(max(c, default=0.0) for c in caps.values()))
+
+
+def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=None) -> np.ndarray:
+    """(r,) the requests that fit in none of the KV budgets: a prompt's `s` tokens in no
+    prefill budget (`front`) and `s + n` in no decode budget (`back`); a non-split plan
+    (back None) holds `s + n` in its front budgets."""
+    s = np.asarray(prompt_tokens, dtype=float)
+    need = s + np.asarray(output_tokens, dtype=float)
+    front = float(np.max(front_kv_tokens, initial=0.0))
+    if back_kv_tokens is None:
+        return need > front
+    return (s > front) | (need > float(np.max(back_kv_tokens, initial=0.0)))
 
 
 def plan_scores(ctx, trace, inputs, out) -> dict:
