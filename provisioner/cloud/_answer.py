@@ -74,17 +74,18 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
                                    f"{fix}loosen slo_scale or lower target", params=("slo_scale", "target"))
         rps = sustained
+    routed = plan_routing(ctx, plan, rps)
     out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
            "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
            "rented": {t.name: t.count for t in inventory.types},
-           "replicas": replicas_json(ctx, plan, plan_routing(ctx, plan, rps)),
-           "flows": flows_json(plan_routing(ctx, plan, rps)),
+           "replicas": replicas_json(ctx, plan, routed),
+           "flows": flows_json(routed),
            "throughput_rps": cap, "upper_bound_rps": bound["split"],
            "gap": 1.0 - cap / bound["split"] if bound["split"] > 0 else 0.0,
            "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
            "rescore_engine": rescore_engine}
     trace = traces.at(rps)
-    sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
+    sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
     out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
                unservable_requests=sim["unservable_requests"])
     ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
@@ -104,7 +105,8 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         # --goal cost: the price list could rent this node, the chosen rental does not
         out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
     elif without is not None:
-        out["replan"] = replan_without(ctx, plan, without, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine)
+        out["replan"] = replan_without(ctx, plan, routed, sim["slo_attainment"], without, llm, perf, trace, rps,
+                                       slo_scale, kv_bits, seed, engine)
     out["elapsed_s"] = plan_s
     return out
 
@@ -128,7 +130,8 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
     `start` and `moves` as `search_plan`'s (a re-plan's search; its start is a candidate too)."""
     seen: dict = {}
     if start is not None:
-        seen[canon(start)] = score(ctx.scorer, canon(start))
+        start = canon(start)
+        seen[start] = score(ctx.scorer, start)
     best, best_rps = search_plan(ctx, seed=seed, phases=phases, start=start, moves=moves, seen=seen)
     seen[best] = best_rps
     kept = seen.items() if keep is None else [(p, r) for p, r in seen.items() if keep(p)]
@@ -242,16 +245,16 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
     return lo   # a rate that passed (rounding could move it past one that did not)
 
 
-def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine="des") -> dict:
-    """Attainment before, with no re-plan, after a lightweight re-plan (phase flips and
-    re-routing only: no model reload) and after a full re-plan, at the same rate. Each
-    re-plan is the best, by the simulation at that rate, of its search's finalists."""
+def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_scale, kv_bits, seed,
+                   engine="des") -> dict:
+    """Attainment `before` (the plan's with its `routed` routing at `rps`, already simulated),
+    with no re-plan, after a lightweight re-plan (phase flips and re-routing only: no model
+    reload) and after a full re-plan, at the same rate. Each re-plan is the best, by the
+    simulation at that rate, of its search's finalists."""
     inv2, k = ctx.inventory.without(node)
     ctx2 = make_context(inv2, llm, perf, ctx.trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
-    survivors = canon([(tuple((n - (n > k), tp) for n, tp in st), ph) for st, ph in plan
-                       if all(n != k for n, _ in st)])
-    before = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)["slo_attainment"]
-    none = _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps, engine)
+    survivors = canon([(_renumbered(st, k), ph) for st, ph in plan if all(n != k for n, _ in st)])
+    none = _keep_old_routing(ctx2, routed, k, trace, engine)
     res = {"node": node, "before": before, "none": none}
     t0 = time.perf_counter()
     light = _best_at_rate(ctx2, finalist_plans(ctx2, seed, start=survivors, moves=("flip",)), trace, rps, engine)
@@ -259,11 +262,11 @@ def replan_without(ctx, plan, node, llm, perf, trace, rps, slo_scale, kv_bits, s
     t0 = time.perf_counter()
     # the light plan is a full plan too: a full re-plan never does worse than the light one
     ranked = finalist_plans(ctx2, seed)
-    ranked += [(light["plan"], light["throughput_rps"])] * all(p != light["plan"] for p, _ in ranked)
+    if all(p != light["plan"] for p, _ in ranked):
+        ranked.append((light["plan"], light["throughput_rps"]))
     res["full"] = {**_best_at_rate(ctx2, ranked, trace, rps, engine), "elapsed_s": time.perf_counter() - t0}
     for name in ("light", "full"):
-        p = res[name].pop("plan")
-        res[name]["replicas"] = replicas_json(ctx2, p, plan_routing(ctx2, p, rps))
+        res[name]["replicas"] = replicas_json(ctx2, res[name].pop("plan"), res[name].pop("routing"))
     res["none"]["throughput_rps"] = score(ctx2.scorer, survivors) if survivors else 0.0
     return res
 
@@ -274,17 +277,24 @@ def _best_at_rate(ctx, ranked, trace, rps, engine) -> dict:
     then the higher prediction. One run each, not a bisection: a re-plan answers for `rps`."""
     best = None
     for p, cap in ranked:
-        att = simulate_plan(ctx, p, trace, plan_routing(ctx, p, rps), engine=engine)["slo_attainment"]
+        routing = plan_routing(ctx, p, rps)
+        att = simulate_plan(ctx, p, trace, routing, engine=engine)["slo_attainment"]
         if best is None or (att["all"], cap) > (best["slo_attainment"]["all"], best["throughput_rps"]):
-            best = {"plan": p, "slo_attainment": att, "throughput_rps": cap}
+            best = {"plan": p, "routing": routing, "slo_attainment": att, "throughput_rps": cap}
     return best
 
 
-def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps, engine) -> dict:
-    """No re-plan: the surviving replicas keep their phases and the old routing, with the
-    lost replicas' shares spread over the rest in proportion."""
+def _renumbered(stages, k):
+    """A group's stages with the nodes after node k (removed) one index lower."""
+    return tuple((n - (n > k), tp) for n, tp in stages)
+
+
+def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
+    """No re-plan: the surviving replicas keep their phases and the old routing (`routed`:
+    the plan's (prefill groups, decode groups, Routing)), with the lost replicas' shares
+    spread over the rest in proportion."""
     from ._score import Routing
-    pre, dec, r = plan_routing(ctx, plan, rps)
+    pre, dec, r = routed
     keep_p = [i for i, st in enumerate(pre) if all(n != k for n, _ in st)]
     keep_d = [j for j, st in enumerate(dec) if all(n != k for n, _ in st)]
     ds = r.decode_share[np.ix_(keep_p, keep_d)]
@@ -294,10 +304,10 @@ def _keep_old_routing(ctx, ctx2, plan, survivors, k, trace, rps, engine) -> dict
         return {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
     ps = r.prefill_share[keep_p] * ok
     routing = Routing(r.throughput_rps, ps / ps.sum(), np.where(ok[:, None], ds / np.where(ok, rows, 1)[:, None], 0))
-    shift = lambda st: tuple((n - (n > k), tp) for n, tp in st)   # noqa: E731
-    new = [(shift(pre[i]), "prefill") for i in keep_p] + [(shift(dec[j]), "decode") for j in keep_d]
-    routed = ([shift(pre[i]) for i in keep_p], [shift(dec[j]) for j in keep_d], routing)
-    return {"slo_attainment": simulate_plan(ctx2, new, trace, routed, engine=engine)["slo_attainment"]}
+    kept_pre, kept_dec = [_renumbered(pre[i], k) for i in keep_p], [_renumbered(dec[j], k) for j in keep_d]
+    new = [(st, "prefill") for st in kept_pre] + [(st, "decode") for st in kept_dec]
+    return {"slo_attainment": simulate_plan(ctx2, new, trace, (kept_pre, kept_dec, routing),
+                                            engine=engine)["slo_attainment"]}
 
 
 def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
