@@ -19,7 +19,7 @@ from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
                       given, scheduler_option, trace_generator, preemption_option, check_preemption,
-                      swap_space_option, check_swap_space_flag)
+                      swap_space_option, check_swap_space_flag, input_files)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -121,7 +121,7 @@ def autoscale_command(
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
-    inputs = tuple(p for p in (profile, workload, latency_profile) if p and Path(str(p)).is_file())
+    inputs = input_files(profile, workload, latency_profile)
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
         check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)

@@ -8,9 +8,9 @@ import typer
 
 from ..errors import ProvisionerError
 from ..sim import ENGINES
-from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, latency_interp_option,
-                      latency_profile_option, load_latency_model, prefill_chunk_option, refuse_idle_flags,
-                      refuse_on_demand_scheduler, scheduler_option, trace_generator)
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, input_files,
+                      latency_interp_option, latency_profile_option, load_latency_model, prefill_chunk_option,
+                      refuse_idle_flags, refuse_on_demand_scheduler, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
 GOALS = ("rps", "throughput", "cost")
@@ -78,7 +78,7 @@ def cloud_command(
         raise ProvisionerError(f"--target-attainment must be in (0, 1] (got {target_attainment:g})")
     if report is not None:   # refuse before the search, not after it
         from ..files import check_output_path
-        inputs = tuple(p for p in (inventory, workload, latency_profile) if p and Path(str(p)).is_file())
+        inputs = input_files(inventory, workload, latency_profile)
         check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
     from perfmodels import LatencyModel
 

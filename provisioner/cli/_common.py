@@ -230,3 +230,9 @@ def refuse_study_as_output(study: str | None, outputs, flag: str) -> None:
     for out in outputs:
         if out is not None and Path(out).expanduser().resolve() == db:
             raise ProvisionerError(f"{flag} '{out}' is also the --study database; give them different paths")
+
+
+def input_files(*paths) -> tuple:
+    """The files among `paths` (flag values, some None or names) this command reads: a
+    report must never replace one of them."""
+    return tuple(p for p in paths if p and Path(str(p)).is_file())

@@ -15,7 +15,7 @@ from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
-from ._common import refuse_study_as_output
+from ._common import input_files, refuse_study_as_output
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
@@ -90,7 +90,7 @@ def main_command(
     if report is not None:  # refuse before the search, not after it
         refuse_study_as_output(study, (report,), "--report")
         check_output_path(report, flag="--report", force=force, force_hint="--force",
-                          inputs=_input_files(workload, latency_profile))
+                          inputs=input_files(workload, latency_profile))
     check_preemption(preemption, scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     from ..search import ProvisionRequest, provision
@@ -123,7 +123,7 @@ def main_command(
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
     with _RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf, study=study)
-    _answer(result, request, latency, report, json_out, perf, _input_files(workload, latency_profile))
+    _answer(result, request, latency, report, json_out, perf, input_files(workload, latency_profile))
 
 
 def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str) -> None:
@@ -137,11 +137,6 @@ def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str
     if given(ctx, "trials") and not custom and searcher != "optuna":
         raise ProvisionerError("--trials sets the optuna search, which runs for --searcher optuna or the "
                                "custom families only: add one of them, or drop --trials")
-
-
-def _input_files(workload: str, latency_profile) -> tuple:
-    """The files this command reads (a report must never replace one of them)."""
-    return tuple(p for p in (workload, latency_profile) if p is not None and Path(str(p)).is_file())
 
 
 def _answer(result, request, latency: dict | None, report, json_out: bool, perf, inputs: tuple) -> None:
