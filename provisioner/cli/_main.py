@@ -15,12 +15,12 @@ from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
-from ._common import input_files, refuse_study_as_output
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
-                      duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
+                      duplicate_weights_option, echo_json, input_files, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
                       given, refuse_idle_flags, replay_note, scheduler_option, study_option,
-                      preemption_option, check_preemption, swap_space_option, check_swap_space_flag)
+                      preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
+                      refuse_study_as_output)
 from ._tables import render_result
 
 

@@ -16,8 +16,8 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
-from ._common import refuse_study_as_output
-from ._common import given, preemption_option, scheduler_option, study_option, swap_space_option
+from ._common import (given, preemption_option, refuse_study_as_output, scheduler_option, study_option,
+                      swap_space_option)
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
 
