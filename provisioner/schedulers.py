@@ -98,13 +98,18 @@ def check_preemption(preemption: str, scheduler: str) -> None:
     """One line for an unknown preemption mode, or for swap under a scheduler that does not
     preempt (it would change nothing). The message names the Python parameters (`params`;
     the CLI prints its flags)."""
-    if preemption not in PREEMPTION_MODES:
-        raise ProvisionerError(f"preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')",
-                               params=("preemption",))
+    check_preemption_mode(preemption)
     if preemption == "swap" and scheduler not in ON_DEMAND_SCHEDULERS:
         raise ProvisionerError(f"preemption swap sets how the on-demand schedulers preempt; scheduler {scheduler} "
                                f"does not preempt: choose scheduler {', '.join(ON_DEMAND_SCHEDULERS[:-1])} or "
                                f"{ON_DEMAND_SCHEDULERS[-1]}, or drop preemption", params=("preemption", "scheduler"))
+
+
+def check_preemption_mode(preemption: str) -> None:
+    """One line for a preemption mode that is not recompute or swap."""
+    if preemption not in PREEMPTION_MODES:
+        raise ProvisionerError(f"preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')",
+                               params=("preemption",))
 
 
 def check_swap_space(swap_space_gb) -> float:

@@ -17,7 +17,7 @@ from perfmodels import LatencyModel
 from ..designs import Design, DesignBatch
 from .._validation import Options, validate_params
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES
+from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, check_preemption_mode
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs, swap_inputs
 from ._memory import des_check, fluid_plan
@@ -117,9 +117,7 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
         inputs = dataclasses.replace(inputs, active_from_s=windows[0], active_until_s=windows[1])
     if scaling is not None:
         inputs = dataclasses.replace(inputs, scaling=scaling)
-    if preemption not in PREEMPTION_MODES:
-        raise ProvisionerError(f"preemption must be one of {', '.join(PREEMPTION_MODES)} (got '{preemption}')",
-                               params=("preemption",))
+    check_preemption_mode(preemption)
     if preemption == "swap":
         inputs = dataclasses.replace(inputs, swap=swap_inputs(batch, llm, perf.catalog, swap_space_gb))
     duration_s = getattr(trace, "duration_s", None)
