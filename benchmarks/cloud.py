@@ -58,9 +58,8 @@ def main() -> None:
             plan, rps = search_plan(ctx)
             secs, cpu_s = time.perf_counter() - t0, time.process_time() - c0
             ns_plan, ns_rps = search_plan(ctx, phases=("both",))
-            n_pre = sum(ph == "prefill" for _, ph in plan)
             rows.append(f"| {workload} | {gpus} | {secs:.2f} | {cpu_s:.2f} | {rps:.2f} | {ns_rps:.2f} | {rps / ns_rps:.2f}x | "
-                        f"{n_pre} / {len(plan) - n_pre} |")
+                        f"{replica_counts(plan)} |")
             print(rows[-1], flush=True)
             if gpus == 32:   # as `provision cloud`: the rate at 99% attainment, both plans
                 row, smaller, by_budget, binds = _equal_attainment(ctx, workload, engine)
@@ -178,14 +177,9 @@ def _as_the_cli_runs_it(base, perf, workload, rps, without) -> str:
 
 def _other_seed_row(base, perf, workload, seed, engine) -> str:
     """The 32-GPU split and non-split plans `provision cloud --seed` picks, on that seed's traces."""
-    sizes = size_sample(TraceGenerator(workload, 120.0, seed, arrival="poisson", rps=4.0), 4.0)
-    ctx = make_context(base, perf.llm("llama-30b"), perf, sizes)
-    long = TraceGenerator(workload, ATTAINMENT_TRACE_S, seed, arrival="poisson", rps=4.0)
-    plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, engine=engine)
-    _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, phases=("both",), engine=engine)
-    n_pre = sum(ph == "prefill" for _, ph in plan)
+    ctx, plan, split, mixed = split_and_non_split(base, perf, workload, seed, engine)
     ratio = f"{split / mixed:.2f}x" if mixed > 0 else "n/a"
-    row = (f"| {seed} | {workload} | {split:.2f} | {mixed:.2f} | {ratio} | {n_pre} / {len(plan) - n_pre} "
+    row = (f"| {seed} | {workload} | {split:.2f} | {mixed:.2f} | {ratio} | {replica_counts(plan)} "
            f"| {gpus_by_phase(ctx, plan)} |")
     print(row, flush=True)
     return row
@@ -202,9 +196,8 @@ def _equal_attainment(ctx, workload, engine) -> tuple:
     ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
     rated = chunked_non_split_by_budget(ctx, long, TARGET_ATTAINMENT, 0, CHUNK_TOKEN_CHOICES, engine=engine)
     ch_plan, _, chunked, chunk = best_of_budgets(rated)
-    n_pre = sum(ph == "prefill" for _, ph in plan)
     row = (f"| {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | {chunked:.2f} ({chunk}) | "
-           f"{split / chunked:.2f}x | {n_pre} / {len(plan) - n_pre} | {len(ns_plan)} | {len(ch_plan)} | "
+           f"{split / chunked:.2f}x | {replica_counts(plan)} | {len(ns_plan)} | {len(ch_plan)} | "
            f"{gpus_by_phase(ctx, plan)} | {plan_s:.1f} |")
     by_budget = f"| {workload} | " + " | ".join(f"{r[2]:.2f}" for r in rated) + " |"
     binds = [_binding_row(ctx, workload, name, p, rate, long, engine, c)
@@ -275,6 +268,24 @@ def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:
     n_dec = sum(ph == "decode" for _, ph in cut)
     return (f"| {workload} | {sum(ph == 'decode' for _, ph in plan)} ({kv(plan)}) | {split:.2f} | "
             f"{n_dec} ({kv(cut)}) | {rate:.2f} |")
+
+
+def split_and_non_split(inv, perf, workload, seed=0, engine="des"):
+    """(context, split plan, its sustained rps, the non-split plan's) on `inv` at 99%
+    attainment, seed `seed` for the sizes the search scores and the 600-s traces, as
+    `provision cloud --seed` picks them."""
+    sizes = size_sample(TraceGenerator(workload, 120.0, seed, arrival="poisson", rps=4.0), 4.0)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes)
+    long = TraceGenerator(workload, ATTAINMENT_TRACE_S, seed, arrival="poisson", rps=4.0)
+    plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, engine=engine)
+    _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, phases=("both",), engine=engine)
+    return ctx, plan, split, mixed
+
+
+def replica_counts(plan) -> str:
+    """'prefill / decode' replicas of a split plan."""
+    n_pre = sum(ph == "prefill" for _, ph in plan)
+    return f"{n_pre} / {len(plan) - n_pre}"
 
 
 def gpus_by_phase(ctx, plan) -> str:

@@ -18,11 +18,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cloud import ATTAINMENT_TRACE_S, _machine, gpus_by_phase
+from cloud import _machine, gpus_by_phase, replica_counts, split_and_non_split
 from hardware_catalog import load_catalog
 from perfmodels import LatencyModel
-from provisioner.cloud import TARGET_ATTAINMENT, best_by_des, load_inventory, make_context, size_sample
-from workloads import TraceGenerator
+from provisioner.cloud import load_inventory
 
 CATALOG = Path(__file__).resolve().parents[1] / "hardware_catalog" / "data"
 TS_TABLE_1_TFLOPS = {"a6000": 38.7, "a5000": 27.8}   # [TS] Table 1, as FACTS.md quotes it
@@ -47,14 +46,9 @@ def main() -> None:
             perf = LatencyModel(catalog=catalog)
             inv = load_inventory("thunderserve-32gpu", catalog)
             for workload in ("coding", "conversation"):
-                sizes = size_sample(TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0), 4.0)
-                ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes)
-                long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
-                plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, 0)
-                ns_plan, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, 0, phases=("both",))
-                n_pre = sum(ph == "prefill" for _, ph in plan)
+                ctx, plan, split, mixed = split_and_non_split(inv, perf, workload)
                 rows.append(f"| {label} | {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | "
-                            f"{n_pre} / {len(plan) - n_pre} | {gpus_by_phase(ctx, plan)} |")
+                            f"{replica_counts(plan)} | {gpus_by_phase(ctx, plan)} |")
                 print(rows[-1], flush=True)
     head = ("# Cloud plans with ThunderServe's Table 1 peaks (benchmarks/cloud_ts_peaks.py)\n\n"
             f"{machine}\n\n{__doc__.split(chr(10) + chr(10))[1].replace(chr(10), ' ')}\n\n"
