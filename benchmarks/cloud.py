@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from perfmodels import LatencyModel
-from provisioner.cloud import (TARGET_ATTAINMENT, best_by_des, best_of_budgets, canon, chunked_non_split_by_budget,
-                               finalist_plans, load_inventory, make_context, plan_cloud, plan_routing, score,
-                               search_plan, simulate_plan, size_sample, sustained_rps)
+from provisioner.cloud import (DEFAULT_SLO_SCALE, TARGET_ATTAINMENT, best_by_des, best_of_budgets, canon,
+                               chunked_non_split_by_budget, finalist_plans, load_inventory, make_context, plan_cloud,
+                               plan_routing, score, search_plan, simulate_plan, size_sample, sustained_rps)
 from provisioner.designs import CHUNK_TOKEN_CHOICES
 from workloads import TraceGenerator
 
@@ -270,12 +270,12 @@ def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:
             f"{n_dec} ({kv(cut)}) | {rate:.2f} |")
 
 
-def split_and_non_split(inv, perf, workload, seed=0, engine="des"):
+def split_and_non_split(inv, perf, workload, seed=0, engine="des", slo_scale=DEFAULT_SLO_SCALE):
     """(context, split plan, its sustained rps, the non-split plan's) on `inv` at 99%
     attainment, seed `seed` for the sizes the search scores and the 600-s traces, as
-    `provision cloud --seed` picks them."""
+    `provision cloud --seed S --slo-scale X` picks them."""
     sizes = size_sample(TraceGenerator(workload, 120.0, seed, arrival="poisson", rps=4.0), 4.0)
-    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale)
     long = TraceGenerator(workload, ATTAINMENT_TRACE_S, seed, arrival="poisson", rps=4.0)
     plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, engine=engine)
     _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, phases=("both",), engine=engine)
