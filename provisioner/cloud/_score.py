@@ -21,6 +21,9 @@ import numpy as np
 from perfmodels import time_from_coefficients
 
 _MAX_BATCH = 512
+# the third routing stage keeps every replica's load within this share of the second's
+# (LP round-off: the second stage's optimum must stay feasible)
+_LOAD_SLACK = 1e-6
 
 
 @dataclass(frozen=True)
@@ -209,8 +212,11 @@ class Scorer:
 
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
     """Routing for serving `rps` (capped at the plan's capacity) with the least maximum
-    utilization of any replica or link: the second stage after the throughput LP, which
-    leaves the split among equal optima to the solver's vertex."""
+    utilization of any replica or link (the second stage after the throughput LP, which
+    leaves the split among equal optima to the solver's vertex), then the least mean
+    KV-transfer time with every replica's load unchanged (the third stage): a request's KV
+    stays inside its node wherever the balance allows, instead of crossing the network for
+    nothing, and no replica queues more for it."""
     from ortools.linear_solver import pywraplp
 
     best = scorer.route(prefill_groups, decode_groups)
@@ -221,12 +227,13 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     d_cap = [scorer.decode(g)[0] for g in decode_groups]
     solver = pywraplp.Solver.CreateSolver("GLOP")
     u = solver.NumVar(0.0, solver.infinity(), "u")
-    x, links = {}, {}
+    x, links, transfer_s = {}, {}, {}
     for i, a in enumerate(prefill_groups):
         for j, b in enumerate(decode_groups):
-            usable, _, traffic = scorer.pair(a, b)
+            usable, t, traffic = scorer.pair(a, b)
             if usable and p_cap[i] > 0 and d_cap[j] > 0:
                 x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
+                transfer_s[i, j] = t
                 for ab, by in traffic.items():
                     links.setdefault(ab, []).append((x[i, j], by))
     solver.Add(solver.Sum(list(x.values())) == rate)
@@ -244,10 +251,34 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
-    flow = np.zeros((len(prefill_groups), len(decode_groups)))
-    for (i, j), v in x.items():
-        flow[i, j] = max(v.solution_value(), 0.0)
+    flow = _least_transfer(solver, u, x, transfer_s, _flow(x, len(prefill_groups), len(decode_groups)))
     row = flow.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
     return Routing(best.throughput_rps, row / flow.sum(), dshare)
+
+
+def _flow(x, n_p, n_d) -> np.ndarray:
+    flow = np.zeros((n_p, n_d))
+    for (i, j), v in x.items():
+        flow[i, j] = max(v.solution_value(), 0.0)
+    return flow
+
+
+def _least_transfer(solver, u, x, transfer_s, flow) -> np.ndarray:
+    """`flow` (the least maximum utilization `u`) re-solved for the least total KV-transfer
+    seconds with each prefill and decode replica's requests/s held and no link loaded past
+    `u` (each within _LOAD_SLACK); `flow` itself when the solver confirms no optimum."""
+    from ortools.linear_solver import pywraplp
+
+    solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))
+    for axis in (0, 1):
+        for k, load in enumerate(flow.sum(axis=1 - axis)):
+            terms = [v for ij, v in x.items() if ij[axis] == k]
+            if terms:
+                solver.Add(solver.Sum(terms) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
+                solver.Add(solver.Sum(terms) >= load * (1.0 - _LOAD_SLACK))
+    solver.Minimize(solver.Sum([v * transfer_s[ij] for ij, v in x.items()]))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return flow
+    return _flow(x, *flow.shape)
