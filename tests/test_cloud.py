@@ -550,3 +550,14 @@ def test_goal_cost_without_a_node_the_rental_lacks_says_so(tmp_path):
     again = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=1.0, prefill_chunk_tokens=0,
                        without=lacking)
     assert "replan" not in again and lacking in again["replan_skipped"]
+
+
+def test_replica_cells_read_as_a_user_reads_them():
+    """The CLI's tables and the HTML report share one formatter: no Python reprs."""
+    from provisioner.cloud import REPLICA_COLUMNS, replica_cells
+    r = {"phase": "decode", "gpus": {"a5000": 4, "rtx3090ti": 4}, "tp": 4, "pp": 2, "share": 0.259805,
+         "nodes": ["a5000-4x-0", "rtx3090ti-4x-1"], "layers": [37, 23], "capacity_rps": 1.5508}
+    cells = replica_cells(r)
+    assert len(cells) == len(REPLICA_COLUMNS)
+    assert cells == ("decode", "4x a5000 + 4x rtx3090ti", "4", "2", "a5000-4x-0, rtx3090ti-4x-1", "37/23",
+                     "0.260", "1.55")
