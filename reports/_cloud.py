@@ -38,6 +38,7 @@ def _y(k: int, n: int) -> float:
 def cloud_figures(answer: dict) -> list[tuple[str, object]]:
     import plotly.graph_objects as go
 
+    from provisioner.cloud import gpus_text
     flow = cloud_flow(answer)
     pos, reps = flow["positions"], flow["replicas"]
     fig = go.Figure()
@@ -56,7 +57,7 @@ def cloud_figures(answer: dict) -> list[tuple[str, object]]:
                              marker={"size": 16, "color": _COLORS["node"], "symbol": "square"}, name="node"))
     for phase in ("prefill", "decode"):
         idx = [i for i, r in enumerate(reps) if r["phase"] == phase]
-        labels = [f"{'+'.join(f'{c}x{g}' for g, c in reps[i]['gpus'].items())} TP{reps[i]['tp']} PP{reps[i]['pp']}"
+        labels = [f"{gpus_text(reps[i]['gpus'])} TP{reps[i]['tp']} PP{reps[i]['pp']}"
                   f" ({reps[i]['share']:.0%})" for i in idx]
         fig.add_trace(go.Scatter(x=[pos[("rep", i)][0] for i in idx], y=[pos[("rep", i)][1] for i in idx],
                                  mode="markers+text", text=labels,
@@ -119,9 +120,10 @@ def _chunked_lead(a: dict) -> str:
 
 
 def _table(reps: list) -> str:
-    cols = ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity_rps")
-    head = "".join(f"<th>{c}</th>" for c in cols)
-    rows = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(c)))}</td>" for c in cols) + "</tr>" for r in reps)
+    from provisioner.cloud import REPLICA_COLUMNS, replica_cells
+
+    head = "".join(f"<th>{escape(c)}</th>" for c in REPLICA_COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in replica_cells(r)) + "</tr>" for r in reps)
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 

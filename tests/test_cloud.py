@@ -561,3 +561,52 @@ def test_replica_cells_read_as_a_user_reads_them():
     assert len(cells) == len(REPLICA_COLUMNS)
     assert cells == ("decode", "4x a5000 + 4x rtx3090ti", "4", "2", "a5000-4x-0, rtx3090ti-4x-1", "37/23",
                      "0.260", "1.55")
+
+
+# -- the HTML report (`provision cloud --report`) --------------------------------------------------------------
+
+def _rep(phase, gpus, nodes, tp=4, pp=1, layers=(60,), share=0.25, cap=1.5):
+    return {"phase": phase, "gpus": gpus, "tp": tp, "pp": pp, "share": share, "nodes": list(nodes),
+            "layers": list(layers), "capacity_rps": cap}
+
+
+def _att(ttft, tbt, e2e, all_):
+    return {"ttft": ttft, "tbt": tbt, "e2e": e2e, "all": all_}
+
+
+def cloud_answer(node="a6000-4x-0"):
+    """A small `provision cloud --without node` answer (the shape of plan_cloud's), by hand."""
+    mixed = _rep("decode", {"a5000": 4, "rtx3090ti": 4}, ["a5000-4x-0", "rtx3090ti-4x-1"], pp=2, layers=(37, 23))
+    plan = [_rep("prefill", {"a5000": 4}, ["a5000-4x-1"]), _rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2),
+            _rep("decode", {"a6000": 4}, [node]), mixed]
+    light = [_rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2), _rep("decode", {"a5000": 4}, ["a5000-4x-1"]), mixed]
+    full = [_rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2), mixed,
+            _rep("decode", {"a5000": 2, "a40": 2}, ["a5000-4x-1", "a40-8x-0"], tp=2, pp=2, layers=(35, 25))]
+    return {"goal": "rps", "inventory": "thunderserve-32gpu", "model": "llama-30b", "workload": "conversation",
+            "rps": 6.0, "replicas": plan, "flows": [[0, 2, 0.5], [1, 3, 0.5]], "throughput_rps": 5.97,
+            "upper_bound_rps": 6.93, "gap": 0.139, "sustained_rps": 5.5, "target_attainment": 0.99,
+            "slo_attainment": _att(1.0, 1.0, 1.0, 1.0), "elapsed_s": 3.2,
+            "non_split": {"replicas": [_rep("both", {"a6000": 4}, [node])], "sustained_rps": 3.1},
+            "replan": {"node": node, "before": _att(1.0, 1.0, 1.0, 1.0),
+                       "none": {"slo_attainment": _att(0.983, 0.901, 0.917, 0.885), "throughput_rps": 4.07},
+                       "light": {"slo_attainment": _att(0.978, 0.992, 0.993, 0.969), "throughput_rps": 4.55,
+                                 "elapsed_s": 0.191, "replicas": light},
+                       "full": {"slo_attainment": _att(0.983, 0.989, 0.993, 0.974), "throughput_rps": 4.50,
+                                "elapsed_s": 0.888, "replicas": full}}}
+
+
+def _tables_after(html, heading):
+    """The first <table> after the <h2> that starts with `heading`."""
+    start = html.index(f"<h2>{heading}")
+    return html[html.index("<table", start):html.index("</table>", start) + len("</table>")]
+
+
+def test_cloud_report_plan_tables_read_as_the_cli_tables():
+    from reports import build_cloud_html
+    html = build_cloud_html(cloud_answer())
+    for heading in ("Split plan", "Best non-split plan"):
+        table = _tables_after(html, heading)
+        assert "{'" not in table and "['" not in table and "{&#x27;" not in table and "[&#x27;" not in table
+    split = _tables_after(html, "Split plan")
+    assert "<td>4x a5000 + 4x rtx3090ti</td>" in split and "<td>a5000-4x-0, rtx3090ti-4x-1</td>" in split
+    assert "<td>37/23</td>" in split and "<td>4x a5000</td>" in split and "<td>a5000-4x-1</td>" in split
