@@ -291,6 +291,16 @@ def test_cli_without_a_node_replans_and_reports(tmp_path):
     assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
     html = out.read_text()
     assert "SLO attainment without a6000-4x-1" in html and "routed shares" in html
+    # the comparison in words too, with each re-plan's time from the answer
+    assert "<h2>Re-plan without a6000-4x-1</h2>" in html
+    table = html[html.index('<table class="replan">'):]
+    table = table[:table.index("</table>")]
+    for case in ("light", "full"):
+        row = table[table.index(f'<tr data-case="{case}">'):]
+        row = row[:row.index("</tr>")]
+        assert f"<td class=n>{rp[case]['elapsed_s']:.2f}</td>" in row
+        assert f"<td class=n>{rp[case]['slo_attainment']['all']:.1%}</td>" in row
+    assert "{'" not in html[html.index("<h2>Split plan"):] and "['" not in html[html.index("<h2>Split plan"):]
 
 
 def test_cli_without_an_unknown_node_is_one_line(capsys):
@@ -610,3 +620,47 @@ def test_cloud_report_plan_tables_read_as_the_cli_tables():
     split = _tables_after(html, "Split plan")
     assert "<td>4x a5000 + 4x rtx3090ti</td>" in split and "<td>a5000-4x-0, rtx3090ti-4x-1</td>" in split
     assert "<td>37/23</td>" in split and "<td>4x a5000</td>" in split and "<td>a5000-4x-1</td>" in split
+
+
+def test_cloud_report_has_the_replan_comparison_as_a_headed_table():
+    """The issue: "the report shows attainment before, after the lightweight re-plan, after a
+    full re-plan, and with none", in words and numbers beside the chart, with each re-plan's time."""
+    import re
+
+    from reports import build_cloud_html
+    html = build_cloud_html(cloud_answer())
+    assert "<h2>Re-plan without a6000-4x-0</h2>" in html
+    section = html[html.index('<section id="replan">'):]
+    section = section[:section.index("</section>")]
+    assert 'data-chart="replan"' in section   # the chart stays, the table beside it
+    table = section[section.index('<table class="replan">'):]
+    rows = dict(re.findall(r'<tr data-case="(\w+)">(.*?)</tr>', table))
+    assert list(rows) == ["before", "none", "light", "full"]
+    cells = {case: re.findall(r"<td[^>]*>(.*?)</td>", row) for case, row in rows.items()}
+    assert cells["before"][1:6] == ["100.0%", "100.0%", "100.0%", "100.0%", "—"]
+    assert cells["none"][1:6] == ["98.3%", "90.1%", "91.7%", "88.5%", "—"]
+    assert cells["light"][1:6] == ["97.8%", "99.2%", "99.3%", "96.9%", "0.19"]
+    assert cells["full"][1:6] == ["98.3%", "98.9%", "99.3%", "97.4%", "0.89"]
+    assert "1 decode" in cells["none"][6]
+    assert "1 phase flip(s): 4x a5000 TP4 PP1 on a5000-4x-1: prefill → decode" in cells["light"][6]
+    assert "2 kept as they were" in cells["full"][6] and "1 new" in cells["full"][6]
+    assert "2x a5000 + 2x a40 TP2 PP2 on a5000-4x-1, a40-8x-0 (decode)" in cells["full"][6]
+    assert "{'" not in section and "['" not in section
+
+
+def test_cloud_report_without_a_replan_has_no_replan_section():
+    from reports import build_cloud_html
+    answer = cloud_answer()
+    del answer["replan"]
+    assert 'id="replan"' not in build_cloud_html(answer)
+    answer["replan_skipped"] = "the chosen rental has no node x: nothing to re-plan"
+    html = build_cloud_html(answer)
+    assert 'id="replan"' in html and "nothing to re-plan" in html and 'data-chart="replan"' not in html
+
+
+def test_cloud_report_escapes_names_in_the_tables():
+    from reports import build_cloud_html
+    bad = "n<script>alert(1)</script>\"'"
+    html = build_cloud_html(cloud_answer(node=bad))
+    assert "<script>alert(1)" not in html
+    assert "n&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;" in html
