@@ -13,7 +13,8 @@ Public surface:
 - `write_sweep_report(table, path)`, `build_sweep_html`, `sweep_figures`: the summary of
   a sweep (`provision sweep`): machines and cost per request vs rate, per family.
 - `write_cloud_report(answer, path)`, `build_cloud_html`, `cloud_figures`, `cloud_flow`: a
-  cloud plan (`provision cloud --report`) drawn as nodes -> replicas -> routed shares.
+  cloud plan (`provision cloud --report`) drawn as nodes -> replicas -> routed shares, its
+  plan tables, and with `--without` the re-plan comparison (chart and table).
 - `perf_plot_data(report)`, `perf_figure(data)`: the latency model against its
   calibration measurements (`provision perf plot`), as a table and a figure.
 

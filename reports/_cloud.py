@@ -1,6 +1,9 @@
 """The HTML report of a cloud plan (`provision cloud --report`): the plan drawn as a flow
 diagram (nodes -> replica groups -> routed shares from prefill to decode replicas), the
-split and non-split plans side by side, and the re-plan's attainment when a node left.
+split and non-split plans side by side, and the re-plan's attainment when a node left
+(`--without`: a headed section with the chart and a table of attainment per SLO metric before,
+with no re-plan, after the lightweight and the full re-plan, each re-plan's time and what it
+changed). The plan tables read as the CLI's (`provisioner.cloud.replica_cells`).
 
 Only cartesian traces (lines, markers, bars), so the vendored plotly.js bundle serves.
 """
@@ -38,6 +41,7 @@ def _y(k: int, n: int) -> float:
 def cloud_figures(answer: dict) -> list[tuple[str, object]]:
     import plotly.graph_objects as go
 
+    from provisioner.cloud import gpus_text
     flow = cloud_flow(answer)
     pos, reps = flow["positions"], flow["replicas"]
     fig = go.Figure()
@@ -56,7 +60,7 @@ def cloud_figures(answer: dict) -> list[tuple[str, object]]:
                              marker={"size": 16, "color": _COLORS["node"], "symbol": "square"}, name="node"))
     for phase in ("prefill", "decode"):
         idx = [i for i, r in enumerate(reps) if r["phase"] == phase]
-        labels = [f"{'+'.join(f'{c}x{g}' for g, c in reps[i]['gpus'].items())} TP{reps[i]['tp']} PP{reps[i]['pp']}"
+        labels = [f"{gpus_text(reps[i]['gpus'])} TP{reps[i]['tp']} PP{reps[i]['pp']}"
                   f" ({reps[i]['share']:.0%})" for i in idx]
         fig.add_trace(go.Scatter(x=[pos[("rep", i)][0] for i in idx], y=[pos[("rep", i)][1] for i in idx],
                                  mode="markers+text", text=labels,
@@ -87,9 +91,12 @@ def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
              f"<h1>{escape(title)}: {escape(str(answer['inventory']))}</h1>", f'<p class="lead">{_lead(answer)}</p>',
              "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
              f'<script id="plotly-js" charset="utf-8">{plotly_js({"scatter", "bar"})}</script>']
+    charts = {}
     for index, (cid, fig) in enumerate(cloud_figures(answer)):
         html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{index}", config=PLOTLY_CONFIG)
-        parts.append(f'<div class="chart" data-chart="{escape(cid)}">{html}</div>')
+        charts[cid] = f'<div class="chart" data-chart="{escape(cid)}">{html}</div>'
+    parts.append(charts["plan"])
+    parts += _replan_section(answer, charts.get("replan"))
     plans = [("Split plan", answer["replicas"]), ("Best non-split plan", answer["non_split"]["replicas"])]
     if "non_split_chunked" in answer:   # absent with --prefill-chunk-tokens 0
         ch = answer["non_split_chunked"]
@@ -118,10 +125,45 @@ def _chunked_lead(a: dict) -> str:
     return f", non-split with {ch['prefill_chunk_tokens']}-token chunked prefill {ch['sustained_rps']:.2f}"
 
 
+def _replan_section(a: dict, chart: str | None) -> list[str]:
+    """`--without NODE`: a heading, the chart, and the same numbers as a table: attainment
+    per SLO metric before the loss, with no re-plan, after the lightweight and the full
+    re-plan, each re-plan's time and what it changed."""
+    if "replan" not in a:
+        if "replan_skipped" not in a:
+            return []
+        return ['<section id="replan"><h2>Re-plan after a node loss</h2>',
+                f'<p class="note">--without: {escape(a["replan_skipped"])}</p></section>']
+    from provisioner.cloud import REPLAN_CASES, replan_changes
+
+    rp, changes = a["replan"], replan_changes(a)
+    names = {"before": "before (all nodes)", "none": "no re-plan", "light": "lightweight re-plan",
+             "full": "full re-plan"}
+    metrics = ("ttft", "tbt", "e2e", "all")
+    head = ("<tr><th>case</th>" + "".join(f"<th class=n>{m} attainment</th>" for m in metrics)
+            + "<th class=n>re-plan time (s)</th><th>what changed</th></tr>")
+    rows = []
+    for case in REPLAN_CASES:
+        att = rp["before"] if case == "before" else rp[case]["slo_attainment"]
+        took = f"{rp[case]['elapsed_s']:.2f}" if case in ("light", "full") else "—"
+        cells = "".join(f"<td class=n>{att[m]:.1%}</td>" for m in metrics)
+        rows.append(f'<tr data-case="{case}"><td>{escape(names[case])}</td>{cells}<td class=n>{escape(took)}</td>'
+                    f"<td>{escape(changes[case])}</td></tr>")
+    note = (f"Share of requests within each SLO limit at {a['rps']:g} req/s, the same trace in each case, "
+            f"when node {rp['node']} leaves: with no re-plan (the surviving replicas keep their phases and "
+            f"routing), after the lightweight re-plan (phase flips and re-routing only: no model reloaded) and "
+            f"after a full re-plan (a new plan of the remaining nodes). 'all': within every limit; re-plan time: seconds the "
+            f"re-plan's search and simulations took (— where nothing is re-planned).")
+    return ['<section id="replan">', f"<h2>Re-plan without {escape(str(rp['node']))}</h2>",
+            f'<p class="note">{escape(note)}</p>', chart or "",
+            f'<table class="replan">{head}{"".join(rows)}</table>', "</section>"]
+
+
 def _table(reps: list) -> str:
-    cols = ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity_rps")
-    head = "".join(f"<th>{c}</th>" for c in cols)
-    rows = "".join("<tr>" + "".join(f"<td>{escape(str(r.get(c)))}</td>" for c in cols) + "</tr>" for r in reps)
+    from provisioner.cloud import REPLICA_COLUMNS, replica_cells
+
+    head = "".join(f"<th>{escape(c)}</th>" for c in REPLICA_COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in replica_cells(r)) + "</tr>" for r in reps)
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 

@@ -56,7 +56,7 @@ p.lead{color:#555;margin:2px 0 14px}p.note{color:#555;font-size:13px;margin:2px 
 table{border-collapse:collapse;font-size:13px;background:#fff}
 th,td{padding:4px 8px;border-bottom:1px solid #e5e5e5;text-align:left;vertical-align:top}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-table.question th{color:#555;font-weight:600;white-space:nowrap}
+table.question th{color:#555;font-weight:600;white-space:nowrap}table.replan td:first-child{white-space:nowrap}
 .answer-table td:nth-child(-n+3){white-space:nowrap}
 tr.winner td{background:#fff3e0;font-weight:600}tr.infeasible td{color:#999}
 td.bad{color:#b00020}td.good{color:#1b5e20}

@@ -322,6 +322,16 @@ def test_cli_without_a_node_replans_and_reports(tmp_path):
     assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
     html = out.read_text()
     assert "SLO attainment without a6000-4x-1" in html and "routed shares" in html
+    # the comparison in words too, with each re-plan's time from the answer
+    assert "<h2>Re-plan without a6000-4x-1</h2>" in html
+    table = html[html.index('<table class="replan">'):]
+    table = table[:table.index("</table>")]
+    for case in ("light", "full"):
+        row = table[table.index(f'<tr data-case="{case}">'):]
+        row = row[:row.index("</tr>")]
+        assert f"<td class=n>{rp[case]['elapsed_s']:.2f}</td>" in row
+        assert f"<td class=n>{rp[case]['slo_attainment']['all']:.1%}</td>" in row
+    assert "{'" not in html[html.index("<h2>Split plan"):] and "['" not in html[html.index("<h2>Split plan"):]
 
 
 def test_cli_without_an_unknown_node_is_one_line(capsys):
@@ -581,3 +591,107 @@ def test_goal_cost_without_a_node_the_rental_lacks_says_so(tmp_path):
     again = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=1.0, prefill_chunk_tokens=0,
                        without=lacking)
     assert "replan" not in again and lacking in again["replan_skipped"]
+
+
+def test_replica_cells_read_as_a_user_reads_them():
+    """The CLI's tables and the HTML report share one formatter: no Python reprs."""
+    from provisioner.cloud import REPLICA_COLUMNS, replica_cells
+    r = {"phase": "decode", "gpus": {"a5000": 4, "rtx3090ti": 4}, "tp": 4, "pp": 2, "share": 0.259805,
+         "nodes": ["a5000-4x-0", "rtx3090ti-4x-1"], "layers": [37, 23], "capacity_rps": 1.5508}
+    cells = replica_cells(r)
+    assert len(cells) == len(REPLICA_COLUMNS)
+    assert cells == ("decode", "4x a5000 + 4x rtx3090ti", "4", "2", "a5000-4x-0, rtx3090ti-4x-1", "37/23",
+                     "0.260", "1.55")
+
+
+# -- the HTML report (`provision cloud --report`) --------------------------------------------------------------
+
+def _rep(phase, gpus, nodes, tp=4, pp=1, layers=(60,), share=0.25, cap=1.5):
+    return {"phase": phase, "gpus": gpus, "tp": tp, "pp": pp, "share": share, "nodes": list(nodes),
+            "layers": list(layers), "capacity_rps": cap}
+
+
+def _att(ttft, tbt, e2e, all_):
+    return {"ttft": ttft, "tbt": tbt, "e2e": e2e, "all": all_}
+
+
+def cloud_answer(node="a6000-4x-0"):
+    """A small `provision cloud --without node` answer (the shape of plan_cloud's), by hand."""
+    mixed = _rep("decode", {"a5000": 4, "rtx3090ti": 4}, ["a5000-4x-0", "rtx3090ti-4x-1"], pp=2, layers=(37, 23))
+    plan = [_rep("prefill", {"a5000": 4}, ["a5000-4x-1"]), _rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2),
+            _rep("decode", {"a6000": 4}, [node]), mixed]
+    light = [_rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2), _rep("decode", {"a5000": 4}, ["a5000-4x-1"]), mixed]
+    full = [_rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2), mixed,
+            _rep("decode", {"a5000": 2, "a40": 2}, ["a5000-4x-1", "a40-8x-0"], tp=2, pp=2, layers=(35, 25))]
+    return {"goal": "rps", "inventory": "thunderserve-32gpu", "model": "llama-30b", "workload": "conversation",
+            "rps": 6.0, "replicas": plan, "flows": [[0, 2, 0.5], [1, 3, 0.5]], "throughput_rps": 5.97,
+            "upper_bound_rps": 6.93, "gap": 0.139, "sustained_rps": 5.5, "target_attainment": 0.99,
+            "slo_attainment": _att(1.0, 1.0, 1.0, 1.0), "elapsed_s": 3.2,
+            "non_split": {"replicas": [_rep("both", {"a6000": 4}, [node])], "sustained_rps": 3.1},
+            "replan": {"node": node, "before": _att(1.0, 1.0, 1.0, 1.0),
+                       "none": {"slo_attainment": _att(0.983, 0.901, 0.917, 0.885), "throughput_rps": 4.07},
+                       "light": {"slo_attainment": _att(0.978, 0.992, 0.993, 0.969), "throughput_rps": 4.55,
+                                 "elapsed_s": 0.191, "replicas": light},
+                       "full": {"slo_attainment": _att(0.983, 0.989, 0.993, 0.974), "throughput_rps": 4.50,
+                                "elapsed_s": 0.888, "replicas": full}}}
+
+
+def _tables_after(html, heading):
+    """The first <table> after the <h2> that starts with `heading`."""
+    start = html.index(f"<h2>{heading}")
+    return html[html.index("<table", start):html.index("</table>", start) + len("</table>")]
+
+
+def test_cloud_report_plan_tables_read_as_the_cli_tables():
+    from reports import build_cloud_html
+    html = build_cloud_html(cloud_answer())
+    for heading in ("Split plan", "Best non-split plan"):
+        table = _tables_after(html, heading)
+        assert "{'" not in table and "['" not in table and "{&#x27;" not in table and "[&#x27;" not in table
+    split = _tables_after(html, "Split plan")
+    assert "<td>4x a5000 + 4x rtx3090ti</td>" in split and "<td>a5000-4x-0, rtx3090ti-4x-1</td>" in split
+    assert "<td>37/23</td>" in split and "<td>4x a5000</td>" in split and "<td>a5000-4x-1</td>" in split
+
+
+def test_cloud_report_has_the_replan_comparison_as_a_headed_table():
+    """The issue: "the report shows attainment before, after the lightweight re-plan, after a
+    full re-plan, and with none", in words and numbers beside the chart, with each re-plan's time."""
+    import re
+
+    from reports import build_cloud_html
+    html = build_cloud_html(cloud_answer())
+    assert "<h2>Re-plan without a6000-4x-0</h2>" in html
+    section = html[html.index('<section id="replan">'):]
+    section = section[:section.index("</section>")]
+    assert 'data-chart="replan"' in section   # the chart stays, the table beside it
+    table = section[section.index('<table class="replan">'):]
+    rows = dict(re.findall(r'<tr data-case="(\w+)">(.*?)</tr>', table))
+    assert list(rows) == ["before", "none", "light", "full"]
+    cells = {case: re.findall(r"<td[^>]*>(.*?)</td>", row) for case, row in rows.items()}
+    assert cells["before"][1:6] == ["100.0%", "100.0%", "100.0%", "100.0%", "—"]
+    assert cells["none"][1:6] == ["98.3%", "90.1%", "91.7%", "88.5%", "—"]
+    assert cells["light"][1:6] == ["97.8%", "99.2%", "99.3%", "96.9%", "0.19"]
+    assert cells["full"][1:6] == ["98.3%", "98.9%", "99.3%", "97.4%", "0.89"]
+    assert "1 decode" in cells["none"][6]
+    assert "1 phase flip(s): 4x a5000 TP4 PP1 on a5000-4x-1: prefill → decode" in cells["light"][6]
+    assert "2 kept as they were" in cells["full"][6] and "1 new" in cells["full"][6]
+    assert "2x a5000 + 2x a40 TP2 PP2 on a5000-4x-1, a40-8x-0 (decode)" in cells["full"][6]
+    assert "{'" not in section and "['" not in section
+
+
+def test_cloud_report_without_a_replan_has_no_replan_section():
+    from reports import build_cloud_html
+    answer = cloud_answer()
+    del answer["replan"]
+    assert 'id="replan"' not in build_cloud_html(answer)
+    answer["replan_skipped"] = "the chosen rental has no node x: nothing to re-plan"
+    html = build_cloud_html(answer)
+    assert 'id="replan"' in html and "nothing to re-plan" in html and 'data-chart="replan"' not in html
+
+
+def test_cloud_report_escapes_names_in_the_tables():
+    from reports import build_cloud_html
+    bad = "n<script>alert(1)</script>\"'"
+    html = build_cloud_html(cloud_answer(node=bad))
+    assert "<script>alert(1)" not in html
+    assert "n&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;" in html

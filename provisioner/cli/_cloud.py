@@ -117,18 +117,17 @@ def cloud_command(
 def _render(a: dict) -> None:
     from rich.table import Table
 
+    from ..cloud import REPLICA_COLUMNS, replica_cells
     from ._common import console as make_console
     con = make_console()
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
               f"{a['elapsed_s']:.2f} s; rented {a['rented']}")
     for title, reps in (("split plan", a["replicas"]), ("best non-split plan", a["non_split"]["replicas"])):
         t = Table(title=title)
-        for col in ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity rps"):
+        for col in REPLICA_COLUMNS:
             t.add_column(col)
         for r in reps:
-            t.add_row(r["phase"], ", ".join(f"{n}x{g}" for g, n in r["gpus"].items()), str(r["tp"]), str(r["pp"]),
-                      ", ".join(r["nodes"]), "/".join(map(str, r["layers"])), f"{r['share']:.3f}",
-                      f"{r['capacity_rps']:.2f}")
+            t.add_row(*replica_cells(r))
         con.print(t)
     att = a["slo_attainment"]
     ns = a["non_split"]

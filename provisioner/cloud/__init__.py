@@ -2,12 +2,15 @@
 phase, and how requests are routed between them; what to rent; re-planning after a loss.
 
 `load_inventory(spec, catalog)` reads an inventory TOML (or a shipped example's name);
-`plan_cloud(...)` answers the question as the JSON of `provision cloud --json`.
+`plan_cloud(...)` answers the question as the JSON of `provision cloud --json`;
+`replica_cells(replica)` and `replan_changes(answer)` put it in words (the CLI's tables, the
+HTML report).
 """
 
 from ._answer import (COMPARISON_CHUNK_TOKENS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
                       chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
+from ._format import REPLAN_CASES, REPLICA_COLUMNS, gpus_text, layers_text, nodes_text, replan_changes, replica_cells
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan, size_sample
@@ -19,4 +22,6 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "load_inventory", "Inventory", "NodeType",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
-           "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan", "link_wait_s"]
+           "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
+           "link_wait_s", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text",
+           "replica_cells", "replan_changes"]

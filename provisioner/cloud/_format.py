@@ -1,0 +1,82 @@
+"""A cloud answer's plans as a user reads them, for the CLI's tables and the HTML report
+alike: `4x a5000 + 4x rtx3090ti`, `a5000-4x-0, rtx3090ti-4x-1`, layers `37/23`; and what a
+re-plan changed in words."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+REPLICA_COLUMNS = ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity rps")
+REPLAN_CASES = ("before", "none", "light", "full")
+
+
+def gpus_text(gpus: dict) -> str:
+    """{'a5000': 4, 'rtx3090ti': 4} -> '4x a5000 + 4x rtx3090ti' (a pipeline over both)."""
+    return " + ".join(f"{n}x {g}" for g, n in gpus.items())
+
+
+def nodes_text(nodes) -> str:
+    """['a5000-4x-0', 'rtx3090ti-4x-1'] -> 'a5000-4x-0, rtx3090ti-4x-1'."""
+    return ", ".join(str(n) for n in nodes)
+
+
+def layers_text(layers) -> str:
+    """[37, 23] -> '37/23' (layers per pipeline stage)."""
+    return "/".join(str(n) for n in layers)
+
+
+def replica_cells(r: dict) -> tuple[str, ...]:
+    """One replica group of a plan (`replicas` of the answer) as the cells of
+    `REPLICA_COLUMNS`, plain text (the caller escapes it for HTML)."""
+    return (str(r["phase"]), gpus_text(r["gpus"]), str(r["tp"]), str(r["pp"]), nodes_text(r["nodes"]),
+            layers_text(r["layers"]), f"{r['share']:.3f}", f"{r['capacity_rps']:.2f}")
+
+
+def _key(r: dict) -> tuple:
+    """A replica group's identity apart from its phase: the same GPUs, split the same way."""
+    return (tuple(r["nodes"]), tuple(sorted(r["gpus"].items())), r["tp"], r["pp"], tuple(r["layers"]))
+
+
+def _group(r: dict) -> str:
+    return f"{gpus_text(r['gpus'])} TP{r['tp']} PP{r['pp']} on {nodes_text(r['nodes'])}"
+
+
+def replan_changes(answer: dict) -> dict[str, str]:
+    """What each case of `answer['replan']` (`provision cloud --without`) changed against
+    the plan, in words: {'before', 'none', 'light', 'full'} -> text."""
+    rp, reps = answer["replan"], answer["replicas"]
+    node = rp["node"]
+    lost = [r for r in reps if node in r["nodes"]]
+    kept = [r for r in reps if node not in r["nodes"]]
+    phases = Counter(r["phase"] for r in reps)
+    lost_phases = ", ".join(f"{n} {p}" for p, n in sorted(Counter(r["phase"] for r in lost).items()))
+    out = {"before": f"the plan: {len(reps)} replica groups ({phases['prefill']} prefill, "
+                     f"{phases['decode']} decode)",
+           "none": (f"{node} lost with {len(lost)} replica group(s) ({lost_phases or 'none'}); the other "
+                    f"{len(kept)} keep their phases and routing, the lost shares spread over them")}
+    light, flips = rp["light"]["replicas"], []
+    before = Counter((_key(r), r["phase"]) for r in kept)
+    after = Counter((_key(r), r["phase"]) for r in light)
+    for (key, phase), n in sorted((before - after).items()):
+        r = next(r for r in kept if _key(r) == key)
+        flips += [f"{_group(r)}: {phase} → {'decode' if phase == 'prefill' else 'prefill'}"] * n
+    if Counter(_key(r) for r in light) != Counter(_key(r) for r in kept):   # never: light keeps the groups
+        out["light"] = f"{len(light)} replica groups (regrouped); re-routed"
+    elif flips:
+        out["light"] = f"{len(flips)} phase flip(s): {'; '.join(flips)}; re-routed, no model reloaded"
+    else:
+        out["light"] = "no phase flips; re-routed only, no model reloaded"
+    full = rp["full"]["replicas"]
+    same = sum((Counter((_key(r), r["phase"]) for r in full) & before).values())
+    groups_full, groups_kept = Counter(_key(r) for r in full), Counter(_key(r) for r in kept)
+    flipped = sum((groups_full & groups_kept).values()) - same
+    new = groups_full - groups_kept
+    left, new_groups = Counter(new), []
+    for r in full:
+        if left[_key(r)] > 0:
+            left[_key(r)] -= 1
+            new_groups.append(f"{_group(r)} ({r['phase']})")
+    new_text = "; ".join(new_groups)
+    out["full"] = (f"{len(full)} replica groups: {same} kept as they were, {flipped} kept with a phase flip, "
+                   + (f"{sum(new.values())} new (weights reloaded): {new_text}" if new else "none new"))
+    return out
