@@ -121,7 +121,7 @@ def _render(a: dict) -> None:
     from ._common import console as make_console
     con = make_console()
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
-              f"{a['elapsed_s']:.2f} s; rented {a['rented']}")
+              f"{a['elapsed_s']:.2f} s; rented {', '.join(f'{n}x {t}' for t, n in a['rented'].items() if n)}")
     for title, reps in (("split plan", a["replicas"]), ("best non-split plan", a["non_split"]["replicas"])):
         t = Table(title=title)
         for col in REPLICA_COLUMNS:
