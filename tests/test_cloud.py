@@ -189,35 +189,23 @@ def test_slow_network_keeps_kv_in_node_and_4bit_helps(perf):
     assert rps4 > rps16
 
 
-def test_kv_transfers_queue_for_the_links_their_node_pairs_share(perf):
-    """The engines give each prefill -> decode pair its own link; on the inventory the pairs
-    between two nodes share one. Their transfers queue (M/G/1), a saturated link never
-    drains, and the rate a split plan sustains keeps every link under its bandwidth (it
-    used to run a 5-Gbps conversation plan with links at 127% of theirs)."""
-    from provisioner.cloud import link_wait_s, sustained_rps
+def test_the_sustained_rate_keeps_every_link_under_its_bandwidth(perf):
+    """The engines queue KV transfers on the inter-node links their node pairs share
+    (SEMANTICS.md, "Cloud plans"), so the rate a split plan sustains keeps each link's KV
+    bytes under its bandwidth (with a link per pair, a 5-Gbps conversation plan ran its
+    links at 127% of theirs)."""
+    from provisioner.cloud import shared_links, sustained_rps
 
     inv = load_inventory("thunderserve-32gpu", perf.catalog).with_bandwidth(5)
     traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=4.0)
     ctx = make_context(inv, perf.llm("llama-30b"), perf, traces.at(4.0))
     plan, cap = search_plan(ctx, steps=30)
-    pre, dec, r = plan_routing(ctx, plan, cap)
-    crosses = np.array([[any(a != b for a, b in ctx.physics.kv_traffic(p, d)) for d in dec] for p in pre])
-    used = (r.prefill_share[:, None] * r.decode_share > 0) & crosses
-    assert used.any()
-    low, high = (link_wait_s(ctx, pre, dec, r, traces.at(x)) for x in (0.5, 0.95 * cap))
-    assert np.all(low[~crosses] == 0) and np.all(low[used] > 0) and np.all(high[used] > low[used])
-    jammed = link_wait_s(ctx, pre, dec, r, traces.at(3 * cap))[used]   # some link past its bandwidth
-    assert np.all(jammed >= high[used]) and np.any(jammed == traces.at(3 * cap).duration_s)
-
     rate = sustained_rps(ctx, plan, traces, cap, 0.99)
-    req_bytes = ctx.llm.kv_bytes_per_token * float(np.mean(traces.at(rate).prompt_tokens))
-    load: dict = {}
-    for i, p in enumerate(pre):
-        for j, d in enumerate(dec):
-            for (a, b), share in ctx.physics.kv_traffic(p, d).items():
-                if a != b:
-                    load[a, b] = load.get((a, b), 0.0) + rate * r.prefill_share[i] * r.decode_share[i, j] * share
-    assert 0 < rate and max(v * req_bytes / ctx.physics.link_bytes_per_s[ab] for ab, v in load.items()) < 1.0
+    pre, dec, r = plan_routing(ctx, plan, rate)
+    links = shared_links(ctx, pre, dec)   # s per prompt token on each link
+    mean_prompt = float(np.mean(traces.at(rate).prompt_tokens))
+    busy = np.einsum("i,ij,ijk->k", rate * r.prefill_share, r.decode_share, links) * mean_prompt
+    assert links.shape[2] > 0 and 0 < rate and busy.max() < 1.0
 
 
 def test_compressed_kv_keeps_the_uncompressed_finalists(perf):

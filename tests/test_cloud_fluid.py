@@ -20,10 +20,11 @@ ATTAINMENT_TOL = 0.01                  # share of requests: a few requests of a 
 METRICS = ("ttft", "tbt", "e2e")
 
 
-def _plan(coef, kv_cap, prefill_share, decode_share, setup_s, s_per_token):
+def _plan(coef, kv_cap, prefill_share, decode_share, setup_s, s_per_token, link_s_per_token=None):
     return ServerPlan(coef=np.asarray(coef, float), kv_cap_tokens=np.asarray(kv_cap, float),
                       prefill_share=np.asarray(prefill_share, float), decode_share=np.asarray(decode_share, float),
-                      kv_setup_s=np.asarray(setup_s, float), kv_s_per_token=np.asarray(s_per_token, float))
+                      kv_setup_s=np.asarray(setup_s, float), kv_s_per_token=np.asarray(s_per_token, float),
+                      kv_link_s_per_token=None if link_s_per_token is None else np.asarray(link_s_per_token, float))
 
 
 def _inputs(plan, arrival_s, prompt_tokens, output_tokens):
@@ -36,6 +37,24 @@ def _inputs(plan, arrival_s, prompt_tokens, output_tokens):
         layerwise_min_tokens=512.0, overload_tokens=np.array([np.inf]), arrival_s=np.asarray(arrival_s, float),
         prompt_tokens=np.asarray(prompt_tokens, np.int64), output_tokens=np.asarray(output_tokens, np.int64),
         servers=(plan,))
+
+
+@pytest.mark.parametrize("engine", [run_des, run_fluid], ids=["des", "fluid"])
+@pytest.mark.parametrize("shared", [True, False], ids=["one-link", "two-links"])
+def test_transfers_queue_on_a_shared_link(engine, shared):
+    """Two prefill servers send to one decode server. r0 (P0, prefill 0..0.1) holds the link
+    0.1..0.11 and reaches decode at 0.12 (setup 0.01 + 100 x 1e-4); r1 (P1, 0.001..0.101)
+    waits for the link when the two pairs share it (0.11..0.12, at decode 0.01 later: 0.13)
+    and not when each has its own (0.121); one decode iteration of 1 ms each."""
+    a, tau, setup, per_token = 1e-3, 1e-3, 0.01, 1e-4
+    prefill, decode = np.zeros(N_COEF), np.zeros(N_COEF)
+    prefill[0], decode[4] = a, tau
+    links = [[[per_token]], [[per_token]]] if shared else [[[per_token, 0.0]], [[0.0, per_token]]]
+    plan = _plan([prefill, prefill, decode], [1e6] * 3, [0.5, 0.5], [[1.0], [1.0]], [[setup], [setup]],
+                 [[per_token], [per_token]], links)
+    out = engine(_inputs(plan, [0.0, 0.001], [100, 100], [2, 2]))
+    np.testing.assert_allclose(out.first_token_s[0], [0.1, 0.101], rtol=1e-12)
+    np.testing.assert_allclose(out.finish_s[0], [0.121, 0.131 if shared else 0.122], rtol=1e-9)
 
 
 @pytest.mark.parametrize("engine", [run_des, run_fluid], ids=["des", "fluid"])

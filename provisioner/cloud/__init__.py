@@ -16,12 +16,12 @@ from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan, size_sample
 from ._score import Routing, Scorer, Workload
 from ._search import canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
-from ._simulate import link_wait_s, server_plan, simulate_plan
+from ._simulate import server_plan, shared_links, simulate_plan
 
 __all__ = ["COMPARISON_CHUNK_TOKENS", "load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
-           "link_wait_s", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text",
+           "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text",
            "replica_cells", "replan_changes"]

@@ -14,9 +14,8 @@ from ..sim import ENGINES, ServerPlan, SimInputs, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
 
 
-def server_plan(ctx, plan, routing=None, trace=None) -> tuple[ServerPlan, int, int]:
-    """(ServerPlan, prefill-or-mixed servers, decode servers) of a plan; with `trace`, each
-    pair's KV setup includes its wait for the shared inter-node links (`link_wait_s`)."""
+def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
+    """(ServerPlan, prefill-or-mixed servers, decode servers) of a plan."""
     ph = ctx.physics
     if all(p == "both" for _, p in plan):
         groups = [st for st, _ in plan]
@@ -35,51 +34,28 @@ def server_plan(ctx, plan, routing=None, trace=None) -> tuple[ServerPlan, int, i
     for i, a in enumerate(pre):
         for j, b in enumerate(dec):
             setup[i, j], per_token[i, j] = ph.kv_seconds(a, b, ctx.kv_bits)
-    if trace is not None:
-        setup += link_wait_s(ctx, pre, dec, r, trace)
     sp = ServerPlan(coef=np.stack([ph.group(g).coef for g in groups]),
                     kv_cap_tokens=np.array([ph.group(g).kv_cap_tokens for g in groups]),
                     prefill_share=r.prefill_share, decode_share=r.decode_share, kv_setup_s=setup,
-                    kv_s_per_token=per_token)
+                    kv_s_per_token=per_token, kv_link_s_per_token=shared_links(ctx, pre, dec))
     return sp, len(pre), len(dec)
 
 
-def link_wait_s(ctx, pre, dec, routing, trace) -> np.ndarray:
-    """(p, d) mean wait of a pair's KV transfer for the inter-node links it shares.
-
-    The engines give each prefill -> decode pair its own link; on the inventory the pairs
-    between two nodes share one (per direction). Each directed link is an M/G/1 queue: the
-    transfers of the pairs crossing it arrive as the routing splits the trace's rate (Poisson),
-    each holding it for its share of the request's KV bytes over the link's bandwidth
-    (Pollaczek-Khinchine mean wait). A pair waits for the slowest of its links (its node pairs
-    move in parallel). A link loaded to or past its bandwidth never drains: its pairs wait the
-    trace's duration, so their requests miss their deadlines."""
+def shared_links(ctx, pre, dec) -> np.ndarray:
+    """(p, d, L) seconds per prompt token a KV transfer i -> j holds each inter-node link
+    (directed node pair) it crosses: its share of the request's KV bytes (at `kv_bits`) over
+    the link's bandwidth. The engines queue transfers on these links first-come first-served
+    (SEMANTICS.md, "Cloud plans"): pairs between the same two nodes share one link."""
     ph = ctx.physics
-    wait = np.zeros((len(pre), len(dec)))
-    rate = float(trace.rate_rps) if len(trace) else 0.0
-    if rate <= 0 or not len(dec):
-        return wait
-    s = np.asarray(trace.prompt_tokens, dtype=float)
-    s1, s2 = float(s.mean()), float((s * s).mean())
-    pair_rate = rate * routing.prefill_share[:, None] * routing.decode_share
     bytes_per_token = ph.llm.kv_bytes_per_token * ctx.kv_bits / 16.0
-    crossing: dict = {}   # (a, b) -> [(i, j, s per prompt token on the link)]
-    for i, a in enumerate(pre):
-        for j, b in enumerate(dec):
-            if pair_rate[i, j] > 0:
-                for (na, nb), share in ph.kv_traffic(a, b).items():
-                    if na != nb:
-                        crossing.setdefault((na, nb), []).append(
-                            (i, j, share * bytes_per_token / ph.link_bytes_per_s[na, nb]))
-    for pairs in crossing.values():
-        lam = np.array([pair_rate[i, j] for i, j, _ in pairs])
-        c = np.array([c for _, _, c in pairs])
-        rho = float((lam * c).sum() * s1)
-        w = (float((lam * c * c).sum() * s2) / (2.0 * (1.0 - rho)) if rho < 1.0 else np.inf)
-        w = min(w, float(trace.duration_s))
-        for i, j, _ in pairs:
-            wait[i, j] = max(wait[i, j], w)
-    return wait
+    traffic = [[{ab: sh for ab, sh in ph.kv_traffic(a, b).items() if ab[0] != ab[1]} for b in dec] for a in pre]
+    links = sorted({ab for row in traffic for pair in row for ab in pair})
+    out = np.zeros((len(pre), len(dec), len(links)))
+    for i, row in enumerate(traffic):
+        for j, pair in enumerate(row):
+            for ab, share in pair.items():
+                out[i, j, links.index(ab)] = share * bytes_per_token / ph.link_bytes_per_s[ab]
+    return out
 
 
 def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) -> dict:
@@ -91,7 +67,7 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
         decodes, so there is no decode for a long prompt to stall (SEMANTICS.md, "Cloud plans")."""
     if engine not in ENGINES:
         raise ProvisionerError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
-    sp, n_p, n_d = server_plan(ctx, plan, routing, trace)
+    sp, n_p, n_d = server_plan(ctx, plan, routing)
     if sp.prefill_share.sum() <= 0:
         return {"slo_attainment": {m: 0.0 for m in (*METRICS, "all")}, "slo": {"met": False},
                 "served_rps": 0.0, "requests": len(trace), "unservable_requests": 0}

@@ -181,6 +181,11 @@ class _Cluster:
         """kv_visible_s's link parameters for a transfer p -> d (one link per design here)."""
         return self.kv_link
 
+    def kv_queued_s(self, p, d, s, e, prefill_s, visible):
+        """The visible part of a transfer p -> d after any queue for shared links (none here:
+        each transfer has its link to itself)."""
+        return visible
+
     def _lend(self, m):
         self.lent[m] = True
         self.n_lent += 1
@@ -225,7 +230,8 @@ class _Cluster:
             elif self.local[r]:
                 mc.join(r, s, n)
             else:
-                visible = kv_visible_s(s, mc.duration, *self.kv_link_of(m, self.decode_on[r]))
+                d = self.decode_on[r]
+                visible = self.kv_queued_s(m, d, s, e, mc.duration, kv_visible_s(s, mc.duration, *self.kv_link_of(m, d)))
                 self.kv_transfers += 1
                 self.kv_visible_sum += visible
                 transfers.append((r, e + visible))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._des import _Cluster
-from ._des_scalar import iteration_fn
+from ._des_scalar import iteration_fn, kv_link_fifo_s
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,16 @@ class ServerPlan:
     decode_share: np.ndarray     # (p, d) fraction of prefill i's requests decoded on j
     kv_setup_s: np.ndarray       # (p, d) fixed cost of a transfer i -> j
     kv_s_per_token: np.ndarray   # (p, d) serialized seconds per prompt token i -> j
+    # (p, d, L) seconds per prompt token a transfer i -> j holds each shared inter-node link
+    # (L links, FIFO, SEMANTICS.md "Cloud plans"); None or L = 0: no shared link
+    kv_link_s_per_token: np.ndarray | None = None
+
+    @property
+    def shared_links(self) -> np.ndarray:
+        """(p, d, L) `kv_link_s_per_token`, L = 0 when the plan has none."""
+        if self.kv_link_s_per_token is None:
+            return np.zeros(self.decode_share.shape + (0,))
+        return np.asarray(self.kv_link_s_per_token, dtype=float)
 
 
 class CloudCluster(_Cluster):
@@ -53,6 +63,8 @@ class CloudCluster(_Cluster):
         self.share = np.where(self.routed, share, 1.0)   # a divisor: unrouted servers never chosen
         self.p_credit = np.zeros(self.n_prompt)
         self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
+        self.link_s = plan.shared_links
+        self.link_free = np.zeros(self.link_s.shape[2])   # when each shared link is next free
 
     def route(self, r, t):
         p = self._prefill_server(t)
@@ -73,6 +85,16 @@ class CloudCluster(_Cluster):
         share = self.plan.decode_share[p]
         booked = self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:]
         return _least_then_credit(np.where(share > 0, booked, np.inf), self.d_credit[p], share)
+
+    def kv_queued_s(self, p, d, s, e, prefill_s, visible):
+        """`visible` (the transfer alone) or later: the transfer queues first-come first-served
+        on each shared link it crosses (`kv_link_fifo_s`)."""
+        if not self.link_free.size:
+            return visible
+        j = d - self.n_prompt
+        setup = float(self.plan.kv_setup_s[p, j])
+        return kv_link_fifo_s(self.link_s[p, j], self.link_free, s, e, prefill_s, setup, visible,
+                              self.kv_link[3])
 
     def kv_link_of(self, p, d):
         j = d - self.n_prompt

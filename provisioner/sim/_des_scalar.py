@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from perfmodels import N_COEF, profile_iteration_s
 
-__all__ = ["iteration_s", "iteration_fn", "kv_visible_s"]
+__all__ = ["iteration_s", "iteration_fn", "kv_visible_s", "kv_link_fifo_s"]
 
 
 def iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
@@ -53,3 +53,22 @@ def kv_visible_s(s, prefill_s, kv_s_per_token, kv_setup_s, n_layers, layerwise_m
         return kv_setup_s + total
     last = total / n_layers
     return kv_setup_s + last + max(total - last - prefill_s, 0.0)
+
+
+def kv_link_fifo_s(link_s_per_token, link_free, s, e, prefill_s, setup_s, visible_s, layerwise_min_tokens):
+    """The visible part of a KV transfer that queues on shared links (SEMANTICS.md "Cloud
+    plans"): on each link it crosses (`link_s_per_token` > 0) it starts when the link is
+    free and its first layer is ready (the prefill's start when sent layer by layer, its end
+    otherwise), holds the link for its bytes, and moves the link's free time (`link_free`,
+    updated); it is visible from the prefill's end `e` to the last link's end plus the
+    setup, never less than `visible_s` (the transfer alone)."""
+    ready = e - prefill_s if s >= layerwise_min_tokens else e
+    last = e
+    for k in range(len(link_free)):
+        c = link_s_per_token[k]
+        if c > 0.0:
+            start = link_free[k] if link_free[k] > ready else ready
+            link_free[k] = start + c * s
+            last = link_free[k] if link_free[k] > last else last
+    queued = setup_s + last - e
+    return queued if queued > visible_s else visible_s

@@ -172,7 +172,9 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
     if plan is None:
         _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, None)
     else:   # the plan, its dispatch's credits and a scratch row of loads
-        cloud = (plan, np.zeros(n0), np.zeros((n0, max(n1, 1))), np.empty(M))
+        # ... and when each shared link is next free (`cloud_rows`' link rows: L per n0 rows)
+        cloud = (plan, np.zeros(n0), np.zeros((n0, max(n1, 1))), np.empty(M),
+                 np.zeros((plan.shape[0] - 1 - 3 * n0) // n0))
         _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cloud)
     for r in range(R):   # a server has drained when the last request it served finishes
         if finish_out[r] < INF:
@@ -288,7 +290,7 @@ def _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window):
     Prefill (or non-split): the least queued work per unit of share among the servers with a
     share. Decode: among the prefill server's decode servers (share > 0), the least share of
     its KV budget booked. Ties by smooth weighted round-robin on the shares."""
-    plan, p_credit, d_credit, loads = cloud
+    plan, p_credit, d_credit, loads, _ = cloud
     for m in range(n0):
         loads[m] = INF
         if plan[0, m] > 0.0 and window[m, 0] <= t < window[m, 1]:
@@ -510,6 +512,22 @@ def _schedule(m, sim):
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
+def _link_fifo(plan, link_free, n0, m, d, s, e, dur, setup, vis, layerwise_min):
+    """`_des_scalar.kv_link_fifo_s` for prefill server m -> decode server d: the transfer
+    queues first-come first-served on each shared link it crosses (`cloud_rows`' link rows)."""
+    ready = e - dur if s >= layerwise_min else e
+    last = e
+    for k in range(link_free.shape[0]):
+        c = plan[1 + 3 * n0 + k * n0 + m, d - n0]
+        if c > 0.0:
+            start = link_free[k] if link_free[k] > ready else ready
+            link_free[k] = start + c * s
+            last = link_free[k] if link_free[k] > last else last
+    queued = setup + last - e
+    return queued if queued > vis else vis
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
 def _step(m, e, sim, cloud):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
@@ -566,6 +584,9 @@ def _step(m, e, sim, cloud):
                 else:
                     last = total / n_layers
                     vis = setup + last + _fmax(total - last - dur, 0.0)
+                if cloud is not None and cloud[4].shape[0] > 0:
+                    vis = _link_fifo(cloud[0], cloud[4], cloud[1].shape[0], m, d, s_arr[r], e, dur, setup, vis,
+                                     layerwise_min)
                 stats[ST_KV_SUM] += vis
                 stats[ST_KV_N] += 1
                 _push(wait_key, wait_val, st, I_WAIT, d, e + vis, r)
@@ -792,7 +813,9 @@ def cloud_rows(inputs: SimInputs, idx: np.ndarray):
     (None) when no design is a cloud plan; when all are, one coef and KV row per server
     of each, and its table of p prefill servers: row 0 the prefill shares, rows
     1 + i the decode shares of prefill server i, rows 1 + p + i and 1 + 2p + i the KV seconds
-    per prompt token and setups of its links. Cloud plans compile the kernel's cloud
+    per prompt token and setups of its links, rows 1 + (3 + k) p + i the seconds per prompt
+    token its transfers hold shared link k (`ServerPlan.kv_link_s_per_token`; -1 past a
+    plan's own links, so a design with fewer links never queues on them). Cloud plans compile the kernel's cloud
     specialisation once (cached like the other); a batch cannot mix the two kinds."""
     plans = [None if inputs.servers is None else inputs.servers[i] for i in idx]
     coef, kv_cap = inputs.coef[idx], inputs.kv_cap_tokens[idx]
@@ -804,12 +827,15 @@ def cloud_rows(inputs: SimInputs, idx: np.ndarray):
     shapes = [plan.decode_share.shape for plan in plans]
     rows = max(2, max(p + d for p, d in shapes))
     wide_coef, wide_kv = np.zeros((len(idx), rows, coef.shape[2])), np.zeros((len(idx), rows))
-    table = np.full((len(idx), 1 + 3 * max(p for p, _ in shapes), max(max(p, d) for p, d in shapes)), -1.0)
-    for i, plan in enumerate(plans):
+    links = [plan.shared_links for plan in plans]
+    height = max((3 + lk.shape[2]) * p for (p, _), lk in zip(shapes, links))
+    table = np.full((len(idx), 1 + height, max(max(p, d) for p, d in shapes)), -1.0)
+    for i, (plan, lk) in enumerate(zip(plans, links)):
         p, d = plan.decode_share.shape
         wide_coef[i, :p + d], wide_kv[i, :p + d] = plan.coef, plan.kv_cap_tokens
         table[i, 0, :p] = plan.prefill_share
-        for c, part in enumerate((plan.decode_share, plan.kv_s_per_token, plan.kv_setup_s)):
+        parts = (plan.decode_share, plan.kv_s_per_token, plan.kv_setup_s, *np.moveaxis(lk, 2, 0))
+        for c, part in enumerate(parts):
             table[i, 1 + c * p:1 + (c + 1) * p, :d] = part
     return wide_coef, wide_kv, table
 
