@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from perfmodels import TP_DEGREES
+from workloads import Trace
 
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
@@ -223,26 +224,43 @@ def flows_json(routed) -> list:
 def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0) -> float:
     """Highest rate (bisection on `engine`, traces nested across rates) at which every
     metric's attainment is >= target; 0 when even a tiny rate misses it. chunk_tokens:
-    chunked-prefill budget of a non-split plan's replicas (0: whole prompts)."""
+    chunked-prefill budget of a non-split plan's replicas (0: whole prompts).
+
+    Every probe holds at least MIN_REQUESTS requests (below that 1% is not even one
+    request): under the rate whose window holds that many (the floor), a probe is the
+    floor's requests spread out in time, so a plan that misses at the floor is bisected
+    below it instead of being rated 0 (one 4x3090 Ti node's non-split plan met every
+    limit at 0.1 req/s, missed one request of 20 at the floor, 0.17, and was rated 0)."""
+    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+
+    def trace_at(rate):
+        if rate >= floor:
+            return traces.at(rate)
+        base = traces.at(floor)
+        stretch = floor / rate
+        return Trace(base.arrival_s * stretch, base.prompt_tokens, base.output_tokens, base.name,
+                     base.duration_s * stretch)
+
     def ok(rate):
         routing = plan_routing(ctx, plan, rate) if split else None
-        sim = simulate_plan(ctx, plan, traces.at(rate), routing, engine=engine, chunk_tokens=chunk_tokens)
+        sim = simulate_plan(ctx, plan, trace_at(rate), routing, engine=engine, chunk_tokens=chunk_tokens)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
-    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
-    if hi <= floor or not ok(floor) if floor > 0 else False:
-        return 0.0
-    lo = floor
+    missed_floor = 0 < floor < hi and not ok(floor)
+    if missed_floor:
+        hi = floor      # the rate is below the floor: bisect under it
+    elif 0 < floor < hi:
+        lo = floor
     # the analytic capacity is a guess, not a ceiling: the DES's queue-aware dispatch can
     # sustain more than it predicts, so raise the bracket while its top still passes
-    for _ in range(CEILING_RAISES):
+    for _ in range(0 if missed_floor else CEILING_RAISES):
         if not ok(hi):
             break
         lo, hi = hi, hi * 1.5
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo   # a rate that passed (rounding could move it past one that did not)
+    return lo   # a rate that passed, 0 when none did (rounding could move it past one that did not)
 
 
 def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_scale, kv_bits, seed,
