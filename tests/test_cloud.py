@@ -301,6 +301,62 @@ def test_sustained_rate_below_the_bisection_floor_is_not_zero(tmp_path, capsys):
     assert 0.1 <= ns["sustained_rps"] < 20 / 120
 
 
+def test_an_inventory_with_room_for_one_replica_has_no_split_plan(tmp_path, capsys):
+    """One 4x3090 Ti node holds one replica of llama-30b (65 GB of weights on 4 x 24 GB):
+    no split plan exists. The answer was a lone prefill replica (no decode replica) at 0%
+    attainment with no word why; now the split plan is absent with the reason, and the
+    answer points to the non-split plan, which serves the rate."""
+    path = tmp_path / "one.toml"
+    path.write_text(ONE_NODE)
+    args = ["cloud", "--inventory", str(path), "--rps", "0.1", "--prefill-chunk-tokens", "0"]
+    assert run([*args, "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert "no split plan" in a["no_split_plan"] and "non_split" in a["no_split_plan"], a["no_split_plan"]
+    assert a["replicas"] == [] and a["flows"] == [] and a["throughput_rps"] == 0 == a["sustained_rps"]
+    assert a["slo_attainment"]["all"] == 0 and a["split_over_non_split"] is None
+    assert {"replicas", "throughput_rps", "slo_attainment", "elapsed_s"} <= set(a)
+    assert [r["phase"] for r in a["non_split"]["replicas"]] == ["both"]
+    assert min(a["non_split"]["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "no split plan on inventory" in out and "\nsplit plan\n" not in out and "│ prefill" not in out, out
+
+
+def test_goal_throughput_without_a_split_plan_names_the_cause_not_kv(tmp_path, capsys):
+    """Was: "2,000 of 2,000 requests need more KV cache than any replica of the plan holds
+    (the largest 7,841 tokens, the largest replica 13,361)": the plan had no decode replica."""
+    path = tmp_path / "one.toml"
+    path.write_text(ONE_NODE)
+    assert run(["cloud", "--inventory", str(path), "--goal", "throughput", "--prefill-chunk-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: no split plan on inventory"), err
+    assert "KV cache" not in err and "non-split plan sustains" in err and "[[nodes]]" in err, err
+
+
+def test_replan_leaving_room_for_one_replica_says_there_is_no_split_plan(tmp_path, capsys):
+    """Two 4x3090 Ti nodes split (one prefills, one decodes); without one of them the
+    re-plans were lone prefill replicas at 0% attainment, unexplained."""
+    path = tmp_path / "two.toml"
+    path.write_text(ONE_NODE.replace("count = 1", "count = 2"))
+    assert run(["cloud", "--inventory", str(path), "--rps", "0.1", "--prefill-chunk-tokens", "0",
+                "--without", "rtx3090ti-4x-0", "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["no_split_plan"] is None and {r["phase"] for r in a["replicas"]} == {"prefill", "decode"}
+    for case in ("light", "full"):
+        assert "no split plan" in a["replan"][case]["no_split_plan"] and a["replan"][case]["replicas"] == []
+
+
+def test_goal_cost_with_room_for_one_replica_says_raise_available(tmp_path, capsys):
+    """A price list that makes one 4x3090 Ti node available: no rental has a split plan at
+    any rate, so "lower --rps" (the old advice) cannot help; raising `available` can."""
+    path = tmp_path / "prices.toml"
+    path.write_text(ONE_NODE.replace("count = 1", "price_usd_per_h = 1.228\navailable = 1"))
+    assert run(["cloud", "--inventory", str(path), "--goal", "cost", "--rps", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no split plan" in err and "raise `available`" in err, err
+    assert "lower --rps" not in err, err
+
+
 def test_cli_without_a_node_replans_and_reports(tmp_path):
     out = tmp_path / "plan.html"
     res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "conversation",
