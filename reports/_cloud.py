@@ -95,9 +95,11 @@ def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
     for index, (cid, fig) in enumerate(cloud_figures(answer)):
         html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{index}", config=PLOTLY_CONFIG)
         charts[cid] = f'<div class="chart" data-chart="{escape(cid)}">{html}</div>'
-    parts.append(charts["plan"])
+    if "plan" in charts:
+        parts.append(charts["plan"])
     parts += _replan_section(answer, charts.get("replan"))
-    plans = [("Split plan", answer["replicas"]), ("Best non-split plan", answer["non_split"]["replicas"])]
+    plans = [("Split plan" if not answer.get("no_split_plan") else "Split plan: none", answer["replicas"]),
+             ("Best non-split plan", answer["non_split"]["replicas"])]
     if "non_split_chunked" in answer:   # absent with --prefill-chunk-tokens 0
         ch = answer["non_split_chunked"]
         plans.append((f"Best non-split plan, chunked prefill ({ch['prefill_chunk_tokens']} tokens)", ch["replicas"]))
@@ -110,6 +112,13 @@ def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
 
 def _lead(a: dict) -> str:
     att = a["slo_attainment"]
+    if a.get("no_split_plan"):   # the non-split plan is the answer
+        ns, nat = a["non_split"], a["non_split"]["slo_attainment"]
+        return escape(f"{a['model']} on {a['workload']}: {a['no_split_plan']}. Non-split: {ns['throughput_rps']:.2f} "
+                      f"req/s predicted, {ns['sustained_rps']:.2f} req/s at {a['target_attainment']:.0%} attainment "
+                      f"in the DES{_chunked_lead(a)}. At {a['rps']:g} req/s: non-split attainment ttft "
+                      f"{nat['ttft']:.1%}, tbt {nat['tbt']:.1%}, e2e {nat['e2e']:.1%}. Planned in "
+                      f"{a['elapsed_s']:.2f} s.")
     return escape(f"{a['model']} on {a['workload']}: {a['throughput_rps']:.2f} req/s predicted (bound "
                   f"{a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}), {a['sustained_rps']:.2f} req/s at "
                   f"{a['target_attainment']:.0%} attainment in the DES; non-split "

@@ -122,7 +122,11 @@ def _render(a: dict) -> None:
     con = make_console()
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
               f"{a['elapsed_s']:.2f} s; rented {', '.join(f'{n}x {t}' for t, n in a['rented'].items() if n)}")
-    for title, reps in (("split plan", a["replicas"]), ("best non-split plan", a["non_split"]["replicas"])):
+    none = a.get("no_split_plan")   # no split plan on this inventory: the non-split plan is the answer
+    if none:
+        con.print(f"[bold]{none}[/bold]")
+    tables = [("best non-split plan", a["non_split"]["replicas"])]
+    for title, reps in ([] if none else [("split plan", a["replicas"])]) + tables:
         t = Table(title=title)
         for col in REPLICA_COLUMNS:
             t.add_column(col)
@@ -131,24 +135,39 @@ def _render(a: dict) -> None:
         con.print(t)
     att = a["slo_attainment"]
     ns = a["non_split"]
-    con.print(f"split: {a['throughput_rps']:.2f} req/s (bound {a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}); "
-              f"non-split: {ns['throughput_rps']:.2f} req/s; ratio {a['split_over_non_split'] or 0:.2f}x")
-    con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} tbt {att['tbt']:.1%} "
-              f"e2e {att['e2e']:.1%}; non-split ttft {ns['slo_attainment']['ttft']:.1%} "
-              f"tbt {ns['slo_attainment']['tbt']:.1%} e2e {ns['slo_attainment']['e2e']:.1%}")
+    ns_att = (f"ttft {ns['slo_attainment']['ttft']:.1%} tbt {ns['slo_attainment']['tbt']:.1%} "
+              f"e2e {ns['slo_attainment']['e2e']:.1%}")
+    ch = a.get("non_split_chunked")
+    chunked = ""
+    if ch is not None:
+        ratio = a["split_over_non_split_chunked_sustained"]
+        over = f" (split over it {ratio:.2f}x)" if ratio is not None else ""
+        chunked = f"; non-split with {ch['prefill_chunk_tokens']}-token chunked prefill {ch['sustained_rps']:.2f}{over}"
+    if none:
+        con.print(f"non-split: {ns['throughput_rps']:.2f} req/s (bound {ns['upper_bound_rps']:.2f})")
+        con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): non-split attainment {ns_att}")
+        con.print(f"sustained at {a['target_attainment']:.0%} attainment: non-split {ns['sustained_rps']:.2f} "
+                  f"req/s{chunked}")
+    else:
+        con.print(f"split: {a['throughput_rps']:.2f} req/s (bound {a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}); "
+                  f"non-split: {ns['throughput_rps']:.2f} req/s; ratio {a['split_over_non_split'] or 0:.2f}x")
+        con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} "
+                  f"tbt {att['tbt']:.1%} e2e {att['e2e']:.1%}; non-split {ns_att}")
     if a.get("unservable_requests"):
         con.print(f"[bold]cannot serve {a['unservable_requests']} request(s): their KV cache is larger than any "
                   f"replica of the plan holds (counted as misses above)[/bold]")
-    if "non_split_chunked" in a:
-        ch = a["non_split_chunked"]
-        ratio = a["split_over_non_split_chunked_sustained"]
-        over = f" (split over it {ratio:.2f}x)" if ratio is not None else ""
+    if not none:
         con.print(f"sustained at {a['target_attainment']:.0%} attainment: split {a['sustained_rps']:.2f} req/s; "
-                  f"non-split {ns['sustained_rps']:.2f}; non-split with {ch['prefill_chunk_tokens']}-token chunked "
-                  f"prefill {ch['sustained_rps']:.2f}{over}")
-        if ch["sustained_rps"] > a["sustained_rps"]:   # the comparison point wins: the plan above is not the one to deploy
-            con.print(f"[bold]non-split with {ch['prefill_chunk_tokens']}-token chunked prefill sustains more than "
-                      f"the split plan here: see non_split_chunked in --json[/bold]")
+                  f"non-split {ns['sustained_rps']:.2f}{chunked}")
+        # a comparison point that sustains more: the plan above is not the one to deploy
+        points = [(ns["sustained_rps"], "the best non-split plan", "non_split")]
+        if ch is not None:
+            points.append((ch["sustained_rps"], f"non-split with {ch['prefill_chunk_tokens']}-token chunked prefill",
+                           "non_split_chunked"))
+        rate, what, key = max(points, key=lambda p: p[0])
+        if rate > a["sustained_rps"]:
+            con.print(f"[bold]{what} sustains more than the split plan here ({rate:.2f} vs {a['sustained_rps']:.2f} "
+                      f"req/s): see {key} in --json[/bold]")
     if "replan_skipped" in a:
         con.print(f"--without: {a['replan_skipped']}")
     if "replan" in a:
@@ -156,4 +175,6 @@ def _render(a: dict) -> None:
         for k in ("before", "none", "light", "full"):
             s = rp[k] if k in ("before",) else rp[k]["slo_attainment"]
             extra = f" in {rp[k]['elapsed_s']:.2f} s" if k in ("light", "full") else ""
+            if k in ("light", "full") and rp[k].get("no_split_plan"):
+                extra += f" ({rp[k]['no_split_plan']})"
             con.print(f"without {rp['node']}: {k:6s} attainment(all) {s['all']:.1%}{extra}")

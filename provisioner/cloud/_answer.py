@@ -9,12 +9,14 @@ import time
 import numpy as np
 
 from perfmodels import TP_DEGREES
+from workloads import Trace
 
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
-from ._plan import bounds, make_context, plan_routing, replicas_json, search_plan, size_sample, uncompressed
-from ._search import canon, score, symmetry_key
+from ._plan import (bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan, size_sample,
+                    uncompressed)
+from ._search import canon, score, symmetry_key, valid_plan
 from ._simulate import kv_misfits, simulate_plan
 
 TARGET_ATTAINMENT = 0.99
@@ -66,7 +68,15 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
                                                 ranked=ns_finalists)
     bound = bounds(ctx)
+    # a split plan needs a prefill and a decode replica: an inventory with room for one
+    # replica has none, and the answer says so and points to the non-split plan
+    no_split = no_split_plan_reason(ctx) if plan is None else None
     if goal == "throughput":
+        if no_split:
+            serves = (f"its best non-split plan sustains {ns_sustained:.2f} req/s at {target:.0%} attainment"
+                      if ns_sustained > 0 else f"its best non-split plan meets {target:.0%} attainment at no rate")
+            raise ProvisionerError(f"{no_split}: serve it non-split ({serves}; --rps R answers with it under "
+                                   f"non_split), or add nodes (a [[nodes]] count) so that it holds two replicas")
         if sustained <= 0:
             _refuse_kv_misfits(ctx, plan, sizes, target)
             fix = (f"its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split, or "
@@ -74,34 +84,42 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
                                    f"{fix}loosen slo_scale or lower target", params=("slo_scale", "target"))
         rps = sustained
-    routed = plan_routing(ctx, plan, rps)
+    trace = traces.at(rps)
+    if no_split:   # nothing to route or simulate: no request is served by a split plan
+        routed, split_bound = None, 0.0
+        sim = {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}, "slo": {"met": False},
+               "requests": len(trace), "unservable_requests": 0}
+    else:
+        routed, split_bound = plan_routing(ctx, plan, rps), bound["split"]
+        sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
     out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
            "inter_node_gbps": inventory.inter_node_gbps, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
            "rented": {t.name: t.count for t in inventory.types},
-           "replicas": replicas_json(ctx, plan, routed),
-           "flows": flows_json(routed),
-           "throughput_rps": cap, "upper_bound_rps": bound["split"],
-           "gap": 1.0 - cap / bound["split"] if bound["split"] > 0 else 0.0,
+           "no_split_plan": no_split and f"{no_split}: serve it non-split (the best non-split plan: non_split)",
+           "replicas": replicas_json(ctx, plan, routed) if plan is not None else [],
+           "flows": flows_json(routed) if routed is not None else [],
+           "throughput_rps": cap, "upper_bound_rps": split_bound,
+           "gap": 1.0 - cap / split_bound if split_bound > 0 else 0.0,
            "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
            "rescore_engine": rescore_engine}
-    trace = traces.at(rps)
-    sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
     out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
                unservable_requests=sim["unservable_requests"])
     ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
     out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
                         "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
                         "slo": ns_sim["slo"]}
-    out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 else None
+    out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 and not no_split else None
     out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
-    out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 else None
+    out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 and not no_split else None
     budgets = _chunk_budgets(prefill_chunk_tokens)
     if budgets:
         out["non_split_chunked"] = _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine,
                                                        engine, ns_finalists)
         ch = out["non_split_chunked"]["sustained_rps"]
-        out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 else None
-    if without is not None and without not in (name for name, _ in inventory.nodes):
+        out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 and not no_split else None
+    if without is not None and no_split:
+        out["replan_skipped"] = f"{no_split}: nothing to re-plan"
+    elif without is not None and without not in (name for name, _ in inventory.nodes):
         # --goal cost: the price list could rent this node, the chosen rental does not
         out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
     elif without is not None:
@@ -125,16 +143,19 @@ def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
 
 def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS, keep=None, start=None,
                    moves=None) -> list:
-    """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score;
+    """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score
+    (none when the inventory has no plan of `phases`: `no_split_plan_reason`);
     `keep(plan)`, when given, admits only the plans it accepts (e.g. a shape to compare with);
     `start` and `moves` as `search_plan`'s (a re-plan's search; its start is a candidate too)."""
     seen: dict = {}
     if start is not None:
         start = canon(start)
-        seen[start] = score(ctx.scorer, start)
+        if valid_plan(start):
+            seen[start] = score(ctx.scorer, start)
     best, best_rps = search_plan(ctx, seed=seed, phases=phases, start=start, moves=moves, seen=seen)
-    seen[best] = best_rps
-    kept = seen.items() if keep is None else [(p, r) for p, r in seen.items() if keep(p)]
+    if best is not None:
+        seen[best] = best_rps
+    kept = [(p, r) for p, r in seen.items() if valid_plan(p) and (keep is None or keep(p))]
     ranked, keys = [], set()
     for p, r in sorted(kept, key=lambda kv: (-kv[1], kv[0])):   # one of each plan up to node relabelling
         key = symmetry_key(ctx.physics, p)
@@ -158,10 +179,13 @@ def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalis
     """(plan, predicted rps, sustained rps): the tabu search's `finalists` best plans by the
     analytic score, re-scored by the rate the simulation (`engine`) sustains at the target
     attainment (the analytic score ranks; the simulation decides among the best it found).
+    (None, 0.0, 0.0) when there is no plan of `phases` (`no_split_plan_reason`).
     chunk_tokens : chunked-prefill budget of non-split replicas in the simulation (0: off).
     ranked : `finalist_plans(ctx, seed, phases, finalists)` when the caller has it already."""
     if ranked is None:
         ranked = finalist_plans(ctx, seed, phases, finalists)
+    if not ranked:
+        return None, 0.0, 0.0
     split = phases != ("both",)
     rated = [(sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens), cap, p)
              for p, cap in ranked]
@@ -223,26 +247,43 @@ def flows_json(routed) -> list:
 def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0) -> float:
     """Highest rate (bisection on `engine`, traces nested across rates) at which every
     metric's attainment is >= target; 0 when even a tiny rate misses it. chunk_tokens:
-    chunked-prefill budget of a non-split plan's replicas (0: whole prompts)."""
+    chunked-prefill budget of a non-split plan's replicas (0: whole prompts).
+
+    Every probe holds at least MIN_REQUESTS requests (below that 1% is not even one
+    request): under the rate whose window holds that many (the floor), a probe is the
+    floor's requests spread out in time, so a plan that misses at the floor is bisected
+    below it instead of being rated 0 (one 4x3090 Ti node's non-split plan met every
+    limit at 0.1 req/s, missed one request of 20 at the floor, 0.17, and was rated 0)."""
+    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+
+    def trace_at(rate):
+        if rate >= floor:
+            return traces.at(rate)
+        base = traces.at(floor)
+        stretch = floor / rate
+        return Trace(base.arrival_s * stretch, base.prompt_tokens, base.output_tokens, base.name,
+                     base.duration_s * stretch)
+
     def ok(rate):
         routing = plan_routing(ctx, plan, rate) if split else None
-        sim = simulate_plan(ctx, plan, traces.at(rate), routing, engine=engine, chunk_tokens=chunk_tokens)
+        sim = simulate_plan(ctx, plan, trace_at(rate), routing, engine=engine, chunk_tokens=chunk_tokens)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
-    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
-    if hi <= floor or not ok(floor) if floor > 0 else False:
-        return 0.0
-    lo = floor
+    missed_floor = 0 < floor < hi and not ok(floor)
+    if missed_floor:
+        hi = floor      # the rate is below the floor: bisect under it
+    elif 0 < floor < hi:
+        lo = floor
     # the analytic capacity is a guess, not a ceiling: the DES's queue-aware dispatch can
     # sustain more than it predicts, so raise the bracket while its top still passes
-    for _ in range(CEILING_RAISES):
+    for _ in range(0 if missed_floor else CEILING_RAISES):
         if not ok(hi):
             break
         lo, hi = hi, hi * 1.5
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo   # a rate that passed (rounding could move it past one that did not)
+    return lo   # a rate that passed, 0 when none did (rounding could move it past one that did not)
 
 
 def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_scale, kv_bits, seed,
@@ -258,23 +299,32 @@ def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_s
     res = {"node": node, "before": before, "none": none}
     t0 = time.perf_counter()
     light = _best_at_rate(ctx2, finalist_plans(ctx2, seed, start=survivors, moves=("flip",)), trace, rps, engine)
-    res["light"] = {**light, "elapsed_s": time.perf_counter() - t0}
+    res["light"] = {**(light or _no_split_replan(ctx2)), "elapsed_s": time.perf_counter() - t0}
     t0 = time.perf_counter()
     # the light plan is a full plan too: a full re-plan never does worse than the light one
     ranked = finalist_plans(ctx2, seed)
-    if all(p != light["plan"] for p, _ in ranked):
+    if light is not None and all(p != light["plan"] for p, _ in ranked):
         ranked.append((light["plan"], light["throughput_rps"]))
-    res["full"] = {**_best_at_rate(ctx2, ranked, trace, rps, engine), "elapsed_s": time.perf_counter() - t0}
+    full = _best_at_rate(ctx2, ranked, trace, rps, engine)
+    res["full"] = {**(full or _no_split_replan(ctx2)), "elapsed_s": time.perf_counter() - t0}
     for name in ("light", "full"):
-        res[name]["replicas"] = replicas_json(ctx2, res[name].pop("plan"), res[name].pop("routing"))
+        if "plan" in res[name]:
+            res[name]["replicas"] = replicas_json(ctx2, res[name].pop("plan"), res[name].pop("routing"))
     res["none"]["throughput_rps"] = score(ctx2.scorer, survivors) if survivors else 0.0
     return res
 
 
-def _best_at_rate(ctx, ranked, trace, rps, engine) -> dict:
+def _no_split_replan(ctx2) -> dict:
+    """A re-plan's answer where the inventory left has no split plan."""
+    return {"no_split_plan": no_split_plan_reason(ctx2), "replicas": [], "throughput_rps": 0.0,
+            "slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
+
+
+def _best_at_rate(ctx, ranked, trace, rps, engine) -> dict | None:
     """Of the finalists [(plan, predicted rps)], the one the simulation (`engine`) rates best
     at the rate the re-plan must serve: the highest share of requests within every limit,
-    then the higher prediction. One run each, not a bisection: a re-plan answers for `rps`."""
+    then the higher prediction. One run each, not a bisection: a re-plan answers for `rps`.
+    None when there are no finalists (no split plan)."""
     best = None
     for p, cap in ranked:
         routing = plan_routing(ctx, p, rps)
@@ -329,12 +379,17 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     trace, sizes = traces.at(rps), size_sample(traces, rps)
     rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits) for k in range(len(limits))]
     verdicts: dict = {}
+    no_split: dict = {}   # counts -> why the rental has no split plan
 
     def passes(counts):
         if counts not in verdicts:
             ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits,
                                reference=price_list)
             plan, cap = search_plan(ctx, seed=seed, steps=30)
+            if plan is None:   # room for one replica: nothing to split, at any rate
+                no_split[counts] = no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
+                verdicts[counts] = (False, 0.0)
+                return verdicts[counts]
             sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
             ok = min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
             realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target, engine=engine) / max(cap, 1e-9)
@@ -356,6 +411,10 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         else:
             lo = need
             need = 0.5 * (lo + best[1]) if best else min(max(rps / max(realised, 1e-3), lo * 1.3), lo * 3.0)
+    if best is None and everything in no_split:
+        raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
+                               f"can hold a prefill and a decode replica (or serve those nodes non-split: "
+                               f"--rps without --goal cost on an inventory of them)")
     if best is None:
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
                                f"at {target:.0%} attainment: lower --rps or raise `available`")

@@ -19,10 +19,10 @@ from perfmodels import TP_DEGREES
 from .._validation import Interval, Real, validate_params
 from ..errors import ProvisionerError
 from ..slo import SLO
-from ._bound import upper_bound_rps
+from ._bound import candidate_groups, upper_bound_rps
 from ._physics import Physics
 from ._score import Scorer, Workload, balanced_routing
-from ._search import canon, initial_groups, initial_plan, tabu_search
+from ._search import canon, initial_groups, initial_plan, tabu_search, valid_plan
 
 DEFAULT_SLO_SCALE = 2.0
 SIZE_SAMPLE = 2000     # requests whose sizes the analytic score averages over
@@ -101,7 +101,9 @@ def reference_latencies(physics, prompt_tokens, output_tokens):
 def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=100,
                 sample=40, seen: dict | None = None):
     """(plan, rps): tabu search from `start` (default: the bandwidth clustering); `seen`
-    collects every plan scored, with its rps."""
+    collects every plan scored, with its rps. (None, 0.0) when it finds no plan of `phases`
+    (`valid_plan`): a split plan needs a prefill and a decode group, which an inventory with
+    room for one replica of the model does not have (`no_split_plan_reason`)."""
     sc = ctx.scorer
     if start is None:
         start = initial_plan(ctx.physics, sc) if phases != ("both",) else canon(
@@ -111,14 +113,39 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     if moves is not None:
         plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, moves=moves,
                                    seen=seen)
-        return plan, rps
+        return (plan, rps) if valid_plan(plan) else (None, 0.0)
     # ThunderServe's moves first, then GPUs dealt anew between pairs of groups (regroup)
     plan, rps, _ = tabu_search(sc, start, steps=steps, sample=sample, rng=seed, phases=phases, seen=seen)
     plan, rps, _ = tabu_search(sc, plan, steps=steps, sample=sample, rng=seed, phases=phases,
                                moves=("flip", "split", "merge", "move", "regroup"), seen=seen)
+    if not valid_plan(plan):
+        return None, 0.0
     if seen is not None:
         seen[plan] = rps
     return plan, rps
+
+
+def no_split_plan_reason(ctx: Context, where: str | None = None) -> str:
+    """Why an inventory has no split plan (the search found none): a split plan needs two
+    disjoint GPU groups that each hold the model, a prefill and a decode replica.
+    where : what the message calls the inventory (default "inventory NAME")."""
+    inv, ph = ctx.inventory, ctx.physics
+    where = where or f"inventory {inv.name}"
+    nodes = ", ".join(f"{t.count}x {t.name}" for t in inv.types if t.count)
+    groups = candidate_groups(ph)
+    gpus = [inv.types[ti].gpus for ti in ph.node_type]
+
+    def disjoint(a, b):
+        used: dict = {}
+        for node, tp in a + b:
+            used[node] = used.get(node, 0) + tp
+        return all(n <= gpus[node] for node, n in used.items())
+
+    if any(disjoint(a, b) for i, a in enumerate(groups) for b in groups[i:]):
+        return (f"no split plan on {where} ({nodes}): the search found no plan with both a prefill "
+                f"and a decode replica of {ctx.llm.name}")
+    return (f"no split plan on {where} ({nodes}): a split plan needs two replicas of {ctx.llm.name} "
+            f"(a prefill and a decode one), and its GPUs hold only one")
 
 
 def uncompressed(ctx: Context) -> Context:
@@ -143,7 +170,7 @@ def replicas_json(ctx: Context, plan, routing=None) -> list[dict]:
     out = []
     if all(ph == "both" for _, ph in plan):
         rates = np.array([ctx.scorer.both(st) for st, _ in plan])
-        shares = rates / rates.sum() if rates.sum() > 0 else rates
+        shares = rates / rates.sum() if rates.sum() > 0 else np.full(len(plan), 1.0 / len(plan))   # as server_plan
         return [_replica(ctx, st, "both", float(s), names) for (st, _), s in zip(plan, shares)]
     pre, dec, r = routing or plan_routing(ctx, plan)
     dshare = r.prefill_share @ r.decode_share if len(pre) else np.zeros(len(dec))
@@ -168,5 +195,6 @@ def bounds(ctx: Context) -> dict:
     return {"split": upper_bound_rps(ctx.scorer), "non_split": upper_bound_rps(ctx.scorer, ("both",))}
 
 
-__all__ = ["Context", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json", "reference_latencies",
+__all__ = ["Context", "make_context", "size_sample", "search_plan", "no_split_plan_reason", "plan_routing",
+           "replicas_json", "reference_latencies",
            "bounds"]

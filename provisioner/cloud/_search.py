@@ -133,7 +133,7 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
                     d2 = tuple(sorted(dst + (src[k],)))
                     if physics.group(s2) and physics.group(d2):
                         out.add(canon(rest + [(s2, psrc), (d2, pdst)]))
-    return [p for p in out if _valid(p)]
+    return [p for p in out if valid_plan(p)]
 
 
 def _n_flips(p, q) -> int:
@@ -143,7 +143,9 @@ def _n_flips(p, q) -> int:
     return sum(a != b for a, b in zip(p, q))
 
 
-def _valid(plan) -> bool:
+def valid_plan(plan) -> bool:
+    """A non-split plan (every group "both"), or a split plan: at least one prefill and one
+    decode group (a lone prefill replica serves no request)."""
     phases = {ph for _, ph in plan}
     return phases == {"both"} or ("prefill" in phases and "decode" in phases)
 
@@ -200,7 +202,8 @@ def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, r
     given, collects every scored plan's rps."""
     rng = np.random.default_rng(rng)
     cur = best = canon(start)
-    best_s = score(scorer, cur)
+    # an invalid start (a re-plan's survivors, all one phase) is beaten by any valid neighbour
+    best_s = score(scorer, cur) if valid_plan(cur) else -1.0
     tabu = [cur]
     stale = scored = 0
     for _ in range(steps):
@@ -243,7 +246,7 @@ def exhaustive(scorer, phases=PHASES):
             labels = [phases] * len(groups) if phases != ("both",) else [("both",)] * len(groups)
             for assign in itertools.product(*labels):
                 plan = canon(list(zip(groups, assign)))
-                if plan in seen or not _valid(plan):
+                if plan in seen or not valid_plan(plan):
                     continue
                 seen.add(plan)
                 s = score(scorer, plan)
