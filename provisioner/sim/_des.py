@@ -231,7 +231,8 @@ class _Cluster:
                 mc.join(r, s, n)
             else:
                 d = self.decode_on[r]
-                visible = self.kv_queued_s(m, d, s, e, mc.duration, kv_visible_s(s, mc.duration, *self.kv_link_of(m, d)))
+                alone = kv_visible_s(s, mc.duration, *self.kv_link_of(m, d))
+                visible = self.kv_queued_s(m, d, s, e, mc.duration, alone)
                 self.kv_transfers += 1
                 self.kv_visible_sum += visible
                 transfers.append((r, e + visible))
