@@ -9,11 +9,18 @@ Ctrl-C; `stop_workers` then ends them.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 
-__all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers"]
+__all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
+           "quiet_resource_tracker"]
+
+# loky's resource tracker, a child process, cleans up after the workers at exit; when
+# Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
+# after our one-line "interrupted" (a race). Its warning filters come from the environment.
+RESOURCE_TRACKER_FILTER = "ignore:resource_tracker:UserWarning"
 
 
 def start_executor_deaf_to_ctrl_c(executor) -> None:
@@ -52,3 +59,11 @@ def stop_workers() -> None:
         executor.shutdown(wait=False, kill_workers=True)
     except Exception:  # noqa: BLE001 - best effort while exiting
         pass
+
+
+def quiet_resource_tracker() -> None:
+    """Add RESOURCE_TRACKER_FILTER to PYTHONWARNINGS (kept: the user's own filters), so the
+    processes started from here on (loky's resource tracker among them) drop that warning."""
+    current = os.environ.get("PYTHONWARNINGS", "")
+    if RESOURCE_TRACKER_FILTER not in current.split(","):
+        os.environ["PYTHONWARNINGS"] = f"{current},{RESOURCE_TRACKER_FILTER}" if current else RESOURCE_TRACKER_FILTER

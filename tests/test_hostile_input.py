@@ -264,6 +264,21 @@ def test_an_unreadable_input_is_not_called_an_output(monkeypatch):
     assert "write" not in line
 
 
+def test_worker_cleanup_warnings_are_dropped_and_the_users_filters_kept(monkeypatch, capsys):
+    """After Ctrl-C kills the workers, loky's resource tracker (a child process) could print
+    "resource_tracker: ...: FileNotFoundError" under the one-line "interrupted" (seen in CI).
+    `provision` adds a filter for it to the environment its children inherit."""
+    monkeypatch.setenv("PYTHONWARNINGS", "error::DeprecationWarning")
+    assert run(["catalog"]) == 0
+    capsys.readouterr()
+    assert os.environ["PYTHONWARNINGS"].startswith("error::DeprecationWarning,")
+    child = subprocess.run([sys.executable, "-c", "import warnings; "
+                            "warnings.warn('resource_tracker: /loky-1-x: FileNotFoundError(2)', UserWarning); "
+                            "warnings.warn('another warning', UserWarning)"],
+                           capture_output=True, text=True, env=dict(os.environ), check=True)
+    assert "resource_tracker" not in child.stderr and "another warning" in child.stderr
+
+
 @pytest.mark.parametrize("phase", ["search", "verification"])
 def test_ctrl_c_stops_the_search_with_one_line(phase):
     """Ctrl-C in a terminal signals the whole process group, joblib's workers included."""

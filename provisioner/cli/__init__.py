@@ -13,6 +13,7 @@ import sys
 
 import typer
 
+from .._workers import quiet_resource_tracker
 from ._errors import run_guarded
 
 __all__ = ["app", "get_app", "main", "run"]
@@ -51,6 +52,7 @@ def _register() -> None:
 def run(argv: list[str] | None = None) -> int:
     """Run the command line `argv`; returns the exit code (0, 1, 2 or 130), never raises."""
     _register()
+    quiet_resource_tracker()   # Ctrl-C: one line, not a worker-cleanup warning after it
     return run_guarded(lambda: app(args=argv, prog_name="provision", standalone_mode=False))
 
 
