@@ -365,6 +365,18 @@ def test_replan_leaving_room_for_one_replica_says_there_is_no_split_plan(tmp_pat
         assert "no split plan" in a["replan"][case]["no_split_plan"] and a["replan"][case]["replicas"] == []
 
 
+def test_goal_throughput_below_the_floor_answers_on_the_rate_it_found(tmp_path, capsys):
+    """Two 4x3090 Ti nodes sustain under 20 requests per 120-s window: the bisection judged
+    that rate on the floor's 20 requests spread out, and the answer must use the same trace
+    (it used `traces.at(rate)`: fewer requests, or a "too few requests" error far enough down)."""
+    path = tmp_path / "two.toml"
+    path.write_text(ONE_NODE.replace("count = 1", "count = 2"))
+    assert run(["cloud", "--inventory", str(path), "--goal", "throughput", "--prefill-chunk-tokens", "0",
+                "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["rps"] < 20 / 120 and a["requests"] == 20 and a["slo_attainment"]["all"] >= 0.99
+
+
 def test_goal_cost_with_room_for_one_replica_says_raise_available(tmp_path, capsys):
     """A price list that makes one 4x3090 Ti node available: no rental has a split plan at
     any rate, so "lower --rps" (the old advice) cannot help; raising `available` can."""
@@ -749,6 +761,17 @@ def test_cloud_report_has_the_replan_comparison_as_a_headed_table():
     assert "2 kept as they were" in cells["full"][6] and "1 new" in cells["full"][6]
     assert "2x a5000 + 2x a40 TP2 PP2 on a5000-4x-1, a40-8x-0 (decode)" in cells["full"][6]
     assert "{'" not in section and "['" not in section
+
+
+def test_replan_changes_give_the_reason_when_a_replan_found_no_split_plan():
+    from provisioner.cloud import replan_changes
+    answer = cloud_answer()
+    for case, why in (("light", "the surviving replica groups hold no prefill and decode pair"),
+                      ("full", "no split plan on inventory x")):
+        answer["replan"][case] = {"no_split_plan": why, "replicas": [], "throughput_rps": 0.0,
+                                  "slo_attainment": _att(0, 0, 0, 0), "elapsed_s": 0.1}
+    text = replan_changes(answer)
+    assert text["light"].startswith("the surviving replica groups") and text["full"] == "no split plan on inventory x"
 
 
 def test_cloud_report_without_a_replan_has_no_replan_section():

@@ -84,7 +84,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
                                    f"{fix}loosen slo_scale or lower target", params=("slo_scale", "target"))
         rps = sustained
-    trace = traces.at(rps)
+    trace = trace_at(traces, rps)   # --goal throughput's rate may lie below the floor
     if no_split:   # nothing to route or simulate: no request is served by a split plan
         routed, split_bound = None, 0.0
         sim = {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}, "slo": {"met": False},
@@ -244,6 +244,18 @@ def flows_json(routed) -> list:
     return [[int(i), len(pre) + int(j), round(float(flow[i, j]), 6)] for i, j in zip(*np.nonzero(flow > 1e-9))]
 
 
+def trace_at(traces, rate):
+    """`traces.at(rate)`, or below the rate whose window holds MIN_REQUESTS requests (the
+    floor), that many requests spread out in time (a window that long at this rate)."""
+    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+    if rate >= floor:
+        return traces.at(rate)
+    base = traces.at(floor)
+    stretch = floor / rate
+    return Trace(base.arrival_s * stretch, base.prompt_tokens, base.output_tokens, base.name,
+                 base.duration_s * stretch)
+
+
 def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0) -> float:
     """Highest rate (bisection on `engine`, traces nested across rates) at which every
     metric's attainment is >= target; 0 when even a tiny rate misses it. chunk_tokens:
@@ -256,17 +268,9 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
     limit at 0.1 req/s, missed one request of 20 at the floor, 0.17, and was rated 0)."""
     floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
 
-    def trace_at(rate):
-        if rate >= floor:
-            return traces.at(rate)
-        base = traces.at(floor)
-        stretch = floor / rate
-        return Trace(base.arrival_s * stretch, base.prompt_tokens, base.output_tokens, base.name,
-                     base.duration_s * stretch)
-
     def ok(rate):
         routing = plan_routing(ctx, plan, rate) if split else None
-        sim = simulate_plan(ctx, plan, trace_at(rate), routing, engine=engine, chunk_tokens=chunk_tokens)
+        sim = simulate_plan(ctx, plan, trace_at(traces, rate), routing, engine=engine, chunk_tokens=chunk_tokens)
         return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
     missed_floor = 0 < floor < hi and not ok(floor)
@@ -299,14 +303,19 @@ def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_s
     res = {"node": node, "before": before, "none": none}
     t0 = time.perf_counter()
     light = _best_at_rate(ctx2, finalist_plans(ctx2, seed, start=survivors, moves=("flip",)), trace, rps, engine)
-    res["light"] = {**(light or _no_split_replan(ctx2)), "elapsed_s": time.perf_counter() - t0}
+    light_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     # the light plan is a full plan too: a full re-plan never does worse than the light one
     ranked = finalist_plans(ctx2, seed)
     if light is not None and all(p != light["plan"] for p, _ in ranked):
         ranked.append((light["plan"], light["throughput_rps"]))
     full = _best_at_rate(ctx2, ranked, trace, rps, engine)
-    res["full"] = {**(full or _no_split_replan(ctx2)), "elapsed_s": time.perf_counter() - t0}
+    full_s = time.perf_counter() - t0
+    # no light plan where a full one exists: the survivors' groups cannot pair by flips alone
+    no_light = None if full is None else ("the surviving replica groups hold no prefill and decode pair by "
+                                          "phase flips alone (the full re-plan regroups and reloads weights)")
+    res["light"] = {**(light or _no_split_replan(ctx2, no_light)), "elapsed_s": light_s}
+    res["full"] = {**(full or _no_split_replan(ctx2)), "elapsed_s": full_s}
     for name in ("light", "full"):
         if "plan" in res[name]:
             res[name]["replicas"] = replicas_json(ctx2, res[name].pop("plan"), res[name].pop("routing"))
@@ -314,9 +323,10 @@ def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_s
     return res
 
 
-def _no_split_replan(ctx2) -> dict:
-    """A re-plan's answer where the inventory left has no split plan."""
-    return {"no_split_plan": no_split_plan_reason(ctx2), "replicas": [], "throughput_rps": 0.0,
+def _no_split_replan(ctx2, reason=None) -> dict:
+    """A re-plan's answer that found no split plan: `reason`, by default that the inventory
+    left has none (a lightweight re-plan can find none where a full one finds some)."""
+    return {"no_split_plan": reason or no_split_plan_reason(ctx2), "replicas": [], "throughput_rps": 0.0,
             "slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
 
 

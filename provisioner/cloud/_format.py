@@ -54,19 +54,27 @@ def replan_changes(answer: dict) -> dict[str, str]:
                      f"{phases['decode']} decode)",
            "none": (f"{node} lost with {len(lost)} replica group(s) ({lost_phases or 'none'}); the other "
                     f"{len(kept)} keep their phases and routing, the lost shares spread over them")}
-    light, flips = rp["light"]["replicas"], []
     before = Counter((_key(r), r["phase"]) for r in kept)
+    for case, say in (("light", _light_change), ("full", _full_change)):
+        # a re-plan that found no split plan says why
+        out[case] = rp[case].get("no_split_plan") or say(kept, before, rp[case]["replicas"])
+    return out
+
+
+def _light_change(kept, before, light) -> str:
+    flips = []
     after = Counter((_key(r), r["phase"]) for r in light)
     for (key, phase), n in sorted((before - after).items()):
         r = next(r for r in kept if _key(r) == key)
         flips += [f"{_group(r)}: {phase} → {'decode' if phase == 'prefill' else 'prefill'}"] * n
     if Counter(_key(r) for r in light) != Counter(_key(r) for r in kept):   # never: light keeps the groups
-        out["light"] = f"{len(light)} replica groups (regrouped); re-routed"
-    elif flips:
-        out["light"] = f"{len(flips)} phase flip(s): {'; '.join(flips)}; re-routed, no model reloaded"
-    else:
-        out["light"] = "no phase flips; re-routed only, no model reloaded"
-    full = rp["full"]["replicas"]
+        return f"{len(light)} replica groups (regrouped); re-routed"
+    if flips:
+        return f"{len(flips)} phase flip(s): {'; '.join(flips)}; re-routed, no model reloaded"
+    return "no phase flips; re-routed only, no model reloaded"
+
+
+def _full_change(kept, before, full) -> str:
     same = sum((Counter((_key(r), r["phase"]) for r in full) & before).values())
     groups_full, groups_kept = Counter(_key(r) for r in full), Counter(_key(r) for r in kept)
     flipped = sum((groups_full & groups_kept).values()) - same
@@ -77,6 +85,5 @@ def replan_changes(answer: dict) -> dict[str, str]:
             left[_key(r)] -= 1
             new_groups.append(f"{_group(r)} ({r['phase']})")
     new_text = "; ".join(new_groups)
-    out["full"] = (f"{len(full)} replica groups: {same} kept as they were, {flipped} kept with a phase flip, "
-                   + (f"{sum(new.values())} new (weights reloaded): {new_text}" if new else "none new"))
-    return out
+    return (f"{len(full)} replica groups: {same} kept as they were, {flipped} kept with a phase flip, "
+            + (f"{sum(new.values())} new (weights reloaded): {new_text}" if new else "none new"))
