@@ -63,8 +63,9 @@ class CloudCluster(_Cluster):
         self.share = np.where(self.routed, share, 1.0)   # a divisor: unrouted servers never chosen
         self.p_credit = np.zeros(self.n_prompt)
         self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
-        self.link_s = plan.shared_links
-        self.link_free = np.zeros(self.link_s.shape[2])   # when each shared link is next free
+        links = plan.shared_links   # (p, d, L) -> rows k * p + i, as the fluid kernel's table
+        self.link_rows = np.ascontiguousarray(np.moveaxis(links, 2, 0).reshape(links.shape[2] * links.shape[0], links.shape[1]))
+        self.link_free = np.zeros(links.shape[2])   # when each shared link is next free
 
     def route(self, r, t):
         p = self._prefill_server(t)
@@ -93,7 +94,7 @@ class CloudCluster(_Cluster):
             return visible
         j = d - self.n_prompt
         setup = float(self.plan.kv_setup_s[p, j])
-        return kv_link_fifo_s(self.link_s[p, j], self.link_free, s, e, prefill_s, setup, visible,
+        return kv_link_fifo_s(self.link_rows, p, self.n_prompt, j, self.link_free, s, e, prefill_s, setup, visible,
                               self.kv_link[3])
 
     def kv_link_of(self, p, d):

@@ -1,5 +1,6 @@
 """The discrete-event engine's latency formulas in Python scalars (one call per iteration or
-transfer): the same formulas and operation order as perfmodels' vector ones."""
+transfer): the same formulas and operation order as perfmodels' vector ones. The fluid
+kernel compiles `kv_link_fifo_s` itself (one rule for both engines)."""
 
 from __future__ import annotations
 
@@ -55,17 +56,20 @@ def kv_visible_s(s, prefill_s, kv_s_per_token, kv_setup_s, n_layers, layerwise_m
     return kv_setup_s + last + max(total - last - prefill_s, 0.0)
 
 
-def kv_link_fifo_s(link_s_per_token, link_free, s, e, prefill_s, setup_s, visible_s, layerwise_min_tokens):
+def kv_link_fifo_s(links, row0, stride, col, link_free, s, e, prefill_s, setup_s, visible_s,
+                   layerwise_min_tokens):
     """The visible part of a KV transfer that queues on shared links (SEMANTICS.md "Cloud
-    plans"): on each link it crosses (`link_s_per_token` > 0) it starts when the link is
-    free and its first layer is ready (the prefill's start when sent layer by layer, its end
+    plans"). `links[row0 + k * stride, col]` is the seconds per prompt token it holds link k
+    (0: it does not cross it). On each link it crosses it starts when the link is free and
+    its first layer is ready (the prefill's start when sent layer by layer, its end
     otherwise), holds the link for its bytes, and moves the link's free time (`link_free`,
     updated); it is visible from the prefill's end `e` to the last link's end plus the
-    setup, never less than `visible_s` (the transfer alone)."""
+    setup, never less than `visible_s` (the transfer alone). Plain scalars: the fluid
+    kernel compiles this same function (`register_jitable`)."""
     ready = e - prefill_s if s >= layerwise_min_tokens else e
     last = e
     for k in range(len(link_free)):
-        c = link_s_per_token[k]
+        c = links[row0 + k * stride, col]
         if c > 0.0:
             start = link_free[k] if link_free[k] > ready else ready
             link_free[k] = start + c * s

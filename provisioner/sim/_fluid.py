@@ -35,16 +35,19 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numba
 from numba import njit
+from numba.extending import register_jitable
 
 from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ..errors import ProvisionerError
+from ._des_scalar import kv_link_fifo_s
 from ._inputs import EngineOutput, SimInputs
 from ._windows import server_windows
 
 profile_iteration_s = jit_profile_lookup()   # the measured-profile lookup, compiled into iter_time
 iteration_parts, shared_iteration_s = jit_contention()   # Splitwiser's GPU-sharing rule
+register_jitable(kv_link_fifo_s)   # the DES's shared-link queue, compiled in (one rule for both)
 
 # Per-design statistics columns.
 ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, ST_KV_SUM, ST_KV_N, ST_LATE_TTFT, \
@@ -512,22 +515,6 @@ def _schedule(m, sim):
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
-def _link_fifo(plan, link_free, n0, m, d, s, e, dur, setup, vis, layerwise_min):
-    """`_des_scalar.kv_link_fifo_s` for prefill server m -> decode server d: the transfer
-    queues first-come first-served on each shared link it crosses (`cloud_rows`' link rows)."""
-    ready = e - dur if s >= layerwise_min else e
-    last = e
-    for k in range(link_free.shape[0]):
-        c = plan[1 + 3 * n0 + k * n0 + m, d - n0]
-        if c > 0.0:
-            start = link_free[k] if link_free[k] > ready else ready
-            link_free[k] = start + c * s
-            last = link_free[k] if link_free[k] > last else last
-    queued = setup + last - e
-    return queued if queued > vis else vis
-
-
-@njit(cache=True, forceinline=True, _nrt=False)
 def _step(m, e, sim, cloud):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
@@ -585,8 +572,9 @@ def _step(m, e, sim, cloud):
                     last = total / n_layers
                     vis = setup + last + _fmax(total - last - dur, 0.0)
                 if cloud is not None and cloud[4].shape[0] > 0:
-                    vis = _link_fifo(cloud[0], cloud[4], cloud[1].shape[0], m, d, s_arr[r], e, dur, setup, vis,
-                                     layerwise_min)
+                    n0 = cloud[1].shape[0]   # the plan table's link rows: 1 + (3 + k) n0 + m
+                    vis = kv_link_fifo_s(cloud[0], 1 + 3 * n0 + m, n0, d - n0, cloud[4], s_arr[r], e, dur, setup,
+                                         vis, layerwise_min)
                 stats[ST_KV_SUM] += vis
                 stats[ST_KV_N] += 1
                 _push(wait_key, wait_val, st, I_WAIT, d, e + vis, r)
