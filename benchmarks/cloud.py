@@ -177,12 +177,26 @@ def _as_the_cli_runs_it(base, perf, workload, rps, without) -> str:
 
 def _other_seed_row(base, perf, workload, seed, engine) -> str:
     """The 32-GPU split and non-split plans `provision cloud --seed` picks, on that seed's traces."""
-    ctx, plan, split, mixed = split_and_non_split(base, perf, workload, seed, engine)
+    return comparison_row((seed, workload), *split_and_non_split(base, perf, workload, seed, engine))
+
+
+def comparison_row(lead, ctx, plan, split, mixed, extra=()) -> str:
+    """One printed table row: the `lead` cells, split and non-split rps, their ratio, the
+    split plan's replicas P / D, the `extra` cells and its GPUs by phase."""
     ratio = f"{split / mixed:.2f}x" if mixed > 0 else "n/a"
-    row = (f"| {seed} | {workload} | {split:.2f} | {mixed:.2f} | {ratio} | {replica_counts(plan)} "
-           f"| {gpus_by_phase(ctx, plan)} |")
+    cells = (*lead, f"{split:.2f}", f"{mixed:.2f}", ratio, replica_counts(plan), *extra, gpus_by_phase(ctx, plan))
+    row = "| " + " | ".join(map(str, cells)) + " |"
     print(row, flush=True)
     return row
+
+
+def write_results(script: str, title: str, machine: str, doc: str, columns: list[str], rows: list[str]) -> None:
+    """results/SCRIPT.md: the title, the machine, the first paragraph after `doc`'s summary
+    line and the table of `rows` under `columns`."""
+    about = doc.split("\n\n")[1].replace("\n", " ")
+    head = (f"# {title} (benchmarks/{script}.py)\n\n{machine}\n\n{about}\n\n| " + " | ".join(columns)
+            + " |\n|" + "---|" * len(columns) + "\n")
+    Path(__file__).with_name("results").joinpath(f"{script}.md").write_text(head + "\n".join(rows) + "\n")
 
 
 def _equal_attainment(ctx, workload, engine) -> tuple:

@@ -14,9 +14,7 @@ best of the tabu search's five finalists by the DES-sustained rate at 99% attain
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from cloud import _machine, gpus_by_phase, replica_counts, split_and_non_split
+from cloud import _machine, comparison_row, split_and_non_split, write_results
 from perfmodels import LatencyModel
 from provisioner.cloud import load_inventory
 
@@ -31,16 +29,10 @@ def main() -> None:
     for scale in SLO_SCALES:
         for workload in ("coding", "conversation"):
             ctx, plan, split, mixed = split_and_non_split(inv, perf, workload, slo_scale=scale)
-            ratio = f"{split / mixed:.2f}x" if mixed > 0 else "n/a"
-            rows.append(f"| {scale:g} | {workload} | {split:.2f} | {mixed:.2f} | {ratio} | {replica_counts(plan)} | "
-                        f"{_decode_gpus(plan)} | {gpus_by_phase(ctx, plan)} |")
-            print(rows[-1], flush=True)
-    head = ("# Cloud plans against the SLO scale (benchmarks/cloud_slo_scale.py)\n\n"
-            f"{machine}\n\n{__doc__.split(chr(10) + chr(10))[1].replace(chr(10), ' ')}\n\n"
-            "| SLO scale | workload | split rps | non-split rps | ratio | split replicas P / D | decode GPUs | "
-            "GPUs prefill / decode |\n|---|---|---|---|---|---|---|---|\n")
-    Path(__file__).with_name("results").joinpath("cloud_slo_scale.md").write_text(head + "\n".join(rows) + "\n")
-
+            rows.append(comparison_row((f"{scale:g}", workload), ctx, plan, split, mixed, (_decode_gpus(plan),)))
+    write_results("cloud_slo_scale", "Cloud plans against the SLO scale", machine, __doc__,
+                  ["SLO scale", "workload", "split rps", "non-split rps", "ratio", "split replicas P / D",
+                   "decode GPUs", "GPUs prefill / decode"], rows)
 
 def _decode_gpus(plan) -> str:
     """GPUs in decode replicas, of all the plan's."""

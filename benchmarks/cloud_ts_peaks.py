@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cloud import _machine, gpus_by_phase, replica_counts, split_and_non_split
+from cloud import _machine, comparison_row, split_and_non_split, write_results
 from hardware_catalog import load_catalog
 from perfmodels import LatencyModel
 from provisioner.cloud import load_inventory
@@ -46,16 +46,10 @@ def main() -> None:
             perf = LatencyModel(catalog=catalog)
             inv = load_inventory("thunderserve-32gpu", catalog)
             for workload in ("coding", "conversation"):
-                ctx, plan, split, mixed = split_and_non_split(inv, perf, workload)
-                rows.append(f"| {label} | {workload} | {split:.2f} | {mixed:.2f} | {split / mixed:.2f}x | "
-                            f"{replica_counts(plan)} | {gpus_by_phase(ctx, plan)} |")
-                print(rows[-1], flush=True)
-    head = ("# Cloud plans with ThunderServe's Table 1 peaks (benchmarks/cloud_ts_peaks.py)\n\n"
-            f"{machine}\n\n{__doc__.split(chr(10) + chr(10))[1].replace(chr(10), ' ')}\n\n"
-            "| A6000 / A5000 peaks | workload | split rps | non-split rps | ratio | split replicas P / D | "
-            "GPUs prefill / decode |\n|---|---|---|---|---|---|---|\n")
-    Path(__file__).with_name("results").joinpath("cloud_ts_peaks.md").write_text(head + "\n".join(rows) + "\n")
-
+                rows.append(comparison_row((label, workload), *split_and_non_split(inv, perf, workload)))
+    write_results("cloud_ts_peaks", "Cloud plans with ThunderServe's Table 1 peaks", machine, __doc__,
+                  ["A6000 / A5000 peaks", "workload", "split rps", "non-split rps", "ratio", "split replicas P / D",
+                   "GPUs prefill / decode"], rows)
 
 if __name__ == "__main__":
     main()
