@@ -169,8 +169,7 @@ def replicas_json(ctx: Context, plan, routing=None) -> list[dict]:
     names = [n for n, _ in inv.nodes]
     out = []
     if all(ph == "both" for _, ph in plan):
-        rates = np.array([ctx.scorer.both(st) for st, _ in plan])
-        shares = rates / rates.sum() if rates.sum() > 0 else np.full(len(plan), 1.0 / len(plan))   # as server_plan
+        shares = ctx.scorer.both_shares([st for st, _ in plan])
         return [_replica(ctx, st, "both", float(s), names) for (st, _), s in zip(plan, shares)]
     pre, dec, r = routing or plan_routing(ctx, plan)
     dshare = r.prefill_share @ r.decode_share if len(pre) else np.zeros(len(dec))

@@ -128,6 +128,12 @@ class Scorer:
             self._rates[key] = lo
         return self._rates[key]
 
+    def both_shares(self, groups) -> np.ndarray:
+        """Routing shares of a non-split plan's replicas: in proportion to their sustainable
+        rates, evenly when none meets the analytic limits (a tight SLO: the engine judges)."""
+        rates = np.array([self.both(g) for g in groups])
+        return rates / rates.sum() if rates.sum() > 0 else np.full(len(groups), 1.0 / len(groups))
+
     def _prefill_ok(self, coef, rate, busy):
         s = self.w.prompt_tokens.astype(float)
         t = time_from_coefficients(coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)

@@ -19,9 +19,7 @@ def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
     ph = ctx.physics
     if all(p == "both" for _, p in plan):
         groups = [st for st, _ in plan]
-        rates = np.array([ctx.scorer.both(st) for st in groups])
-        # no replica meets the analytic limits (a tight SLO): route evenly, the engine judges
-        share = rates / rates.sum() if rates.sum() > 0 else np.full(len(groups), 1.0 / len(groups))
+        share = ctx.scorer.both_shares(groups)
         sp = ServerPlan(coef=np.stack([ph.group(g).coef for g in groups]),
                         kv_cap_tokens=np.array([ph.group(g).kv_cap_tokens for g in groups]),
                         prefill_share=share, decode_share=np.zeros((len(groups), 0)),
