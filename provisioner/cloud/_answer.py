@@ -17,7 +17,7 @@ from ..errors import ProvisionerError
 from ._plan import (bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan, size_sample,
                     uncompressed)
 from ._search import canon, score, symmetry_key, valid_plan
-from ._simulate import kv_misfits, simulate_plan
+from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
 
 TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
@@ -87,8 +87,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     trace = trace_at(traces, rps)   # --goal throughput's rate may lie below the floor
     if no_split:   # nothing to route or simulate: no request is served by a split plan
         routed, split_bound = None, 0.0
-        sim = {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}, "slo": {"met": False},
-               "requests": len(trace), "unservable_requests": 0}
+        sim = nothing_served(trace)
     else:
         routed, split_bound = plan_routing(ctx, plan, rps), bound["split"]
         sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
@@ -327,7 +326,7 @@ def _no_split_replan(ctx2, reason=None) -> dict:
     """A re-plan's answer that found no split plan: `reason`, by default that the inventory
     left has none (a lightweight re-plan can find none where a full one finds some)."""
     return {"no_split_plan": reason or no_split_plan_reason(ctx2), "replicas": [], "throughput_rps": 0.0,
-            "slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
+            "slo_attainment": no_attainment()}
 
 
 def _best_at_rate(ctx, ranked, trace, rps, engine) -> dict | None:
@@ -361,7 +360,7 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
     rows = ds.sum(axis=1)
     ok = rows > 0
     if not keep_p or not keep_d or not ok.any():
-        return {"slo_attainment": {m: 0.0 for m in ("ttft", "tbt", "e2e", "all")}}
+        return {"slo_attainment": no_attainment()}
     ps = r.prefill_share[keep_p] * ok
     routing = Routing(r.throughput_rps, ps / ps.sum(), np.where(ok[:, None], ds / np.where(ok, rows, 1)[:, None], 0))
     kept_pre, kept_dec = [_renumbered(pre[i], k) for i in keep_p], [_renumbered(dec[j], k) for j in keep_d]

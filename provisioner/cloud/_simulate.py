@@ -68,8 +68,7 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
         raise ProvisionerError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
     sp, n_p, n_d = server_plan(ctx, plan, routing)
     if sp.prefill_share.sum() <= 0:
-        return {"slo_attainment": {m: 0.0 for m in (*METRICS, "all")}, "slo": {"met": False},
-                "served_rps": 0.0, "requests": len(trace), "unservable_requests": 0}
+        return nothing_served(trace)
     inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0)
     if engine == "fluid":
         from ..sim._fluid import run_fluid
@@ -77,6 +76,17 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
     else:
         out = run_des(inputs)
     return plan_scores(ctx, trace, inputs, out)
+
+
+def no_attainment() -> dict:
+    """Attainment per metric (and "all") of a plan that serves no request."""
+    return {m: 0.0 for m in (*METRICS, "all")}
+
+
+def nothing_served(trace) -> dict:
+    """`simulate_plan`'s result for a plan that serves no request of `trace`."""
+    return {"slo_attainment": no_attainment(), "slo": {"met": False}, "served_rps": 0.0, "requests": len(trace),
+            "unservable_requests": 0}
 
 
 def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) -> SimInputs:
