@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import os
 import platform
 import subprocess
@@ -21,9 +22,10 @@ import time
 from pathlib import Path
 
 from perfmodels import LatencyModel
-from provisioner.cloud import (DEFAULT_SLO_SCALE, TARGET_ATTAINMENT, best_by_des, best_of_budgets, canon,
-                               chunked_non_split_by_budget, finalist_plans, load_inventory, make_context, plan_cloud,
-                               plan_routing, score, search_plan, simulate_plan, size_sample, sustained_rps)
+from provisioner.cloud import (DEFAULT_SLO_SCALE, FINALISTS, TARGET_ATTAINMENT, best_by_des, best_of_budgets, canon,
+                               chunked_non_split_by_budget, finalist_plans, initial_plan, load_inventory, make_context,
+                               plan_cloud, plan_routing, score, search_plan, simulate_plan, size_sample, sustained_rps,
+                               symmetry_key)
 from provisioner.designs import CHUNK_TOKEN_CHOICES
 from workloads import TraceGenerator
 
@@ -97,8 +99,11 @@ def main() -> None:
              "decode group of several nodes cut into one replica per node (same GPUs, more and smaller decode "
              "replicas; decode replicas and their KV tokens each) and (b) the best plan with more decode than "
              "prefill replicas (ThunderServe's Table 3 shape for conversation; the five best such plans of the "
-             f"tabu search, re-scored as `provision cloud` does; prefill / decode replicas); the "
-             f"{engine.upper()}-sustained rate at 99% attainment\n\n"
+             "tabu search, re-scored as `provision cloud` does; prefill / decode replicas) and (c) the finest "
+             "grouping: every node cut into the smallest TP groups that hold the weights (12 replicas: TP2 on "
+             "the 48-GB cards, TP4 on the 24-GB ones), its phases chosen exhaustively (every designation scored "
+             "analytically, the five best re-scored as `provision cloud` does; prefill / decode replicas and "
+             f"GPUs per type as prefill / decode); the {engine.upper()}-sustained rate at 99% attainment\n\n"
              "| workload | decode replicas | rps | instead | rps |\n|---|---|---|---|---|\n")
     per_budget = (f"\n\nChunked non-split plans (32 GPUs): the {engine.upper()}-sustained rate at 99% attainment "
                   "per chunk budget (tokens), each the best of the non-split search's five finalists\n\n| workload | "
@@ -218,7 +223,8 @@ def _equal_attainment(ctx, workload, engine) -> tuple:
              for name, p, rate, c in (("split", plan, split, 0), ("non-split", ns_plan, mixed, 0),
                                       (f"non-split, chunks of {chunk}", ch_plan, chunked, chunk))]
     return row, _smaller_decode_row(ctx, plan, split, long, workload, engine) + "\n" + \
-        _more_decode_row(ctx, split, long, workload, engine), by_budget, binds
+        _more_decode_row(ctx, split, long, workload, engine) + "\n" + \
+        _finest_grouping_row(ctx, split, long, workload, engine), by_budget, binds
 
 
 def _more_decode_row(ctx, split, traces, workload, engine) -> str:
@@ -232,6 +238,23 @@ def _more_decode_row(ctx, split, traces, workload, engine) -> str:
     n_dec = sum(ph == "decode" for _, ph in plan)
     return (f"| {workload} | more decode than prefill replicas | {split:.2f} | {len(plan) - n_dec} / {n_dec} | "
             f"{rate:.2f} |")
+
+
+def _finest_grouping_row(ctx, split, traces, workload, engine) -> str:
+    """Every node cut into its smallest replicas (the search's starting groups), the best
+    phase designation over all of them: what the physics picks when replicas cannot grow."""
+    groups = [stages for stages, _ in initial_plan(ctx.physics, ctx.scorer)]
+    rated: dict = {}
+    for phases in itertools.product(("prefill", "decode"), repeat=len(groups)):
+        if len(set(phases)) == 2:
+            plan = canon(zip(groups, phases))
+            key = symmetry_key(ctx.physics, plan)
+            if key not in rated:
+                rated[key] = score(ctx.scorer, key)
+    ranked = sorted(rated.items(), key=lambda kv: (-kv[1], kv[0]))[:FINALISTS]
+    plan, _, rate = best_by_des(ctx, traces, TARGET_ATTAINMENT, 0, engine=engine, ranked=ranked)
+    return (f"| {workload} | finest grouping ({len(groups)} replicas) | {split:.2f} | {replica_counts(plan)} "
+            f"({gpus_by_phase(ctx, plan)}) | {rate:.2f} |")
 
 
 def _more_decode_than_prefill(plan) -> bool:
