@@ -1,6 +1,6 @@
 """The discrete-event engine's latency formulas in Python scalars (one call per iteration or
 transfer): the same formulas and operation order as perfmodels' vector ones. The fluid
-kernel compiles `kv_link_fifo_s` itself (one rule for both engines)."""
+kernel compiles `kv_visible_s` and `kv_link_fifo_s` themselves (one rule for both engines)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def iteration_fn(c):
 
 def kv_visible_s(s, prefill_s, kv_s_per_token, kv_setup_s, n_layers, layerwise_min_tokens):
     """`perfmodels.kv_transfer_time_s(mode="auto")` for one request: the part of its KV
-    transfer not hidden behind a prefill iteration of `prefill_s` seconds."""
+    transfer not hidden behind a prefill iteration of `prefill_s` seconds. Plain scalars:
+    the fluid kernel compiles this same function (`register_jitable`)."""
     total = kv_s_per_token * s
     if s < layerwise_min_tokens:
         return kv_setup_s + total

@@ -41,13 +41,15 @@ from perfmodels import N_COEF, jit_contention, jit_profile_lookup
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ..errors import ProvisionerError
-from ._des_scalar import kv_link_fifo_s
+from ._des_scalar import kv_link_fifo_s, kv_visible_s
 from ._inputs import EngineOutput, SimInputs
 from ._windows import server_windows
 
 profile_iteration_s = jit_profile_lookup()   # the measured-profile lookup, compiled into iter_time
 iteration_parts, shared_iteration_s = jit_contention()   # Splitwiser's GPU-sharing rule
-register_jitable(kv_link_fifo_s)   # the DES's shared-link queue, compiled in (one rule for both)
+# the DES's KV-transfer rules compiled in (one rule for both engines)
+register_jitable(kv_visible_s)
+register_jitable(kv_link_fifo_s)
 
 # Per-design statistics columns.
 ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, ST_KV_SUM, ST_KV_N, ST_LATE_TTFT, \
@@ -565,12 +567,7 @@ def _step(m, e, sim, cloud):
                 if cloud is not None:   # the pair's own link (`cloud_rows`); one credit per prefill server
                     n0 = cloud[1].shape[0]
                     per_token, setup = cloud[0][1 + n0 + m, d - n0], cloud[0][1 + 2 * n0 + m, d - n0]
-                total = per_token * s_arr[r]
-                if s_arr[r] < layerwise_min:
-                    vis = setup + total
-                else:
-                    last = total / n_layers
-                    vis = setup + last + _fmax(total - last - dur, 0.0)
+                vis = kv_visible_s(s_arr[r], dur, per_token, setup, n_layers, layerwise_min)
                 if cloud is not None and cloud[4].shape[0] > 0:
                     n0 = cloud[1].shape[0]   # the plan table's link rows: 1 + (3 + k) n0 + m
                     vis = kv_link_fifo_s(cloud[0], 1 + 3 * n0 + m, n0, d - n0, cloud[4], s_arr[r], e, dur, setup,
