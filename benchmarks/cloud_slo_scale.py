@@ -18,7 +18,7 @@ from cloud import _machine, comparison_row, split_and_non_split, write_results
 from perfmodels import LatencyModel
 from provisioner.cloud import load_inventory
 
-SLO_SCALES = (1.0, 1.5, 2.0, 3.0, 4.0)   # x Table VI's limits; 2 is `provision cloud`'s default
+SLO_SCALES = (1.0, 1.25, 1.5, 1.75, 2.0, 3.0, 4.0)   # x Table VI's limits; 2 is `provision cloud`'s default
 
 
 def main() -> None:
