@@ -34,6 +34,7 @@ def main() -> None:
                   ["SLO scale", "workload", "split rps", "non-split rps", "ratio", "split replicas P / D",
                    "decode GPUs", "GPUs prefill / decode"], rows)
 
+
 def _decode_gpus(plan) -> str:
     """GPUs in decode replicas, of all the plan's."""
     per_phase = [(ph, sum(tp for _, tp in stages)) for stages, ph in plan]

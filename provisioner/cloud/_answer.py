@@ -243,10 +243,15 @@ def flows_json(routed) -> list:
     return [[int(i), len(pre) + int(j), round(float(flow[i, j]), 6)] for i, j in zip(*np.nonzero(flow > 1e-9))]
 
 
+def _floor_rps(traces) -> float:
+    """The rate whose window of `traces` holds MIN_REQUESTS requests (0 when they have no window length)."""
+    return MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+
+
 def trace_at(traces, rate):
     """`traces.at(rate)`, or below the rate whose window holds MIN_REQUESTS requests (the
-    floor), that many requests spread out in time (a window that long at this rate)."""
-    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+    floor, `_floor_rps`), that many requests spread out in time (a window that long at this rate)."""
+    floor = _floor_rps(traces)
     if rate >= floor:
         return traces.at(rate)
     base = traces.at(floor)
@@ -265,7 +270,7 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
     floor's requests spread out in time, so a plan that misses at the floor is bisected
     below it instead of being rated 0 (one 4x3090 Ti node's non-split plan met every
     limit at 0.1 req/s, missed one request of 20 at the floor, 0.17, and was rated 0)."""
-    floor = MIN_REQUESTS / traces.duration_s if traces.duration_s else 0.0
+    floor = _floor_rps(traces)
 
     def ok(rate):
         routing = plan_routing(ctx, plan, rate) if split else None

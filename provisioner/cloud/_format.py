@@ -62,13 +62,13 @@ def replan_changes(answer: dict) -> dict[str, str]:
 
 
 def _light_change(kept, before, light) -> str:
+    """Phase flips only: the lightweight re-plan keeps the surviving groups (its search moves
+    are flips), so what it changed is which of them flipped."""
     flips = []
     after = Counter((_key(r), r["phase"]) for r in light)
     for (key, phase), n in sorted((before - after).items()):
         r = next(r for r in kept if _key(r) == key)
         flips += [f"{_group(r)}: {phase} → {'decode' if phase == 'prefill' else 'prefill'}"] * n
-    if Counter(_key(r) for r in light) != Counter(_key(r) for r in kept):   # never: light keeps the groups
-        return f"{len(light)} replica groups (regrouped); re-routed"
     if flips:
         return f"{len(flips)} phase flip(s): {'; '.join(flips)}; re-routed, no model reloaded"
     return "no phase flips; re-routed only, no model reloaded"
