@@ -189,14 +189,16 @@ def test_slow_network_keeps_kv_in_node_and_4bit_helps(perf):
     assert rps4 > rps16
 
 
-def test_the_sustained_rate_keeps_every_link_under_its_bandwidth(perf):
+@pytest.mark.parametrize("network", ["5-gbps-links", "10-gbps-nics"])
+def test_the_sustained_rate_keeps_every_link_under_its_bandwidth(perf, network):
     """The engines queue KV transfers on the inter-node links their node pairs share
     (SEMANTICS.md, "Cloud plans"), so the rate a split plan sustains keeps each link's KV
     bytes under its bandwidth (with a link per pair, a 5-Gbps conversation plan ran its
-    links at 127% of theirs)."""
+    links at 127% of theirs); so too each node's NIC, which all its pairs share."""
     from provisioner.cloud import shared_links, sustained_rps
 
-    inv = load_inventory("thunderserve-32gpu", perf.catalog).with_bandwidth(5)
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    inv = inv.with_bandwidth(5) if network == "5-gbps-links" else inv.with_nic(10)
     traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=4.0)
     ctx = make_context(inv, perf.llm("llama-30b"), perf, traces.at(4.0))
     plan, cap = search_plan(ctx, steps=30)

@@ -28,6 +28,9 @@ def cloud_command(
     model: str = typer.Option(CLOUD_MODEL, "--model", help="Catalog model name."),
     inter_node_gbps: float = typer.Option(None, "--inter-node-gbps", help="Override the inventory's "
                                                                           "inter-node bandwidth (Gbps)."),
+    nic_gbps: float = typer.Option(None, "--nic-gbps", help="Give every node a network card of this bandwidth "
+                                   "(Gbps per direction), shared by all its inter-node links (default: the "
+                                   "inventory's nic_gbps, else none: each node pair's link is its own)."),
     kv_bits: int = typer.Option(16, "--kv-bits", help="Bits per KV element on the wire: 16, 8 or 4."),
     without: list[str] = typer.Option(None, "--without", metavar="NODE", help="Re-plan without this node (e.g. a6000-4x-1): "
                                                               "none vs lightweight vs full re-plan."),
@@ -91,6 +94,8 @@ def cloud_command(
     inv = load_inventory(inventory, perf.catalog)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
+    if nic_gbps is not None:
+        inv = inv.with_nic(nic_gbps)
     if without is not None:   # an unknown node is refused before the search
         # --goal cost: the price list's counts are what is rented now (often 0); any node it may rent is known
         rentable = inv.with_counts([t.count if t.available is None else t.available for t in inv.types])

@@ -45,7 +45,7 @@ PARAM_FLAGS = {
     "swap_space_gb": "--swap-space-gb",
     "study": "--study", "machines": "--machines", "prompt_machines": "--prompt-machines",
     "token_machines": "--token-machines", "prompt_power_cap": "--prompt-power-cap",
-    "baseline": "--baseline", "kv_bits": "--kv-bits", "inter_node_gbps": "--inter-node-gbps",
+    "baseline": "--baseline", "kv_bits": "--kv-bits", "inter_node_gbps": "--inter-node-gbps", "nic_gbps": "--nic-gbps",
     "capacity_rps": "--capacity-rps", "static_machines": "--static-machines", "interval_s": "--interval-s",
     "token_power_cap": "--token-power-cap", "family": "--family", "target": "--target-attainment",
 }

@@ -3,9 +3,12 @@
 An inventory lists `[[nodes]]` entries, each a catalog machine (`type = "a40-8x"`) or an
 inline GPU node (`name`, `gpu = "a100-80gb"`, `gpus = 8`), with `count` (default 1),
 `price_usd_per_h` (default: the catalog's price of the node), `available` (a price
-list's limit for `--goal cost`; then `count` defaults to 0) and `intra_link_gb_per_s`
-(default: the GPU's intra-node link). `[network]` gives `inter_node_gbps` and
-`inter_node_latency_ms`, or a full `bandwidth_gbps` matrix over the expanded nodes.
+list's limit for `--goal cost`; then `count` defaults to 0), `intra_link_gb_per_s`
+(default: the GPU's intra-node link) and `nic_gbps` (the node's network card, each
+direction, shared by all its inter-node links; default `[network] nic_gbps`, else none:
+each node pair's link is its own). `[network]` gives `inter_node_gbps` (each node pair's
+link) and `inter_node_latency_ms`, or a full `bandwidth_gbps` matrix over the expanded
+nodes, and optionally `nic_gbps`.
 At most `MAX_GPUS` GPUs; numbers within physical ranges (`GBPS_RANGE`, ...). Every error
 names the file, the line and the field.
 """
@@ -25,11 +28,12 @@ import numpy as np
 from ..errors import ProvisionerError
 
 SHIPPED = ("thunderserve-32gpu", "cloud-prices")
-_NODE_KEYS = {"type", "name", "gpu", "gpus", "count", "price_usd_per_h", "available", "intra_link_gb_per_s"}
-_NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps"}
+_NODE_KEYS = {"type", "name", "gpu", "gpus", "count", "price_usd_per_h", "available", "intra_link_gb_per_s",
+              "nic_gbps"}
+_NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps", "nic_gbps"}
 # Physical ranges of the numbers (beyond them the model's arithmetic overflows, and no
 # cluster network is 1 Mbps or 100 Tbps per link, or takes 10 s per message).
-GBPS_RANGE = (1e-3, 1e5)              # inter-node links, Gbps
+GBPS_RANGE = (1e-3, 1e5)              # inter-node links and NICs, Gbps
 LINK_GB_PER_S_RANGE = (1e-3, 1e5)     # intra-node links, GB/s per GPU
 LATENCY_MS_RANGE = (0.0, 1e4)
 # The tabu search's time grows ~5x per doubling of GPUs (2 cores: 64 GPUs ~15 s, 128 ~70 s,
@@ -48,6 +52,7 @@ class NodeType:
     price_usd_per_h: float      # per node
     available: int | None       # price list: how many may be rented (None: no limit given)
     intra_link_gb_per_s: float  # per GPU, per direction
+    nic_gbps: float | None = None   # the node's NIC, per direction, shared by its inter-node links
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class Inventory:
         np.fill_diagonal(bw, np.inf)
         return bw
 
+    def nic_gbps(self) -> np.ndarray:
+        """(nodes,) each node's NIC bandwidth per direction, Gbps (inf: none given, only the
+        pair links bind)."""
+        return np.array([np.inf if self.types[ti].nic_gbps is None else self.types[ti].nic_gbps
+                         for _, ti in self.nodes])
+
     def with_counts(self, counts) -> "Inventory":
         """The same node types with other counts (a full matrix no longer applies)."""
         types = tuple(replace(t, count=int(c)) for t, c in zip(self.types, counts))
@@ -98,6 +109,14 @@ class Inventory:
             raise ProvisionerError(f"inter_node_gbps must be between {lo:g} and {hi:g} Gbps (got {gbps!r})",
                                    params=("inter_node_gbps",))
         return replace(self, inter_node_gbps=float(gbps), bandwidth_gbps=None)
+
+    def with_nic(self, gbps: float) -> "Inventory":
+        """Every node's NIC at `gbps` per direction (`--nic-gbps`)."""
+        lo, hi = GBPS_RANGE
+        if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not lo <= gbps <= hi:
+            raise ProvisionerError(f"nic_gbps must be between {lo:g} and {hi:g} Gbps (got {gbps!r})",
+                                   params=("nic_gbps",))
+        return replace(self, types=tuple(replace(t, nic_gbps=float(gbps)) for t in self.types))
 
     def without(self, node: str) -> tuple["Inventory", int]:
         """The inventory less one named node; also that node's index in `nodes`."""
@@ -190,7 +209,14 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
         raise loc.error("nodes", "no [[nodes]] entries: list at least one node type")
     if "name" in raw and not _is_name(raw["name"]):
         raise loc.error("name", f"must be a non-empty string (got {raw['name']!r})")
-    types = tuple(_node(entry, k, loc, catalog) for k, entry in enumerate(nodes))
+    net = raw.get("network", {})
+    if not isinstance(net, dict):
+        raise loc.error("network", "must be a table [network]")
+    for key in set(net) - _NET_KEYS:
+        raise loc.error(f"network.{key}", f"unknown field; use {', '.join(sorted(_NET_KEYS))}", section="network")
+    nic = None if "nic_gbps" not in net else _number(net["nic_gbps"], "network.nic_gbps", loc, None, "network",
+                                                       bounds=GBPS_RANGE, unit="Gbps")
+    types = tuple(_node(entry, k, loc, catalog, nic) for k, entry in enumerate(nodes))
     for what, per_type in (("count", lambda t: t.count), ("available", lambda t: t.available or 0)):
         total = 0
         for k, t in enumerate(types):
@@ -209,11 +235,6 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
         second = len(names) - 1 - names[::-1].index(dup)
         raise loc.error(f"nodes[{second + 1}].type", f"'{dup}' appears twice: give one entry a different "
                         f"name, or raise the first entry's count", node=second)
-    net = raw.get("network", {})
-    if not isinstance(net, dict):
-        raise loc.error("network", "must be a table [network]")
-    for key in set(net) - _NET_KEYS:
-        raise loc.error(f"network.{key}", f"unknown field; use {', '.join(sorted(_NET_KEYS))}", section="network")
     gbps = _number(net.get("inter_node_gbps", 40.0), "network.inter_node_gbps", loc, None, "network",
                    bounds=GBPS_RANGE, unit="Gbps")
     lat_ms = _number(net.get("inter_node_latency_ms", 0.5), "network.inter_node_latency_ms", loc, None, "network",
@@ -230,7 +251,7 @@ def _is_name(value) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
-def _node(entry, k: int, loc: _Locator, catalog) -> NodeType:
+def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None) -> NodeType:
     field = f"nodes[{k + 1}]"
     if not isinstance(entry, dict):
         raise loc.error(field, "must be a table [[nodes]]", node=k)
@@ -277,8 +298,10 @@ def _node(entry, k: int, loc: _Locator, catalog) -> NodeType:
                         node=k)
     link = _number(entry.get("intra_link_gb_per_s", gpu.intra_link_bandwidth_gb_per_s),
                    f"{field}.intra_link_gb_per_s", loc, k, bounds=LINK_GB_PER_S_RANGE, unit="GB/s")
+    nic = default_nic_gbps if "nic_gbps" not in entry else _number(
+        entry["nic_gbps"], f"{field}.nic_gbps", loc, k, bounds=GBPS_RANGE, unit="Gbps")
     return NodeType(name=name, gpu=gpu.name, gpus=gpus, count=count, price_usd_per_h=float(price),
-                    available=available, intra_link_gb_per_s=link)
+                    available=available, intra_link_gb_per_s=link, nic_gbps=nic)
 
 
 def _number(value, field, loc, node, section=None, allow_zero=False, bounds=None, unit="") -> float:

@@ -50,7 +50,13 @@ class Physics:
         cat = perf.catalog
         self.node_type = np.array([ti for _, ti in inventory.nodes], dtype=np.int64)
         self.gpus = [cat.gpu(t.gpu) for t in inventory.types]
-        self.link_bytes_per_s = inventory.link_gbps() * 1e9 / 8.0
+        pair = inventory.link_gbps() * 1e9 / 8.0
+        self.nic_bytes_per_s = inventory.nic_gbps() * 1e9 / 8.0
+        # one transfer alone between two nodes: the slowest of the pair's link and the two NICs
+        self.link_bytes_per_s = np.minimum(pair, np.minimum.outer(self.nic_bytes_per_s, self.nic_bytes_per_s))
+        np.fill_diagonal(self.link_bytes_per_s, np.inf)
+        self._pair_bytes_per_s = pair
+        self.capacity_bytes_per_s: dict = {}   # link key -> bytes/s, of every link `links` named
         self._cache: dict = {}
 
     @functools.cached_property
@@ -120,6 +126,33 @@ class Physics:
             per_token += act_bytes / bw
         return fixed, per_token
 
+    def links(self, a: int, b: int) -> tuple:
+        """The shared links (keys of `capacity_bytes_per_s`) a byte from node a to node b
+        crosses: a's outgoing NIC ("out", a) and b's incoming one ("in", b) when given, and
+        the pair's own link ("pair", a, b) unless a NIC it shares is no faster (then every
+        transfer on the pair finishes on that NIC no earlier, first-come first-served, and
+        its bytes there are no fewer, so the pair's link never binds)."""
+        keys = []
+        pair = self._pair_bytes_per_s[a, b]
+        for key, bw in ((("out", a), self.nic_bytes_per_s[a]), (("in", b), self.nic_bytes_per_s[b])):
+            if np.isfinite(bw):
+                keys.append(key)
+                self.capacity_bytes_per_s[key] = float(bw)
+        if pair < min(self.nic_bytes_per_s[a], self.nic_bytes_per_s[b]):
+            keys.append(("pair", a, b))
+            self.capacity_bytes_per_s[("pair", a, b)] = float(pair)
+        return tuple(keys)
+
+    def link_shares(self, traffic: dict) -> dict:
+        """{shared link: share of a request's KV bytes} from `kv_traffic`'s {(a, b): share}:
+        the inter-node pairs' shares summed over each link they cross (in-node pairs cross none)."""
+        out: dict = {}
+        for (a, b), share in traffic.items():
+            if a != b:
+                for key in self.links(a, b):
+                    out[key] = out.get(key, 0.0) + share
+        return out
+
     def kv_traffic(self, src: tuple, dst: tuple) -> dict:
         """Share of a request's KV bytes per (src node, dst node): layer ranges overlapped."""
         ls, ld = self.group(src).layers, self.group(dst).layers
@@ -136,20 +169,23 @@ class Physics:
     def kv_seconds(self, src: tuple, dst: tuple, kv_bits: int) -> tuple[float, float]:
         """(setup s, s per prompt token) of moving a request's KV cache from src to dst.
 
-        Alpha-beta over the real links, the node pairs in parallel: the slowest pair sets
-        the time. With kv_bits < 16 the prefill side quantizes and the decode side
+        Alpha-beta over the real links, the node pairs in parallel: the most loaded link (an
+        in-node pair's, or a shared link with the bytes of every pair crossing it) sets the
+        time. With kv_bits < 16 the prefill side quantizes and the decode side
         dequantizes: each reads 16-bit and writes kv_bits-bit KV once in HBM (its compute
         cost, memory-bound)."""
         per_token_bytes = self.llm.kv_bytes_per_token
         worst, setup = 0.0, 0.0
-        for (a, b), share in self.kv_traffic(src, dst).items():
+        traffic = self.kv_traffic(src, dst)
+        for (a, b), share in traffic.items():
             if a == b:
                 tp = min(_tp_on(src, a), _tp_on(dst, b))
                 bw = self.inv.types[self.node_type[a]].intra_link_gb_per_s * GB * tp
+                worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / bw)
             else:
-                bw = self.link_bytes_per_s[a, b]
                 setup = max(setup, self.inv.inter_node_latency_s)
-            worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / bw)
+        for key, share in self.link_shares(traffic).items():
+            worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / self.capacity_bytes_per_s[key])
         if kv_bits < 16:
             worst += sum(self._codec_s_per_token(g, kv_bits) for g in (src, dst))
         return setup, worst

@@ -8,8 +8,8 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
 - non-split replica ("both"): prefills interleave with decodes, stretching each decode
   step by 1 / (1 - rho_prefill); the largest rate meeting both limits (bisection);
 - a prefill -> decode pair is usable when its mean KV transfer fits in the p50 E2E slack
-  left by the two replicas; each inter-node link (per direction) carries at most its
-  bandwidth of KV bytes.
+  left by the two replicas; each shared inter-node link (a directed node pair's, a node's
+  NIC per direction: `Physics.links`) carries at most its bandwidth of KV bytes.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class Scorer:
 
     # -- pairs and the LP ----------------------------------------------------------
     def pair(self, src, dst):
-        """(usable, mean transfer s, {(a, b): bytes per request over inter-node links})."""
+        """(usable, mean transfer s, {shared link: bytes per request over it})."""
         key = (src, dst)
         if key not in self._pairs:
             setup, per_token = self.ph.kv_seconds(src, dst, self.kv_bits)
@@ -154,7 +154,8 @@ class Scorer:
             _, step = self.decode(dst)
             slack = self.w.e2e_limit_s - es - (self.w.mean_output - 1.0) * step
             req_bytes = self.ph.llm.kv_bytes_per_token * self.w.mean_prompt * self.kv_bits / 16.0
-            traffic = {ab: share * req_bytes for ab, share in self.ph.kv_traffic(src, dst).items() if ab[0] != ab[1]}
+            shares = self.ph.link_shares(self.ph.kv_traffic(src, dst))
+            traffic = {link: share * req_bytes for link, share in shares.items()}
             self._pairs[key] = (t <= slack, t, traffic)
         return self._pairs[key]
 
@@ -184,8 +185,8 @@ class Scorer:
                 usable, _, traffic = self.pair(pg[i], dg[j])
                 if usable and p_cap[i] > 0 and d_cap[j] > 0:
                     x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
-                    for ab, b in traffic.items():
-                        links.setdefault(ab, []).append((x[i, j], b))
+                    for link, by in traffic.items():
+                        links.setdefault(link, []).append((x[i, j], by))
         if not x:
             return empty
         for i in range(n_p):
@@ -196,9 +197,9 @@ class Scorer:
             col = [v for (_, b), v in x.items() if b == j]
             if col:
                 solver.Add(solver.Sum(col) <= float(d_cap[j]))
-        bw = self.ph.link_bytes_per_s
-        for (a, b), terms in links.items():
-            solver.Add(solver.Sum([v * by for v, by in terms]) <= float(bw[a, b]))
+        bw = self.ph.capacity_bytes_per_s
+        for key, terms in links.items():
+            solver.Add(solver.Sum([v * by for v, by in terms]) <= bw[key])
         solver.Maximize(solver.Sum(list(x.values())))
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
@@ -240,8 +241,8 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
             if usable and p_cap[i] > 0 and d_cap[j] > 0:
                 x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
                 transfer_s[i, j] = t
-                for ab, by in traffic.items():
-                    links.setdefault(ab, []).append((x[i, j], by))
+                for link, by in traffic.items():
+                    links.setdefault(link, []).append((x[i, j], by))
     solver.Add(solver.Sum(list(x.values())) == rate)
     for i, cap in enumerate(p_cap):
         row = [v for (a, _), v in x.items() if a == i]
@@ -251,9 +252,9 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
         col = [v for (_, b), v in x.items() if b == j]
         if col:
             solver.Add(solver.Sum(col) <= u * float(cap))
-    bw = scorer.ph.link_bytes_per_s
-    for (a, b), terms in links.items():
-        solver.Add(solver.Sum([v * by for v, by in terms]) <= u * float(bw[a, b]))
+    bw = scorer.ph.capacity_bytes_per_s
+    for key, terms in links.items():
+        solver.Add(solver.Sum([v * by for v, by in terms]) <= u * bw[key])
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best

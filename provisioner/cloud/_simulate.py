@@ -41,19 +41,20 @@ def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
 
 
 def shared_links(ctx, pre, dec) -> np.ndarray:
-    """(p, d, L) seconds per prompt token a KV transfer i -> j holds each inter-node link
-    (directed node pair) it crosses: its share of the request's KV bytes (at `kv_bits`) over
-    the link's bandwidth. The engines queue transfers on these links first-come first-served
-    (SEMANTICS.md, "Cloud plans"): pairs between the same two nodes share one link."""
+    """(p, d, L) seconds per prompt token a KV transfer i -> j holds each shared link it
+    crosses (a directed node pair's link, a node's NIC: `Physics.links`): its share of the
+    request's KV bytes (at `kv_bits`) over the link's bandwidth. The engines queue transfers
+    on these links first-come first-served (SEMANTICS.md, "Cloud plans"): pairs between the
+    same two nodes share one link, and pairs leaving (entering) a node share its NIC."""
     ph = ctx.physics
     bytes_per_token = ph.llm.kv_bytes_per_token * ctx.kv_bits / 16.0
-    traffic = [[{ab: sh for ab, sh in ph.kv_traffic(a, b).items() if ab[0] != ab[1]} for b in dec] for a in pre]
-    links = sorted({ab for row in traffic for pair in row for ab in pair})
+    traffic = [[ph.link_shares(ph.kv_traffic(a, b)) for b in dec] for a in pre]
+    links = sorted({key for row in traffic for pair in row for key in pair})
     out = np.zeros((len(pre), len(dec), len(links)))
     for i, row in enumerate(traffic):
         for j, pair in enumerate(row):
-            for ab, share in pair.items():
-                out[i, j, links.index(ab)] = share * bytes_per_token / ph.link_bytes_per_s[ab]
+            for key, share in pair.items():
+                out[i, j, links.index(key)] = share * bytes_per_token / ph.capacity_bytes_per_s[key]
     return out
 
 
