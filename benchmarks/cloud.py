@@ -270,13 +270,18 @@ def _slow_network_rows(ctx, workload, traces, engine) -> list[str]:
     for bits in (16, 4):
         c = make_context(slow, ctx.llm, ctx.perf, ctx.trace, kv_bits=bits)
         plan, cap, split = best_by_des(c, traces, TARGET_ATTAINMENT, 0, engine=engine)
-        pre, dec, r = plan_routing(c, plan, split)
-        flow = r.prefill_share[:, None] * r.decode_share
-        cross = sum(flow[i, j] * sum(share for (a, b), share in c.physics.kv_traffic(pre[i], dec[j]).items() if a != b)
-                    for i in range(len(pre)) for j in range(len(dec)))
+        cross = kv_across_nodes(c, plan, split)
         _, _, mixed = best_by_des(c, traces, TARGET_ATTAINMENT, 0, phases=("both",), engine=engine)
         rows.append(f"| {workload} | {bits} | {cap:.2f} | {split:.2f} | {cross:.1%} | {mixed:.2f} |")
     return rows
+
+
+def kv_across_nodes(ctx, plan, rate) -> float:
+    """Share of a split plan's KV bytes, routed at `rate`, that crosses nodes."""
+    pre, dec, r = plan_routing(ctx, plan, rate)
+    flow = r.prefill_share[:, None] * r.decode_share
+    return sum(flow[i, j] * sum(share for (a, b), share in ctx.physics.kv_traffic(pre[i], dec[j]).items() if a != b)
+               for i in range(len(pre)) for j in range(len(dec)))
 
 
 def _binding_row(ctx, workload, name, plan, sustained, traces, engine, chunk) -> str:
@@ -307,12 +312,12 @@ def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:
             f"{n_dec} ({kv(cut)}) | {rate:.2f} |")
 
 
-def split_and_non_split(inv, perf, workload, seed=0, engine="des", slo_scale=DEFAULT_SLO_SCALE):
+def split_and_non_split(inv, perf, workload, seed=0, engine="des", slo_scale=DEFAULT_SLO_SCALE, kv_bits=16):
     """(context, split plan, its sustained rps, the non-split plan's) on `inv` at 99%
     attainment, seed `seed` for the sizes the search scores and the 600-s traces, as
-    `provision cloud --seed S --slo-scale X` picks them."""
+    `provision cloud --seed S --slo-scale X --kv-bits B` picks them."""
     sizes = size_sample(TraceGenerator(workload, 120.0, seed, arrival="poisson", rps=4.0), 4.0)
-    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale, kv_bits)
     long = TraceGenerator(workload, ATTAINMENT_TRACE_S, seed, arrival="poisson", rps=4.0)
     plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, engine=engine)
     _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, phases=("both",), engine=engine)
