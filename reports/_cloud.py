@@ -89,6 +89,7 @@ def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
              f"<h1>{escape(title)}: {escape(str(answer['inventory']))}</h1>", f'<p class="lead">{_lead(answer)}</p>',
+             f"<p>Network: {escape(str(answer['network']))}; {escape(str(answer['kv_bits']))}-bit KV on the wire.</p>",
              "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
              f'<script id="plotly-js" charset="utf-8">{plotly_js({"scatter", "bar"})}</script>']
     charts = {}

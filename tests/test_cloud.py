@@ -710,7 +710,8 @@ def cloud_answer(node="a6000-4x-0"):
     full = [_rep("prefill", {"a40": 2}, ["a40-8x-0"], tp=2), mixed,
             _rep("decode", {"a5000": 2, "a40": 2}, ["a5000-4x-1", "a40-8x-0"], tp=2, pp=2, layers=(35, 25))]
     return {"goal": "rps", "inventory": "thunderserve-32gpu", "model": "llama-30b", "workload": "conversation",
-            "rps": 6.0, "replicas": plan, "flows": [[0, 2, 0.5], [1, 3, 0.5]], "throughput_rps": 5.97,
+            "rps": 6.0, "kv_bits": 16, "network": "40 Gbps per node pair, 0.5 ms; network cards of 40 Gbps",
+            "replicas": plan, "flows": [[0, 2, 0.5], [1, 3, 0.5]], "throughput_rps": 5.97,
             "upper_bound_rps": 6.93, "gap": 0.139, "sustained_rps": 5.5, "target_attainment": 0.99,
             "slo_attainment": _att(1.0, 1.0, 1.0, 1.0), "elapsed_s": 3.2,
             "non_split": {"replicas": [_rep("both", {"a6000": 4}, [node])], "sustained_rps": 3.1},

@@ -117,3 +117,18 @@ def test_cli_nic_flag(capsys):
                 "--duration", "30", "--prefill-chunk-tokens", "0", "--nic-gbps", "40", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert set(obj["nic_gbps"].values()) == {40.0}
+
+
+def test_the_answer_says_what_network_it_planned_on(tmp_path, perf, capsys):
+    assert _inventory(tmp_path, perf).network_text() == \
+        "40 Gbps per node pair, 0.5 ms; no network cards (each node pair's link its own)"
+    assert _inventory(tmp_path, perf, network="nic_gbps = 25").network_text().endswith("network cards of 25 Gbps")
+    mixed = _inventory(tmp_path, perf, network="nic_gbps = 25", a40="nic_gbps = 100").network_text()
+    assert mixed.endswith("network cards a40-8x 100 Gbps, rtx3090ti-4x 25 Gbps"), mixed
+    report = tmp_path / "plan.html"
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--workload", "conversation", "--rps", "2",
+                "--duration", "30", "--prefill-chunk-tokens", "0", "--nic-gbps", "40", "--kv-bits", "4",
+                "--report", str(report)]) == 0
+    said = "40 Gbps per node pair, 0.5 ms; network cards of 40 Gbps; 4-bit KV on the wire"
+    assert f"network: {said}" in capsys.readouterr().out
+    assert f"Network: {said}." in report.read_text()

@@ -127,6 +127,7 @@ def _render(a: dict) -> None:
     con = make_console()
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
               f"{a['elapsed_s']:.2f} s; rented {', '.join(f'{n}x {t}' for t, n in a['rented'].items() if n)}")
+    con.print(f"network: {a['network']}; {a['kv_bits']}-bit KV on the wire")
     none = a.get("no_split_plan")   # no split plan on this inventory: the non-split plan is the answer
     if none:
         con.print(f"[bold]{none}[/bold]")

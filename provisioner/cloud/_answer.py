@@ -93,7 +93,8 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
     out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
            "inter_node_gbps": inventory.inter_node_gbps,
-           "nic_gbps": {t.name: t.nic_gbps for t in inventory.types}, "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
+           "nic_gbps": {t.name: t.nic_gbps for t in inventory.types}, "network": inventory.network_text(),
+           "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
            "rented": {t.name: t.count for t in inventory.types},
            "no_split_plan": no_split and f"{no_split}: serve it non-split (the best non-split plan: non_split)",
            "replicas": replicas_json(ctx, plan, routed) if plan is not None else [],

@@ -98,6 +98,21 @@ class Inventory:
         return np.array([np.inf if self.types[ti].nic_gbps is None else self.types[ti].nic_gbps
                          for _, ti in self.nodes])
 
+    def network_text(self) -> str:
+        """The network in words, for the answer: '40 Gbps per node pair, 0.5 ms; network cards
+        of 40 Gbps' (or each type's card; or 'no network cards': each pair's link its own)."""
+        links = (f"a bandwidth matrix ({self.bandwidth_at})" if self.bandwidth_gbps is not None and self.bandwidth_at
+                 else "a bandwidth matrix" if self.bandwidth_gbps is not None
+                 else f"{self.inter_node_gbps:g} Gbps per node pair")
+        cards = {t.name: t.nic_gbps for t in self.types if t.count}
+        if all(v is None for v in cards.values()):
+            nic = "no network cards (each node pair's link its own)"
+        elif len(set(cards.values())) == 1:
+            nic = f"network cards of {next(iter(cards.values())):g} Gbps"
+        else:
+            nic = "network cards " + ", ".join(f"{n} {'none' if v is None else f'{v:g} Gbps'}" for n, v in cards.items())
+        return f"{links}, {self.inter_node_latency_s * 1e3:g} ms; {nic}"
+
     def with_counts(self, counts) -> "Inventory":
         """The same node types with other counts (a full matrix no longer applies)."""
         types = tuple(replace(t, count=int(c)) for t, c in zip(self.types, counts))
