@@ -67,7 +67,7 @@ def test_the_links_a_transfer_crosses(tmp_path, perf):
     """A NIC no faster than the pair's link makes that link moot; a faster one leaves it."""
     ph = _ctx(perf, _inventory(tmp_path, perf, network="nic_gbps = 40")).physics
     assert ph.links(0, 1) == (("out", 0), ("in", 1))
-    assert ph.capacity_bytes_per_s[("in", 1)] == pytest.approx(40e9 / 8)
+    assert ph.capacity_bytes_per_s(("in", 1)) == pytest.approx(40e9 / 8)
     ph = _ctx(perf, _inventory(tmp_path, perf, network="nic_gbps = 100")).physics
     assert ph.links(0, 1) == (("out", 0), ("in", 1), ("pair", 0, 1))
     ph = _ctx(perf, _inventory(tmp_path, perf)).physics

@@ -56,7 +56,6 @@ class Physics:
         self.link_bytes_per_s = np.minimum(pair, np.minimum.outer(self.nic_bytes_per_s, self.nic_bytes_per_s))
         np.fill_diagonal(self.link_bytes_per_s, np.inf)
         self._pair_bytes_per_s = pair
-        self.capacity_bytes_per_s: dict = {}   # link key -> bytes/s, of every link `links` named
         self._cache: dict = {}
 
     @functools.cached_property
@@ -127,21 +126,20 @@ class Physics:
         return fixed, per_token
 
     def links(self, a: int, b: int) -> tuple:
-        """The shared links (keys of `capacity_bytes_per_s`) a byte from node a to node b
-        crosses: a's outgoing NIC ("out", a) and b's incoming one ("in", b) when given, and
-        the pair's own link ("pair", a, b) unless a NIC it shares is no faster (then every
-        transfer on the pair finishes on that NIC no earlier, first-come first-served, and
-        its bytes there are no fewer, so the pair's link never binds)."""
-        keys = []
-        pair = self._pair_bytes_per_s[a, b]
-        for key, bw in ((("out", a), self.nic_bytes_per_s[a]), (("in", b), self.nic_bytes_per_s[b])):
-            if np.isfinite(bw):
-                keys.append(key)
-                self.capacity_bytes_per_s[key] = float(bw)
-        if pair < min(self.nic_bytes_per_s[a], self.nic_bytes_per_s[b]):
+        """The shared links a byte from node a to node b crosses: a's outgoing NIC
+        ("out", a) and b's incoming one ("in", b) when given, and the pair's own link
+        ("pair", a, b) unless a NIC it shares is no faster (then every transfer on the pair
+        finishes on that NIC no earlier, first-come first-served, and its bytes there are no
+        fewer, so the pair's link never binds)."""
+        keys = [key for key in (("out", a), ("in", b)) if np.isfinite(self.nic_bytes_per_s[key[1]])]
+        if self._pair_bytes_per_s[a, b] < min(self.nic_bytes_per_s[a], self.nic_bytes_per_s[b]):
             keys.append(("pair", a, b))
-            self.capacity_bytes_per_s[("pair", a, b)] = float(pair)
         return tuple(keys)
+
+    def capacity_bytes_per_s(self, link: tuple) -> float:
+        """Bandwidth of a link `links` names: a NIC's per direction, or a node pair's."""
+        kind, *ends = link
+        return float(self._pair_bytes_per_s[ends[0], ends[1]] if kind == "pair" else self.nic_bytes_per_s[ends[0]])
 
     def link_shares(self, traffic: dict) -> dict:
         """{shared link: share of a request's KV bytes} from `kv_traffic`'s {(a, b): share}:
@@ -185,7 +183,7 @@ class Physics:
             else:
                 setup = max(setup, self.inv.inter_node_latency_s)
         for key, share in self.link_shares(traffic).items():
-            worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / self.capacity_bytes_per_s[key])
+            worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / self.capacity_bytes_per_s(key))
         if kv_bits < 16:
             worst += sum(self._codec_s_per_token(g, kv_bits) for g in (src, dst))
         return setup, worst

@@ -197,9 +197,8 @@ class Scorer:
             col = [v for (_, b), v in x.items() if b == j]
             if col:
                 solver.Add(solver.Sum(col) <= float(d_cap[j]))
-        bw = self.ph.capacity_bytes_per_s
         for key, terms in links.items():
-            solver.Add(solver.Sum([v * by for v, by in terms]) <= bw[key])
+            solver.Add(solver.Sum([v * by for v, by in terms]) <= self.ph.capacity_bytes_per_s(key))
         solver.Maximize(solver.Sum(list(x.values())))
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
@@ -252,9 +251,8 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
         col = [v for (_, b), v in x.items() if b == j]
         if col:
             solver.Add(solver.Sum(col) <= u * float(cap))
-    bw = scorer.ph.capacity_bytes_per_s
     for key, terms in links.items():
-        solver.Add(solver.Sum([v * by for v, by in terms]) <= u * bw[key])
+        solver.Add(solver.Sum([v * by for v, by in terms]) <= u * scorer.ph.capacity_bytes_per_s(key))
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best

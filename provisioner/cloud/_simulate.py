@@ -54,7 +54,7 @@ def shared_links(ctx, pre, dec) -> np.ndarray:
     for i, row in enumerate(traffic):
         for j, pair in enumerate(row):
             for key, share in pair.items():
-                out[i, j, links.index(key)] = share * bytes_per_token / ph.capacity_bytes_per_s[key]
+                out[i, j, links.index(key)] = share * bytes_per_token / ph.capacity_bytes_per_s(key)
     return out
 
 
