@@ -4,15 +4,17 @@ the discrete-event engine on plans of the shipped inventories."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 
 from perfmodels import N_COEF, LatencyModel
-from provisioner.cloud import load_inventory, make_context, plan_routing, search_plan, simulate_plan
+from provisioner.cloud import DEFAULT_SLO_SCALE, load_inventory, make_context, plan_routing, search_plan, simulate_plan
 from provisioner.sim import ServerPlan, SimInputs
 from provisioner.sim.testing import run_des, run_fluid
+from provisioner.slo import SLO
 from workloads import TraceGenerator
 
 TOL = {50: 0.05, 90: 0.10, 99: 0.20}   # benchmarks/fidelity.py's tolerances (median over cases)
@@ -118,19 +120,22 @@ def test_prefill_dispatch_takes_the_least_work_per_share(engine):
 @pytest.fixture(scope="module")
 def cloud_cases():
     """(workload, rate, DES result, fluid result) for the best plan of thunderserve-32gpu on
-    each workload, at 0.6 and 0.9 x its predicted sustainable rate (120-s traces)."""
+    each workload, with each node pair's link its own and with a 40-Gbps card per node
+    (whose incoming side every transfer into a decode node shares), at 0.6 and 0.9 x its
+    predicted sustainable rate (120-s traces)."""
     perf = LatencyModel()
-    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    shipped = load_inventory("thunderserve-32gpu", perf.catalog)
     rows = []
-    for workload in ("coding", "conversation"):
-        traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=2.0)
-        ctx = make_context(inv, perf.llm("llama-30b"), perf, traces.at(2.0))
-        plan, cap = search_plan(ctx, steps=20)
-        for load in (0.6, 0.9):
-            rps = load * cap
-            routing = plan_routing(ctx, plan, rps)
-            des, fluid = (simulate_plan(ctx, plan, traces.at(rps), routing, engine=e) for e in ("des", "fluid"))
-            rows.append((workload, rps, des, fluid))
+    for inv in (shipped, shipped.with_nic(40)):
+        for workload in ("coding", "conversation"):
+            traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=2.0)
+            ctx = make_context(inv, perf.llm("llama-30b"), perf, traces.at(2.0))
+            plan, cap = search_plan(ctx, steps=20)
+            for load in (0.6, 0.9):
+                rps = load * cap
+                routing = plan_routing(ctx, plan, rps)
+                des, fluid = (simulate_plan(ctx, plan, traces.at(rps), routing, engine=e) for e in ("des", "fluid"))
+                rows.append((f"{workload}, {inv.network_text()}", rps, des, fluid))
     return rows
 
 
@@ -145,11 +150,19 @@ def test_fluid_matches_des_on_cloud_plans(cloud_cases, metric, p):
 
 
 def test_fluid_matches_des_attainment_on_cloud_plans(cloud_cases):
+    """Attainment within ATTAINMENT_TOL, and every Table VI check passed or failed alike,
+    but for a tie: a DES percentile within its tolerance (TOL) of the limit, where the
+    engines may fall on either side of it (conversation with cards at 0.9x: TBT p90
+    slowdown 2.94 in the DES, 3.08 in the fluid engine, against a limit of 3.0)."""
+    limits = SLO().scaled(DEFAULT_SLO_SCALE).limits()
     for workload, rps, des, fluid in cloud_cases:
         for m in (*METRICS, "all"):
             assert fluid["slo_attainment"][m] == pytest.approx(des["slo_attainment"][m], abs=ATTAINMENT_TOL), \
                 (workload, rps, m)
-        assert fluid["slo"]["met"] == des["slo"]["met"], (workload, rps)
+        for (mi, m), (pi, p) in itertools.product(enumerate(METRICS), enumerate(TOL)):
+            limit, d, f = limits[mi, pi], des["slo"]["slowdown"][m][f"p{p}"], fluid["slo"]["slowdown"][m][f"p{p}"]
+            if abs(d / limit - 1.0) > TOL[p]:
+                assert (f <= limit) == (d <= limit), (workload, rps, m, p, d, f, limit)
 
 
 def test_simulate_plan_refuses_an_unknown_engine():
