@@ -56,6 +56,9 @@ def test_the_network_default_and_a_node_override(tmp_path, perf):
     ("nic_gbps = 0", "", "network.nic_gbps", 4),
     ("", 'nic_gbps = "fast"', "nodes[1].nic_gbps", 7),
     ("", "nic_gbps = 1e9", "nodes[1].nic_gbps", 7),
+    # a TOML integer past a float's range: was an internal error (OverflowError in math.isfinite)
+    ("nic_gbps = 1" + "0" * 400, "", "network.nic_gbps", 4),
+    ("", "price_usd_per_h = 1" + "0" * 400, "nodes[1].price_usd_per_h", 7),
 ])
 def test_nic_nonsense_names_file_line_field(tmp_path, perf, network, a40, field, line):
     with pytest.raises(ProvisionerError) as err:

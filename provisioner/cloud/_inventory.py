@@ -320,14 +320,32 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
 
 
 def _number(value, field, loc, node, section=None, allow_zero=False, bounds=None, unit="") -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise loc.error(field, f"must be a finite number {bound} (got {value!r})", node=node, section=section)
-    if bounds is not None and not bounds[0] <= value <= bounds[1]:
-        raise loc.error(field, f"must be between {bounds[0]:g} and {bounds[1]:g} {unit} (got {value!r})",
+    number = _as_float(value)
+    if number is None or number < 0 or (number == 0 and not allow_zero):
+        bound = f"between {bounds[0]:g} and {bounds[1]:g} {unit}" if bounds else ">= 0" if allow_zero else "> 0"
+        raise loc.error(field, f"must be a finite number {bound} (got {_shown(value)})", node=node, section=section)
+    if bounds is not None and not bounds[0] <= number <= bounds[1]:
+        raise loc.error(field, f"must be between {bounds[0]:g} and {bounds[1]:g} {unit} (got {_shown(value)})",
                         node=node, section=section)
-    return float(value)
+    return number
+
+
+def _as_float(value) -> float | None:
+    """A finite float of a TOML number, or None (a boolean, a string, inf, nan, or an integer
+    past a float's range: TOML integers are unbounded)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _shown(value) -> str:
+    """The value as written, a long integer cut to its digit count (one short line)."""
+    text = repr(value)
+    return f"{text[:6]}... ({len(text)} digits)" if isinstance(value, int) and len(text) > 20 else text
 
 
 def _integer(value, field, loc, node, low: int) -> int:
@@ -345,7 +363,7 @@ def _matrix(value, n: int, loc: _Locator) -> np.ndarray:
                 raise loc.error(field, f"must be a {n}x{n} matrix of numbers (Gbps; got {x!r})", section="network")
     try:
         m = np.array(value, dtype=float)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise loc.error(field, f"must be a {n}x{n} matrix of numbers (Gbps)", section="network") from None
     if m.shape != (n, n):
         raise loc.error(field, f"must be {n}x{n} (one row per node, in file order; got shape {m.shape})",
