@@ -281,6 +281,40 @@ def test_cli_goal_cost_rents_within_availability_and_meets_the_target(tmp_path):
     assert min(a["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99
 
 
+def test_a_rental_passes_when_one_of_its_finalists_meets_the_target(tmp_path, perf, monkeypatch):
+    """--goal cost checks a rental as the answer then plans it: the simulation decides among
+    the search's finalists. With the analytic best plan of every rental made to miss, the
+    rental chosen is the same (its second plan meets the target); checking that one plan
+    alone rejected every rental."""
+    import provisioner.cloud._answer as answer
+
+    path = tmp_path / "prices.toml"
+    path.write_text(PRICES)
+    prices = load_inventory(str(path), perf.catalog)
+    traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=0.3)
+
+    def rent():
+        chosen = answer.choose_rental(prices, perf.llm("llama-30b"), perf, traces, 0.3, 16, 2.0, 0)
+        return [t.count for t in chosen.types]
+
+    honest = rent()
+    firsts = set()
+    finalists, simulate = answer.finalist_plans, answer.simulate_plan
+
+    def ranked_and_noted(*args, **kwargs):
+        ranked = finalists(*args, **kwargs)
+        firsts.update({ranked[0][0]} if ranked else set())
+        return ranked
+
+    def first_misses(ctx, plan, *args, **kwargs):
+        out = simulate(ctx, plan, *args, **kwargs)
+        return {**out, "slo_attainment": {m: 0.0 for m in out["slo_attainment"]}} if plan in firsts else out
+
+    monkeypatch.setattr(answer, "finalist_plans", ranked_and_noted)
+    monkeypatch.setattr(answer, "simulate_plan", first_misses)
+    assert rent() == honest and firsts
+
+
 def test_cli_goal_throughput_meets_the_target(tmp_path):
     path = tmp_path / "small.toml"
     path.write_text(SMALL.format(second="rtx3090ti-4x").replace('"a6000-4x"', '"a40-8x"'))

@@ -14,14 +14,15 @@ from workloads import Trace
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
-from ._plan import (bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan, size_sample,
-                    uncompressed)
+from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
+                    size_sample, uncompressed)
 from ._search import canon, score, symmetry_key, valid_plan
 from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
 
 TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
 FINALISTS = 5        # plans the simulation re-scores after the tabu search
+RENTAL_SEARCH_STEPS = 30   # --goal cost: the shorter search of each candidate rental
 MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
 # The chunked non-split comparison's budget: one budget, not the families' four (each is a
 # bisection per finalist). On thunderserve-32gpu (benchmarks/results/cloud.md) 512 is the
@@ -143,17 +144,18 @@ def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
 
 
 def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS, keep=None, start=None,
-                   moves=None) -> list:
+                   moves=None, steps=SEARCH_STEPS) -> list:
     """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score
     (none when the inventory has no plan of `phases`: `no_split_plan_reason`);
     `keep(plan)`, when given, admits only the plans it accepts (e.g. a shape to compare with);
-    `start` and `moves` as `search_plan`'s (a re-plan's search; its start is a candidate too)."""
+    `start`, `moves` and `steps` as `search_plan`'s (a re-plan's search; its start is a
+    candidate too)."""
     seen: dict = {}
     if start is not None:
         start = canon(start)
         if valid_plan(start):
             seen[start] = score(ctx.scorer, start)
-    best, best_rps = search_plan(ctx, seed=seed, phases=phases, start=start, moves=moves, seen=seen)
+    best, best_rps = search_plan(ctx, seed=seed, phases=phases, start=start, moves=moves, steps=steps, seen=seen)
     if best is not None:
         seen[best] = best_rps
     kept = [(p, r) for p, r in seen.items() if valid_plan(p) and (keep is None or keep(p))]
@@ -170,7 +172,7 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
         # transfers; tabu search is local, and alone the compressed one can miss them
         # (conversation at 5 Gbps: 4-bit finalists 5.67 req/s, the 16-bit plan 6.51).
         ranked += [(p, score(ctx.scorer, p)) for p, _ in finalist_plans(uncompressed(ctx), seed, phases, finalists, keep,
-                                                                        start, moves)
+                                                                        start, moves, steps)
                    if symmetry_key(ctx.physics, p) not in keys]
     return ranked
 
@@ -383,7 +385,9 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
 
     A small integer program (OR-Tools SCIP) gives the cheapest counts per node type such
     that, each node serving prefill or decode at its type's single-node rates, both sides
-    carry a required rate `need`; those nodes are planned (tabu) and checked by simulation.
+    carry a required rate `need`; those nodes are planned (a shorter tabu search) and its
+    finalists checked by simulation at `rps`: the rental passes when one of them meets the
+    target, as `plan_cloud` lets the simulation decide among them.
     `need` starts at rps; after a miss it rises to rps / (sustained / predicted rate)
     of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass."""
     if rps is None:
@@ -401,13 +405,18 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         if counts not in verdicts:
             ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits,
                                reference=price_list)
-            plan, cap = search_plan(ctx, seed=seed, steps=30)
-            if plan is None:   # room for one replica: nothing to split, at any rate
+            ranked = finalist_plans(ctx, seed, steps=RENTAL_SEARCH_STEPS)
+            if not ranked:   # room for one replica: nothing to split, at any rate
                 no_split[counts] = no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
                 verdicts[counts] = (False, 0.0)
                 return verdicts[counts]
-            sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
-            ok = min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+
+            def meets(plan):
+                sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
+                return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+
+            ok = any(meets(plan) for plan, _ in ranked)
+            plan, cap = ranked[0]
             realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target, engine=engine) / max(cap, 1e-9)
             verdicts[counts] = (ok, realised)
         return verdicts[counts]

@@ -26,6 +26,7 @@ from ._search import canon, initial_groups, initial_plan, tabu_search, valid_pla
 
 DEFAULT_SLO_SCALE = 2.0
 SIZE_SAMPLE = 2000     # requests whose sizes the analytic score averages over
+SEARCH_STEPS = 100     # tabu steps (ThunderServe's 100)
 
 
 @dataclass
@@ -98,7 +99,7 @@ def reference_latencies(physics, prompt_tokens, output_tokens):
     return ttft, np.where(np.asarray(output_tokens) > 1, tbt, np.nan), e2e
 
 
-def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=100,
+def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=SEARCH_STEPS,
                 sample=40, seen: dict | None = None):
     """(plan, rps): tabu search from `start` (default: the bandwidth clustering); `seen`
     collects every plan scored, with its rps. (None, 0.0) when it finds no plan of `phases`
