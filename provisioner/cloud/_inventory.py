@@ -119,19 +119,13 @@ class Inventory:
         return replace(self, types=types, bandwidth_gbps=None)
 
     def with_bandwidth(self, gbps: float) -> "Inventory":
-        lo, hi = GBPS_RANGE
-        if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not lo <= gbps <= hi:
-            raise ProvisionerError(f"inter_node_gbps must be between {lo:g} and {hi:g} Gbps (got {gbps!r})",
-                                   params=("inter_node_gbps",))
-        return replace(self, inter_node_gbps=float(gbps), bandwidth_gbps=None)
+        """Every node pair's link at `gbps` (`--inter-node-gbps`; a matrix no longer applies)."""
+        return replace(self, inter_node_gbps=_gbps(gbps, "inter_node_gbps"), bandwidth_gbps=None)
 
     def with_nic(self, gbps: float) -> "Inventory":
         """Every node's NIC at `gbps` per direction (`--nic-gbps`)."""
-        lo, hi = GBPS_RANGE
-        if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not lo <= gbps <= hi:
-            raise ProvisionerError(f"nic_gbps must be between {lo:g} and {hi:g} Gbps (got {gbps!r})",
-                                   params=("nic_gbps",))
-        return replace(self, types=tuple(replace(t, nic_gbps=float(gbps)) for t in self.types))
+        gbps = _gbps(gbps, "nic_gbps")
+        return replace(self, types=tuple(replace(t, nic_gbps=gbps) for t in self.types))
 
     def without(self, node: str) -> tuple["Inventory", int]:
         """The inventory less one named node; also that node's index in `nodes`."""
@@ -260,6 +254,14 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
         inv = replace(inv, bandwidth_gbps=_matrix(net["bandwidth_gbps"], len(inv.nodes), loc),
                       bandwidth_at=f"{loc.where}:{loc._line('bandwidth_gbps', None, 'network')}")
     return inv
+
+
+def _gbps(gbps, param: str) -> float:
+    """A bandwidth given to the Python API or a flag, within GBPS_RANGE."""
+    lo, hi = GBPS_RANGE
+    if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not lo <= gbps <= hi:
+        raise ProvisionerError(f"{param} must be between {lo:g} and {hi:g} Gbps (got {gbps!r})", params=(param,))
+    return float(gbps)
 
 
 def _is_name(value) -> bool:
