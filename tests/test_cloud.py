@@ -283,36 +283,35 @@ def test_cli_goal_cost_rents_within_availability_and_meets_the_target(tmp_path):
 
 def test_a_rental_passes_when_one_of_its_finalists_meets_the_target(tmp_path, perf, monkeypatch):
     """--goal cost checks a rental as the answer then plans it: the simulation decides among
-    the search's finalists. With the analytic best plan of every rental made to miss, the
-    rental chosen is the same (its second plan meets the target); checking that one plan
+    the search's finalists. With the best plan of every search made to miss, the rental
+    chosen is the same (another finalist meets the target); checking the search's best plan
     alone rejected every rental."""
-    import provisioner.cloud._answer as answer
+    from provisioner.cloud import plan_cloud, search_plan, simulate_plan
 
     path = tmp_path / "prices.toml"
     path.write_text(PRICES)
     prices = load_inventory(str(path), perf.catalog)
     traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=0.3)
 
-    def rent():
-        chosen = answer.choose_rental(prices, perf.llm("llama-30b"), perf, traces, 0.3, 16, 2.0, 0)
-        return [t.count for t in chosen.types]
+    def rented():
+        return plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=0.3,
+                          prefill_chunk_tokens=0)["rented"]
 
-    honest = rent()
+    honest = rented()
     firsts = set()
-    finalists, simulate = answer.finalist_plans, answer.simulate_plan
 
-    def ranked_and_noted(*args, **kwargs):
-        ranked = finalists(*args, **kwargs)
-        firsts.update({ranked[0][0]} if ranked else set())
-        return ranked
+    def best_noted(*args, **kwargs):
+        best, rps = search_plan(*args, **kwargs)
+        firsts.update({best} if best is not None else set())
+        return best, rps
 
     def first_misses(ctx, plan, *args, **kwargs):
-        out = simulate(ctx, plan, *args, **kwargs)
+        out = simulate_plan(ctx, plan, *args, **kwargs)
         return {**out, "slo_attainment": {m: 0.0 for m in out["slo_attainment"]}} if plan in firsts else out
 
-    monkeypatch.setattr(answer, "finalist_plans", ranked_and_noted)
-    monkeypatch.setattr(answer, "simulate_plan", first_misses)
-    assert rent() == honest and firsts
+    monkeypatch.setattr("provisioner.cloud._answer.search_plan", best_noted)
+    monkeypatch.setattr("provisioner.cloud._answer.simulate_plan", first_misses)
+    assert rented() == honest and firsts
 
 
 def test_cli_goal_throughput_meets_the_target(tmp_path):
