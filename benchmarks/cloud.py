@@ -312,13 +312,19 @@ def _smaller_decode_row(ctx, plan, split, traces, workload, engine) -> str:
             f"{n_dec} ({kv(cut)}) | {rate:.2f} |")
 
 
+def context_and_traces(inv, perf, workload, seed=0, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16):
+    """(context scoring plans on the sizes `provision cloud --seed S` scores them on, the
+    600-s traces the sustained rates are bisected on)."""
+    sizes = size_sample(TraceGenerator(workload, 120.0, seed, arrival="poisson", rps=4.0), 4.0)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale, kv_bits)
+    return ctx, TraceGenerator(workload, ATTAINMENT_TRACE_S, seed, arrival="poisson", rps=4.0)
+
+
 def split_and_non_split(inv, perf, workload, seed=0, engine="des", slo_scale=DEFAULT_SLO_SCALE, kv_bits=16):
     """(context, split plan, its sustained rps, the non-split plan's) on `inv` at 99%
     attainment, seed `seed` for the sizes the search scores and the 600-s traces, as
     `provision cloud --seed S --slo-scale X --kv-bits B` picks them."""
-    sizes = size_sample(TraceGenerator(workload, 120.0, seed, arrival="poisson", rps=4.0), 4.0)
-    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale, kv_bits)
-    long = TraceGenerator(workload, ATTAINMENT_TRACE_S, seed, arrival="poisson", rps=4.0)
+    ctx, long = context_and_traces(inv, perf, workload, seed, slo_scale, kv_bits)
     plan, _, split = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, engine=engine)
     _, _, mixed = best_by_des(ctx, long, TARGET_ATTAINMENT, seed, phases=("both",), engine=engine)
     return ctx, plan, split, mixed

@@ -21,10 +21,9 @@ search is local, so it may exceed the rate of the plan chosen without cards.
 
 from __future__ import annotations
 
-from cloud import ATTAINMENT_TRACE_S, _machine, comparison_row, kv_across_nodes, split_and_non_split, write_results
+from cloud import _machine, comparison_row, context_and_traces, kv_across_nodes, split_and_non_split, write_results
 from perfmodels import LatencyModel
-from provisioner.cloud import TARGET_ATTAINMENT, load_inventory, make_context, score, size_sample, sustained_rps
-from workloads import TraceGenerator
+from provisioner.cloud import TARGET_ATTAINMENT, load_inventory, score, sustained_rps
 
 NIC_GBPS = (None, 40.0)   # no card (each pair's link its own), one 40-Gbps card per node
 KV_BITS = (16, 4)
@@ -51,9 +50,7 @@ def main() -> None:
 
 def _without_cards(inv, perf, workload, bits, plan) -> float:
     """The DES-sustained rate of `plan` on `inv` (no cards), as `split_and_non_split` rates it."""
-    sizes = size_sample(TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0), 4.0)
-    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, kv_bits=bits)
-    long = TraceGenerator(workload, ATTAINMENT_TRACE_S, 0, arrival="poisson", rps=4.0)
+    ctx, long = context_and_traces(inv, perf, workload, kv_bits=bits)
     return sustained_rps(ctx, plan, long, score(ctx.scorer, plan), TARGET_ATTAINMENT)
 
 
