@@ -106,6 +106,7 @@ def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
         plans.append((f"Best non-split plan, chunked prefill ({ch['prefill_chunk_tokens']} tokens)", ch["replicas"]))
     for name, reps in plans:
         parts += [f"<h2>{escape(name)}</h2>", _table(reps)]
+    parts += _rental_section(answer)
     parts += ["<footer>self-contained: plotly.js is inlined; this file loads nothing from the network.</footer>",
               "</main></body></html>"]
     return "\n".join(parts)
@@ -126,6 +127,28 @@ def _lead(a: dict) -> str:
                   f"{a['non_split']['sustained_rps']:.2f}{_chunked_lead(a)}. At {a['rps']:g} req/s: attainment "
                   f"ttft {att['ttft']:.1%}, "
                   f"tbt {att['tbt']:.1%}, e2e {att['e2e']:.1%}. Planned in {a['elapsed_s']:.2f} s.")
+
+
+def _rental_section(a: dict) -> list[str]:
+    """`--goal cost`: what was rented for the split plan, and the cheapest rental served
+    non-split, with its plan's table and whether it is cheaper."""
+    if "non_split_rental" not in a:
+        return []
+    ns = a["non_split_rental"]
+    split = f"the split plan above rents {_rented(a['rented'])} for {a['cost_usd_per_h']:.3f} $/h"
+    if ns["cost_usd_per_h"] is None:
+        return ["<h2>What to rent</h2>", f"<p>For {a['rps']:g} req/s, {escape(split)}; no non-split rental "
+                f"serves it: {escape(ns['why'])}</p>"]
+    prompts = f"{ns['prefill_chunk_tokens']}-token chunked prefill" if ns["prefill_chunk_tokens"] else "whole prompts"
+    cheaper = "cheaper" if ns["cost_usd_per_h"] < a["cost_usd_per_h"] else "no cheaper"
+    return ["<h2>What to rent</h2>",
+            f"<p>For {a['rps']:g} req/s, {escape(split)}. The cheapest rental served non-split ({escape(prompts)}) rents "
+            f"{escape(_rented(ns['rented']))} for {ns['cost_usd_per_h']:.3f} $/h, {cheaper}:</p>",
+            _table(ns["replicas"])]
+
+
+def _rented(counts: dict) -> str:
+    return ", ".join(f"{n}x {t}" for t, n in counts.items() if n)
 
 
 def _chunked_lead(a: dict) -> str:

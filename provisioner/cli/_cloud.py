@@ -174,6 +174,8 @@ def _render(a: dict) -> None:
         if rate > a["sustained_rps"]:
             con.print(f"[bold]{what} sustains more than the split plan here ({rate:.2f} vs {a['sustained_rps']:.2f} "
                       f"req/s): see {key} in --json[/bold]")
+    if "non_split_rental" in a:
+        _render_non_split_rental(con, a)
     if "replan_skipped" in a:
         con.print(f"--without: {a['replan_skipped']}")
     if "replan" in a:
@@ -184,3 +186,18 @@ def _render(a: dict) -> None:
             if k in ("light", "full") and rp[k].get("no_split_plan"):
                 extra += f" ({rp[k]['no_split_plan']})"
             con.print(f"without {rp['node']}: {k:6s} attainment(all) {s['all']:.1%}{extra}")
+
+
+def _render_non_split_rental(con, a: dict) -> None:
+    """--goal cost: the cheapest rental served non-split, beside the split one above."""
+    ns = a["non_split_rental"]
+    if ns["cost_usd_per_h"] is None:
+        con.print(f"non-split rental: none ({ns['why']})")
+        return
+    rented = ", ".join(f"{n}x {t}" for t, n in ns["rented"].items() if n)
+    prompts = f"{ns['prefill_chunk_tokens']}-token chunked prefill" if ns["prefill_chunk_tokens"] else "whole prompts"
+    con.print(f"cheapest non-split rental for {a['rps']:g} req/s: {rented} ({prompts}), {ns['cost_usd_per_h']:.3f} $/h "
+              f"(the split rental above: {a['cost_usd_per_h']:.3f} $/h)")
+    if ns["cost_usd_per_h"] < a["cost_usd_per_h"]:
+        con.print(f"[bold]renting for a non-split plan is cheaper here ({ns['cost_usd_per_h']:.3f} vs "
+                  f"{a['cost_usd_per_h']:.3f} $/h): see non_split_rental in --json[/bold]")

@@ -7,7 +7,7 @@ phase, and how requests are routed between them; what to rent; re-planning after
 HTML report).
 """
 
-from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
+from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
                       chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
 from ._format import REPLAN_CASES, REPLICA_COLUMNS, gpus_text, layers_text, nodes_text, replan_changes, replica_cells
@@ -18,7 +18,7 @@ from ._score import Routing, Scorer, Workload
 from ._search import canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
 from ._simulate import server_plan, shared_links, simulate_plan
 
-__all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
+__all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",

@@ -4,6 +4,8 @@ re-plan without a node or choose what to rent."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 
 import numpy as np
@@ -29,6 +31,9 @@ MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the t
 # best on coding and within 1% of the best (2048) on conversation.
 COMPARISON_CHUNK_TOKENS = 512
 CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4 x capacity)
+SPLIT_PHASES, NON_SPLIT_PHASES = ("prefill", "decode"), ("both",)
+CHEAPER_RENTAL_CHECKS = 6   # --goal cost: cheaper rentals checked by simulation after the program's pass
+MAX_RENTALS_LISTED = 100_000   # count vectors a price list may have for them to be listed
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -58,9 +63,21 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                f"nodes; give network.inter_node_gbps (or --inter-node-gbps) instead")
     if goal == "cost":
         price_list = inventory
-        inventory = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
-                                  engine=rescore_engine)
+        ns_rental = non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
+                                     rescore_engine, engine, prefill_chunk_tokens)
+        also = [] if ns_rental["rented"] is None else [tuple(ns_rental["rented"][t.name] for t in price_list.types)]
+        try:
+            inventory, _ = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
+                                         engine=rescore_engine, also=also)
+        except ProvisionerError as e:
+            raise _with_non_split_rental(e, ns_rental) from None
         reference = price_list
+        if ns_rental["rented"] is None or inventory.cost_usd_per_h < ns_rental["cost_usd_per_h"]:
+            # and the other way round: may the split rental serve the rate non-split?
+            on_split_rental = non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
+                                               rescore_engine, engine, prefill_chunk_tokens, rounds=0,
+                                               also=[tuple(t.count for t in inventory.types)])
+            ns_rental = on_split_rental if on_split_rental["rented"] is not None else ns_rental
     sizes = size_sample(traces, rps)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
     plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine)
@@ -127,8 +144,41 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     elif without is not None:
         out["replan"] = replan_without(ctx, plan, routed, sim["slo_attainment"], without, llm, perf, trace, rps,
                                        slo_scale, kv_bits, seed, engine)
+    if goal == "cost":
+        out["non_split_rental"] = ns_rental
     out["elapsed_s"] = plan_s
     return out
+
+
+def non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine,
+                     engine, prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, rounds=12, also=()) -> dict:
+    """`non_split_rental` of a `--goal cost` answer: the cheapest rental whose non-split
+    plan meets the target at `rps`, whole prompts or chunked with `prefill_chunk_tokens`
+    (`choose_rental` with phases ("both",)): its cost, plan, budget and attainment; or why
+    there is none (`cost_usd_per_h` None). The answer's rental is the cheapest split one; a
+    capacity planner compares the two prices. `rounds` and `also` as `choose_rental`'s."""
+    budgets = (0,) + _chunk_budgets(prefill_chunk_tokens)
+    try:
+        rental, (plan, chunk) = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
+                                              rounds=rounds, engine=rescore_engine, phases=NON_SPLIT_PHASES,
+                                              chunk_budgets=budgets, also=also)
+    except ProvisionerError as e:
+        return {"rented": None, "cost_usd_per_h": None, "why": str(e)}
+    ctx = make_context(rental, llm, perf, size_sample(traces, rps), slo_scale, kv_bits, reference=price_list)
+    sim = simulate_plan(ctx, plan, trace_at(traces, rps), engine=engine, chunk_tokens=chunk)
+    return {"rented": {t.name: t.count for t in rental.types}, "cost_usd_per_h": round(rental.cost_usd_per_h, 4),
+            "replicas": replicas_json(ctx, plan), "prefill_chunk_tokens": int(chunk),
+            "slo_attainment": sim["slo_attainment"], "slo": sim["slo"]}
+
+
+def _with_non_split_rental(error, ns) -> ProvisionerError:
+    """`error` (no split rental serves the rate) with the cheapest non-split rental that
+    does (`non_split_rental`), when there is one: the planner's next question."""
+    if ns["cost_usd_per_h"] is None:
+        return error
+    rented = ", ".join(f"{n}x {t}" for t, n in ns["rented"].items() if n)
+    return ProvisionerError(f"{error}; non-split, renting {rented} ({ns['cost_usd_per_h']:.3f} $/h) serves it",
+                            params=error.params)
 
 
 def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
@@ -379,53 +429,65 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
 
 
 def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
-                  rounds=12, engine="des"):
-    """The cheapest node counts (within availability) whose plan meets `target` attainment
-    at `rps` in the simulation (`engine`).
+                  rounds=12, engine="des", phases=SPLIT_PHASES, chunk_budgets=(0,), also=()):
+    """(rental, (plan, chunk budget)): the cheapest node counts (within availability) with a
+    plan of `phases` (split, or non-split: ("both",)) that meets `target` attainment at `rps`
+    in the simulation (`engine`), that plan, and the chunked-prefill budget of its replicas
+    it met the target with (one of `chunk_budgets`; 0: whole prompts; non-split only).
 
     A small integer program (OR-Tools SCIP) gives the cheapest counts per node type such
-    that, each node serving prefill or decode at its type's single-node rates, both sides
-    carry a required rate `need`; those nodes are planned (a shorter tabu search) and its
-    finalists checked by simulation at `rps`: the rental passes when one of them meets the
-    target, as `plan_cloud` lets the simulation decide among them.
+    that, each node serving one phase (split: prefill or decode; non-split: both) at its
+    type's single-node rates (`_node_rates`), every phase carries a required rate `need`;
+    those nodes are planned (a shorter tabu search) and its finalists checked by simulation
+    at `rps`: the rental passes when one of them meets the target, as `plan_cloud` lets the
+    simulation decide among them.
     `need` starts at rps; after a miss it rises to rps / (sustained / predicted rate)
-    of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass."""
+    of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass.
+    The single-node rates rank the node types, and may rank them wrongly: `also` lists more
+    rentals (counts per type) to check (the cheapest non-split rental, say, may serve the
+    rate split too), and the CHEAPER_RENTAL_CHECKS cheapest rentals under the best pass are
+    checked, whose rates could carry rps; the cheapest passing one of all is chosen.
+    rounds=0 checks the rentals `also` lists, only."""
     if rps is None:
         raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
     limits = [t.available if t.available is not None else t.count for t in price_list.types]
     if not any(limits):
         raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
                                f"`available` limits)")
+    split = phases != NON_SPLIT_PHASES
     trace, sizes = traces.at(rps), size_sample(traces, rps)
-    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits) for k in range(len(limits))]
-    verdicts: dict = {}
+    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases) for k in range(len(limits))]
+    verdicts: dict = {}   # counts -> (passes, sustained / predicted rate, the plan that met the target)
     no_split: dict = {}   # counts -> why the rental has no split plan
 
     def passes(counts):
         if counts not in verdicts:
             ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits,
                                reference=price_list)
-            ranked = finalist_plans(ctx, seed, steps=RENTAL_SEARCH_STEPS)
+            ranked = finalist_plans(ctx, seed, phases=phases, steps=RENTAL_SEARCH_STEPS)
             if not ranked:   # room for one replica: nothing to split, at any rate
                 no_split[counts] = no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
-                verdicts[counts] = (False, 0.0)
+                verdicts[counts] = (False, 0.0, None)
                 return verdicts[counts]
 
-            def meets(plan):
-                sim = simulate_plan(ctx, plan, trace, plan_routing(ctx, plan, rps), engine=engine)
+            def meets(plan, chunk):
+                routing = plan_routing(ctx, plan, rps) if split else None
+                sim = simulate_plan(ctx, plan, trace, routing, engine=engine, chunk_tokens=chunk)
                 return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
 
-            ok = any(meets(plan) for plan, _ in ranked)
+            met = next(((plan, c) for plan, _ in ranked for c in chunk_budgets if meets(plan, c)), None)
             plan, cap = ranked[0]
-            realised = 1.0 if ok else sustained_rps(ctx, plan, traces, cap, target, engine=engine) / max(cap, 1e-9)
-            verdicts[counts] = (ok, realised)
+            realised = 1.0 if met is not None else (
+                sustained_rps(ctx, plan, traces, cap, target, split=split, engine=engine,
+                              chunk_tokens=chunk_budgets[0]) / max(cap, 1e-9))
+            verdicts[counts] = (met is not None, realised, met)
         return verdicts[counts]
 
     everything = tuple(limits)
     lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
     for _ in range(rounds):
         counts = _cheapest_counts(price_list, limits, rates, need) or everything
-        ok, realised = passes(counts)
+        ok, realised, _ = passes(counts)
         if ok:
             best = (counts, need)
             if need <= max(lo, rps) * 1.05:
@@ -436,47 +498,101 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         else:
             lo = need
             need = 0.5 * (lo + best[1]) if best else min(max(rps / max(realised, 1e-3), lo * 1.3), lo * 3.0)
+    for counts in also:
+        if (best is None or _cost(price_list, counts) < _cost(price_list, best[0])) and passes(tuple(counts))[0]:
+            best = (tuple(counts), None)
+    if best is not None and rounds > 0:
+        # The single-node rates are the analytic model's, which can rank node types wrongly (a
+        # 4x3090 Ti decode node holds 13k KV tokens: two long coding prompts fill it, and the
+        # simulation's TBT misses what the mean-based rate predicts); so the next cheaper
+        # rentals whose rates could carry rps are checked too, cheapest first.
+        cheaper = [c for c in _rentals_by_cost(price_list, limits, rates, rps, _cost(price_list, best[0]))
+                   if c not in verdicts]
+        best = next(((c, None) for c in cheaper[:CHEAPER_RENTAL_CHECKS] if passes(c)[0]), best)
     if best is None and everything in no_split:
         raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
                                f"can hold a prefill and a decode replica (or serve those nodes non-split: "
                                f"--rps without --goal cost on an inventory of them)")
     if best is None:
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
-                               f"at {target:.0%} attainment: lower --rps or raise `available`")
-    return price_list.with_counts(best[0])
+                               f"{'split' if split else 'non-split'} at {target:.0%} attainment: lower --rps or "
+                               f"raise `available`")
+    return price_list.with_counts(best[0]), verdicts[best[0]][2]
 
 
-def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits) -> tuple[float, float]:
-    """(prefill rps, decode rps) of one node of type k cut into equal TP groups, the best TP
-    for each phase."""
+def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases) -> tuple[float, ...]:
+    """The rps of one node of type k cut into equal TP groups, per phase of `phases` (the
+    best TP for each). Network cards are not a cap here: a node may host a prefill and a
+    decode replica, whose KV never crosses its card (capping each node's rate by its card
+    rented 19.43 $/h where the simulation's correction of `need` finds 11.95, coding at
+    3 req/s with 40-Gbps cards)."""
     one = price_list.with_counts([int(i == k) for i in range(len(price_list.types))])
     try:
         ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list)
     except ProvisionerError:
-        return 0.0, 0.0
+        return (0.0,) * len(phases)
     gpus = one.types[k].gpus
-    best = [0.0, 0.0]
+    rate = {"prefill": lambda g: ctx.scorer.prefill(g)[0], "decode": lambda g: ctx.scorer.decode(g)[0],
+            "both": ctx.scorer.both}
+    best = [0.0] * len(phases)
     for tp in TP_DEGREES:
         group = ((0, tp),)
         if tp <= gpus and gpus % tp == 0 and ctx.physics.group(group):
-            best[0] = max(best[0], gpus // tp * ctx.scorer.prefill(group)[0])
-            best[1] = max(best[1], gpus // tp * ctx.scorer.decode(group)[0])
-    return best[0], best[1]
+            best = [max(b, gpus // tp * rate[ph](group)) for b, ph in zip(best, phases)]
+    return tuple(best)
+
+
+def _cost(price_list, counts) -> float:
+    return sum(n * t.price_usd_per_h for n, t in zip(counts, price_list.types))
+
+
+def _rentals_by_cost(price_list, limits, rates, rps, below) -> list[tuple]:
+    """Node counts within `limits` costing less than `below`, cheapest first, whose nodes
+    could carry `rps` in every phase at their single-node `rates` (each node's share of
+    phases fractional: a necessary condition, `_carries`); none when the price list has
+    more than MAX_RENTALS_LISTED count vectors."""
+    if math.prod(a + 1 for a in limits) > MAX_RENTALS_LISTED:
+        return []
+    priced = [(_cost(price_list, c), c) for c in itertools.product(*(range(a + 1) for a in limits))]
+    return [c for cost, c in sorted(priced) if cost < below and _carries(c, rates, rps)]
+
+
+def _carries(counts, rates, rps) -> bool:
+    """Whether `counts` nodes at `rates` (per type, per phase) carry `rps` in every phase when
+    each node may give fractions of itself to the phases (an upper bound on the split a
+    plan makes). Two phases: the most prefill rate with `rps` of decode left is a
+    fractional knapsack, nodes in the order of prefill rate per decode rate given up."""
+    rates = np.asarray(rates, dtype=float)
+    n = np.asarray(counts, dtype=float)
+    if rates.shape[1] == 1:
+        return float(n @ rates[:, 0]) >= rps
+    p, d = rates[:, 0], rates[:, 1]
+    spare_decode = float(n @ d) - rps
+    if spare_decode < 0:
+        return False
+    prefill = 0.0
+    for k in sorted(range(len(n)), key=lambda k: -p[k] / d[k] if d[k] > 0 else -np.inf):
+        take = n[k] if d[k] <= 0 else min(n[k], spare_decode / d[k])
+        prefill += take * p[k]
+        spare_decode -= take * d[k]
+    return prefill >= rps
 
 
 def _cheapest_counts(price_list, limits, rates, need) -> tuple | None:
+    """Cheapest node counts per type (within `limits`) whose nodes, each given to one phase
+    at its type's rate (`rates[type][phase]`), carry `need` rps in every phase."""
     from ortools.linear_solver import pywraplp
 
     solver = pywraplp.Solver.CreateSolver("SCIP")
-    pre = [solver.IntVar(0, a, "") for a in limits]
-    dec = [solver.IntVar(0, a, "") for a in limits]
-    for p, d, a in zip(pre, dec, limits):
-        solver.Add(p + d <= a)
-    solver.Add(solver.Sum([p * r[0] for p, r in zip(pre, rates)]) >= need)
-    solver.Add(solver.Sum([d * r[1] for d, r in zip(dec, rates)]) >= need)
-    solver.Minimize(solver.Sum([(p + d) * t.price_usd_per_h for p, d, t in zip(pre, dec, price_list.types)]))
+    n_phases = len(rates[0])
+    nodes = [[solver.IntVar(0, a, "") for _ in range(n_phases)] for a in limits]   # [type][phase]
+    for per_phase, a in zip(nodes, limits):
+        solver.Add(solver.Sum(per_phase) <= a)
+    for ph in range(n_phases):
+        solver.Add(solver.Sum([x[ph] * r[ph] for x, r in zip(nodes, rates)]) >= need)
+    solver.Minimize(solver.Sum([solver.Sum(x) * t.price_usd_per_h for x, t in zip(nodes, price_list.types)]))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return None
-    return tuple(int(round(p.solution_value() + d.solution_value())) for p, d in zip(pre, dec))
+    return tuple(int(round(sum(v.solution_value() for v in x))) for x in nodes)
 
 
