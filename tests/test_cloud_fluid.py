@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from perfmodels import N_COEF, LatencyModel
-from provisioner.cloud import DEFAULT_SLO_SCALE, load_inventory, make_context, plan_routing, search_plan, simulate_plan
+from provisioner.cloud import load_inventory, make_context, plan_routing, search_plan, simulate_plan
 from provisioner.sim import ServerPlan, SimInputs
 from provisioner.sim.testing import run_des, run_fluid
-from provisioner.slo import SLO
 from workloads import TraceGenerator
 
 TOL = {50: 0.05, 90: 0.10, 99: 0.20}   # benchmarks/fidelity.py's tolerances (median over cases)
@@ -119,7 +118,7 @@ def test_prefill_dispatch_takes_the_least_work_per_share(engine):
 
 @pytest.fixture(scope="module")
 def cloud_cases():
-    """(workload, rate, DES result, fluid result) for the best plan of thunderserve-32gpu on
+    """(workload, rate, DES result, fluid result, SLO limits) for the best plan of thunderserve-32gpu on
     each workload, with each node pair's link its own and with a 40-Gbps card per node
     (whose incoming side every transfer into a decode node shares), at 0.6 and 0.9 x its
     predicted sustainable rate (120-s traces)."""
@@ -135,15 +134,15 @@ def cloud_cases():
                 rps = load * cap
                 routing = plan_routing(ctx, plan, rps)
                 des, fluid = (simulate_plan(ctx, plan, traces.at(rps), routing, engine=e) for e in ("des", "fluid"))
-                rows.append((f"{workload}, {inv.network_text()}", rps, des, fluid))
+                rows.append((f"{workload}, {inv.network_text()}", rps, des, fluid, ctx.slo.limits()))
     return rows
 
 
 @pytest.mark.parametrize("p", [50, 90, 99])
 @pytest.mark.parametrize("metric", METRICS)
 def test_fluid_matches_des_on_cloud_plans(cloud_cases, metric, p):
-    des = np.array([d["latency_s"][metric][f"p{p}"] for _, _, d, _ in cloud_cases])
-    fluid = np.array([f["latency_s"][metric][f"p{p}"] for _, _, _, f in cloud_cases])
+    des = np.array([d["latency_s"][metric][f"p{p}"] for _, _, d, _, _ in cloud_cases])
+    fluid = np.array([f["latency_s"][metric][f"p{p}"] for _, _, _, f, _ in cloud_cases])
     rel = np.abs(fluid - des) / des
     assert np.median(rel) <= TOL[p], rel
     assert rel.max() <= 3 * TOL[p], rel
@@ -154,8 +153,7 @@ def test_fluid_matches_des_attainment_on_cloud_plans(cloud_cases):
     but for a tie: a DES percentile within its tolerance (TOL) of the limit, where the
     engines may fall on either side of it (conversation with cards at 0.9x: TBT p90
     slowdown 2.94 in the DES, 3.08 in the fluid engine, against a limit of 3.0)."""
-    limits = SLO().scaled(DEFAULT_SLO_SCALE).limits()
-    for workload, rps, des, fluid in cloud_cases:
+    for workload, rps, des, fluid, limits in cloud_cases:
         for m in (*METRICS, "all"):
             assert fluid["slo_attainment"][m] == pytest.approx(des["slo_attainment"][m], abs=ATTAINMENT_TOL), \
                 (workload, rps, m)
