@@ -2,8 +2,9 @@
 shipped inventories (SEMANTICS.md, "Cloud plans"), at rates around where the SLOs bind.
 
 Plans: the tabu search's best split plan and its best non-split plan (seed 0) on
-`thunderserve-32gpu` and on a 36-GPU rental from `cloud-prices` (1x 4xA6000, 4x 4xA5000,
-1x 8xA40, 2x 4x3090Ti; SLO reference: the price list's best node, as `--goal cost`), llama-30b,
+`thunderserve-32gpu`, on a 36-GPU rental from `cloud-prices` (1x 4xA6000, 4x 4xA5000,
+1x 8xA40, 2x 4x3090Ti; SLO reference: the price list's best node, as `--goal cost`) and on
+`thunderserve-32gpu` with a 40-Gbps network card per node (`--nic-gbps 40`), llama-30b,
 coding and conversation. The SLOs bind at `lambda_99`, the highest rate at which the DES keeps
 99% of requests within every p99 limit (`provision cloud`'s sustained rate, bisected on the
 same traces); each plan runs at LOADS x `lambda_99` on 600-s Poisson traces (nested across
@@ -29,13 +30,15 @@ METRICS = ("ttft", "tbt", "e2e")
 PCTS = (50, 90, 99)
 ATTAIN = ("ttft", "tbt", "e2e", "all")
 TRACE_S = 600.0
+NIC_GBPS = 40.0   # a network card per node: every KV transfer queues for two cards too
 
 
 def inventories(perf):
     """(label, inventory, SLO reference inventory)."""
     ts = load_inventory("thunderserve-32gpu", perf.catalog)
     prices = load_inventory("cloud-prices", perf.catalog)
-    return [("thunderserve-32gpu", ts, ts), ("cloud-prices 1/4/1/2", prices.with_counts(PRICES_RENTAL), prices)]
+    return [("thunderserve-32gpu", ts, ts), ("cloud-prices 1/4/1/2", prices.with_counts(PRICES_RENTAL), prices),
+            (f"thunderserve-32gpu, {NIC_GBPS:g}-Gbps cards", ts.with_nic(NIC_GBPS), ts)]
 
 
 def plans(ctx):
