@@ -890,3 +890,24 @@ def test_cloud_report_says_what_to_rent_and_whether_non_split_is_cheaper():
     assert "<td>a5000-4x-3</td>" in _tables_after(html, "What to rent")
     answer["non_split_rental"] = {"rented": None, "cost_usd_per_h": None, "why": "no rental within <x>"}
     assert "no non-split rental serves it: no rental within &lt;x&gt;" in build_cloud_html(answer)
+
+
+def test_a_rental_is_checked_on_as_many_requests_as_the_answer_simulates(tmp_path, perf, monkeypatch):
+    """--goal cost at 0.01 req/s: a 120-s window holds one or two requests, and a rental was
+    checked on those; the answer simulates at least 20 (spread out in time, `trace_at`), and
+    each check now does too."""
+    from provisioner.cloud import plan_cloud, simulate_plan
+
+    path = tmp_path / "prices.toml"
+    path.write_text(PRICES)
+    sizes = []
+
+    def counted(ctx, plan, trace, *args, **kwargs):
+        sizes.append(len(trace))
+        return simulate_plan(ctx, plan, trace, *args, **kwargs)
+
+    monkeypatch.setattr("provisioner.cloud._answer.simulate_plan", counted)
+    traces = TraceGenerator("coding", 120.0, 0, arrival="poisson", rps=0.01)
+    a = plan_cloud(load_inventory(str(path), perf.catalog), perf.llm("llama-30b"), perf, traces, goal="cost",
+                   rps=0.01, prefill_chunk_tokens=0)
+    assert a["requests"] == 20 and sizes and min(sizes) >= 20, sizes

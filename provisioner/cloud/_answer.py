@@ -463,7 +463,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
                                f"`available` limits)")
     split = phases != NON_SPLIT_PHASES
-    trace, sizes = traces.at(rps), size_sample(traces, rps)
+    trace, sizes = trace_at(traces, rps), size_sample(traces, rps)   # as the answer then simulates it
     rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases) for k in range(len(limits))]
     verdicts: dict = {}   # counts -> (passes, sustained / predicted rate, the plan that met the target)
     no_split: dict = {}   # counts -> why the rental has no split plan
