@@ -140,11 +140,18 @@ def _rental_section(a: dict) -> list[str]:
         return ["<h2>What to rent</h2>", f"<p>For {a['rps']:g} req/s, {escape(split)}; no non-split rental "
                 f"serves it: {escape(ns['why'])}</p>"]
     prompts = f"{ns['prefill_chunk_tokens']}-token chunked prefill" if ns["prefill_chunk_tokens"] else "whole prompts"
-    cheaper = "cheaper" if ns["cost_usd_per_h"] < a["cost_usd_per_h"] else "no cheaper"
+    cheaper = ("cheaper" if ns["cost_usd_per_h"] < a["cost_usd_per_h"] else
+               "the same price" if ns["cost_usd_per_h"] == a["cost_usd_per_h"] else "dearer")
+    checks = (f"Both meet {a['target_attainment']:.0%} attainment; Table VI's percentile checks: non-split "
+              f"{_met(ns['slo'])}, split {_met(a['slo'])}.")
     return ["<h2>What to rent</h2>",
             f"<p>For {a['rps']:g} req/s, {escape(split)}. The cheapest rental served non-split ({escape(prompts)}) rents "
-            f"{escape(_rented(ns['rented']))} for {ns['cost_usd_per_h']:.3f} $/h, {cheaper}:</p>",
+            f"{escape(_rented(ns['rented']))} for {ns['cost_usd_per_h']:.3f} $/h, {cheaper}. {escape(checks)}</p>",
             _table(ns["replicas"])]
+
+
+def _met(slo: dict) -> str:
+    return "met" if slo.get("met") else "missed"
 
 
 def _rented(counts: dict) -> str:

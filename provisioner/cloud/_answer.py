@@ -34,6 +34,10 @@ CEILING_RAISES = 3    # x1.5 raises of the bisection's top while it passes (to 4
 SPLIT_PHASES, NON_SPLIT_PHASES = ("prefill", "decode"), ("both",)
 CHEAPER_RENTAL_CHECKS = 6   # --goal cost: cheaper rentals checked by simulation after the program's pass
 MAX_RENTALS_LISTED = 100_000   # count vectors a price list may have for them to be listed
+# --goal cost refuses at once a rate above this many times what every available node carries
+# at its single-node rates: the simulation sustains at most the bisection's ceiling, 4x a
+# plan's predicted rate (CEILING_RAISES)
+RATE_HEADROOM = 4.0
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -141,15 +145,14 @@ def _rentals(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, targe
     """--goal cost: (the cheapest split rental, `non_split_rental`). Each search also checks
     the other's rental: the single-node rates that propose rentals are analytic and rank
     node types apart from the simulation (conversation on cloud-prices at 3 req/s: the
-    non-split rental, 2x 8xA40, serves it split too, for 5.90 $/h where the split search
-    alone rented 7.43)."""
+    split search alone rented 7.43 $/h; given the non-split rental it found one of 5.90)."""
     args = (price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target)
     ns = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens)
     also = [] if ns["rented"] is None else [tuple(ns["rented"][t.name] for t in price_list.types)]
     try:
         rental, _ = choose_rental(*args, engine=rescore_engine, also=also)
     except ProvisionerError as e:
-        raise _with_non_split_rental(e, ns) from None
+        raise _with_non_split_rental(e, ns, rps) from None
     if ns["rented"] is None or rental.cost_usd_per_h < ns["cost_usd_per_h"]:
         # may the split rental serve the rate non-split?
         on_split_rental = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens, rounds=0,
@@ -179,14 +182,16 @@ def non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, see
             "slo_attainment": sim["slo_attainment"], "slo": sim["slo"]}
 
 
-def _with_non_split_rental(error, ns) -> ProvisionerError:
-    """`error` (no split rental serves the rate) with the cheapest non-split rental that
-    does (`non_split_rental`), when there is one: the planner's next question."""
+def _with_non_split_rental(error, ns, rps) -> ProvisionerError:
+    """`error` (no split rental serves the rate) with what the non-split search found
+    (`non_split_rental`): the cheapest rental that serves `rps` non-split, or that none does
+    (then it failed alike: no rental); the planner's next question."""
     if ns["cost_usd_per_h"] is None:
-        return error
+        either = f"; no non-split rental serves {rps:g} req/s either" if ns["why"].startswith("no rental") else ""
+        return ProvisionerError(f"{error}{either}", params=error.params)
     rented = ", ".join(f"{n}x {t}" for t, n in ns["rented"].items() if n)
-    return ProvisionerError(f"{error}; non-split, renting {rented} ({ns['cost_usd_per_h']:.3f} $/h) serves it",
-                            params=error.params)
+    return ProvisionerError(f"{error}; non-split, renting {rented} ({ns['cost_usd_per_h']:.3f} $/h) serves "
+                            f"{rps:g} req/s", params=error.params)
 
 
 def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
@@ -465,6 +470,13 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     split = phases != NON_SPLIT_PHASES
     trace, sizes = trace_at(traces, rps), size_sample(traces, rps)   # as the answer then simulates it
     rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases) for k in range(len(limits))]
+    how = "split" if split else "non-split"
+    everything = tuple(limits)
+    most = _most_carried(everything, rates)
+    if rps > RATE_HEADROOM * most:   # no search can close that gap: say so before searching
+        raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s {how}: "
+                               f"every available node together carries about {most:.3g} req/s at its single-node "
+                               f"rates: lower --rps or raise `available`")
     verdicts: dict = {}   # counts -> (passes, sustained / predicted rate, the plan that met the target)
     no_split: dict = {}   # counts -> why the rental has no split plan
 
@@ -491,7 +503,6 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
             verdicts[counts] = (met is not None, realised, met)
         return verdicts[counts]
 
-    everything = tuple(limits)
     lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
     for _ in range(rounds):
         counts = _cheapest_counts(price_list, limits, rates, need) or everything
@@ -519,12 +530,10 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         best = next(((c, None) for c in cheaper[:CHEAPER_RENTAL_CHECKS] if passes(c)[0]), best)
     if best is None and everything in no_split:
         raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
-                               f"can hold a prefill and a decode replica (or serve those nodes non-split: "
-                               f"--rps without --goal cost on an inventory of them)")
+                               f"can hold a prefill and a decode replica")
     if best is None:
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
-                               f"{'split' if split else 'non-split'} at {target:.0%} attainment: lower --rps or "
-                               f"raise `available`")
+                               f"{how} at {target:.0%} attainment: lower --rps or raise `available`")
     return price_list.with_counts(best[0]), verdicts[best[0]][2]
 
 
@@ -554,6 +563,15 @@ def _cost(price_list, counts) -> float:
     return sum(n * t.price_usd_per_h for n, t in zip(counts, price_list.types))
 
 
+def _most_carried(counts, rates) -> float:
+    """The highest rate `counts` nodes carry at `rates` by `_carries` (bisection)."""
+    lo, hi = 0.0, float(np.asarray(counts, dtype=float) @ np.asarray(rates, dtype=float).max(axis=1))
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _carries(counts, rates, mid) else (lo, mid)
+    return lo
+
+
 def _rentals_by_cost(price_list, limits, rates, rps, below) -> list[tuple]:
     """Node counts within `limits` costing less than `below`, cheapest first, whose nodes
     could carry `rps` in every phase at their single-node `rates` (each node's share of
@@ -561,7 +579,7 @@ def _rentals_by_cost(price_list, limits, rates, rps, below) -> list[tuple]:
     more than MAX_RENTALS_LISTED count vectors."""
     if math.prod(a + 1 for a in limits) > MAX_RENTALS_LISTED:
         return []
-    priced = [(_cost(price_list, c), c) for c in itertools.product(*(range(a + 1) for a in limits))]
+    priced = [(_cost(price_list, c), c) for c in itertools.product(*(range(a + 1) for a in limits)) if any(c)]
     return [c for cost, c in sorted(priced) if cost < below and _carries(c, rates, rps)]
 
 
@@ -596,6 +614,7 @@ def _cheapest_counts(price_list, limits, rates, need) -> tuple | None:
     nodes = [[solver.IntVar(0, a, "") for _ in range(n_phases)] for a in limits]   # [type][phase]
     for per_phase, a in zip(nodes, limits):
         solver.Add(solver.Sum(per_phase) <= a)
+    solver.Add(solver.Sum([v for x in nodes for v in x]) >= 1)   # a need under the solver's tolerance rents nothing
     for ph in range(n_phases):
         solver.Add(solver.Sum([x[ph] * r[ph] for x, r in zip(nodes, rates)]) >= need)
     solver.Minimize(solver.Sum([solver.Sum(x) * t.price_usd_per_h for x, t in zip(nodes, price_list.types)]))
