@@ -938,3 +938,7 @@ def test_goal_cost_refusals_say_what_the_non_split_search_found(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no non-split rental serves 0.2 req/s either" in err, err
     assert "serve those nodes non-split" not in err, err
+    path.write_text(PRICES.replace("available = 2", "available = 0"))   # a price list with nothing to rent
+    assert run(["cloud", "--inventory", str(path), "--goal", "cost", "--rps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "every [[nodes]] entry has `available` = 0" in err, err

@@ -464,6 +464,9 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     if rps is None:
         raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
     limits = [t.available if t.available is not None else t.count for t in price_list.types]
+    if not any(limits) and any(t.available is not None for t in price_list.types):
+        raise ProvisionerError(f"inventory {price_list.name}: every [[nodes]] entry has `available` = 0, so there is "
+                               f"nothing to rent: raise `available` of one")
     if not any(limits):
         raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
                                f"`available` limits)")
