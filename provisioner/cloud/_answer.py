@@ -476,7 +476,10 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     how = "split" if split else "non-split"
     everything = tuple(limits)
     most = _most_carried(everything, rates)
-    if rps > RATE_HEADROOM * most:   # no search can close that gap: say so before searching
+    # No search can close that gap: say so before searching. Not when a node type holds no
+    # replica alone (rates 0): pipelines across such nodes carry what its rates cannot say.
+    counted = all(max(r) > 0 for r, a in zip(rates, limits) if a)
+    if counted and rps > RATE_HEADROOM * most:
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s {how}: "
                                f"every available node together carries about {most:.3g} req/s at its single-node "
                                f"rates: lower --rps or raise `available`")
