@@ -132,30 +132,25 @@ def _lead(a: dict) -> str:
 def _rental_section(a: dict) -> list[str]:
     """`--goal cost`: what was rented for the split plan, and the cheapest rental served
     non-split, with its plan's table and whether it is cheaper."""
+    from provisioner.cloud import checks_text, prompts_text, rented_text
     if "non_split_rental" not in a:
         return []
     ns = a["non_split_rental"]
-    split = f"the split plan above rents {_rented(a['rented'])} for {a['cost_usd_per_h']:.3f} $/h"
+    split = f"the split plan above rents {rented_text(a['rented'])} for {a['cost_usd_per_h']:.3f} $/h"
     if ns["cost_usd_per_h"] is None:
         return ["<h2>What to rent</h2>", f"<p>For {a['rps']:g} req/s, {escape(split)}; no non-split rental "
                 f"serves it: {escape(ns['why'])}</p>"]
-    prompts = f"{ns['prefill_chunk_tokens']}-token chunked prefill" if ns["prefill_chunk_tokens"] else "whole prompts"
+    prompts = prompts_text(ns["prefill_chunk_tokens"])
     cheaper = ("cheaper" if ns["cost_usd_per_h"] < a["cost_usd_per_h"] else
                "the same price" if ns["cost_usd_per_h"] == a["cost_usd_per_h"] else "dearer")
     checks = (f"Both meet {a['target_attainment']:.0%} attainment; Table VI's percentile checks: non-split "
-              f"{_met(ns['slo'])}, split {_met(a['slo'])}.")
+              f"{checks_text(ns['slo'])}, split {checks_text(a['slo'])}.")
     return ["<h2>What to rent</h2>",
-            f"<p>For {a['rps']:g} req/s, {escape(split)}. The cheapest rental served non-split ({escape(prompts)}) rents "
-            f"{escape(_rented(ns['rented']))} for {ns['cost_usd_per_h']:.3f} $/h, {cheaper}. {escape(checks)}</p>",
+            f"<p>For {a['rps']:g} req/s, {escape(split)}. The cheapest rental served non-split ({escape(prompts)}) "
+            f"rents {escape(rented_text(ns['rented']))} for {ns['cost_usd_per_h']:.3f} $/h, {cheaper}. "
+            f"{escape(checks)}</p>",
             _table(ns["replicas"])]
 
-
-def _met(slo: dict) -> str:
-    return "met" if slo.get("met") else "missed"
-
-
-def _rented(counts: dict) -> str:
-    return ", ".join(f"{n}x {t}" for t, n in counts.items() if n)
 
 
 def _chunked_lead(a: dict) -> str:

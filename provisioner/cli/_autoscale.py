@@ -94,7 +94,8 @@ def autoscale_command(
                                             "requests per machine than this. auto: the scale-out level / 1.5."),
     max_machines: int = typer.Option(None, "--max-machines", help="Closed-loop: never more machines serving or "
                                      "loading (default: the static cluster's count)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the answer as one JSON object (its keys: see the README)."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print the answer as one JSON object (its keys: see the README)."),
     report: Path = typer.Option(None, "--report", metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),

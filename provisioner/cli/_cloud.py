@@ -47,7 +47,8 @@ def cloud_command(
                                        "fluid (faster once its cloud kernel is compiled)."),
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
-    json_out: bool = typer.Option(False, "--json", help="Print the answer as one JSON object (its keys: see the README)."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print the answer as one JSON object (its keys: see the README)."),
     report: Path = typer.Option(None, "--report", help="Also write the plan's HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
@@ -122,11 +123,11 @@ def cloud_command(
 def _render(a: dict) -> None:
     from rich.table import Table
 
-    from ..cloud import REPLICA_COLUMNS, replica_cells
+    from ..cloud import REPLICA_COLUMNS, rented_text, replica_cells
     from ._common import console as make_console
     con = make_console()
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
-              f"{a['elapsed_s']:.2f} s; rented {', '.join(f'{n}x {t}' for t, n in a['rented'].items() if n)}")
+              f"{a['elapsed_s']:.2f} s; rented {rented_text(a['rented'])}")
     con.print(f"network: {a['network']}; {a['kv_bits']}-bit KV on the wire")
     none = a.get("no_split_plan")   # no split plan on this inventory: the non-split plan is the answer
     if none:
@@ -192,20 +193,17 @@ def _render_non_split_rental(con, a: dict) -> None:
     """--goal cost: the cheapest rental served non-split, beside the split one above. Both
     are chosen on attainment (ThunderServe's metric); Table VI's percentile checks are
     said beside it, as a plan can meet one and miss the other."""
+    from ..cloud import checks_text, prompts_text, rented_text
     ns = a["non_split_rental"]
     if ns["cost_usd_per_h"] is None:
         con.print(f"non-split rental: none ({ns['why']})")
         return
-    rented = ", ".join(f"{n}x {t}" for t, n in ns["rented"].items() if n)
-    prompts = f"{ns['prefill_chunk_tokens']}-token chunked prefill" if ns["prefill_chunk_tokens"] else "whole prompts"
-    checks = f"Table VI percentile checks: non-split {_met(ns['slo'])}, split {_met(a['slo'])}"
-    con.print(f"cheapest non-split rental for {a['rps']:g} req/s: {rented} ({prompts}), {ns['cost_usd_per_h']:.3f} $/h "
+    checks = f"Table VI percentile checks: non-split {checks_text(ns['slo'])}, split {checks_text(a['slo'])}"
+    con.print(f"cheapest non-split rental for {a['rps']:g} req/s: {rented_text(ns['rented'])} "
+              f"({prompts_text(ns['prefill_chunk_tokens'])}), {ns['cost_usd_per_h']:.3f} $/h "
               f"(the split rental above: {a['cost_usd_per_h']:.3f} $/h); both meet {a['target_attainment']:.0%} "
               f"attainment; {checks}")
     if ns["cost_usd_per_h"] < a["cost_usd_per_h"]:
         con.print(f"[bold]renting for a non-split plan is cheaper here ({ns['cost_usd_per_h']:.3f} vs "
                   f"{a['cost_usd_per_h']:.3f} $/h): see non_split_rental in --json[/bold]")
 
-
-def _met(slo: dict) -> str:
-    return "met" if slo["met"] else "missed"

@@ -10,7 +10,8 @@ HTML report).
 from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
                       chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
-from ._format import REPLAN_CASES, REPLICA_COLUMNS, gpus_text, layers_text, nodes_text, replan_changes, replica_cells
+from ._format import (REPLAN_CASES, REPLICA_COLUMNS, checks_text, gpus_text, layers_text, nodes_text, prompts_text,
+                      rented_text, replan_changes, replica_cells)
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan, size_sample
@@ -24,4 +25,4 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text",
-           "replica_cells", "replan_changes"]
+           "replica_cells", "replan_changes", "rented_text", "prompts_text", "checks_text"]

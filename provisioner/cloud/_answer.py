@@ -19,6 +19,7 @@ from ..errors import ProvisionerError
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
 from ._search import canon, score, symmetry_key, valid_plan
+from ._format import rented_text
 from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
 
 TARGET_ATTAINMENT = 0.99
@@ -189,9 +190,8 @@ def _with_non_split_rental(error, ns, rps) -> ProvisionerError:
     if ns["cost_usd_per_h"] is None:
         either = f"; no non-split rental serves {rps:g} req/s either" if ns["why"].startswith("no rental") else ""
         return ProvisionerError(f"{error}{either}", params=error.params)
-    rented = ", ".join(f"{n}x {t}" for t, n in ns["rented"].items() if n)
-    return ProvisionerError(f"{error}; non-split, renting {rented} ({ns['cost_usd_per_h']:.3f} $/h) serves "
-                            f"{rps:g} req/s", params=error.params)
+    return ProvisionerError(f"{error}; non-split, renting {rented_text(ns['rented'])} "
+                            f"({ns['cost_usd_per_h']:.3f} $/h) serves {rps:g} req/s", params=error.params)
 
 
 def _refuse_kv_misfits(ctx, plan, trace, target) -> None:

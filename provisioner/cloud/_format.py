@@ -15,6 +15,21 @@ def gpus_text(gpus: dict) -> str:
     return " + ".join(f"{n}x {g}" for g, n in gpus.items())
 
 
+def rented_text(counts: dict) -> str:
+    """{'a6000-4x': 2, 'a40-8x': 0} -> '2x a6000-4x' (node counts of a rental; none rented left out)."""
+    return ", ".join(f"{n}x {t}" for t, n in counts.items() if n)
+
+
+def prompts_text(chunk_tokens: int) -> str:
+    """How a non-split plan's replicas take prompts: 512 -> '512-token chunked prefill', 0 -> 'whole prompts'."""
+    return f"{chunk_tokens}-token chunked prefill" if chunk_tokens else "whole prompts"
+
+
+def checks_text(slo: dict) -> str:
+    """Whether a plan meets Table VI's percentile checks (`slo` of an answer): 'met' or 'missed'."""
+    return "met" if slo["met"] else "missed"
+
+
 def nodes_text(nodes) -> str:
     """['a5000-4x-0', 'rtx3090ti-4x-1'] -> 'a5000-4x-0, rtx3090ti-4x-1'."""
     return ", ".join(str(n) for n in nodes)
