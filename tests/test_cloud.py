@@ -167,6 +167,24 @@ def test_routing_sums_to_one_within_capacities(perf):
         assert flow[:, j].sum() <= ctx.scorer.decode(g)[0] * (1 + 1e-6)
 
 
+def test_routing_at_a_rate_loads_each_phase_in_proportion_to_capacity(perf):
+    """The decode replica binds the least maximum utilization; the prefill replicas under
+    it are balanced too (the solver's vertex gave one A40 replica all 0.8 req/s and the
+    other none, and the DES dispatches only to replicas with a share: TTFT p99 1.44 -> 2.09 s)."""
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    ctx = _ctx(perf, inv, "conversation")
+    node = {name: k for k, (name, _) in enumerate(inv.nodes)}
+    a40, a5000, a6000 = ((node["a40-8x-0"], 4),), ((node["a5000-4x-0"], 4),), ((node["a6000-4x-0"], 4),)
+    plan = [(a40, "prefill"), (a40, "prefill"), (a5000, "prefill"), (a6000, "decode")]
+    rate = 0.8
+    pre, dec, r = plan_routing(ctx, plan, rate)
+    p_cap = np.array([ctx.scorer.prefill(g)[0] for g in pre])
+    d_cap = ctx.scorer.decode(dec[0])[0]
+    assert rate / d_cap > rate / p_cap.sum()          # the decode side binds
+    utilization = rate * r.prefill_share / p_cap
+    assert np.allclose(utilization, rate / p_cap.sum(), rtol=1e-4)
+
+
 @pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])
 @pytest.mark.parametrize("workload", ["coding", "conversation"])
 def test_tabu_finds_the_exhaustive_optimum_on_8_gpus(perf, tmp_path, second, workload):
