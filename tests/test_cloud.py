@@ -167,10 +167,11 @@ def test_routing_sums_to_one_within_capacities(perf):
         assert flow[:, j].sum() <= ctx.scorer.decode(g)[0] * (1 + 1e-6)
 
 
-def test_routing_at_a_rate_loads_each_phase_in_proportion_to_capacity(perf):
+def test_routing_at_a_rate_keeps_the_prefill_replicas_equally_busy(perf):
     """The decode replica binds the least maximum utilization; the prefill replicas under
-    it are balanced too (the solver's vertex gave one A40 replica all 0.8 req/s and the
-    other none, and the DES dispatches only to replicas with a share: TTFT p99 1.44 -> 2.09 s)."""
+    it are balanced too, each busy the same share of the time (the solver's vertex gave one
+    A40 replica all 0.8 req/s and the other none, and the DES dispatches only to replicas
+    with a share: TTFT p99 1.44 -> 2.09 s)."""
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     ctx = _ctx(perf, inv, "conversation")
     node = {name: k for k, (name, _) in enumerate(inv.nodes)}
@@ -179,10 +180,10 @@ def test_routing_at_a_rate_loads_each_phase_in_proportion_to_capacity(perf):
     rate = 0.8
     pre, dec, r = plan_routing(ctx, plan, rate)
     p_cap = np.array([ctx.scorer.prefill(g)[0] for g in pre])
-    d_cap = ctx.scorer.decode(dec[0])[0]
-    assert rate / d_cap > rate / p_cap.sum()          # the decode side binds
-    utilization = rate * r.prefill_share / p_cap
-    assert np.allclose(utilization, rate / p_cap.sum(), rtol=1e-4)
+    service_s = np.array([ctx.scorer.prefill(g)[1] for g in pre])
+    assert rate / ctx.scorer.decode(dec[0])[0] > rate / p_cap.sum()   # the decode side binds
+    busy = rate * r.prefill_share * service_s
+    assert np.allclose(busy, rate / (1.0 / service_s).sum(), rtol=1e-4)
 
 
 @pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])

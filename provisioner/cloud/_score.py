@@ -220,7 +220,7 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     """Routing for serving `rps` (capped at the plan's capacity) with the least maximum
     utilization of any replica or link (the second stage after the throughput LP, which
     leaves the split among equal optima to the solver's vertex), each phase's replicas
-    balanced among themselves within it (`_balanced_phases`), then the least mean
+    balanced among themselves under it (`_balanced_phases`), then the least mean
     KV-transfer time with every replica's load unchanged (the third stage): a request's KV
     stays inside its node wherever the balance allows, instead of crossing the network for
     nothing, and no replica queues more for it."""
@@ -257,7 +257,7 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
-    _balanced_phases(solver, u, x, p_cap, d_cap)
+    _balanced_phases(solver, u, x, [1.0 / scorer.prefill(g)[1] for g in prefill_groups], d_cap)
     flow = _least_transfer(solver, u, x, transfer_s, _flow(x, len(prefill_groups), len(decode_groups)))
     row = flow.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -265,24 +265,26 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     return Routing(best.throughput_rps, row / flow.sum(), dshare)
 
 
-def _balanced_phases(solver, u, x, p_cap, d_cap) -> None:
+def _balanced_phases(solver, u, x, p_speed, d_cap) -> None:
     """Re-solve the least-maximum-utilization routing (held within _LOAD_SLACK of its `u`)
-    for the least sum of the prefill side's and the decode side's own maximum utilization.
-    `u` is set by the side that binds; the other side's replicas only have to stay under
-    it, and the solver's vertex then loaded one of two equal prefill replicas with a whole
-    0.8 req/s and left the other idle (its TTFT p99 1.44 -> 2.09 s in the DES, which
-    dispatches only to replicas with a share). Balanced, each side's replicas carry load in
-    proportion to their capacity wherever the usable pairs and the links allow."""
+    for the least sum of the prefill side's largest busy fraction (requests/s over
+    `p_speed`, the replica's requests/s when always busy) and the decode side's largest
+    share of its sustainable rate (`d_cap`). `u` is set by the side that binds; the other
+    side's replicas only have to stay under it, and the solver's vertex then loaded one of
+    two equal prefill replicas with a whole 0.8 req/s and left the other idle (its TTFT p99
+    1.44 -> 2.09 s in the DES, which dispatches only to replicas with a share). Prefill
+    shares in proportion to speed also make the engines' dispatch (least pending prompt
+    tokens per unit of share) send each prompt where it is drained soonest."""
     from ortools.linear_solver import pywraplp
 
     solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))
     sides = []
-    for axis, caps in ((0, p_cap), (1, d_cap)):
+    for axis, weights in ((0, p_speed), (1, d_cap)):
         side = solver.NumVar(0.0, solver.infinity(), "")
-        for k, cap in enumerate(caps):
+        for k, weight in enumerate(weights):
             terms = [v for ij, v in x.items() if ij[axis] == k]
             if terms:
-                solver.Add(solver.Sum(terms) <= side * float(cap))
+                solver.Add(solver.Sum(terms) <= side * float(weight))
         sides.append(side)
     solver.Minimize(solver.Sum(sides))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:   # keep the min-max optimum found before
