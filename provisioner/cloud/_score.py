@@ -257,27 +257,29 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
-    _balanced_phases(solver, u, x, [1.0 / scorer.prefill(g)[1] for g in prefill_groups], d_cap)
-    flow = _least_transfer(solver, u, x, transfer_s, _flow(x, len(prefill_groups), len(decode_groups)))
+    least = _flow(x, len(prefill_groups), len(decode_groups))
+    solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))   # the later stages keep it
+    flow = _balanced_phases(solver, x, [1.0 / scorer.prefill(g)[1] for g in prefill_groups], d_cap, least)
+    flow = _least_transfer(solver, x, transfer_s, flow)
     row = flow.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
     return Routing(best.throughput_rps, row / flow.sum(), dshare)
 
 
-def _balanced_phases(solver, u, x, p_speed, d_cap) -> None:
-    """Re-solve the least-maximum-utilization routing (held within _LOAD_SLACK of its `u`)
-    for the least sum of the prefill side's largest busy fraction (requests/s over
-    `p_speed`, the replica's requests/s when always busy) and the decode side's largest
-    share of its sustainable rate (`d_cap`). `u` is set by the side that binds; the other
-    side's replicas only have to stay under it, and the solver's vertex then loaded one of
-    two equal prefill replicas with a whole 0.8 req/s and left the other idle (its TTFT p99
-    1.44 -> 2.09 s in the DES, which dispatches only to replicas with a share). Prefill
-    shares in proportion to speed also make the engines' dispatch (least pending prompt
-    tokens per unit of share) send each prompt where it is drained soonest."""
+def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
+    """`flow` (the least maximum utilization, which `solver` holds) re-solved for the least
+    sum of the prefill side's largest busy fraction (requests/s over `p_speed`, the
+    replica's requests/s when always busy) and the decode side's largest share of its
+    sustainable rate (`d_cap`); `flow` itself when the solver confirms no optimum. The
+    least maximum is set by the side that binds; the other side's replicas only have to
+    stay under it, and the solver's vertex then loaded one of two equal prefill replicas
+    with a whole 0.8 req/s and left the other idle (its TTFT p99 1.44 -> 2.09 s in the DES,
+    which dispatches only to replicas with a share). Prefill shares in proportion to speed
+    also make the engines' dispatch (least pending prompt tokens per unit of share) send
+    each prompt where it is drained soonest."""
     from ortools.linear_solver import pywraplp
 
-    solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))
     sides = []
     for axis, weights in ((0, p_speed), (1, d_cap)):
         side = solver.NumVar(0.0, solver.infinity(), "")
@@ -287,9 +289,9 @@ def _balanced_phases(solver, u, x, p_speed, d_cap) -> None:
                 solver.Add(solver.Sum(terms) <= side * float(weight))
         sides.append(side)
     solver.Minimize(solver.Sum(sides))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:   # keep the min-max optimum found before
-        solver.Minimize(u)
-        solver.Solve()
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return flow
+    return _flow(x, *flow.shape)
 
 
 def _flow(x, n_p, n_d) -> np.ndarray:
@@ -299,13 +301,13 @@ def _flow(x, n_p, n_d) -> np.ndarray:
     return flow
 
 
-def _least_transfer(solver, u, x, transfer_s, flow) -> np.ndarray:
-    """`flow` (the least maximum utilization `u`) re-solved for the least total KV-transfer
-    seconds with each prefill and decode replica's requests/s held and no link loaded past
-    `u` (each within _LOAD_SLACK); `flow` itself when the solver confirms no optimum."""
+def _least_transfer(solver, x, transfer_s, flow) -> np.ndarray:
+    """`flow` re-solved for the least total KV-transfer seconds with each prefill and decode
+    replica's requests/s held (each within _LOAD_SLACK) and no link loaded past the least
+    maximum utilization (which `solver` holds); `flow` itself when the solver confirms no
+    optimum."""
     from ortools.linear_solver import pywraplp
 
-    solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))
     for axis in (0, 1):
         for k, load in enumerate(flow.sum(axis=1 - axis)):
             terms = [v for ij, v in x.items() if ij[axis] == k]
