@@ -186,6 +186,30 @@ def test_routing_at_a_rate_keeps_the_prefill_replicas_equally_busy(perf):
     assert np.allclose(busy, rate / (1.0 / service_s).sum(), rtol=1e-4)
 
 
+def test_routing_at_a_rate_is_shares_where_its_lp_stages_were_badly_scaled(perf):
+    """Link constraints in bytes (~1e9 a request) beside requests/s (~1): GLOP gave up on
+    the balancing stage (MPSOLVER_ABNORMAL) of this coding plan (SLO scale 3, a bisection's
+    probe at 7.08 req/s), and the routing's shares came out NaN. In link-seconds per second
+    the stages solve; and a stage that fails keeps the flow of the one before."""
+    from provisioner.cloud import size_sample
+
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    sizes = size_sample(TraceGenerator("coding", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale=3.0)
+    node = {name: k for k, (name, _) in enumerate(inv.nodes)}
+    a6000, a5000 = [node[f"a6000-4x-{k}"] for k in (0, 1)], [node[f"a5000-4x-{k}"] for k in (0, 1)]
+    prefill = ([((a6000[0], 2),)] * 2 + [((a6000[1], 4),), ((a5000[0], 4),), ((a5000[1], 4),)]
+               + [((node["a40-8x-0"], 2),)] * 4)
+    decode = ((node["rtx3090ti-4x-0"], 4), (node["rtx3090ti-4x-1"], 4))
+    plan = [(g, "prefill") for g in prefill] + [(decode, "decode")]
+    rate = 7.082699366481103   # the probe's rate, to the digit: GLOP's trouble hinged on it
+    pre, dec, r = plan_routing(ctx, plan, rate)
+    assert np.isfinite(r.prefill_share).all() and r.prefill_share.sum() == pytest.approx(1.0)
+    assert np.allclose(r.decode_share.sum(axis=1), 1.0)
+    loads = min(rate, r.throughput_rps) * r.prefill_share
+    assert all(load <= ctx.scorer.prefill(g)[0] * (1 + 1e-6) for load, g in zip(loads, pre))
+
+
 @pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])
 @pytest.mark.parametrize("workload", ["coding", "conversation"])
 def test_tabu_finds_the_exhaustive_optimum_on_8_gpus(perf, tmp_path, second, workload):

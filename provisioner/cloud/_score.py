@@ -198,7 +198,10 @@ class Scorer:
             if col:
                 solver.Add(solver.Sum(col) <= float(d_cap[j]))
         for key, terms in links.items():
-            solver.Add(solver.Sum([v * by for v, by in terms]) <= self.ph.capacity_bytes_per_s(key))
+            # in link-seconds per second (bytes over bandwidth): coefficients of ~1, where bytes
+            # (~1e9 a request) beside requests/s (~1) left GLOP badly scaled
+            cap = self.ph.capacity_bytes_per_s(key)
+            solver.Add(solver.Sum([v * (by / cap) for v, by in terms]) <= 1.0)
         solver.Maximize(solver.Sum(list(x.values())))
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
@@ -253,7 +256,8 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
         if col:
             solver.Add(solver.Sum(col) <= u * float(cap))
     for key, terms in links.items():
-        solver.Add(solver.Sum([v * by for v, by in terms]) <= u * scorer.ph.capacity_bytes_per_s(key))
+        cap = scorer.ph.capacity_bytes_per_s(key)   # link-seconds per second, as in Scorer._solve
+        solver.Add(solver.Sum([v * (by / cap) for v, by in terms]) <= u)
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
