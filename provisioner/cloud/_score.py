@@ -281,7 +281,10 @@ def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
     with a whole 0.8 req/s and left the other idle (its TTFT p99 1.44 -> 2.09 s in the DES,
     which dispatches only to replicas with a share). Prefill shares in proportion to speed
     also make the engines' dispatch (least pending prompt tokens per unit of share) send
-    each prompt where it is drained soonest."""
+    each prompt where it is drained soonest. Only each side's largest is minimized: a
+    replica below it (behind a link that binds, say) may still get less than its speed's
+    share (one of four A40 TP2 replicas 0.065 of the requests, its siblings 0.101, coding
+    at SLO scale 3); a lexicographic min-max (one solve per level) would even those out."""
     from ortools.linear_solver import pywraplp
 
     sides = []
