@@ -202,12 +202,13 @@ def test_routing_at_a_rate_is_shares_where_its_lp_stages_were_badly_scaled(perf)
                + [((node["a40-8x-0"], 2),)] * 4)
     decode = ((node["rtx3090ti-4x-0"], 4), (node["rtx3090ti-4x-1"], 4))
     plan = [(g, "prefill") for g in prefill] + [(decode, "decode")]
-    rate = 7.082699366481103   # the probe's rate, to the digit: GLOP's trouble hinged on it
-    pre, dec, r = plan_routing(ctx, plan, rate)
-    assert np.isfinite(r.prefill_share).all() and r.prefill_share.sum() == pytest.approx(1.0)
-    assert np.allclose(r.decode_share.sum(axis=1), 1.0)
-    loads = min(rate, r.throughput_rps) * r.prefill_share
-    assert all(load <= ctx.scorer.prefill(g)[0] * (1 + 1e-6) for load, g in zip(loads, pre))
+    probe = 7.082699366481103   # the probe's rate, to the digit: GLOP's trouble hinged on it
+    for rate in (probe, *np.linspace(0.05, 9.0, 31)):   # and a sweep up past the capacity (8.2)
+        pre, dec, r = plan_routing(ctx, plan, rate)
+        assert np.isfinite(r.prefill_share).all() and r.prefill_share.sum() == pytest.approx(1.0)
+        assert np.allclose(r.decode_share.sum(axis=1), 1.0)
+        loads = min(rate, r.throughput_rps) * r.prefill_share
+        assert all(load <= ctx.scorer.prefill(g)[0] * (1 + 1e-6) for load, g in zip(loads, pre))
 
 
 @pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])
