@@ -197,11 +197,7 @@ class Scorer:
             col = [v for (_, b), v in x.items() if b == j]
             if col:
                 solver.Add(solver.Sum(col) <= float(d_cap[j]))
-        for key, terms in links.items():
-            # in link-seconds per second (bytes over bandwidth): coefficients of ~1, where bytes
-            # (~1e9 a request) beside requests/s (~1) left GLOP badly scaled
-            cap = self.ph.capacity_bytes_per_s(key)
-            solver.Add(solver.Sum([v * (by / cap) for v, by in terms]) <= 1.0)
+        _limit_links(solver, links, self.ph, 1.0)
         solver.Maximize(solver.Sum(list(x.values())))
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
@@ -217,6 +213,16 @@ class Scorer:
         with np.errstate(invalid="ignore", divide="ignore"):
             dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
         return Routing(total, share, dshare)
+
+
+def _limit_links(solver, links, physics, bound) -> None:
+    """Each shared link's KV busy time at most `bound` (1: its bandwidth; a variable: the
+    utilization all share): {link: [(requests/s variable, bytes a request)]}. Written in
+    link-seconds per second (bytes over bandwidth), coefficients of ~1: in bytes (~1e9 a
+    request) beside requests/s (~1) GLOP gave up (MPSOLVER_ABNORMAL) on a balancing stage."""
+    for key, terms in links.items():
+        cap = physics.capacity_bytes_per_s(key)
+        solver.Add(solver.Sum([v * (by / cap) for v, by in terms]) <= bound)
 
 
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
@@ -255,9 +261,7 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
         col = [v for (_, b), v in x.items() if b == j]
         if col:
             solver.Add(solver.Sum(col) <= u * float(cap))
-    for key, terms in links.items():
-        cap = scorer.ph.capacity_bytes_per_s(key)   # link-seconds per second, as in Scorer._solve
-        solver.Add(solver.Sum([v * (by / cap) for v, by in terms]) <= u)
+    _limit_links(solver, links, scorer.ph, u)
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
