@@ -253,9 +253,13 @@ def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalis
     if not ranked:
         return None, 0.0, 0.0
     split = phases != ("both",)
-    rated = [(sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens), cap, p)
-             for p, cap in ranked]
-    sustained, cap, plan = max(rated, key=lambda r: (r[0], r[1]))
+    best = None   # (sustained rps, predicted rps, plan)
+    for p, cap in ranked:   # a finalist's bisection stops once it cannot reach the best rate so far
+        sustained = sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens,
+                                  below=best and best[0])
+        if sustained is not None and (best is None or (sustained, cap) > best[:2]):
+            best = (sustained, cap, p)
+    sustained, cap, plan = best
     return plan, cap, sustained
 
 
@@ -327,10 +331,22 @@ def trace_at(traces, rate):
                  base.duration_s * stretch)
 
 
-def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0) -> float:
+def meets_target(ctx, plan, trace, rate, target, split=True, engine="des", chunk_tokens=0) -> bool:
+    """Whether `plan` keeps every metric's attainment >= target on `trace` (drawn at `rate`;
+    a split plan is routed for that rate). chunk_tokens: as `sustained_rps`'s."""
+    routing = plan_routing(ctx, plan, rate) if split else None
+    sim = simulate_plan(ctx, plan, trace, routing, engine=engine, chunk_tokens=chunk_tokens)
+    return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+
+
+def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0,
+                  below=None) -> float | None:
     """Highest rate (bisection on `engine`, traces nested across rates) at which every
     metric's attainment is >= target; 0 when even a tiny rate misses it. chunk_tokens:
     chunked-prefill budget of a non-split plan's replicas (0: whole prompts).
+    below : a rate to beat (the best of other plans): None as soon as the bisection's top
+        falls to it or under, as the whole bisection would end under it (it takes the same
+        steps up to there, so a plan that can reach it is rated as without `below`).
 
     Every probe holds at least MIN_REQUESTS requests (below that 1% is not even one
     request): under the rate whose window holds that many (the floor), a probe is the
@@ -340,9 +356,7 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
     floor = _floor_rps(traces)
 
     def ok(rate):
-        routing = plan_routing(ctx, plan, rate) if split else None
-        sim = simulate_plan(ctx, plan, trace_at(traces, rate), routing, engine=engine, chunk_tokens=chunk_tokens)
-        return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
+        return meets_target(ctx, plan, trace_at(traces, rate), rate, target, split, engine, chunk_tokens)
     lo, hi = 0.0, max(cap, 1e-3) * 1.2
     missed_floor = 0 < floor < hi and not ok(floor)
     if missed_floor:
@@ -356,8 +370,12 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
             break
         lo, hi = hi, hi * 1.5
     for _ in range(BISECTION_STEPS):
+        if below is not None and hi <= below:
+            return None
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    if below is not None and hi <= below:
+        return None
     return lo   # a rate that passed, 0 when none did (rounding could move it past one that did not)
 
 
@@ -496,12 +514,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
                 verdicts[counts] = (False, 0.0, None)
                 return verdicts[counts]
 
-            def meets(plan, chunk):
-                routing = plan_routing(ctx, plan, rps) if split else None
-                sim = simulate_plan(ctx, plan, trace, routing, engine=engine, chunk_tokens=chunk)
-                return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
-
-            met = next(((plan, c) for plan, _ in ranked for c in chunk_budgets if meets(plan, c)), None)
+            met = next(((plan, c) for plan, _ in ranked for c in chunk_budgets
+                        if meets_target(ctx, plan, trace, rps, target, split, engine, c)), None)
             plan, cap = ranked[0]
             realised = 1.0 if met is not None else (
                 sustained_rps(ctx, plan, traces, cap, target, split=split, engine=engine,
