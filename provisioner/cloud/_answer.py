@@ -256,7 +256,7 @@ def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalis
     best = None   # (sustained rps, predicted rps, plan)
     for p, cap in ranked:   # a finalist's bisection stops once it cannot reach the best rate so far
         sustained = sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens,
-                                  below=best and best[0])
+                                  below=best[0] if best else None)
         if sustained is not None and (best is None or (sustained, cap) > best[:2]):
             best = (sustained, cap, p)
     sustained, cap, plan = best
