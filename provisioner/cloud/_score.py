@@ -24,6 +24,8 @@ _MAX_BATCH = 512
 # the third routing stage keeps every replica's load within this share of the second's
 # (LP round-off: the second stage's optimum must stay feasible)
 _LOAD_SLACK = 1e-6
+# a level row's dual value above this holds its replica at the level in every optimum
+_DUAL_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -276,33 +278,53 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
 
 
 def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
-    """`flow` (the least maximum utilization, which `solver` holds) re-solved for the least
-    sum of the prefill side's largest busy fraction (requests/s over `p_speed`, the
-    replica's requests/s when always busy) and the decode side's largest share of its
-    sustainable rate (`d_cap`); `flow` itself when the solver confirms no optimum. The
-    least maximum is set by the side that binds; the other side's replicas only have to
-    stay under it, and the solver's vertex then loaded one of two equal prefill replicas
-    with a whole 0.8 req/s and left the other idle (its TTFT p99 1.44 -> 2.09 s in the DES,
-    which dispatches only to replicas with a share). Prefill shares in proportion to speed
-    also make the engines' dispatch (least pending prompt tokens per unit of share) send
-    each prompt where it is drained soonest. Only each side's largest is minimized: a
-    replica below it (behind a link that binds, say) may still get less than its speed's
-    share (one of four A40 TP2 replicas 0.065 of the requests, its siblings 0.101, coding
-    at SLO scale 3); a lexicographic min-max (one solve per level) would even those out."""
+    """`flow` (the least maximum utilization, which `solver` holds) re-solved so that each
+    side's replicas are as evenly loaded as the constraints allow: the prefill side by busy
+    fraction (requests/s over `p_speed`, the replica's requests/s when always busy), the
+    decode side by share of its sustainable rate (`d_cap`); `flow` itself when the solver
+    confirms no optimum. The least maximum is set by the side that binds; the other side's
+    replicas only have to stay under it, and the solver's vertex then loaded one of two
+    equal prefill replicas with a whole 0.8 req/s and left the other idle (its TTFT p99
+    1.44 -> 2.09 s in the DES, which dispatches only to replicas with a share). Prefill
+    shares in proportion to speed also make the engines' dispatch (least pending prompt
+    tokens per unit of share) send each prompt where it is drained soonest.
+
+    Lexicographic min-max by progressive filling: minimize the sum of each side's largest
+    level, fix the replicas that stay at it in every optimum (their level row has a nonzero
+    dual value: complementary slackness), and minimize again over the others. Minimizing
+    only the largest left replicas below it as the vertex fell: of four A40 TP2 replicas on
+    a node whose link binds, one got 0.065 of the requests and its siblings 0.101."""
     from ortools.linear_solver import pywraplp
 
-    sides = []
+    sides = [solver.NumVar(0.0, solver.infinity(), "") for _ in range(2)]
+    rows = {}   # (side, replica) -> (its level row, weight)
     for axis, weights in ((0, p_speed), (1, d_cap)):
-        side = solver.NumVar(0.0, solver.infinity(), "")
         for k, weight in enumerate(weights):
             terms = [v for ij, v in x.items() if ij[axis] == k]
             if terms:
-                solver.Add(solver.Sum(terms) <= side * float(weight))
-        sides.append(side)
-    solver.Minimize(solver.Sum(sides))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return flow
-    return _flow(x, *flow.shape)
+                rows[axis, k] = (solver.Add(solver.Sum(terms) - sides[axis] * float(weight) <= 0.0), float(weight))
+    objective = solver.Objective()
+    for side in sides:
+        objective.SetCoefficient(side, 1.0)
+    objective.SetMinimization()
+    free = set(rows)
+    while free:
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            return flow   # the last level's flow (or the least maximum's)
+        flow = _flow(x, *flow.shape)
+        fixed = {key for key in free if abs(rows[key][0].dual_value()) > _DUAL_TOL}
+        if not fixed:
+            break
+        level = [side.solution_value() for side in sides]   # read before the model changes
+        for axis, k in fixed:   # held at this level from now on
+            row, weight = rows[axis, k]
+            row.SetCoefficient(sides[axis], 0.0)
+            row.SetUb(level[axis] * weight * (1.0 + _LOAD_SLACK) + 1e-12)
+        free -= fixed
+        for axis, side in enumerate(sides):
+            if not any(a == axis for a, _ in free):
+                objective.SetCoefficient(side, 0.0)
+    return flow
 
 
 def _flow(x, n_p, n_d) -> np.ndarray:
