@@ -17,18 +17,27 @@ PHASES = ("prefill", "decode")
 MAX_PP = 2   # pipeline stages per group the search forms
 
 
+# Scores to 1e-9 req/s. Many plans tie (interchangeable groups, LP optima that only a
+# binding link or pool sets): unrounded, the LP's last-digit round-off picked among them, and
+# rewriting the link rows in other units (0cbb208: the same optimum to 1e-12) moved the tabu
+# search to another local optimum (ThunderServe's own peaks, conversation: 5.60 -> 4.95 req/s).
+SCORE_DECIMALS = 9
+
+
 def canon(plan) -> tuple:
     """A plan in one order (GPUs within a group, then groups), so equal plans compare equal."""
     return tuple(sorted((tuple(sorted(st)), ph) for st, ph in plan))
 
 
 def score(scorer, plan) -> float:
-    """Sustainable rps of a plan (split: routing LP; non-split: the replicas' rates summed)."""
+    """Sustainable rps of a plan (split: routing LP; non-split: the replicas' rates summed),
+    to SCORE_DECIMALS places: plans that tie do so exactly, and the search breaks ties by
+    the plans' canonical order, not by the LP's round-off."""
     if all(ph == "both" for _, ph in plan):
-        return float(sum(scorer.both(st) for st, _ in plan))
+        return round(float(sum(scorer.both(st) for st, _ in plan)), SCORE_DECIMALS)
     pre = [st for st, ph in plan if ph == "prefill"]
     dec = [st for st, ph in plan if ph == "decode"]
-    return scorer.route(pre, dec).throughput_rps
+    return round(scorer.route(pre, dec).throughput_rps, SCORE_DECIMALS)
 
 
 def symmetry_key(physics, plan):
