@@ -186,22 +186,32 @@ def test_routing_at_a_rate_keeps_the_prefill_replicas_equally_busy(perf):
     assert np.allclose(busy, rate / (1.0 / service_s).sum(), rtol=1e-4)
 
 
-def test_routing_at_a_rate_is_shares_where_its_lp_stages_were_badly_scaled(perf):
-    """Link constraints in bytes (~1e9 a request) beside requests/s (~1): GLOP gave up on
-    the balancing stage (MPSOLVER_ABNORMAL) of this coding plan (SLO scale 3, a bisection's
-    probe at 7.08 req/s), and the routing's shares came out NaN. In link-seconds per second
-    the stages solve; and a stage that fails keeps the flow of the one before."""
+def _coding_at_slo_scale_3(perf):
+    """(context, {node name: index}): thunderserve-32gpu scoring coding's sizes at SLO scale 3
+    (the setting of the probe at which GLOP failed and of the unevenly loaded A40 replicas)."""
     from provisioner.cloud import size_sample
 
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     sizes = size_sample(TraceGenerator("coding", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
     ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale=3.0)
-    node = {name: k for k, (name, _) in enumerate(inv.nodes)}
+    return ctx, {name: k for k, (name, _) in enumerate(inv.nodes)}
+
+
+def _rtx3090ti_pp2_group(node):
+    """The decode group over both 4x3090 Ti nodes (TP4 x PP2)."""
+    return (node["rtx3090ti-4x-0"], 4), (node["rtx3090ti-4x-1"], 4)
+
+
+def test_routing_at_a_rate_is_shares_where_its_lp_stages_were_badly_scaled(perf):
+    """Link constraints in bytes (~1e9 a request) beside requests/s (~1): GLOP gave up on
+    the balancing stage (MPSOLVER_ABNORMAL) of this coding plan (SLO scale 3, a bisection's
+    probe at 7.08 req/s), and the routing's shares came out NaN. In link-seconds per second
+    the stages solve; and a stage that fails keeps the flow of the one before."""
+    ctx, node = _coding_at_slo_scale_3(perf)
     a6000, a5000 = [node[f"a6000-4x-{k}"] for k in (0, 1)], [node[f"a5000-4x-{k}"] for k in (0, 1)]
     prefill = ([((a6000[0], 2),)] * 2 + [((a6000[1], 4),), ((a5000[0], 4),), ((a5000[1], 4),)]
                + [((node["a40-8x-0"], 2),)] * 4)
-    decode = ((node["rtx3090ti-4x-0"], 4), (node["rtx3090ti-4x-1"], 4))
-    plan = [(g, "prefill") for g in prefill] + [(decode, "decode")]
+    plan = [(g, "prefill") for g in prefill] + [(_rtx3090ti_pp2_group(node), "decode")]
     probe = 7.082699366481103   # the probe's rate, to the digit: GLOP's trouble hinged on it
     for rate in (probe, *np.linspace(0.05, 9.0, 31)):   # and a sweep up past the capacity (8.2)
         pre, dec, r = plan_routing(ctx, plan, rate)
@@ -216,16 +226,10 @@ def test_routing_at_a_rate_evens_out_replicas_under_the_largest_load(perf):
     busiest prefill replica sets the largest load; the four identical A40 TP2 replicas
     behind the A40 node's link stay under it, and get equal shares all the same (minimizing
     only the largest load gave one of them 0.065 of the requests and the others 0.101)."""
-    from provisioner.cloud import size_sample
-
-    inv = load_inventory("thunderserve-32gpu", perf.catalog)
-    sizes = size_sample(TraceGenerator("coding", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
-    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale=3.0)
-    node = {name: k for k, (name, _) in enumerate(inv.nodes)}
+    ctx, node = _coding_at_slo_scale_3(perf)
     a40 = ((node["a40-8x-0"], 2),)
     prefill = [((node["a6000-4x-0"], 4),), ((node["a5000-4x-0"], 4),)] + [a40] * 4
-    decode = ((node["rtx3090ti-4x-0"], 4), (node["rtx3090ti-4x-1"], 4))
-    plan = [(g, "prefill") for g in prefill] + [(decode, "decode")]
+    plan = [(g, "prefill") for g in prefill] + [(_rtx3090ti_pp2_group(node), "decode")]
     for rate in (4.0, 6.0):
         pre, _, r = plan_routing(ctx, plan, rate)
         service_s = np.array([ctx.scorer.prefill(g)[1] for g in pre])
@@ -323,7 +327,6 @@ def test_compressed_kv_keeps_the_uncompressed_finalists(perf):
     assert sustained4 >= 0.98 * sustained16
 
 
-
 @pytest.mark.parametrize("workload, counts", [("coding", (1, 0, 1, 0)), ("conversation", (1, 1, 0, 2))])
 def test_the_des_rescoring_picks_what_a_full_bisection_of_every_finalist_picks(perf, monkeypatch, workload, counts):
     """`best_by_des` stops a finalist's bisection once its top falls under the best rate so
@@ -348,6 +351,8 @@ def test_the_des_rescoring_picks_what_a_full_bisection_of_every_finalist_picks(p
     assert len({s for s, _, _ in every}) > 1   # the finalists differ: the rule has something to decide
     assert best_by_des(ctx, traces, 0.99, 0, ranked=ranked) == (plan, cap, sustained)
     assert len(runs) - in_full < in_full
+
+
 def test_cli_json_contract():
     res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding",
                                          "--rps", "3", "--duration", "30", "--inter-node-gbps", "20", "--json"])
