@@ -180,27 +180,27 @@ class Scorer:
         if n_p == 0 or n_d == 0 or p_cap.sum() <= 0 or d_cap.sum() <= 0:
             return empty
         solver = pywraplp.Solver.CreateSolver("GLOP")
+        # rows built coefficient by coefficient: building them from the natural API's
+        # expressions was a third of the search's time (the same LP, the same optima)
+        p_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in p_cap]
+        d_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in d_cap]
+        objective = solver.Objective()
         x = {}
         links: dict = {}
         for i in range(n_p):
             for j in range(n_d):
                 usable, _, traffic = self.pair(pg[i], dg[j])
                 if usable and p_cap[i] > 0 and d_cap[j] > 0:
-                    x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
+                    v = x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
+                    p_rows[i].SetCoefficient(v, 1.0)
+                    d_rows[j].SetCoefficient(v, 1.0)
+                    objective.SetCoefficient(v, 1.0)
                     for link, by in traffic.items():
-                        links.setdefault(link, []).append((x[i, j], by))
+                        links.setdefault(link, []).append((v, by))
         if not x:
             return empty
-        for i in range(n_p):
-            row = [v for (a, _), v in x.items() if a == i]
-            if row:
-                solver.Add(solver.Sum(row) <= float(p_cap[i]))
-        for j in range(n_d):
-            col = [v for (_, b), v in x.items() if b == j]
-            if col:
-                solver.Add(solver.Sum(col) <= float(d_cap[j]))
         _limit_links(solver, links, self.ph, 1.0)
-        solver.Maximize(solver.Sum(list(x.values())))
+        objective.SetMaximization()
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             return empty
@@ -222,9 +222,14 @@ def _limit_links(solver, links, physics, bound) -> None:
     utilization all share): {link: [(requests/s variable, bytes a request)]}. Written in
     link-seconds per second (bytes over bandwidth), coefficients of ~1: in bytes (~1e9 a
     request) beside requests/s (~1) GLOP gave up (MPSOLVER_ABNORMAL) on a balancing stage."""
+    fixed = isinstance(bound, (int, float))
     for key, terms in links.items():
         cap = physics.capacity_bytes_per_s(key)
-        solver.Add(solver.Sum([v * (by / cap) for v, by in terms]) <= bound)
+        row = solver.Constraint(-solver.infinity(), float(bound) if fixed else 0.0)
+        for v, by in terms:
+            row.SetCoefficient(v, by / cap)
+        if not fixed:
+            row.SetCoefficient(bound, -1.0)
 
 
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
