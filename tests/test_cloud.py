@@ -243,23 +243,43 @@ def test_the_search_is_deaf_to_the_routing_lps_round_off(perf, monkeypatch):
     """Many plans tie on the analytic score; the search breaks ties by the plans' order, not
     by the LP's last digits. Unrounded, rewriting the link rows in other units (the same
     optimum to 1e-12) moved it to another local optimum (ThunderServe's peaks, conversation:
-    5.60 -> 4.95 req/s predicted); here a relative jitter of 1e-12 on every LP's rate."""
-    import dataclasses
+    5.60 -> 4.95 req/s predicted); here a relative jitter of 1e-12 on every plan's rate."""
 
     from provisioner.cloud import Scorer, size_sample
 
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     sizes = size_sample(TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
     plan, rps = search_plan(make_context(inv, perf.llm("llama-30b"), perf, sizes))
-    route = Scorer.route
+    throughput = Scorer.throughput_rps
 
     def jittered(self, prefill_groups, decode_groups):
-        r = route(self, prefill_groups, decode_groups)
         wobble = (hash((tuple(prefill_groups), tuple(decode_groups))) % 7 - 3) * 1e-12
-        return dataclasses.replace(r, throughput_rps=r.throughput_rps * (1.0 + wobble))
+        return throughput(self, prefill_groups, decode_groups) * (1.0 + wobble)
 
-    monkeypatch.setattr(Scorer, "route", jittered)
+    monkeypatch.setattr(Scorer, "throughput_rps", jittered)
     assert search_plan(make_context(inv, perf.llm("llama-30b"), perf, sizes)) == (plan, rps)
+
+
+@pytest.mark.parametrize("gbps", [40, 10])
+def test_the_scores_shortcut_past_the_lp_agree_with_the_lp(perf, gbps):
+    """Where the proportional routing attains min(prefill, decode capacity) without loading
+    any link to its bandwidth, the search takes that as the routing LP's optimum. On every
+    plan a short search scores, it equals what a fresh scorer's LP gives."""
+    from provisioner.cloud import Scorer, size_sample
+
+    inv = load_inventory("thunderserve-32gpu", perf.catalog).with_bandwidth(gbps)
+    sizes = size_sample(TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes)
+    seen: dict = {}
+    search_plan(ctx, steps=15, seen=seen)
+    lp = Scorer(ctx.physics, ctx.scorer.w, ctx.kv_bits)
+    split = [p for p in seen if all(ph != "both" for _, ph in p)]
+    for plan in split:
+        pre = [st for st, ph in plan if ph == "prefill"]
+        dec = [st for st, ph in plan if ph == "decode"]
+        assert ctx.scorer.throughput_rps(pre, dec) == pytest.approx(lp.route(pre, dec).throughput_rps, rel=1e-9,
+                                                                    abs=1e-12)
+    assert 0 < ctx.scorer.lp_solves < len(split)   # both ways were taken
 
 
 @pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])

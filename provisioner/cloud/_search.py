@@ -37,7 +37,7 @@ def score(scorer, plan) -> float:
         return round(float(sum(scorer.both(st) for st, _ in plan)), SCORE_DECIMALS)
     pre = [st for st, ph in plan if ph == "prefill"]
     dec = [st for st, ph in plan if ph == "decode"]
-    return round(scorer.route(pre, dec).throughput_rps, SCORE_DECIMALS)
+    return round(scorer.throughput_rps(pre, dec), SCORE_DECIMALS)
 
 
 def symmetry_key(physics, plan):
