@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from perfmodels import HBM_UTILIZATION, LatencyModel
 from provisioner.cli import get_app, run
-from provisioner.cloud import (canon, exhaustive, load_inventory, make_context, plan_routing, search_plan,
-                               split_layers)
+from provisioner.cloud import (canon, exhaustive, initial_plan, load_inventory, make_context, plan_routing,
+                               search_plan, split_layers)
 from workloads import TraceGenerator
 
 SMALL = """name = "small"
@@ -280,6 +280,22 @@ def test_the_scores_shortcut_past_the_lp_agree_with_the_lp(perf, gbps):
         assert ctx.scorer.throughput_rps(pre, dec) == pytest.approx(lp.route(pre, dec).throughput_rps, rel=1e-9,
                                                                     abs=1e-12)
     assert 0 < ctx.scorer.lp_solves < len(split)   # both ways were taken
+
+
+def test_at_a_tight_slo_the_search_climbs_from_whole_node_groups(perf):
+    """At Table VI x 1.25 small groups miss coding's limits: the fine start (each node cut
+    into its smallest TP groups) and 44 of its 48 neighbours score 0, and a search from it
+    alone ended on a plan predicted at 0.55 req/s, below the best non-split plan (2.17). The
+    search also starts from whole-node groups, which meet them, and climbs from there."""
+    from provisioner.cloud import size_sample
+
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    sizes = size_sample(TraceGenerator("coding", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
+    ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes, slo_scale=1.25)
+    fine = search_plan(ctx, start=initial_plan(ctx.physics, ctx.scorer))
+    split = search_plan(ctx)
+    _, non_split = search_plan(ctx, phases=("both",))
+    assert split[1] >= fine[1] and split[1] > non_split > 0
 
 
 @pytest.mark.parametrize("second", ["rtx3090ti-4x", "a5000-4x"])

@@ -67,13 +67,15 @@ def _relabelled(plan, perm, node_type):
     return tuple(sorted(groups))
 
 
-def initial_groups(physics) -> list[tuple]:
-    """Each node cut into the smallest TP groups that hold the model; a node too small for
-    one group joins (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
+def initial_groups(physics, coarse=False) -> list[tuple]:
+    """Each node cut into the smallest TP groups that hold the model (`coarse`: the largest,
+    the whole node where its GPU count is a TP degree); a node too small for one group joins
+    (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
     groups, leftovers = [], []
     for node, ti in enumerate(physics.node_type):
         gpus = physics.inv.types[ti].gpus
-        tp = next((t for t in TP_DEGREES if t <= gpus and gpus % t == 0 and physics.group(((node, t),))), None)
+        degrees = sorted(TP_DEGREES, reverse=coarse)
+        tp = next((t for t in degrees if t <= gpus and gpus % t == 0 and physics.group(((node, t),))), None)
         if tp is None:
             leftovers.append(node)
             continue
@@ -92,10 +94,10 @@ def initial_groups(physics) -> list[tuple]:
     return groups
 
 
-def initial_plan(physics, scorer) -> tuple:
-    """Phases by comparative advantage: groups sorted by prefill/decode rate, the prefix
-    that balances the two sides best goes to prefill."""
-    groups = initial_groups(physics)
+def initial_plan(physics, scorer, coarse=False) -> tuple:
+    """Phases by comparative advantage: groups (`initial_groups`) sorted by prefill/decode
+    rate, the prefix that balances the two sides best goes to prefill."""
+    groups = initial_groups(physics, coarse)
     ratio = [scorer.prefill(g)[0] / max(scorer.decode(g)[0], 1e-9) for g in groups]
     order = list(np.argsort(ratio)[::-1])
     best, best_k = -1.0, 1
