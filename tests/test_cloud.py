@@ -775,6 +775,18 @@ def test_a_pipeline_inside_one_node_can_become_tensor_parallel(perf):
     assert canon([(((a6000[0], 4),), "prefill")] + rest) in neighbours(plan, ctx.physics)
 
 
+def test_every_neighbour_is_in_canonical_order(perf):
+    """Moves build plans in canonical order without `canon`'s re-sort of every group's
+    stages; a neighbour out of order would be scored twice and never match the plan it is."""
+    from provisioner.cloud import neighbours
+
+    ctx = _ctx(perf, load_inventory("thunderserve-32gpu", perf.catalog))
+    plan = search_plan(ctx, steps=5)[0]
+    moves = ("flip", "split", "merge", "move", "regroup")
+    for p in [plan] + sorted(neighbours(plan, ctx.physics, moves))[:20]:
+        assert all(canon(q) == q for q in neighbours(p, ctx.physics, moves))
+
+
 def test_finalists_are_distinct_up_to_interchangeable_nodes(perf, tmp_path):
     """Two 4x3090 Ti nodes on one network are interchangeable: a plan and its mirror (the
     nodes' roles swapped) are one finalist, so the DES re-scores five different plans.

@@ -57,6 +57,9 @@ class Physics:
         np.fill_diagonal(self.link_bytes_per_s, np.inf)
         self._pair_bytes_per_s = pair
         self._cache: dict = {}
+        # the search's regroupings of each pair of groups (`_search._regroup`): plans one
+        # move apart share most pairs, and enumerating them was half the search's time
+        self.regroupings: dict = {}
 
     @functools.cached_property
     def relabellings(self) -> list[np.ndarray] | None:

@@ -15,6 +15,7 @@ from perfmodels import TP_DEGREES
 
 PHASES = ("prefill", "decode")
 MAX_PP = 2   # pipeline stages per group the search forms
+MAX_REGROUP_SLICES = 4   # slices two groups are dealt anew in (`_regroup`)
 
 
 # Scores to 1e-9 req/s. Many plans tie (interchangeable groups, LP optima that only a
@@ -27,6 +28,13 @@ SCORE_DECIMALS = 9
 def canon(plan) -> tuple:
     """A plan in one order (GPUs within a group, then groups), so equal plans compare equal."""
     return tuple(sorted((tuple(sorted(st)), ph) for st, ph in plan))
+
+
+def _ordered(groups) -> tuple:
+    """`canon` of groups whose stages are in order already, as every move makes them (it
+    builds groups from sorted stage tuples): sorting only the groups halves the cost of
+    listing a plan's neighbours."""
+    return tuple(sorted(groups))
 
 
 def score(scorer, plan) -> float:
@@ -120,22 +128,22 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
         if "flip" in moves:
             for other in phases:
                 if other != ph:
-                    out.add(canon(rest + [(st, other)]))
+                    out.add(_ordered(rest + [(st, other)]))
         if "split" in moves:
             for parts in _splits(st):
                 if all(physics.group(p) for p in parts):
-                    out.add(canon(rest + [(p, ph) for p in parts]))
+                    out.add(_ordered(rest + [(p, ph) for p in parts]))
     for i, j in itertools.combinations(range(n), 2):
         (a, pa), (b, pb) = plan[i], plan[j]
         rest = [plan[k] for k in range(n) if k not in (i, j)]
         if "merge" in moves:
             for st in _merges(a, b, physics):
                 for ph in {pa, pb}:
-                    out.add(canon(rest + [(st, ph)]))
+                    out.add(_ordered(rest + [(st, ph)]))
         if "regroup" in moves:
             for regrouped in _regroup(a, b, physics):
                 for assign in itertools.product(*[phases] * len(regrouped)):
-                    out.add(canon(rest + list(zip(regrouped, assign))))
+                    out.add(_ordered(rest + list(zip(regrouped, assign))))
             for src, dst, psrc, pdst in ((a, b, pa, pb), (b, a, pb, pa)):
                 if len(src) < 2 or len(dst) >= MAX_PP:
                     continue
@@ -143,7 +151,7 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
                     s2 = tuple(sorted(src[:k] + src[k + 1:]))
                     d2 = tuple(sorted(dst + (src[k],)))
                     if physics.group(s2) and physics.group(d2):
-                        out.add(canon(rest + [(s2, psrc), (d2, pdst)]))
+                        out.add(_ordered(rest + [(s2, psrc), (d2, pdst)]))
     return [p for p in out if valid_plan(p)]
 
 
@@ -161,9 +169,17 @@ def valid_plan(plan) -> bool:
     return phases == {"both"} or ("prefill" in phases and "decode" in phases)
 
 
-def _regroup(a, b, physics, max_slices=4):
+def _regroup(a, b, physics) -> tuple:
     """Move GPUs between two groups: their slices (each halved too, while at most
-    `max_slices` in all) dealt anew into two groups that hold the weights."""
+    `MAX_REGROUP_SLICES` in all) dealt anew into two groups that hold the weights; cached
+    per pair (`Physics.regroupings`)."""
+    hit = physics.regroupings.get((a, b))
+    if hit is None:
+        hit = physics.regroupings[a, b] = tuple(_regroupings(a, b, physics))
+    return hit
+
+
+def _regroupings(a, b, physics, max_slices=MAX_REGROUP_SLICES):
     base = list(a + b)
     variants = {tuple(sorted(base))}
     for k, (node, tp) in enumerate(base):
