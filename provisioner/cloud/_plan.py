@@ -132,10 +132,10 @@ def initial_starts(ctx: Context, phases=("prefill", "decode")) -> list[tuple]:
     """The tabu search's starts: the bandwidth clustering with each node cut into its
     smallest TP groups and into its largest (`initial_groups`), phases by comparative
     advantage (`initial_plan`; all "both" for a non-split search). Two starts, because the
-    search is local: at tight SLOs every small group misses the limits, so all plans near
-    the fine start score 0 and the search has no slope to climb (coding at Table VI x 1.25:
-    0.55 req/s from the fine start, 2.70 from the coarse one); at loose SLOs the fine
-    start's many small groups are where the best plans lie."""
+    search is local: at tight SLOs small groups miss the limits, so the fine start and
+    nearly all its neighbours score 0 and the search has no slope to climb (coding at
+    Table VI x 1.25: 0.55 req/s from the fine start, 2.70 from the coarse one); at looser
+    SLOs the fine start's many small groups are where the best plans lie."""
     starts = []
     for coarse in (False, True):
         if phases == ("both",):

@@ -119,9 +119,10 @@ def initial_plan(physics, scorer, coarse=False) -> tuple:
 
 def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=PHASES) -> list[tuple]:
     """Every plan one move away (flip a phase, split a group, merge two, move a stage);
-    groups that cannot hold the weights are pruned before any evaluation."""
+    groups that cannot hold the weights are pruned before any evaluation. Each neighbour is
+    in canonical order (`canon`)."""
     out = set()
-    plan = list(plan)
+    plan = list(canon(plan))   # the moves keep stages in order, so `_ordered` suffices
     n = len(plan)
     for i, (st, ph) in enumerate(plan):
         rest = plan[:i] + plan[i + 1:]
