@@ -108,7 +108,7 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     model does not have (`no_split_plan_reason`)."""
     sc = ctx.scorer
     starts = [start] if start is not None else initial_starts(ctx, phases)
-    if not starts or not starts[0]:
+    if not starts[0]:
         raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name}")
     best, best_rps = None, -1.0
     for first in starts:

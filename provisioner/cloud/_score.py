@@ -73,7 +73,7 @@ class Scorer:
         self._rates: dict = {}
         self._pairs: dict = {}
         self._plans: dict = {}
-        self._bounds: dict = {}
+        self._throughputs: dict = {}
         self.lp_solves = 0
 
     # -- per replica ------------------------------------------------------------
@@ -173,12 +173,12 @@ class Scorer:
         it settles 88% of the plans the search scores on conversation and 54% on coding,
         where solving their LPs was most of the search's time."""
         key = (tuple(prefill_groups), tuple(decode_groups))
-        if key in self._plans:
-            return self._plans[key].throughput_rps
-        if key not in self._bounds:
-            self._bounds[key] = self._proportional_bound(prefill_groups, decode_groups)
-        bound = self._bounds[key]
-        return bound if bound is not None else self.route(prefill_groups, decode_groups).throughput_rps
+        if key not in self._throughputs:
+            rate = self._proportional_bound(prefill_groups, decode_groups)
+            if rate is None:
+                rate = self.route(prefill_groups, decode_groups).throughput_rps
+            self._throughputs[key] = rate
+        return self._throughputs[key]
 
     def _proportional_bound(self, pg, dg) -> float | None:
         """min(P, D) when the proportional routing attains it (`throughput_rps`), else None."""

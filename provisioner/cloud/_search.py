@@ -80,9 +80,9 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
     the whole node where its GPU count is a TP degree); a node too small for one group joins
     (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
     groups, leftovers = [], []
+    degrees = sorted(TP_DEGREES, reverse=coarse)
     for node, ti in enumerate(physics.node_type):
         gpus = physics.inv.types[ti].gpus
-        degrees = sorted(TP_DEGREES, reverse=coarse)
         tp = next((t for t in degrees if t <= gpus and gpus % t == 0 and physics.group(((node, t),))), None)
         if tp is None:
             leftovers.append(node)
