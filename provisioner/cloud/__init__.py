@@ -7,6 +7,7 @@ phase, and how requests are routed between them; what to rent; re-planning after
 HTML report).
 """
 
+from ._admission import KV_UNITS, KvAdmission
 from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
                       chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
@@ -25,4 +26,4 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text",
-           "replica_cells", "replan_changes", "rented_text", "prompts_text", "checks_text"]
+           "replica_cells", "replan_changes", "rented_text", "prompts_text", "checks_text", "KvAdmission", "KV_UNITS"]

@@ -18,11 +18,11 @@ from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
+from ._score import TARGET_ATTAINMENT
 from ._search import canon, score, symmetry_key, valid_plan
 from ._format import rented_text
 from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
 
-TARGET_ATTAINMENT = 0.99
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
 FINALISTS = 5        # plans the simulation re-scores after the tabu search
 RENTAL_SEARCH_STEPS = 30   # --goal cost: the shorter search of each candidate rental
@@ -70,7 +70,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         inventory, ns_rental = _rentals(reference, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
                                         rescore_engine, engine, prefill_chunk_tokens)
     sizes = size_sample(traces, rps)
-    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference)
+    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target)
     plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine)
     plan_s = time.perf_counter() - t0
     ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
@@ -176,7 +176,8 @@ def non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, see
                                               chunk_budgets=budgets, also=also)
     except ProvisionerError as e:
         return {"rented": None, "cost_usd_per_h": None, "why": str(e)}
-    ctx = make_context(rental, llm, perf, size_sample(traces, rps), slo_scale, kv_bits, reference=price_list)
+    ctx = make_context(rental, llm, perf, size_sample(traces, rps), slo_scale, kv_bits, reference=price_list,
+                       target=target)
     sim = simulate_plan(ctx, plan, trace_at(traces, rps), engine=engine, chunk_tokens=chunk)
     return {"rented": {t.name: t.count for t in rental.types}, "cost_usd_per_h": round(rental.cost_usd_per_h, 4),
             "replicas": replicas_json(ctx, plan), "prefill_chunk_tokens": int(chunk),
@@ -386,7 +387,8 @@ def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_s
     reload) and after a full re-plan, at the same rate. Each re-plan is the best, by the
     simulation at that rate, of its search's finalists."""
     inv2, k = ctx.inventory.without(node)
-    ctx2 = make_context(inv2, llm, perf, ctx.trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv)
+    ctx2 = make_context(inv2, llm, perf, ctx.trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv,
+                        target=ctx.scorer.w.target)
     survivors = canon([(_renumbered(st, k), ph) for st, ph in plan if all(n != k for n, _ in st)])
     none = _keep_old_routing(ctx2, routed, k, trace, engine)
     res = {"node": node, "before": before, "none": none}
@@ -490,7 +492,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
                                f"`available` limits)")
     split = phases != NON_SPLIT_PHASES
     trace, sizes = trace_at(traces, rps), size_sample(traces, rps)   # as the answer then simulates it
-    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases) for k in range(len(limits))]
+    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases, target)
+             for k in range(len(limits))]
     how = "split" if split else "non-split"
     everything = tuple(limits)
     most = _most_carried(everything, rates)
@@ -507,7 +510,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     def passes(counts):
         if counts not in verdicts:
             ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits,
-                               reference=price_list)
+                               reference=price_list, target=target)
             ranked = finalist_plans(ctx, seed, phases=phases, steps=RENTAL_SEARCH_STEPS)
             if not ranked:   # room for one replica: nothing to split, at any rate
                 no_split[counts] = no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
@@ -557,7 +560,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     return price_list.with_counts(best[0]), verdicts[best[0]][2]
 
 
-def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases) -> tuple[float, ...]:
+def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, target) -> tuple[float, ...]:
     """The rps of one node of type k cut into equal TP groups, per phase of `phases` (the
     best TP for each). Network cards are not a cap here: a node may host a prefill and a
     decode replica, whose KV never crosses its card (capping each node's rate by its card
@@ -565,7 +568,7 @@ def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases) -> 
     3 req/s with 40-Gbps cards)."""
     one = price_list.with_counts([int(i == k) for i in range(len(price_list.types))])
     try:
-        ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list)
+        ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list, target=target)
     except ProvisionerError:
         return (0.0,) * len(phases)
     gpus = one.types[k].gpus

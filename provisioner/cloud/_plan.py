@@ -21,7 +21,7 @@ from ..errors import ProvisionerError
 from ..slo import SLO
 from ._bound import candidate_groups, upper_bound_rps
 from ._physics import Physics
-from ._score import Scorer, Workload, balanced_routing
+from ._score import TARGET_ATTAINMENT, Scorer, Workload, balanced_routing
 from ._search import canon, initial_groups, initial_plan, tabu_search, valid_plan
 
 DEFAULT_SLO_SCALE = 2.0
@@ -45,9 +45,12 @@ class Context:
     ref_physics: Physics     # whose best node is the SLO reference
 
 
-def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16, reference=None) -> Context:
+def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16, reference=None,
+                 target=TARGET_ATTAINMENT) -> Context:
     """reference : the inventory whose best node defines the SLO (default: `inventory`;
-    a price list's every node type when choosing what to rent)."""
+    a price list's every node type when choosing what to rent).
+    target : the attainment plans are judged at (the analytic score's decode replicas let
+    at most 1 - target of the requests miss a deadline)."""
     if kv_bits not in (16, 8, 4):
         raise ProvisionerError(f"kv_bits must be 16, 8 or 4 (got {kv_bits})", params=("kv_bits",))
     validate_params({"slo_scale": slo_scale}, {"slo_scale": [Interval(Real, 0, None, closed="neither")]})
@@ -60,12 +63,15 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
         [int(t.count > 0 or bool(t.available)) for t in reference.types])
     ref_physics = physics if reference is None else Physics(ref_inv, llm, perf)
     ref = reference_latencies(ref_physics, trace.prompt_tokens, trace.output_tokens)
-    lim = slo.limits()[:, 0]
+    limits = slo.limits()
+    lim = limits[:, 0]
     k = min(SIZE_SAMPLE, len(trace))
     tbt_ref = ref[1][np.isfinite(ref[1])]
     w = Workload(np.asarray(trace.prompt_tokens[:k]), np.asarray(trace.output_tokens[:k]),
                  ttft_limit_s=lim[0] * float(ref[0].mean()), tbt_limit_s=lim[1] * float(tbt_ref.mean()),
-                 e2e_limit_s=lim[2] * float(ref[2].mean()))
+                 e2e_limit_s=lim[2] * float(ref[2].mean()), ttft_p50_s=lim[0] * ref[0][:k],
+                 tbt_p99_s=np.nan_to_num(limits[1, -1] * ref[1][:k], nan=np.inf), e2e_p99_s=limits[2, -1] * ref[2][:k],
+                 target=float(target))
     return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits),
                    ref_physics)
 

@@ -3,8 +3,11 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
 
 - prefill replica: M/G/1 at the rate where the mean TTFT (service + Pollaczek-Khinchine
   wait) equals the p50 TTFT limit: rho = k / (1 + k), k = 2 slack E[S] / E[S^2];
-- decode replica: the largest batch B whose iteration time stays within the p50 TBT
-  limit and whose KV (s + n per request) fits; B / (t(B) (n - 1)) requests/s;
+- decode replica: the lesser of two limits (`Scorer.decode_limits`): the batch its KV
+  holds at the mean request, less square-root staffing ("slots"), and the rate at which
+  first-come first-served admission of whole requests into its KV budget (a stochastic
+  knapsack: `_admission.py`) makes at most 1 - target of the requests miss a p99
+  deadline ("admission"); each with its mean batch's iteration within the p50 TBT limit;
 - non-split replica ("both"): prefills interleave with decodes, stretching each decode
   step by 1 / (1 - rho_prefill); the largest rate meeting both limits (bisection);
 - a prefill -> decode pair is usable when its mean KV transfer fits in the p50 E2E slack
@@ -14,13 +17,22 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from perfmodels import time_from_coefficients
 
-_MAX_BATCH = 512
+from ._admission import KvAdmission
+
+TARGET_ATTAINMENT = 0.99   # share of requests within every p99 limit a plan is judged at
+# bisection steps on the admission limit's offered load (`Scorer._admission_limit`): 2^-24
+# of the range
+_LOAD_BISECTIONS = 24
+_MAX_BATCH = 512   # the slots limit's largest batch
+# offered loads a decode iteration is tabulated at (`Scorer._step_curve`), interpolated between
+_LOAD_POINTS = 512
 # the third routing stage keeps every replica's load within this share of the second's
 # (LP round-off: the second stage's optimum must stay feasible)
 _LOAD_SLACK = 1e-6
@@ -40,6 +52,10 @@ class Workload:
     ttft_limit_s: float         # mean budgets: p50 limit x mean reference latency
     tbt_limit_s: float
     e2e_limit_s: float
+    ttft_p50_s: np.ndarray      # (r,) each request's p50 TTFT limit (p50 limit x its reference)
+    tbt_p99_s: np.ndarray       # (r,) its p99 TBT limit (inf for one-token requests)
+    e2e_p99_s: np.ndarray       # (r,) its p99 E2E limit
+    target: float = TARGET_ATTAINMENT   # a decode replica lets at most 1 - target miss
 
     @property
     def mean_prompt(self) -> float:
@@ -49,13 +65,25 @@ class Workload:
     def mean_output(self) -> float:
         return float(self.output_tokens.mean())
 
-    @property
+    @functools.cached_property
+    def decode_steps(self) -> np.ndarray:
+        """(r,) decode iterations of each request (n - 1), as floats."""
+        return np.maximum(self.output_tokens.astype(float) - 1.0, 0.0)
+
+    @functools.cached_property
     def kv_tokens_held(self) -> float:
         """KV tokens a running request holds on average over decode time: s + n weighted by
         the n - 1 iterations it holds them (Little's law; long decodes hold longer)."""
-        steps = np.maximum(self.output_tokens - 1.0, 0.0)
         size = self.prompt_tokens + self.output_tokens
-        return float((size * steps).sum() / max(steps.sum(), 1.0))
+        return float((size * self.decode_steps).sum() / max(self.decode_steps.sum(), 1.0))
+
+    @functools.cached_property
+    def context_held(self) -> float:
+        """Context tokens of a running request on average over decode time: s + n / 2
+        weighted by the n - 1 iterations it runs (Little's law; long decodes run longer)."""
+        steps = self.decode_steps
+        ctx = self.prompt_tokens + self.output_tokens / 2.0
+        return float((ctx * steps).sum() / max(steps.sum(), 1.0))
 
 
 @dataclass(frozen=True)
@@ -84,10 +112,14 @@ class Scorer:
             self._rates[key] = self._prefill(self.ph.group(group).coef)
         return self._rates[key]
 
-    def _prefill(self, coef):
+    def _prefill_moments(self, coef) -> tuple[float, float]:
+        """(E[S], E[S^2]) of a prompt's prefill time s on a replica with this vector."""
         s = self.w.prompt_tokens.astype(float)
         t = time_from_coefficients(coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)
-        es, es2 = float(t.mean()), float((t * t).mean())
+        return float(t.mean()), float((t * t).mean())
+
+    def _prefill(self, coef):
+        es, es2 = self._prefill_moments(coef)
         rho = np.linspace(0.0, 0.99, 100)[1:]
         wait = rho * es2 / (2.0 * (1.0 - rho) * es)            # Pollaczek-Khinchine mean wait
         ok = es + wait <= self.w.ttft_limit_s
@@ -96,41 +128,126 @@ class Scorer:
         return float(rho[np.flatnonzero(ok)[-1]]) / es, es
 
     def decode(self, group) -> tuple[float, float]:
-        """(sustainable rps, iteration s at that batch) of a decode replica."""
+        """(sustainable rps, iteration s at that rate) of a decode replica: the lesser of
+        its two limits (`decode_limits`)."""
         key = ("d", group)
         if key not in self._rates:
             g = self.ph.group(group)
-            self._rates[key] = self._decode(g.coef, g.kv_cap_tokens, 0.0)
+            slots = self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)
+            self._rates[key] = min(slots, self._admission_limit(g.coef, g.kv_cap_tokens, 0.0, slots[0]),
+                                   key=lambda r: r[0])
         return self._rates[key]
 
-    def _decode(self, coef, kv_cap, prefill_busy):
+    def decode_limits(self, group) -> dict:
+        """A decode replica's two limits, rps each:
+        - "slots": the largest batch B whose iteration meets the p50 TBT limit and whose KV,
+          at the mean tokens a running request holds, fits; B / (t(B) (n - 1)) requests/s
+          less one slot in sqrt(B) (square-root staffing) so that the wait for a slot stays
+          short;
+        - "admission": the largest rate at which first-come first-served admission of
+          whole requests into the KV budget makes at most 1 - target of the requests miss a
+          p99 deadline (`KvAdmission`).
+        Admission binds where long prompts meet a small budget: a 13k-token replica on
+        coding, where the mean says five slots and one 7k-token prompt blocks the queue
+        (the slots rule rated such replicas 2-16x above the DES, benchmarks/results/
+        cloud_decode_rates.md). Slots binds on the larger budgets, 5-15% under the
+        admission rate and the DES: a margin like the prefill rule's (the mean TTFT within
+        the p50 limit, each replica alone where the engines pool them), and the plans
+        depend on the two sides' margins alike: with admission alone, conversation's plan
+        moved decode GPUs to prefill and sustained 6% less in the DES."""
+        g = self.ph.group(group)
+        return {"slots": self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)[0],
+                "admission": self._admission_limit(g.coef, g.kv_cap_tokens, 0.0)[0]}
+
+    def _decode_step_s(self, coef, batch, prefill_busy):
+        """Decode iteration s at (mean) batch `batch`, each running request at the mean
+        context it holds, stretched by the prefills sharing the replica."""
+        b = np.maximum(batch, 1.0)
+        t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * self.w.context_held)
+        return t / (1.0 - prefill_busy)
+
+    def _slots_limit(self, coef, kv_cap, prefill_busy) -> tuple[float, float]:
+        """(rps, iteration s) of the slots rule (`decode_limits`)."""
         w = self.w
         b = np.arange(1, _MAX_BATCH + 1, dtype=float)
-        ctx = w.mean_prompt + w.mean_output / 2.0
-        t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * ctx) / (1.0 - prefill_busy)
+        t = self._decode_step_s(coef, b, prefill_busy)
         ok = (t <= w.tbt_limit_s) & (b * w.kv_tokens_held <= kv_cap)
         if not ok.any():
             return 0.0, float(t[0])
         k = int(np.flatnonzero(ok)[-1])
-        # B decode slots are B servers: a headroom of one in sqrt(B) slots (square-root
-        # staffing) keeps the wait for a slot short
         headroom = max(1.0 - 1.0 / np.sqrt(b[k]), 0.0)
         return float(headroom * b[k] / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
 
+    def _admission(self, kv_cap) -> KvAdmission:
+        key = ("kv", float(kv_cap))
+        if key not in self._rates:
+            self._rates[key] = KvAdmission.of(self.w, kv_cap)
+        return self._rates[key]
+
+    def _step_curve(self, coef, prefill_busy, full_load) -> tuple[np.ndarray, np.ndarray]:
+        """(offered loads up to the KV budget's full load, iteration s at each): the mean
+        batch at offered load c (iterations of decode work per iteration) is c mean(n - 1)
+        (Little's law)."""
+        loads = np.linspace(0.0, full_load, _LOAD_POINTS + 1)
+        return loads, self._decode_step_s(coef, loads * float(self.w.decode_steps.mean()), prefill_busy)
+
+    def _admits(self, adm, load, step) -> bool:
+        """Whether a decode replica at offered `load` with iteration `step` s stays within
+        the p50 TBT limit and lets at most 1 - target of the requests miss
+        (`KvAdmission.miss_share`)."""
+        w = self.w
+        return step <= w.tbt_limit_s and adm.miss_share(load, step, load / step) <= 1.0 - w.target
+
+    def _admission_limit(self, coef, kv_cap, prefill_busy, within=np.inf) -> tuple[float, float]:
+        """(rps, iteration s) of the admission rule (`decode_limits`), by bisection on the
+        offered load (the rate, load / step, grows with it); (0, the lone step) when no
+        load is within it. within : a rate past which the limit is not needed (returned
+        with its step when it is admitted: where the slots limit binds, one check instead
+        of the bisection)."""
+        adm = self._admission(kv_cap)
+        loads, steps = self._step_curve(coef, prefill_busy, adm.full_load)
+        hi = adm.full_load
+        rates = loads[1:] / steps[1:]
+        if within < rates[-1]:
+            hi = float(np.interp(within, np.concatenate([[0.0], rates]), loads))
+            step = float(np.interp(hi, loads, steps))
+            if self._admits(adm, hi, step):
+                return float(within), step
+        best = (0.0, float(steps[0]))
+        lo = 0.0
+        for _ in range(_LOAD_BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            step = float(np.interp(mid, loads, steps))
+            if self._admits(adm, mid, step):
+                lo, best = mid, (mid / step, step)
+            else:
+                hi = mid
+        return best
+
     def both(self, group) -> float:
-        """Sustainable rps of a non-split replica (mixed batching), by bisection on the rate."""
+        """Sustainable rps of a non-split replica (mixed batching), by bisection on the rate:
+        prefills interleave with decodes, stretching each decode iteration by
+        1 / (1 - prefill busy); the rate must meet the prefill rule and both decode limits."""
         key = ("b", group)
         if key not in self._rates:
             g = self.ph.group(group)
-            p_rate, es = self._prefill(g.coef)
-            lo, hi = 0.0, p_rate
+            es, es2 = self._prefill_moments(g.coef)
+            adm = self._admission(g.kv_cap_tokens)
+            lo, hi = 0.0, self._prefill(g.coef)[0]
             for _ in range(30):
                 mid = 0.5 * (lo + hi)
                 busy = mid * es
-                d_rate, _ = self._decode(g.coef, g.kv_cap_tokens, busy) if busy < 1 else (0.0, 0.0)
                 # prefill slows too: its queue sees the decode iterations' share of time
-                p_ok = self._prefill_ok(g.coef, mid, busy)
-                lo, hi = (mid, hi) if (d_rate >= mid and p_ok) else (lo, mid)
+                ok = busy < 1 and es + busy * es2 / (2 * (1 - busy) * es) <= self.w.ttft_limit_s
+                ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy)[0] >= mid
+                if ok:
+                    loads, steps = self._step_curve(g.coef, busy, adm.full_load)
+                    rates = loads[1:] / steps[1:]
+                    ok = mid <= rates[-1]
+                    if ok:   # the offered load that `mid` rps makes
+                        load = float(np.interp(mid, np.concatenate([[0.0], rates]), loads))
+                        ok = self._admits(adm, load, float(np.interp(load, loads, steps)))
+                lo, hi = (mid, hi) if ok else (lo, mid)
             self._rates[key] = lo
         return self._rates[key]
 
@@ -139,15 +256,6 @@ class Scorer:
         rates, evenly when none meets the analytic limits (a tight SLO: the engine judges)."""
         rates = np.array([self.both(g) for g in groups])
         return rates / rates.sum() if rates.sum() > 0 else np.full(len(groups), 1.0 / len(groups))
-
-    def _prefill_ok(self, coef, rate, busy):
-        s = self.w.prompt_tokens.astype(float)
-        t = time_from_coefficients(coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)
-        es, es2 = float(t.mean()), float((t * t).mean())
-        rho = rate * es
-        if rho >= 1:
-            return False
-        return es + rho * es2 / (2 * (1 - rho) * es) <= self.w.ttft_limit_s
 
     # -- pairs and the LP ----------------------------------------------------------
     def pair(self, src, dst):
