@@ -9,7 +9,8 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
   knapsack: `_admission.py`) makes at most 1 - target of the requests miss a p99
   deadline ("admission"); each with its mean batch's iteration within the p50 TBT limit;
 - non-split replica ("both"): prefills interleave with decodes, stretching each decode
-  step by 1 / (1 - rho_prefill); the largest rate meeting both limits (bisection);
+  step by 1 / (1 - rho_prefill); the largest rate meeting the prefill rule and the slots
+  limit (bisection; `Scorer.both` says why not the admission limit);
 - a prefill -> decode pair is usable when its mean KV transfer fits in the p50 E2E slack
   left by the two replicas; each shared inter-node link (a directed node pair's, a node's
   NIC per direction: `Physics.links`) carries at most its bandwidth of KV bytes.
@@ -227,12 +228,16 @@ class Scorer:
     def both(self, group) -> float:
         """Sustainable rps of a non-split replica (mixed batching), by bisection on the rate:
         prefills interleave with decodes, stretching each decode iteration by
-        1 / (1 - prefill busy); the rate must meet the prefill rule and both decode limits."""
+        1 / (1 - prefill busy); the rate must meet the prefill rule and the slots limit.
+        Not the admission limit: here a request books its KV before its prefill starts, so
+        a request that does not fit waits in the prompt queue (SEMANTICS.md, "Machines"),
+        a wait the TTFT limit and the prefill rule's queue judge, not the TBT and E2E slack
+        the admission limit spends (with it, the non-split search chose plans the DES
+        rated 5% lower on coding: a worse comparison point, not a better score)."""
         key = ("b", group)
         if key not in self._rates:
             g = self.ph.group(group)
             es, es2 = self._prefill_moments(g.coef)
-            adm = self._admission(g.kv_cap_tokens)
             lo, hi = 0.0, self._prefill(g.coef)[0]
             for _ in range(30):
                 mid = 0.5 * (lo + hi)
@@ -240,13 +245,6 @@ class Scorer:
                 # prefill slows too: its queue sees the decode iterations' share of time
                 ok = busy < 1 and es + busy * es2 / (2 * (1 - busy) * es) <= self.w.ttft_limit_s
                 ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy)[0] >= mid
-                if ok:
-                    loads, steps = self._step_curve(g.coef, busy, adm.full_load)
-                    rates = loads[1:] / steps[1:]
-                    ok = mid <= rates[-1]
-                    if ok:   # the offered load that `mid` rps makes
-                        load = float(np.interp(mid, np.concatenate([[0.0], rates]), loads))
-                        ok = self._admits(adm, load, float(np.interp(load, loads, steps)))
                 lo, hi = (mid, hi) if ok else (lo, mid)
             self._rates[key] = lo
         return self._rates[key]
