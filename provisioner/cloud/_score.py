@@ -78,13 +78,11 @@ class Workload:
         size = self.prompt_tokens + self.output_tokens
         return float((size * self.decode_steps).sum() / max(self.decode_steps.sum(), 1.0))
 
-    @functools.cached_property
+    @property
     def context_held(self) -> float:
-        """Context tokens of a running request on average over decode time: s + n / 2
-        weighted by the n - 1 iterations it runs (Little's law; long decodes run longer)."""
-        steps = self.decode_steps
-        ctx = self.prompt_tokens + self.output_tokens / 2.0
-        return float((ctx * steps).sum() / max(steps.sum(), 1.0))
+        """Context tokens of a running request, s + n / 2 at the means (the decode limits'
+        iteration cost per request)."""
+        return self.mean_prompt + self.mean_output / 2.0
 
 
 @dataclass(frozen=True)
