@@ -1,5 +1,6 @@
 """First-come first-served KV admission at a decode replica, judged as the engines judge it:
-the share of requests that miss a p99 deadline (SEMANTICS.md, "Cloud plans"; `Scorer.decode`).
+the share of requests that miss a p99 deadline (SEMANTICS.md, "Cloud plans"), the
+"admission" limit of `Scorer.decode_limits`.
 
 A decode replica admits a request when its whole KV (`s + n` tokens) fits in the free
 budget, in arrival order, and holds it for its `n - 1` iterations. Requests of many sizes
@@ -21,10 +22,12 @@ Poisson law truncated at the budget (Kaufman-Roberts), here by FFT. Per offered 
   (`_simulate.unservable`).
 
 A waiting request's wait is drawn as exponential with that mean. On one decode replica
-behind ample prefill (`benchmarks/cloud_decode_rates.py`) this puts the analytic rate within
-a few tenths of the DES-sustained one where the previous rule (the batch that fits at the
-mean KV a request holds, less square-root staffing) rated coding's 13k-token replicas
-two to sixteen times too high: FCFS behind a long prompt, not the mean, sets their rate.
+behind ample prefill (`benchmarks/results/cloud_decode_rates.md`) the DES sustains 0.92x
+this rate on coding's 13k-token A5000 and 3090 Ti replicas, where the slots limit (the
+batch that fits at the mean KV a request holds, less square-root staffing) said twice as
+much: FCFS behind a long prompt, not the mean, sets their rate. On A6000 TP2 it still says
+0.55 req/s against the DES's 0.08 (its slower steps hold the budget longer, and the rare
+long-output blocker is what the DES meets).
 """
 
 from __future__ import annotations
