@@ -148,12 +148,12 @@ class Scorer:
           p99 deadline (`KvAdmission`).
         Admission binds where long prompts meet a small budget: a 13k-token replica on
         coding, where the mean says five slots and one 7k-token prompt blocks the queue
-        (the slots rule rated such replicas 2-16x above the DES, benchmarks/results/
+        (the slots rule rated such replicas 2-17x above the DES, benchmarks/results/
         cloud_decode_rates.md). Slots binds on the larger budgets, 5-15% under the
         admission rate and the DES: a margin like the prefill rule's (the mean TTFT within
         the p50 limit, each replica alone where the engines pool them), and the plans
         depend on the two sides' margins alike: with admission alone, conversation's plan
-        moved decode GPUs to prefill and sustained 6% less in the DES."""
+        moved decode GPUs to prefill and sustained 4-6% less in the DES."""
         g = self.ph.group(group)
         return {"slots": self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)[0],
                 "admission": self._admission_limit(g.coef, g.kv_cap_tokens, 0.0)[0]}
@@ -230,8 +230,7 @@ class Scorer:
         Not the admission limit: here a request books its KV before its prefill starts, so
         a request that does not fit waits in the prompt queue (SEMANTICS.md, "Machines"),
         a wait the TTFT limit and the prefill rule's queue judge, not the TBT and E2E slack
-        the admission limit spends (with it, the non-split search chose plans the DES
-        rated 5% lower on coding: a worse comparison point, not a better score)."""
+        the admission limit spends."""
         key = ("b", group)
         if key not in self._rates:
             g = self.ph.group(group)
