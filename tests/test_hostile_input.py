@@ -314,8 +314,8 @@ def test_ctrl_c_stops_the_search_with_one_line(phase):
 
 
 def _wait_for_workers_to_settle(p, settle_s=0.5, timeout_s=120) -> None:
-    """Until worker processes exist and none has started for `settle_s` (the parent ignores
-    Ctrl-C while it starts them: a CI run under load lost its signal in that window)."""
+    """Until worker processes exist and none has started for `settle_s`: the parent ignores
+    Ctrl-C while it starts them (~30 ms here), and a signal then would be lost."""
     deadline = time.time() + timeout_s
     seen, since = set(), time.time()
     while p.poll() is None and time.time() < deadline:
