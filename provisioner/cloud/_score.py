@@ -98,6 +98,7 @@ class Scorer:
     def __init__(self, physics, workload: Workload, kv_bits: int = 16):
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
         self._rates: dict = {}
+        self._admissions: dict = {}   # KV budget (tokens) -> its `KvAdmission`
         self._pairs: dict = {}
         self._plans: dict = {}
         self._throughputs: dict = {}
@@ -120,8 +121,7 @@ class Scorer:
     def _prefill(self, coef):
         es, es2 = self._prefill_moments(coef)
         rho = np.linspace(0.0, 0.99, 100)[1:]
-        wait = rho * es2 / (2.0 * (1.0 - rho) * es)            # Pollaczek-Khinchine mean wait
-        ok = es + wait <= self.w.ttft_limit_s
+        ok = _mean_ttft_s(es, es2, rho) <= self.w.ttft_limit_s
         if not ok.any():
             return 0.0, es
         return float(rho[np.flatnonzero(ok)[-1]]) / es, es
@@ -178,10 +178,10 @@ class Scorer:
         return float(headroom * b[k] / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
 
     def _admission(self, kv_cap) -> KvAdmission:
-        key = ("kv", float(kv_cap))
-        if key not in self._rates:
-            self._rates[key] = KvAdmission.of(self.w, kv_cap)
-        return self._rates[key]
+        key = float(kv_cap)
+        if key not in self._admissions:
+            self._admissions[key] = KvAdmission.of(self.w, kv_cap)
+        return self._admissions[key]
 
     def _step_curve(self, coef, prefill_busy, full_load) -> tuple[np.ndarray, np.ndarray]:
         """(offered loads up to the KV budget's full load, iteration s at each): the mean
@@ -235,12 +235,12 @@ class Scorer:
         if key not in self._rates:
             g = self.ph.group(group)
             es, es2 = self._prefill_moments(g.coef)
-            lo, hi = 0.0, self._prefill(g.coef)[0]
+            lo, hi = 0.0, self.prefill(group)[0]
             for _ in range(30):
                 mid = 0.5 * (lo + hi)
                 busy = mid * es
                 # prefill slows too: its queue sees the decode iterations' share of time
-                ok = busy < 1 and es + busy * es2 / (2 * (1 - busy) * es) <= self.w.ttft_limit_s
+                ok = busy < 1 and _mean_ttft_s(es, es2, busy) <= self.w.ttft_limit_s
                 ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy)[0] >= mid
                 lo, hi = (mid, hi) if ok else (lo, mid)
             self._rates[key] = lo
@@ -359,6 +359,12 @@ class Scorer:
         with np.errstate(invalid="ignore", divide="ignore"):
             dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
         return Routing(total, share, dshare)
+
+
+def _mean_ttft_s(es, es2, rho):
+    """Mean TTFT of an M/G/1 prefill queue at utilization rho: service E[S] plus the
+    Pollaczek-Khinchine mean wait rho E[S^2] / (2 (1 - rho) E[S])."""
+    return es + rho * es2 / (2.0 * (1.0 - rho) * es)
 
 
 def _limit_links(solver, links, physics, bound) -> None:
