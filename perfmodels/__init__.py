@@ -11,6 +11,10 @@ Public surface:
 - `predict_points`: prefill and decode-iteration times of a table of configuration points.
 - memory: `kv_cache_bytes`, `kv_capacity_tokens`, `colocated_kv_capacity_tokens`,
   `max_decode_batch`, `weight_bytes_per_gpu`.
+- one iteration in plain scalars, the rule both simulator engines run:
+  `scalar_iteration_s` (roofline or measured profile) and `roofline_terms_s` (its
+  compute, memory, all-reduce and overhead terms); `jit_scalar_iteration` registers them
+  with numba for the fluid kernel.
 - GPU sharing (Splitwiser, MPS): `iteration_parts`, `shared_iteration_s` (plain Python;
   `jit_contention` registers them with numba for the fluid kernel).
 - KV transfer: `kv_transfer_time_s`, `kv_wire_bytes_per_s`.
@@ -36,6 +40,7 @@ from ._profile import INTERPS, Profile, read_profile
 from ._profile_eval import jit_profile_lookup, profile_iteration_s
 from ._profile_model import ProfileLatencyModel, load_profile_model
 from ._predict import PREDICTED_COLUMNS, predict_points
+from ._scalar import jit_scalar_iteration, roofline_terms_s, scalar_iteration_s
 from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, iteration_time_s,
                         roofline_coefficients, time_from_coefficients)
 from .errors import PerfModelError
@@ -46,6 +51,7 @@ __all__ = [
     "holdout_mask", "ARTIFACT_RULE", "ARTIFACT_REASON", "POINT_COLUMNS", "PROFILE_COLUMNS", "TP_DEGREES",
     "predict_points", "PREDICTED_COLUMNS",
     "kv_cache_bytes", "kv_capacity_tokens", "colocated_kv_capacity_tokens",
+    "scalar_iteration_s", "roofline_terms_s", "jit_scalar_iteration",
     "iteration_parts", "shared_iteration_s", "jit_contention", "max_decode_batch", "weight_bytes_per_gpu",
     "fits_in_memory", "HBM_UTILIZATION", "kv_transfer_time_s", "kv_wire_bytes_per_s",
     "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "HardwareArrays", "ModelShape",

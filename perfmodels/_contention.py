@@ -1,7 +1,7 @@
 """Two processes sharing one GPU under NVIDIA MPS (Splitwiser): each iteration's time from
 the roofline of what runs concurrently, not from a fixed slow-down factor.
 
-An iteration's roofline time is T = max(C, M) + O (`_roofline`): compute C, HBM traffic
+An iteration's roofline time is T = max(C, M) + O (`_scalar.roofline_terms_s`): compute C, HBM traffic
 M, and the rest O (all-reduces over the links, kernel-launch and per-sequence
 overheads, which neither SMs nor HBM bandwidth shorten). Alone, its HBM demand is
 u = M / T (a fraction of the peak bandwidth, averaged over the iteration).
@@ -27,19 +27,15 @@ from __future__ import annotations
 
 from ._profile_eval import profile_iteration_s
 from ._roofline import N_COEF
+from ._scalar import roofline_terms_s
 
 
 def iteration_parts(c, n_p, sq, seqs, b, ctx):
     """(T, compute_s, hbm_demand, rest_s) of one iteration alone on its GPUs: T is exactly
-    `time_from_coefficients` (or the measured profile where it covers the iteration)."""
-    tokens = n_p + b
-    compute = c[0] * tokens + c[1] * (seqs + b) + c[2] * sq + c[3] * ctx
-    memory = c[4] + c[5] * (ctx + tokens)
-    allreduce = c[6] + c[7] * min(tokens, c[8]) + c[9] * max(tokens - c[8], 0.0)
-    lo = c[10] if seqs > 0 else 0.0
-    ld = c[11] if b > 0 else 0.0
-    rest = allreduce + max(lo, ld) + c[12] * seqs + c[13] * b
-    t = max(compute, memory) + rest
+    `scalar_iteration_s` (the measured profile where it covers the iteration)."""
+    compute, memory, allreduce, overhead = roofline_terms_s(c, n_p, sq, seqs, b, ctx)
+    t = (memory if memory > compute else compute) + allreduce + overhead
+    rest = allreduce + overhead
     if len(c) > N_COEF:   # len: the discrete-event engine passes a tuple
         measured = profile_iteration_s(c, n_p, sq, seqs, b, ctx)
         if measured > 0.0:
@@ -58,8 +54,8 @@ def jit_contention():
     """(iteration_parts, shared_iteration_s), callable from numba-compiled code."""
     from numba.extending import register_jitable
 
-    from ._profile_eval import jit_profile_lookup
-    jit_profile_lookup()
+    from ._scalar import jit_scalar_iteration
+    jit_scalar_iteration()
     for fn in (iteration_parts, shared_iteration_s):
         register_jitable(fn)
     return iteration_parts, shared_iteration_s

@@ -1,49 +1,30 @@
 """The discrete-event engine's latency formulas in Python scalars (one call per iteration or
 transfer): the same formulas and operation order as perfmodels' vector ones. The fluid
-kernel compiles `kv_visible_s` and `kv_link_fifo_s` themselves (one rule for both engines)."""
+kernel compiles these same functions (`perfmodels.scalar_iteration_s`, `kv_visible_s`,
+`kv_link_fifo_s`): one rule for both engines."""
 
 from __future__ import annotations
 
-from perfmodels import N_COEF, profile_iteration_s
+from functools import partial
+
+from perfmodels import scalar_iteration_s
 
 __all__ = ["iteration_s", "iteration_fn", "kv_visible_s", "kv_link_fifo_s"]
 
 
 def iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
-    """Scalar `perfmodels.time_from_coefficients` (same formula, same operation order).
+    """`perfmodels.scalar_iteration_s`: the iteration time both engines run (the fluid
+    kernel compiles the same function).
 
     `c` is a sequence of the N_COEF coefficients of one pool (layout `COEF_NAMES`),
     followed for a measured-profile model by its table (looked up first).
     """
-    return iteration_fn(c)(prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens)
+    return scalar_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens)
 
 
 def iteration_fn(c):
-    """`iteration_s` with the coefficients `c` bound: the engine calls it once per iteration,
-    so the coefficients are closure variables rather than indexed each time. The
-    conditional expressions are `min`/`max` spelled out (same operands, same result)."""
-    c0, c1, c2, c3, c4, c5, c6, c7, knee, c9, c10, c11, c12, c13 = c[:N_COEF]
-    profiled = len(c) > N_COEF
-
-    def iteration_s(prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch, decode_context_tokens):
-        if profiled:
-            t = profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, decode_batch,
-                                    decode_context_tokens)
-            if t > 0.0:
-                return t
-        tokens = prefill_tokens + decode_batch
-        compute = (c0 * tokens + c1 * (prefill_seqs + decode_batch) + c2 * prefill_sq_tokens
-                   + c3 * decode_context_tokens)
-        memory = c4 + c5 * (decode_context_tokens + tokens)
-        over_knee = tokens - knee
-        allreduce = (c6 + c7 * (knee if knee < tokens else tokens)
-                     + c9 * (over_knee if over_knee >= 0.0 else 0.0))
-        fixed_p = c10 if prefill_seqs > 0 else 0.0
-        fixed_d = c11 if decode_batch > 0 else 0.0
-        overhead = (fixed_d if fixed_d > fixed_p else fixed_p) + c12 * prefill_seqs + c13 * decode_batch
-        return (memory if memory > compute else compute) + allreduce + overhead
-
-    return iteration_s
+    """`iteration_s` with the coefficients `c` bound (a machine keeps one for its pool)."""
+    return partial(scalar_iteration_s, c)
 
 
 def kv_visible_s(s, prefill_s, kv_s_per_token, kv_setup_s, n_layers, layerwise_min_tokens):

@@ -37,7 +37,7 @@ import numba
 from numba import njit
 from numba.extending import register_jitable
 
-from perfmodels import N_COEF, jit_contention, jit_profile_lookup
+from perfmodels import jit_contention, jit_scalar_iteration
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ..errors import ProvisionerError
@@ -45,7 +45,7 @@ from ._des_scalar import kv_link_fifo_s, kv_visible_s
 from ._inputs import EngineOutput, SimInputs
 from ._windows import server_windows
 
-profile_iteration_s = jit_profile_lookup()   # the measured-profile lookup, compiled into iter_time
+iter_time = jit_scalar_iteration()   # perfmodels' scalar iteration time (roofline or measured), compiled in
 iteration_parts, shared_iteration_s = jit_contention()   # Splitwiser's GPU-sharing rule
 # the DES's KV-transfer rules compiled in (one rule for both engines)
 register_jitable(kv_visible_s)
@@ -82,23 +82,6 @@ def _fmax(a, b):
 @njit(cache=True, forceinline=True, _nrt=False)
 def _fmin(a, b):
     return a if a <= b else b
-
-
-@njit(cache=True, forceinline=True, _nrt=False)
-def iter_time(c, n_p, sq, seqs, b, ctx):
-    """Scalar twin of perfmodels.time_from_coefficients (same formula); a vector longer
-    than the roofline's carries a measured-profile table, looked up first."""
-    if c.shape[0] > N_COEF:
-        t = profile_iteration_s(c, n_p, sq, seqs, b, ctx)
-        if t > 0.0:
-            return t
-    tokens = n_p + b
-    compute = c[0] * tokens + c[1] * (seqs + b) + c[2] * sq + c[3] * ctx
-    memory = c[4] + c[5] * (ctx + tokens)
-    allreduce = c[6] + c[7] * _fmin(tokens, c[8]) + c[9] * _fmax(tokens - c[8], 0.0)
-    lo = c[10] if seqs > 0 else 0.0
-    ld = c[11] if b > 0 else 0.0
-    return _fmax(compute, memory) + allreduce + _fmax(lo, ld) + c[12] * seqs + c[13] * b
 
 
 # ---------------------------------------------------------------- binary heaps (one row per machine)

@@ -49,8 +49,8 @@ def kernel_source_digest() -> str:
 
     numba's cache index only tracks the modification time of the file that defines a
     kernel (`_fluid.py`), not of the functions it compiles in from elsewhere (the
-    measured-profile lookup in `perfmodels/_profile_eval.py`, the GPU-sharing
-    rule in `perfmodels/_contention.py`, the shared-link queue in `_des_scalar.py`); a cache directory per
+    scalar iteration time in `perfmodels/_scalar.py`, the measured-profile lookup in
+    `perfmodels/_profile_eval.py`, the GPU-sharing rule in `perfmodels/_contention.py`, the shared-link queue in `_des_scalar.py`); a cache directory per
     source digest makes any edit of either start a fresh cache instead of a stale one.
     """
     import hashlib
@@ -59,7 +59,8 @@ def kernel_source_digest() -> str:
     perfmodels_dir = Path(importlib.util.find_spec("perfmodels").origin).parent
     digest = hashlib.sha256()
     for source in (Path(__file__).with_name("_fluid.py"), Path(__file__).with_name("_des_scalar.py"),
-                   perfmodels_dir / "_profile_eval.py", perfmodels_dir / "_contention.py"):
+                   perfmodels_dir / "_scalar.py", perfmodels_dir / "_profile_eval.py",
+                   perfmodels_dir / "_contention.py"):
         digest.update(source.read_bytes())
     return digest.hexdigest()[:12]
 
