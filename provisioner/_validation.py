@@ -9,7 +9,7 @@ names to its flags when it prints them.
     >>> validate_params({"rps": 0}, {"rps": [Interval(Real, 0, None, closed="neither")]})
     Traceback (most recent call last):
     ...
-    provisioner.errors.ProvisionerError: rps must be a number > 0 (got 0)
+    provisioner.errors.ProvisionerError: rps must be a finite number > 0 (got 0)
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Interval:
         return True
 
     def __str__(self) -> str:
-        kind = "an integer" if self.type is Integral else "a number"
+        kind = "an integer" if self.type is Integral else "a finite number"
         lo_in, hi_in = self.closed in ("left", "both"), self.closed in ("right", "both")
         if self.right is None:
             return f"{kind} {'>=' if lo_in else '>'} {self.left:g}" if self.left is not None else kind

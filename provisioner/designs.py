@@ -60,6 +60,7 @@ CHUNK_TOKENS_CONSTRAINT = [None, Interval(Integral, 0, None, closed="left")]
 # the rest); an even split when none is chosen.
 MPS_SHARE_CHOICES = (0.3, 0.5, 0.7)
 DEFAULT_MPS_PREFILL_SHARE = 0.5
+MAX_DESIGN_MACHINES = 100_000   # per pool; the scale benchmark simulates 2,000
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,9 @@ def family_spec(name: str) -> FamilySpec:
     if name in FAMILY_SPECS:
         return FAMILY_SPECS[name]
     near = difflib.get_close_matches(name, FAMILIES, n=1)
-    hint = f" — did you mean '{near[0]}'?" if near else ""
-    raise ProvisionerError(f"unknown design family '{name}'{hint} Known: {', '.join(FAMILIES)}")
+    hint = f" — did you mean '{near[0]}'?" if near else "."
+    raise ProvisionerError(f"unknown design family '{name}' (families){hint} Known: {', '.join(FAMILIES)}",
+                           params=("families",))
 
 
 @dataclass(frozen=True)
@@ -162,11 +164,19 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
                prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0,
                mps_prefill_share=DEFAULT_MPS_PREFILL_SHARE if spec.mps_prefill_shares != (0.0,) else 0.0)
     d = replace(d, **overrides) if overrides else d
-    _validate(d)
+    check_design(d)
     return d
 
 
-def _validate(d: Design) -> None:
+def check_design(d: Design) -> None:
+    """Refuse a design no run could simulate: the family's counts (at most
+    `MAX_DESIGN_MACHINES` per pool), power caps, batch and chunk sizes, TP degrees."""
+    spec = family_spec(d.family)
+    counts = (("prompt_machines", d.prompt_machines),) + ((("token_machines", d.token_machines),) if spec.split else ())
+    for name, count in counts:
+        if not 1 <= count <= MAX_DESIGN_MACHINES:
+            raise ProvisionerError(f"{d.family}: {name} must be 1-{MAX_DESIGN_MACHINES:,} (got {count})",
+                                   params=(name,))
     for name in ("prompt_power_cap", "token_power_cap"):
         v = getattr(d, name)
         if not MIN_POWER_CAP <= v <= 1:

@@ -126,11 +126,14 @@ def rescoring_question(result: dict, family: str | None = None):
 
     entry = _family_entry(result, family)
     q = result["question"]
+    from workloads import WorkloadError
     try:
         traces = TraceGenerator.from_json(q)
     except KeyError as exc:
         raise ProvisionerError(f"result JSON key 'question.{exc.args[0]}' is missing; give the output of "
                                f"`provision --json`") from None
+    except WorkloadError as exc:   # its parameter names are the JSON's keys here, not flags
+        raise ProvisionerError(f"result JSON 'question' is invalid: {exc}") from None
     rps = entry.get("rps")
     if not isinstance(rps, (int, float)) or not rps > 0:
         raise ProvisionerError(f"result JSON best[].rps of {entry['design']['family']} is {rps!r}; "
@@ -145,10 +148,12 @@ def _family_entry(result: dict, family: str | None) -> dict:
     names = [str(b["design"].get("family")) for b in best]
     if family is None:
         winner = result.get("winner")
-        if not isinstance(winner, dict):
+        if not isinstance(winner, dict) or not isinstance(winner.get("design"), dict):
             raise ProvisionerError(f"the result has no winner (nothing in it is feasible); choose one with family "
                                    f"({', '.join(names) or 'none in the result'})", params=("family",))
         family = str(winner["design"]["family"])
+    if not names:
+        raise ProvisionerError("the result's 'best' holds no family's design; give the output of `provision --json`")
     if family not in names:
         raise ProvisionerError(f"family {family} is not in the result; use one of {', '.join(names)}",
                                params=("family",))
@@ -161,11 +166,11 @@ def _family_entry(result: dict, family: str | None) -> dict:
 
 def design_from_json(obj: dict):
     """The `Design` of a result's "design" object (`design_json`'s inverse)."""
-    from .designs import Design
+    from .designs import Design, check_design
     from .errors import ProvisionerError
 
     try:
-        return Design(family=str(obj["family"]), prompt_machines=int(obj["prompt_machines"]),
+        d = Design(family=str(obj["family"]), prompt_machines=int(obj["prompt_machines"]),
                       token_machines=int(obj.get("token_machines") or 0), prompt_machine=str(obj["prompt_machine"]),
                       token_machine=str(obj["token_machine"]), prompt_power_cap=float(obj["prompt_power_cap"]),
                       token_power_cap=float(obj["token_power_cap"]), prompt_tp=int(obj["prompt_tp"]),
@@ -174,9 +179,15 @@ def design_from_json(obj: dict):
                       mps_prefill_share=float(obj.get("mps_prefill_share") or 0.0),
                       duplicate_weights=bool(obj.get("duplicate_weights") or False),
                       scheduler=str(obj.get("scheduler") or DEFAULT_SCHEDULER))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ProvisionerError(f"result JSON design of {obj.get('family')} is incomplete ({exc!r}); give the "
                                f"output of `provision --json`") from None
+    try:
+        check_design(d)
+    except ProvisionerError as exc:   # named as the file's keys, not as flags
+        raise ProvisionerError(f"result JSON design of {d.family} is invalid: {exc}; give the output of "
+                               f"`provision --json`") from None
+    return d
 
 
 def slo_from_question(q: dict):

@@ -81,7 +81,33 @@ def _url(location: str) -> str:
     if not path.parent.is_dir():
         raise ProvisionerError(f"study '{text}': directory '{path.parent}' does not exist; create it first",
                                params=("study",))
+    if path.exists():
+        _refuse_foreign_file(path, text)
     return f"sqlite:///{path.resolve()}"
+
+
+def _refuse_foreign_file(path: Path, text: str) -> None:
+    """An existing file becomes a study only if it is one already (or an empty SQLite
+    database): a study adds tables, and another file of the user's is not ours to change."""
+    import sqlite3
+
+    with open(path, "rb") as stream:
+        header = stream.read(16)
+    if header != b"SQLite format 3\x00":
+        what = "an empty file" if not header else "not a SQLite database"
+        raise ProvisionerError(f"study '{text}' exists and is {what}, not one a run of provision made; give a new "
+                               f"file name (it is created) or one an earlier run made", params=("study",))
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise ProvisionerError(f"cannot open the study '{text}': {exc}; give a new file name or one an earlier "
+                               f"run of provision made", params=("study",)) from None
+    if tables and TABLE not in tables:
+        shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+        raise ProvisionerError(f"study '{text}' is another application's SQLite database (tables {shown}); give a "
+                               f"new file name (it is created) or one an earlier run of provision made",
+                               params=("study",))
 
 
 class ResultStore:

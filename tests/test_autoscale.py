@@ -147,8 +147,8 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     (["--profile", "nope.csv"], "neither a file nor 'diurnal'"),
     (["--profile", "diurnal", "--rps", "2", "--scale-in-load", "0.9"], "--scale-in-load < --target-load"),
     # were internal errors (exit 1): a division by the capacity before any check
-    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "0"], "--capacity-rps must be a number > 0"),
-    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "nan"], "--capacity-rps must be a number > 0"),
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "0"], "--capacity-rps must be a finite number > 0"),
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "nan"], "--capacity-rps must be a finite number > 0"),
     # named --duration, a flag the user did not give
     (["--profile", "diurnal", "--rps", "2", "--sizing-duration", "0"], "--sizing-duration must be > 0"),
     # was "out of memory while simulating ... --max-machines": one decision per interval

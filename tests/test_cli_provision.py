@@ -91,13 +91,13 @@ def test_subcommands_still_work():
 
 
 @pytest.mark.parametrize("args,needles", [
-    (["--goal", "cost", "--rps", "0"], ["--rps must be a number > 0"]),
-    (["--goal", "cost", "--rps", "-5"], ["--rps must be a number > 0"]),
+    (["--goal", "cost", "--rps", "0"], ["--rps must be a finite number > 0"]),
+    (["--goal", "cost", "--rps", "-5"], ["--rps must be a finite number > 0"]),
     (["--goal", "cost"], ["--rps"]),
     (["--rps", "70"], ["--goal is required"]),
     (["--goal", "throughput"], ["exactly one budget"]),
-    (["--goal", "throughput", "--power-budget-kw", "0"], ["--power-budget-kw must be a number > 0"]),
-    (["--goal", "throughput", "--cost-budget-usd-per-h", "-1"], ["--cost-budget-usd-per-h must be a number > 0"]),
+    (["--goal", "throughput", "--power-budget-kw", "0"], ["--power-budget-kw must be a finite number > 0"]),
+    (["--goal", "throughput", "--cost-budget-usd-per-h", "-1"], ["--cost-budget-usd-per-h must be a finite number > 0"]),
     (["--goal", "cost", "--rps", "70", "--design", "splitwise-xx"], ["splitwise-xx", "did you mean 'splitwise-"]),
     (["--goal", "cost", "--rps", "70", "--model", "blom-176b"], ["blom-176b", "bloom-176b"]),
     (["--goal", "cost", "--rps", "70", "--workload", "/nonexistent/trace.csv"], ["cannot read trace"]),

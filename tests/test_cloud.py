@@ -91,7 +91,7 @@ def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--slo-scale", "0"], "--slo-scale must be a number > 0"),          # was "SLO.scaled: factor must be ..."
+    (["--slo-scale", "0"], "--slo-scale must be a finite number > 0"),          # was "SLO.scaled: factor must be ..."
     (["--inter-node-gbps", "1e-9"], "--inter-node-gbps must be between"),  # was accepted (overflowing arithmetic)
     (["--without", "a40-8x-0", "--without", "a6000-4x-0"], "--without takes one node"),   # the first was dropped
     (["--inventory", ""], "--inventory is empty"),   # was "cannot read '' (Is a directory)"

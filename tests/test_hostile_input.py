@@ -437,3 +437,87 @@ def test_the_library_names_parameters_and_the_cli_names_flags():
     assert str(err.value).startswith("mps_prefill_share must be") and "--" not in str(err.value)
     assert_one_line_error(*cli("simulate", "--design", "splitwiser-h100", "--machines", "3",
                                "--mps-prefill-share", "1.5"), "--mps-prefill-share must be")
+
+
+# --------------------------------------------------------------------------- a review's findings (2026-11-27)
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "1e308", "--design", "splitwise-hh"], "more than a trace holds"),   # was OverflowError
+    (["--goal", "cost", "--rps", "5", "--duration", "1e308", "--design", "splitwise-hh"], "more than a trace holds"),
+    (["--goal", "cost", "--rps", "5", "--arrival", "gamma", "--cv", "1e308"], "--cv must be between"),
+    (["--goal", "cost", "--rps", "5", "--arrival", "gamma", "--cv", "1e-300"], "--cv must be between"),
+    (["--goal", "cost", "--rps", "5", "--verify-seeds", "99999999999"], "--verify-seeds must be 1-32"),   # was ~GBs
+    (["--goal", "throughput", "--design", "splitwise-hh", "--power-budget-kw", "1e9"], "buys over 10,000 machines"),
+    (["--goal", "throughput", "--cost-budget-usd-per-h", "1e308"], "--cost-budget-usd-per-h 1e+308 buys over"),
+    (["--goal", "cost", "--rps", "5", "--max-machines", "100000000"], "--max-machines must be an integer in"),
+    (["--goal", "cost", "--rps", "inf"], "--rps must be a finite number > 0"),
+    (["autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e308", "--design", "baseline-a100"],
+     "lasts at most 366 days"),
+    (["autoscale", "--profile", "diurnal", "--rps", "1e308", "--design", "baseline-a100"], "holds inf requests"),
+    (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1e4", "--duration", "20"],   # was minutes of DES
+     "--rps 10000 is over 4x what this inventory carries"),
+])
+def test_extreme_numbers_are_one_line_errors(args, needle):
+    assert_one_line_error(*cli(*args), needle)
+
+
+def test_a_path_in_an_error_is_printed_as_the_user_wrote_it(tmp_path):
+    """Flag names replace the parameters an error names, never words inside a quoted path or
+    header, nor plain words such as "arrival" in a file's message."""
+    folder = tmp_path / "rps"
+    folder.mkdir()
+    trace = folder / "seed.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\nsoon,10,10\n")
+    line = assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2",
+                                      "--token-machines", "1", "--workload", trace), "line 2")
+    assert f"'{trace}'" in line and "--rps/--seed" not in line and "--arrival" not in line
+
+
+def test_files_saved_with_a_byte_order_mark_are_read(tmp_path):
+    """Excel and Notepad write UTF-8 with a BOM: an inventory and a rate profile so saved read as without."""
+    shipped = Path(__file__).resolve().parents[1] / "hardware_catalog" / "data" / "inventories"
+    inventory = tmp_path / "inv.toml"
+    inventory.write_bytes(b"\xef\xbb\xbf" + (shipped / "thunderserve-32gpu.toml").read_bytes())
+    from hardware_catalog import load_catalog
+    from provisioner.cloud import load_inventory
+    assert load_inventory(inventory, load_catalog()).n_gpus == 32
+    profile = tmp_path / "rate.csv"
+    profile.write_bytes(b"\xef\xbb\xbftime_s,rps\n0,2\n600,4\n")
+    from workloads import read_profile_csv
+    assert list(read_profile_csv(profile, duration_s=1200).rps) == [2.0, 4.0]
+
+
+def test_a_hand_edited_result_is_refused_in_one_line(tmp_path):
+    code, out, err = cli("--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--duration", "20",
+                         "--no-verify", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    for entry in (*result["best"], result["winner"]):
+        entry["design"]["prompt_machines"] = -4
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(result))
+    assert_one_line_error(*cli("simulate", "--from-result", edited), "result JSON design of splitwise-hh is invalid",
+                          "prompt_machines must be 1-100,000 (got -4)")
+
+
+def test_sweep_refuses_jobs_with_dask(tmp_path):
+    """--jobs sets local processes: with a Dask cluster it would change nothing (README: bad input)."""
+    spec = tmp_path / "one.toml"
+    spec.write_text('goals = ["cost"]\nmodels = ["bloom-176b"]\nworkloads = ["coding"]\nrps = [5]\n')
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "out", "--jobs", "2", "--dask-local", "1"),
+                          "--jobs sets local worker processes")
+
+
+def test_a_cloud_trace_no_replica_can_hold_is_answered_not_simulated_for_minutes(tmp_path):
+    """Every request needs more KV than any replica holds: each is a miss, so the sustained-rate
+    bisections need no simulation (they ran each 5M-token prompt as if it fitted, for minutes)."""
+    inventory = tmp_path / "two.toml"
+    inventory.write_text('[network]\ninter_node_gbps = 40\n[[nodes]]\ntype = "a6000-4x"\ncount = 1\n'
+                         '[[nodes]]\ntype = "a5000-4x"\ncount = 1\n')
+    trace = tmp_path / "huge.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{0.5 * k},5000000,100\n" for k in range(30)))
+    code, out, err, _, _ = run_measured(["cloud", "--inventory", inventory, "--workload", trace, "--rps", "1",
+                                         "--json"], timeout_s=300)
+    assert code == 0 and "Traceback" not in err and "Warning" not in err, err
+    answer = json.loads(out)
+    assert answer["unservable_requests"] == 30 and answer["slo_attainment"]["all"] == 0.0

@@ -113,10 +113,18 @@ def test_study_errors_are_one_line_naming_the_flag(tmp_path, capsys):
     from provisioner.cli import run
     not_a_database = tmp_path / "notes.txt"
     not_a_database.write_text("hello\n")
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    foreign = tmp_path / "other-app.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    foreign_bytes = foreign.read_bytes()
     base = ["--goal", "cost", "--rps", "5", "--duration", "5", "--no-verify"]
-    cases = [(["--design", "splitwise-hh", "--study", str(not_a_database)], "file is not a database"),
+    cases = [(["--design", "splitwise-hh", "--study", str(not_a_database)], "not a SQLite database"),
              (["--design", "splitwise-custom", "--prompt-machine-types", "dgx-h100", "--trials", "2",
-               "--study", str(not_a_database)], "file is not a database"),    # optuna's storage: same check
+               "--study", str(not_a_database)], "not a SQLite database"),    # optuna's storage: same check
+             (["--design", "splitwise-hh", "--study", str(empty)], "is an empty file"),
+             (["--design", "splitwise-hh", "--study", str(foreign)], "another application's SQLite database"),
              (["--design", "splitwise-hh", "--study", ""], "--study is empty"),
              (["--design", "splitwise-hh", "--study", str(tmp_path)], "is a directory"),
              (["--design", "splitwise-hh", "--study", str(tmp_path / "missing" / "x.db")], "does not exist")]
@@ -125,4 +133,5 @@ def test_study_errors_are_one_line_naming_the_flag(tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "--study" in lines[0], lines
         assert needle in lines[0], lines
-    assert not_a_database.read_text() == "hello\n"
+    assert not_a_database.read_text() == "hello\n"   # nothing the user gave is changed
+    assert empty.read_bytes() == b"" and foreign.read_bytes() == foreign_bytes

@@ -126,7 +126,7 @@ def test_bad_generator_parameters_are_one_line_workload_errors(kwargs, words):
 
 def test_a_trace_without_a_rate_cannot_be_replayed(tmp_path):
     path = _write_trace(tmp_path / "one.csv", [1.0], [100], [10])
-    with pytest.raises(WorkloadError, match="two distinct arrival times"):
+    with pytest.raises(WorkloadError, match="two or more distinct times"):
         TraceGenerator(path, None)
 
 

@@ -16,6 +16,8 @@ from workloads.errors import WorkloadError
 
 # Ten million requests (~40 bytes each across the generator's arrays) bound any trace in memory.
 MAX_TRACE_REQUESTS = 10_000_000
+# A gamma process's coefficient of variation: past these the shape 1 / cv^2 under- or overflows.
+CV_RANGE = (1e-3, 1e3)
 
 __all__ = ["gamma_arrivals", "poisson_arrivals", "replay_arrivals"]
 
@@ -85,13 +87,13 @@ def gamma_arrivals(rps: float, duration_s: float, cv: float, rng: RngLike) -> np
         If a parameter is not a finite number > 0, or ``round(rps * duration_s) == 0``.
     """
     n = request_count(rps, duration_s)
-    check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
+    check_cv(cv)
     rng = np.random.default_rng(rng)
     gaps = rng.gamma(1.0 / cv**2, 1.0, size=n)
     total = float(gaps.sum())
     if not (math.isfinite(total) and total > 0):
         raise WorkloadError(f"cv={cv:g} is too large: every gamma gap underflowed to 0; "
-                         f"use a smaller cv (e.g. <= 10)")
+                            f"use a smaller cv (e.g. <= 10)", params=("cv",))
     gaps *= duration_s / total
     starts = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
     phase = rng.uniform(0.0, duration_s)
@@ -158,15 +160,26 @@ def request_count(rps: float, duration_s: float) -> int:
     """``round(rps * duration_s)``, refusing bad parameters and empty traces."""
     check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
     check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
-    n = round(rps * duration_s)
+    expected = rps * duration_s
+    n = round(expected) if expected <= MAX_TRACE_REQUESTS else math.inf   # round(inf) would raise
     if n < 1:
-        raise WorkloadError(f"too few requests: rps * duration_s = {rps * duration_s:g} "
-                         f"rounds to 0 requests; raise rps or duration_s")
+        raise WorkloadError(f"too few requests: rps * duration_s = {expected:g} "
+                            f"rounds to 0 requests; raise rps or duration_s", params=("rps", "duration_s"))
     if n > MAX_TRACE_REQUESTS:
-        raise WorkloadError(f"{rps:g} requests/s over {duration_s:g} s is {n:.3g} requests, more than a trace "
+        raise WorkloadError(f"{rps:g} requests/s over {duration_s:g} s is {expected:.3g} requests, more than a trace "
                             f"holds (at most {MAX_TRACE_REQUESTS:,}, ~{MAX_TRACE_REQUESTS * 40 / 1e9:.1f} GB); "
                             f"lower the rate (or the budget) or shorten the duration")
     return int(n)
+
+
+def check_cv(cv: object) -> None:
+    """A gamma process's coefficient of variation: finite, within `CV_RANGE` (outside it the
+    gamma shape 1 / cv^2 overflows or underflows, or every gap but one is 0)."""
+    check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
+    low, high = CV_RANGE
+    if not low <= cv <= high:
+        raise WorkloadError(f"cv must be between {low:g} and {high:g}, got {cv!r}; give the coefficient of "
+                            f"variation of the gaps, e.g. 2.0 (1 is Poisson)", params=("cv",))
 
 
 def check_positive(name: str, value: object, meaning: str) -> None:
@@ -174,4 +187,4 @@ def check_positive(name: str, value: object, meaning: str) -> None:
           and math.isfinite(value) and value > 0)
     if not ok:
         raise WorkloadError(f"{name} must be a finite number > 0, got {value!r}; "
-                         f"give {meaning}")
+                            f"give {meaning}", params=(name,))

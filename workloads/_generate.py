@@ -30,8 +30,7 @@ import os
 
 import numpy as np
 
-from workloads._arrivals import MAX_TRACE_REQUESTS, request_count
-from workloads._arrivals import check_positive as _check_value
+from workloads._arrivals import MAX_TRACE_REQUESTS, check_cv, check_positive, request_count
 from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
 from workloads.errors import UnknownWorkloadError, WorkloadError
@@ -72,8 +71,9 @@ class TraceGenerator:
                  cv: float = 2.0, rps: float | None = None):
         self.arrival = default_arrival(workload) if arrival is None else arrival
         if self.arrival not in ARRIVAL_PROCESSES:
-            raise WorkloadError(f"arrival must be one of {', '.join(ARRIVAL_PROCESSES)}, got {arrival!r}")
-        check_positive("cv", cv, "the coefficient of variation of the gaps, e.g. 2.0")
+            raise WorkloadError(f"arrival must be one of {', '.join(ARRIVAL_PROCESSES)}, got {arrival!r}",
+                                params=("arrival",))
+        check_cv(cv)
         if rps is not None:
             check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
         self.workload = workload
@@ -85,7 +85,7 @@ class TraceGenerator:
         if duration_s is None:
             if self.arrival != "replay":
                 raise WorkloadError(f"duration_s must be a number of seconds > 0 for {self.arrival} arrivals, "
-                                 f"got None; give the window length, e.g. 120")
+                                    f"got None; give the window length, e.g. 120", params=("duration_s",))
             duration_s = len(self.source) / (rps or self.native_rps)
         check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
         self.duration_s = float(duration_s)
@@ -100,7 +100,8 @@ class TraceGenerator:
         """The trace at ``rps`` requests/s (None: a replay's own rate); window ``duration_s``."""
         if rps is None:
             if self.arrival != "replay":
-                raise WorkloadError(f"rps must be given for {self.arrival} arrivals; give the mean request rate")
+                raise WorkloadError(f"rps must be given for {self.arrival} arrivals; give the mean request rate",
+                                    params=("rps",))
             rps = self.native_rps
         check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
         if self.arrival == "replay":
@@ -196,15 +197,16 @@ class TraceGenerator:
         if copies * m > 2 * MAX_TRACE_REQUESTS:   # before allocating: a window far longer than the file
             raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.name}' at {rps:g} req/s repeats the "
                                 f"file {copies:,} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
-                                f"requests); shorten duration_s")
+                                f"requests); shorten duration_s", params=("duration_s",))
         pos = (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel()
         k = int(np.searchsorted(pos, window_s, side="left"))
         if k > MAX_TRACE_REQUESTS:
             raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.name}' at {rps:g} req/s is {k:,} "
-                                f"requests, more than a trace holds ({MAX_TRACE_REQUESTS:,}); shorten duration_s")
+                                f"requests, more than a trace holds ({MAX_TRACE_REQUESTS:,}); shorten duration_s",
+                                params=("duration_s",))
         if k < 1:
             raise WorkloadError(f"no request of trace '{self.name}' arrives in a {self.duration_s:g}-s window at "
-                             f"{rps:g} req/s; use a longer duration_s")
+                                f"{rps:g} req/s; use a longer duration_s", params=("duration_s",))
         rows = np.arange(k) % m
         return Trace(pos[:k] * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
                      self.duration_s)
@@ -249,26 +251,19 @@ def _native_rps(trace: Trace) -> float:
     span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
     if len(trace) < 2 or not span_s > 0:
         raise WorkloadError(f"trace '{trace.name}' has no rate to replay ({len(trace)} request(s) over "
-                         f"{span_s:g} s); it needs two distinct arrival times, or use arrival='poisson'")
+                            f"{span_s:g} s); it needs requests at two or more distinct times, or use "
+                            f"arrival='poisson'", params=("arrival",))
     return (len(trace) - 1) / span_s
 
 
 def _int_seed(seed) -> int:
     """An int seed; a Generator or SeedSequence gives one draw, None fresh entropy."""
     if isinstance(seed, (bool, np.bool_)):
-        raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}")
+        raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}", params=("seed",))
     if isinstance(seed, (int, np.integer)):
         if seed < 0:
-            raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}")
+            raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}", params=("seed",))
         return int(seed)
     if seed is None or isinstance(seed, (np.random.Generator, np.random.SeedSequence)):
         return int(np.random.default_rng(seed).integers(2**63))
-    raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}")
-
-
-def check_positive(name: str, value: object, meaning: str) -> None:
-    """As `_arrivals.check_positive`, raising a WorkloadError (a ValueError the CLI prints)."""
-    try:
-        _check_value(name, value, meaning)
-    except ValueError as exc:
-        raise WorkloadError(str(exc)) from None
+    raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}", params=("seed",))

@@ -30,6 +30,7 @@ PROFILE_COLUMNS = ("time_s", "rps")
 DIURNAL_PEAK_HOUR = 14.0         # busiest at 14:00, quietest 12 h later (02:00)
 DIURNAL_PEAK_TO_TROUGH = 3.0     # the issue's "peak/trough about 3x"
 DIURNAL_STEP_S = 900.0           # 15-minute steps
+DIURNAL_MAX_DAYS = 366          # a year of 15-minute steps at most (35k steps)
 
 
 class ProfileFormatError(WorkloadError):
@@ -114,7 +115,8 @@ class RateProfile:
     def _cumulative_at_starts(self) -> np.ndarray:
         """(k + 1,) Lambda at each step start, then at the end."""
         ends = np.append(self.start_s[1:], self.end_s)
-        return np.concatenate(([0.0], np.cumsum(self.rps * (ends - self.start_s))))
+        with np.errstate(over="ignore"):   # an infinite total is refused where a trace is drawn
+            return np.concatenate(([0.0], np.cumsum(self.rps * (ends - self.start_s))))
 
 
 def diurnal_profile(peak_rps: float, duration_s: float = 86400.0, step_s: float = DIURNAL_STEP_S) -> RateProfile:
@@ -126,6 +128,9 @@ def diurnal_profile(peak_rps: float, duration_s: float = 86400.0, step_s: float 
         raise WorkloadError(f"the diurnal profile needs a peak rate > 0 (--rps), got {peak_rps!r}")
     if not (math.isfinite(duration_s) and duration_s >= step_s):
         raise WorkloadError(f"the diurnal profile needs a duration of at least {step_s:g} s, got {duration_s!r}")
+    if duration_s > DIURNAL_MAX_DAYS * 86400.0:
+        raise WorkloadError(f"the diurnal profile lasts at most {DIURNAL_MAX_DAYS} days ({DIURNAL_MAX_DAYS * 86400:g} s, "
+                            f"--duration), got {duration_s:g} s; shorten it")
     start = np.arange(0.0, duration_s, step_s)
     mid_h = (start + 0.5 * np.minimum(step_s, duration_s - start)) / 3600.0
     curve = np.cos(2.0 * np.pi * (mid_h - DIURNAL_PEAK_HOUR) / 24.0)
@@ -148,7 +153,7 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     """
     name = os.fspath(path)
     try:
-        with open(name, newline="", encoding="utf-8") as stream:
+        with open(name, newline="", encoding="utf-8-sig") as stream:
             rows = list(csv.reader(stream))
     except OSError as exc:
         raise ProfileFormatError(f"{name}: cannot read the rate profile ({exc.strerror or exc})") from None

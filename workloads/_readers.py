@@ -25,8 +25,9 @@ WORKLOAD_ALIASES = {"coding": "coding", "code": "coding",
             "conversation": "conversation", "conv": "conversation"}
 _SHIPPED_FILES = {"coding": "code.csv", "conversation": "conv.csv"}
 _AZURE_TIME_EXAMPLE = "2023-11-16 18:17:03.9799600"
-# Larger token counts are typos or overflow: they exceed any context and float64's exact integers.
-MAX_TOKENS_PER_REQUEST = 1e12
+# Larger token counts are typos or overflow: they exceed every model's context window (10M
+# tokens at most in 2026), and a simulator would step through each output token.
+MAX_TOKENS_PER_REQUEST = 1e7
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ def _tokens(rows: pd.DataFrame, column: str, source: str) -> np.ndarray:
         line, cell = int(rows.index[huge[0]]), rows[column].iloc[huge[0]]
         raise _cell_error(source, line, column,
                           f"{_shown(cell)} tokens is more than any request holds (at most "
-                          f"{MAX_TOKENS_PER_REQUEST:.0e}): fix or drop the row")
+                          f"{MAX_TOKENS_PER_REQUEST:,.0f}, a context window of today's longest): fix or drop the row")
     return values.astype(np.int64)
 
 

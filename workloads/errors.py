@@ -10,7 +10,15 @@ __all__ = ["TraceFormatError", "UnknownWorkloadError", "WorkloadError"]
 
 
 class WorkloadError(ValueError):
-    """Base class of the errors raised by :mod:`workloads`."""
+    """Base class of the errors raised by :mod:`workloads`.
+
+    params : the Python parameters the message names, as parameters (a front end may name
+    its own flags instead); a word such as "arrival" in a file's message is not one.
+    """
+
+    def __init__(self, message: str, *, params: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.params = tuple(params)
 
 
 class TraceFormatError(WorkloadError):

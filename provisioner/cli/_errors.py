@@ -31,9 +31,7 @@ from ..errors import ProvisionerError
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
 EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
-# The library's errors name Python parameters (`ProvisionerError.params`); the CLI says its flags.
-# The workloads package's errors (below the provisioner, no `params`) name these.
-_WORKLOAD_PARAMS = ("rps", "duration_s", "cv", "arrival", "seed")
+# The library's errors name Python parameters (their `params`); the CLI says its flags.
 PARAM_FLAGS = {
     "goal": "--goal", "rps": "--rps", "power_budget_kw": "--power-budget-kw",
     "cost_budget_usd_per_h": "--cost-budget-usd-per-h", "workload": "--workload", "model": "--model",
@@ -52,13 +50,14 @@ PARAM_FLAGS = {
 
 
 def cli_message(exc: BaseException) -> str:
-    """The error's message with the Python parameters it names replaced by their flags."""
-    message = str(exc)
-    params = getattr(exc, "params", ()) or (_WORKLOAD_PARAMS if isinstance(exc, WorkloadError) else ())
-    for param in params:
+    """The error's message with the Python parameters it names (`exc.params`) replaced by
+    their flags, outside quotes: a quoted path or header is the user's text, kept as is."""
+    parts = re.split(r"('[^']*')", str(exc))   # odd items: quoted spans
+    for param in getattr(exc, "params", ()):
         if param in PARAM_FLAGS:
-            message = re.sub(rf"(?<![\w-]){re.escape(param)}(?![\w-])", PARAM_FLAGS[param], message)
-    return message
+            word = re.compile(rf"(?<![\w-]){re.escape(param)}(?![\w-])")
+            parts = [part if k % 2 else word.sub(PARAM_FLAGS[param], part) for k, part in enumerate(parts)]
+    return "".join(parts)
 
 
 def one_line(message) -> str:

@@ -23,6 +23,8 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, 
                       refuse_study_as_output)
 from ._tables import render_result
 
+MAX_VERIFY_SEEDS = 32   # each seed is a discrete-event run of every family's answer
+
 
 def main_command(
     ctx: typer.Context,
@@ -85,8 +87,9 @@ def main_command(
     if goal is None:
         raise ProvisionerError("--goal is required: cost or power (with --rps) or throughput (with a budget)")
     refuse_idle_flags(ctx, workload, arrival, verify)
-    if verify_seeds < 1:
-        raise ProvisionerError(f"--verify-seeds must be >= 1 (got {verify_seeds})")
+    if not 1 <= verify_seeds <= MAX_VERIFY_SEEDS:
+        raise ProvisionerError(f"--verify-seeds must be 1-{MAX_VERIFY_SEEDS} (got {verify_seeds}): each seed re-runs "
+                               f"every family's answer in the discrete-event engine; 2-5 is usual")
     if report is not None:  # refuse before the search, not after it
         refuse_study_as_output(study, (report,), "--report")
         check_output_path(report, flag="--report", force=force, force_hint="--force",

@@ -28,7 +28,7 @@ def sweep_command(
     out: Path = typer.Option(None, "--out", help="Directory for results.parquet, results.csv and summary.html "
                                                   "(created if missing)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the output files if they exist."),
-    jobs: int = typer.Option(None, "--jobs", help="Questions in parallel on this machine (default: the cores; "
+    jobs: int = typer.Option(None, "--jobs", help="Questions in parallel on this machine (default: the cores; never more than the questions; "
                                                   "each process gets cores / jobs numba threads)."),
     dask_scheduler: str = typer.Option(None, "--dask-scheduler", metavar="ADDRESS",
                                        help="Run the questions on this Dask cluster (tcp://host:8786)."),
@@ -44,6 +44,9 @@ def sweep_command(
                                "summary.html")
     if dask_scheduler is not None and dask_local is not None:
         raise ProvisionerError("give --dask-scheduler ADDRESS or --dask-local N, not both")
+    if jobs is not None and (dask_scheduler is not None or dask_local is not None):
+        raise ProvisionerError("--jobs sets local worker processes, which a Dask run does not use; drop it "
+                               "(a Dask run uses every worker of its cluster)")
     for name, value in (("--jobs", jobs), ("--dask-local", dask_local)):
         if value is not None and value < 1:
             raise ProvisionerError(f"{name} must be >= 1 (got {value})")

@@ -39,6 +39,9 @@ MAX_RENTALS_LISTED = 100_000   # count vectors a price list may have for them to
 # at its single-node rates: the simulation sustains at most the bisection's ceiling, 4x a
 # plan's predicted rate (CEILING_RAISES)
 RATE_HEADROOM = 4.0
+# --goal rps refuses a rate above RATE_HEADROOM x what the inventory carries when its trace
+# holds more requests than this: minutes of simulation to say that almost none is served
+CRAWL_REQUESTS = 20_000
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -77,6 +80,13 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
                                                 ranked=ns_finalists)
     bound = bounds(ctx)
+    carried = max(cap or 0.0, sustained or 0.0, ns_cap or 0.0, ns_sustained or 0.0)
+    # a long simulation of a plan far past its capacity would only say that little is served
+    crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
+    if crawls and carried > 0 and rps > RATE_HEADROOM * carried:
+        raise ProvisionerError(f"rps {rps:g} is over {RATE_HEADROOM:g}x what this inventory carries (its best plan: "
+                               f"{carried:.3g} req/s); lower rps, add nodes, or ask goal throughput for the most it "
+                               f"sustains", params=("rps", "goal"))
     # a split plan needs a prefill and a decode replica: an inventory with room for one
     # replica has none, and the answer says so and points to the non-split plan
     no_split = no_split_plan_reason(ctx) if plan is None else None
@@ -335,6 +345,8 @@ def trace_at(traces, rate):
 def meets_target(ctx, plan, trace, rate, target, split=True, engine="des", chunk_tokens=0) -> bool:
     """Whether `plan` keeps every metric's attainment >= target on `trace` (drawn at `rate`;
     a split plan is routed for that rate). chunk_tokens: as `sustained_rps`'s."""
+    if kv_misfits(ctx, plan, trace)[0] > (1.0 - target) * len(trace):   # each a miss: no need to simulate
+        return False
     routing = plan_routing(ctx, plan, rate) if split else None
     sim = simulate_plan(ctx, plan, trace, routing, engine=engine, chunk_tokens=chunk_tokens)
     return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target

@@ -153,7 +153,7 @@ def load_inventory(spec: str | Path, catalog) -> Inventory:
         text, where = res.read_text(encoding="utf-8"), f"{spec}.toml"
     else:
         try:
-            text, where = path.read_text(encoding="utf-8"), str(path)
+            text, where = path.read_text(encoding="utf-8-sig"), str(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise ProvisionerError(f"--inventory: cannot read '{spec}' ({getattr(exc, 'strerror', None) or exc}); "
                                    f"give a TOML file or a shipped example: {', '.join(SHIPPED)}") from None

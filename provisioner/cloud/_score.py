@@ -162,7 +162,8 @@ class Scorer:
         """Decode iteration s at (mean) batch `batch`, each running request at the mean
         context it holds, stretched by the prefills sharing the replica."""
         b = np.maximum(batch, 1.0)
-        t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * self.w.context_held)
+        with np.errstate(over="ignore"):   # absurd requests (a billion tokens): an infinite step, never admitted
+            t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * self.w.context_held)
         return t / (1.0 - prefill_busy)
 
     def _slots_limit(self, coef, kv_cap, prefill_busy) -> tuple[float, float]:
@@ -188,7 +189,9 @@ class Scorer:
         batch at offered load c (iterations of decode work per iteration) is c mean(n - 1)
         (Little's law)."""
         loads = np.linspace(0.0, full_load, _LOAD_POINTS + 1)
-        return loads, self._decode_step_s(coef, loads * float(self.w.decode_steps.mean()), prefill_busy)
+        with np.errstate(over="ignore"):
+            batch = loads * float(self.w.decode_steps.mean())
+        return loads, self._decode_step_s(coef, batch, prefill_busy)
 
     def _admits(self, adm, load, step) -> bool:
         """Whether a decode replica at offered `load` with iteration `step` s stays within

@@ -68,8 +68,8 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
     if engine not in ENGINES:
         raise ProvisionerError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
     sp, n_p, n_d = server_plan(ctx, plan, routing)
-    if sp.prefill_share.sum() <= 0:
-        return nothing_served(trace)
+    if sp.prefill_share.sum() <= 0:   # the routing found no rate worth routing: none served
+        return nothing_served(trace, unservable=kv_misfits(ctx, plan, trace)[0])
     inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0)
     if engine == "fluid":
         from ..sim._fluid import run_fluid
@@ -84,10 +84,11 @@ def no_attainment() -> dict:
     return {m: 0.0 for m in (*METRICS, "all")}
 
 
-def nothing_served(trace) -> dict:
-    """`simulate_plan`'s result for a plan that serves no request of `trace`."""
+def nothing_served(trace, unservable: int = 0) -> dict:
+    """`simulate_plan`'s result for a plan that serves no request of `trace` (`unservable` of
+    them fit in none of its replicas)."""
     return {"slo_attainment": no_attainment(), "slo": {"met": False}, "served_rps": 0.0, "requests": len(trace),
-            "unservable_requests": 0}
+            "unservable_requests": int(unservable)}
 
 
 def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) -> SimInputs:

@@ -13,6 +13,7 @@ import pandas as pd
 from perfmodels import LatencyModel
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DesignBatch
+from ..errors import ProvisionerError
 from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
 from ..store import latency_model_digest
@@ -25,6 +26,7 @@ from ._space import FamilySpace, count_bound, family_space
 from ._verify import DesPool
 
 ILP_CAP_STEPS = 7               # power-cap grid of the integer program for a cap range
+MAX_BUDGET_MACHINES = 10_000    # machines per pool a throughput budget may buy (the designs are enumerated)
 
 
 def objective_key(goal: str) -> str:
@@ -222,6 +224,14 @@ class SearchProblem:
             unit = min(self.unit_objective(m, pool.power_cap[0]) for m in pool.machines)
             per.append(unit)
         budget = self.budget
+        fixed = sum(per) - min(per)   # the other pool's one machine, if any
+        if (budget - fixed) / min(per) > MAX_BUDGET_MACHINES:
+            param = "power_budget_kw" if self.budget_key == "power_kw" else "cost_budget_usd_per_h"
+            unit = "kW" if self.budget_key == "power_kw" else "$/h"
+            raise ProvisionerError(
+                f"{param} {budget:g} buys over {MAX_BUDGET_MACHINES:,} machines of one pool of {sp.family}, more "
+                f"than the planner simulates; give a budget of at most {fixed + MAX_BUDGET_MACHINES * min(per):,.0f} "
+                f"{unit}", params=(param,))
         if sp.token is None:
             return max(1, int(np.floor(budget / per[0] + 1e-9))), 1
         return (max(1, int(np.floor((budget - per[1]) / per[0] + 1e-9))),

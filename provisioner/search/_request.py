@@ -9,7 +9,7 @@ from functools import cached_property
 from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
 
 from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
-                       DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, family_spec)
+                       DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, validate_params
@@ -38,7 +38,7 @@ _CONSTRAINTS = {
     "searcher": [Options(SEARCHERS)],
     "verify": [bool],
     "verify_duration_s": [None, _POSITIVE],
-    "max_machines": [None, _COUNT],
+    "max_machines": [None, Interval(Integral, 1, MAX_DESIGN_MACHINES, closed="both")],
     "n_trials": [_COUNT],
     "trial_batch": [_COUNT],
     "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],

@@ -29,13 +29,14 @@ FLUID_BYTES_PER_REQUEST = 128.0         # req (4 x 8), join_iter, first/finish, 
 FLUID_BYTES_PER_KEPT_CELL = 16.0        # first-token and finish time of each (design, request), when kept
 DES_BYTES_PER_REQUEST = 400.0           # Python lists and the event heap of one design
 MAX_BUDGET_BYTES = 64e9
+MIN_USEFUL_DURATION_S = 1.0           # a shorter trace holds too few requests to judge a p99
 
 
 class MemoryBudgetError(ProvisionerError):
     """A simulation would need more memory than the budget allows (one line, with the fix)."""
 
     def __init__(self, message: str):
-        super().__init__(message, params=("duration_s", "rps"))
+        super().__init__(message, params=("duration_s", "rps", "max_machines"))
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,12 @@ def _refusal(need: float, budget: float, servers: int, n_requests: int, duration
 
 
 def _shorter(duration_s: float | None, fraction: float) -> str:
-    if duration_s is not None and duration_s > 0:
-        return (f"shorten duration_s to {max(duration_s * fraction * 0.9, 1e-3):.3g} s or lower rps "
+    if duration_s is not None and duration_s * fraction * 0.9 >= MIN_USEFUL_DURATION_S:
+        return (f"shorten duration_s to {duration_s * fraction * 0.9:.3g} s or lower rps "
                 f"(fewer requests and machines)")
+    if duration_s is not None:   # no trace short enough says anything: the design itself is too large
+        return (f"the design is too large to simulate here: ask for fewer machines (a lower rps or budget, or "
+                f"max_machines) or raise {BUDGET_ENV}")
     return "use a shorter trace or a lower rate"
 
 

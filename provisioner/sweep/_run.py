@@ -136,7 +136,9 @@ def run_sweep(questions, *, study=None, n_jobs: int | None = None, backend: str 
     questions = list(questions)
     if not questions:
         return pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    n_jobs = n_jobs or min(len(questions), os.cpu_count() or 1)
+    n_jobs = n_jobs or os.cpu_count() or 1
+    if backend == "loky":   # a worker without a question only costs its start (seconds each)
+        n_jobs = min(n_jobs, len(questions))
     location = None if study is None else open_store(study).location
     by_index = {}
     if n_jobs == 1 and backend == "loky":

@@ -88,7 +88,7 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
     to every question; a spec that names another one is refused."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ProvisionerError(f"{path}: no such sweep spec; give a TOML file (see provision sweep --help)") from None
     except (OSError, UnicodeDecodeError) as exc:
