@@ -18,7 +18,7 @@ Public surface:
 - GPU sharing (Splitwiser, MPS): `iteration_parts`, `shared_iteration_s` (plain Python;
   `jit_contention` registers them with numba for the fluid kernel).
 - KV transfer: `kv_transfer_time_s`, `kv_wire_bytes_per_s`.
-- power: `clock_fraction`.
+- power: `clock_fraction`, `MIN_POWER_CAP` (the lowest cap that leaves a clock to run at).
 - measured profiles: `load_profile_model` / `ProfileLatencyModel` (a `LatencyModel` that
   interpolates measured times, roofline where unmeasured), `read_profile`, `INTERPS`;
   `profile_iteration_s` (the table lookup both engines share) and `jit_profile_lookup`
@@ -35,7 +35,7 @@ from ._contention import iteration_parts, jit_contention, shared_iteration_s
 from ._memory import (HBM_UTILIZATION, colocated_kv_capacity_tokens, fits_in_memory, kv_cache_bytes, kv_capacity_tokens,
                       max_decode_batch, weight_bytes_per_gpu)
 from ._model import TP_DEGREES, LatencyModel
-from ._power import clock_fraction
+from ._power import MIN_POWER_CAP, clock_fraction
 from ._profile import INTERPS, Profile, read_profile
 from ._profile_eval import jit_profile_lookup, profile_iteration_s
 from ._profile_model import ProfileLatencyModel, load_profile_model
@@ -54,7 +54,7 @@ __all__ = [
     "scalar_iteration_s", "roofline_terms_s", "jit_scalar_iteration",
     "iteration_parts", "shared_iteration_s", "jit_contention", "max_decode_batch", "weight_bytes_per_gpu",
     "fits_in_memory", "HBM_UTILIZATION", "kv_transfer_time_s", "kv_wire_bytes_per_s",
-    "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "HardwareArrays", "ModelShape",
+    "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "MIN_POWER_CAP", "HardwareArrays", "ModelShape",
     "iteration_time_s", "PerfModelError", "COEF_NAMES", "N_COEF",
     "roofline_coefficients", "time_from_coefficients",
     "ProfileLatencyModel", "load_profile_model", "read_profile", "Profile", "INTERPS", "profile_iteration_s", "jit_profile_lookup",

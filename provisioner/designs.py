@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from perfmodels._power import MIN_POWER_CAP
+from perfmodels import MIN_POWER_CAP
 
 from ._validation import Integral, Interval
 from .errors import ProvisionerError

@@ -44,6 +44,9 @@ class SLO:
         if not np.isfinite(factor) or factor <= 0:
             raise ProvisionerError(f"SLO.scaled: factor must be a finite number > 0 (got {factor})", params=("factor",))
         out = {m: tuple(v * factor for v in getattr(self, m)) for m in METRICS}
+        if not all(np.isfinite(v) and v > 0 for limits in out.values() for v in limits):
+            raise ProvisionerError(f"slo_scale {factor:g} makes the limits {'infinite' if factor > 1 else '0'}; give "
+                                   f"a factor such as 2 (looser) or 0.5 (tighter)", params=("slo_scale",))
         return SLO(**out, reference_machine=self.reference_machine)
 
     def limits(self) -> np.ndarray:

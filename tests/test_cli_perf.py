@@ -101,7 +101,7 @@ def _edit(text: str, old: str, new: str) -> str:
     (lambda t: _edit(t, ",batch_size,", ","), ["missing column batch_size", "model, hardware, tensor_parallel"]),
     (lambda t: _edit(t, "dgx-a100", "h100"), ["line 3", "hardware", "unknown", "did you mean", "h100-80gb"]),
     (lambda t: _edit(t, "bloom-176b,h100-80gb,8", "bloom,h100-80gb,8"), ["line 2", "model", "bloom-176b"]),
-    (lambda t: _edit(t, ",0.5\n", ",1.5\n"), ["line 3", "power_cap", "(0, 1]"]),
+    (lambda t: _edit(t, ",0.5\n", ",1.5\n"), ["line 3", "power_cap", "[0.28, 1]"]),
     (lambda t: _edit(t, ",2048,", ",-2048,"), ["line 4", "prompt_size"]),
     (lambda t: _edit(t, ",128,32,", ",128,many,"), ["line 5", "batch_size", "'many' is not a number"]),
     (lambda t: _edit(t, "a100-80gb,4,", "a100-80gb,3,"), ["line 4", "tensor_parallel", "1, 2, 4 or 8"]),

@@ -453,6 +453,7 @@ def test_the_library_names_parameters_and_the_cli_names_flags():
     (["autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e308", "--design", "baseline-a100"],
      "lasts at most 366 days"),
     (["autoscale", "--profile", "diurnal", "--rps", "1e308", "--design", "baseline-a100"], "holds inf requests"),
+    (["--goal", "cost", "--rps", "5", "--slo-scale", "1e308"], "--slo-scale 1e+308 makes the limits infinite"),
     (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1e4", "--duration", "20"],   # was minutes of DES
      "--rps 10000 is over 4x what this inventory carries"),
 ])
@@ -521,3 +522,21 @@ def test_a_cloud_trace_no_replica_can_hold_is_answered_not_simulated_for_minutes
     assert code == 0 and "Traceback" not in err and "Warning" not in err, err
     answer = json.loads(out)
     assert answer["unservable_requests"] == 30 and answer["slo_attainment"]["all"] == 0.0
+
+
+def test_perf_predict_refuses_a_power_cap_no_clock_can_run_at(tmp_path):
+    """0.01-0.27 used to give 0.27's times silently, where a design's caps are refused below 0.28."""
+    points = tmp_path / "points.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,power_cap\n"
+                      "llama2-70b,h100-80gb,8,1024,1,0.1\n")
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", tmp_path / "out.csv"),
+                          "line 2, column power_cap: must be a fraction of rated power in [0.28, 1]")
+
+
+def test_an_inventory_giving_both_link_forms_is_refused(tmp_path):
+    """inter_node_gbps and a bandwidth_gbps matrix together: one would be ignored."""
+    inventory = tmp_path / "both.toml"
+    inventory.write_text('[network]\ninter_node_gbps = 40\nbandwidth_gbps = [[0, 10], [10, 0]]\n'
+                         '[[nodes]]\ntype = "a6000-4x"\ncount = 2\n')
+    assert_one_line_error(*cli("cloud", "--inventory", inventory, "--rps", "1"),
+                          "network.inter_node_gbps", "not both")

@@ -25,8 +25,8 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, load_catalog
-from perfmodels import (PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel, calibrate, dump_calibration,
-                        kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
+from perfmodels import (MIN_POWER_CAP, PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel, calibrate,
+                        dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
                         PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
@@ -145,9 +145,9 @@ def _read_points(path: Path) -> _Points:
         cap = 1.0
         if has_cap and cell["power_cap"]:  # an empty cell means uncapped
             cap = _number(cell["power_cap"], f"{at} power_cap")
-            if not 0 < cap <= 1:
-                raise ProvisionerError(f"{at} power_cap: must be a fraction of rated power in (0, 1], "
-                                       f"e.g. 0.5 (got {cell['power_cap']})")
+            if not MIN_POWER_CAP <= cap <= 1:   # as a design's caps: below it no clock is left to run at
+                raise ProvisionerError(f"{at} power_cap: must be a fraction of rated power in "
+                                       f"[{math.ceil(MIN_POWER_CAP * 100) / 100:g}, 1], e.g. 0.5 (got {cell['power_cap']})")
         records.append(dict(model=model, hardware=cell["hardware"], gpu=gpu, tensor_parallel=int(tp),
                             prompt_size=s, batch_size=b, power_cap=cap, line=line))
     frame = pd.DataFrame.from_records(records)

@@ -251,6 +251,9 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
     inv = Inventory(name=str(raw.get("name", default_name)), types=types, inter_node_gbps=gbps,
                     inter_node_latency_s=lat_ms / 1e3)
     if "bandwidth_gbps" in net:
+        if "inter_node_gbps" in net:   # one of them would be ignored
+            raise loc.error("network.inter_node_gbps", "give either inter_node_gbps (every node pair) or a "
+                            "bandwidth_gbps matrix, not both", section="network")
         inv = replace(inv, bandwidth_gbps=_matrix(net["bandwidth_gbps"], len(inv.nodes), loc),
                       bandwidth_at=f"{loc.where}:{loc._line('bandwidth_gbps', None, 'network')}")
     return inv
