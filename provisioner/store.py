@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import ProvisionerError
 
-__all__ = ["ResultStore", "open_store", "code_version", "digest", "trace_digest", "latency_model_digest"]
+__all__ = ["ResultStore", "open_store", "refuse_foreign_study", "code_version", "digest", "trace_digest", "latency_model_digest"]
 
 TABLE = "provisioner_results"
 _SOURCE_PACKAGES = ("provisioner", "perfmodels", "workloads", "hardware_catalog")
@@ -81,22 +81,28 @@ def _url(location: str) -> str:
     if not path.parent.is_dir():
         raise ProvisionerError(f"study '{text}': directory '{path.parent}' does not exist; create it first",
                                params=("study",))
-    if path.exists():
-        _refuse_foreign_file(path, text)
     return f"sqlite:///{path.resolve()}"
 
 
-def _refuse_foreign_file(path: Path, text: str) -> None:
-    """An existing file becomes a study only if it is one already (or an empty SQLite
-    database): a study adds tables, and another file of the user's is not ours to change."""
+def refuse_foreign_study(location) -> None:
+    """Refuse a study path naming an existing file that is not a study: a study adds
+    tables, and another file of the user's is not ours to change. An empty file or SQLite
+    database holds nothing to lose, and is what a run killed as it created its study
+    leaves: taken. Checked where the user names it (the CLI)."""
     import sqlite3
 
+    text = str(location)
+    path = Path(text).expanduser()
+    if "://" in text or not text.strip() or not path.is_file():
+        return
     with open(path, "rb") as stream:
         header = stream.read(16)
+    if not header:
+        return
     if header != b"SQLite format 3\x00":
-        what = "an empty file" if not header else "not a SQLite database"
-        raise ProvisionerError(f"study '{text}' exists and is {what}, not one a run of provision made; give a new "
-                               f"file name (it is created) or one an earlier run made", params=("study",))
+        raise ProvisionerError(f"study '{text}' exists and is not a SQLite database, so not one a run of provision "
+                               f"made; give a new file name (it is created) or one an earlier run made",
+                               params=("study",))
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

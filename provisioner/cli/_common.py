@@ -13,6 +13,7 @@ from workloads import TraceGenerator, default_arrival
 
 from ..errors import ProvisionerError
 from ..results import json_safe
+from ..store import refuse_foreign_study
 
 WORKLOAD_HELP = "'coding', 'conversation', or a path to a CSV trace (canonical, Azure or SplitwiseSim header)."
 ARRIVAL_HELP = ("replay (a CSV trace's own arrivals and sizes, request by request; the default for a CSV path), "
@@ -223,9 +224,11 @@ def study_option():
 
 def refuse_study_as_output(study: str | None, outputs, flag: str) -> None:
     """A --study SQLite file that is also an output path would be replaced by that output
-    (atomically, after the run), losing every simulation the study kept: refused first."""
+    (atomically, after the run), losing every simulation the study kept: refused first; so
+    is an existing file that is not a study (`refuse_foreign_study`)."""
     if not study or "://" in str(study) or not str(study).strip():
         return
+    refuse_foreign_study(study)
     db = Path(str(study)).expanduser().resolve()
     for out in outputs:
         if out is not None and Path(out).expanduser().resolve() == db:

@@ -90,8 +90,8 @@ def main_command(
     if not 1 <= verify_seeds <= MAX_VERIFY_SEEDS:
         raise ProvisionerError(f"--verify-seeds must be 1-{MAX_VERIFY_SEEDS} (got {verify_seeds}): each seed re-runs "
                                f"every family's answer in the discrete-event engine; 2-5 is usual")
-    if report is not None:  # refuse before the search, not after it
-        refuse_study_as_output(study, (report,), "--report")
+    refuse_study_as_output(study, (report,), "--report")   # before the search, not after it
+    if report is not None:
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=input_files(workload, latency_profile))
     check_preemption(preemption, scheduler)
