@@ -833,7 +833,8 @@ def test_finalists_are_distinct_up_to_interchangeable_nodes(perf, tmp_path):
     path = tmp_path / "matrix.toml"
     shipped = (Path(__file__).resolve().parents[1] / "hardware_catalog" / "data" / "inventories"
                / "thunderserve-32gpu.toml").read_text()
-    path.write_text(shipped.replace("[network]", f"[network]\nbandwidth_gbps = [{rows}]"))
+    path.write_text(shipped.replace("[network]", f"[network]\nbandwidth_gbps = [{rows}]")   # instead of one
+                    .replace("inter_node_gbps = 40\n", ""))                                 # rate for all
     lopsided = _ctx(perf, load_inventory(path, perf.catalog), "conversation")
     assert symmetry_key(lopsided.physics, plan) != symmetry_key(lopsided.physics, mirror)
 
