@@ -540,3 +540,16 @@ def test_an_inventory_giving_both_link_forms_is_refused(tmp_path):
                          '[[nodes]]\ntype = "a6000-4x"\ncount = 2\n')
     assert_one_line_error(*cli("cloud", "--inventory", inventory, "--rps", "1"),
                           "network.inter_node_gbps", "not both")
+
+
+def test_a_replay_spanning_ages_is_refused_and_a_rate_rescales_it(tmp_path):
+    """Arrival times in nanoseconds read as seconds: replayed at their own rate, 100 requests
+    over ~6e8 years kept the fluid engine stepping through idle time for minutes."""
+    trace = tmp_path / "ns.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{k * 2e14:.1f},1000,100\n" for k in range(100)))
+    assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2",
+                               "--token-machines", "1", "--workload", trace),
+                          "write its arrival times in seconds", "or give --rps to rescale it")
+    from workloads import TraceGenerator
+    assert len(TraceGenerator(str(trace), None, rps=5.0).at(5.0)) == 100   # rescaled to 5 req/s: 20 s

@@ -33,6 +33,9 @@ import numpy as np
 from workloads._arrivals import MAX_TRACE_REQUESTS, check_cv, check_positive, request_count
 from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
+
+# A trace replayed at its own rate spans at most ~30 years: longer is a unit mistake (ms or ns as s).
+MAX_REPLAY_SPAN_S = 1e9
 from workloads.errors import UnknownWorkloadError, WorkloadError
 
 __all__ = ["ARRIVAL_PROCESSES", "TraceGenerator", "check_positive", "default_arrival"]
@@ -207,6 +210,11 @@ class TraceGenerator:
         if k < 1:
             raise WorkloadError(f"no request of trace '{self.name}' arrives in a {self.duration_s:g}-s window at "
                                 f"{rps:g} req/s; use a longer duration_s", params=("duration_s",))
+        span_s = float(pos[k - 1] * factor)
+        if span_s > MAX_REPLAY_SPAN_S:   # the simulators would step through ages of idle time
+            raise WorkloadError(f"trace '{self.name}' at {rps:.3g} req/s spans {span_s:.3g} s ({span_s / 3.156e7:.3g} "
+                                f"years): write its arrival times in seconds (milliseconds / 1e3, nanoseconds / "
+                                f"1e9), or give rps to rescale it", params=("rps",))
         rows = np.arange(k) % m
         return Trace(pos[:k] * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
                      self.duration_s)
