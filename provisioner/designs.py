@@ -153,12 +153,6 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
     if not spec.split:
         prompt_machines = machines if machines is not None else prompt_machines
         token_machines = 0
-        if prompt_machines < 1:
-            raise ProvisionerError(f"{family}: machines must be >= 1 (got {prompt_machines})", params=("machines",))
-    elif prompt_machines < 1 or token_machines < 1:
-        raise ProvisionerError(
-            f"{family}: prompt_machines and token_machines must both be >= 1 "
-            f"(got {prompt_machines} and {token_machines})", params=("prompt_machines", "token_machines"))
     d = Design(family, int(prompt_machines), int(token_machines), spec.prompt_machine,
                spec.token_machine, spec.prompt_power_cap, spec.token_power_cap,
                prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0,
@@ -172,7 +166,8 @@ def check_design(d: Design) -> None:
     """Refuse a design no run could simulate: the family's counts (at most
     `MAX_DESIGN_MACHINES` per pool), power caps, batch and chunk sizes, TP degrees."""
     spec = family_spec(d.family)
-    counts = (("prompt_machines", d.prompt_machines),) + ((("token_machines", d.token_machines),) if spec.split else ())
+    counts = ((("prompt_machines", d.prompt_machines), ("token_machines", d.token_machines)) if spec.split
+              else (("machines", d.prompt_machines),))   # a baseline's one pool: make_design's `machines`
     for name, count in counts:
         if not 1 <= count <= MAX_DESIGN_MACHINES:
             raise ProvisionerError(f"{d.family}: {name} must be 1-{MAX_DESIGN_MACHINES:,} (got {count})",

@@ -448,6 +448,8 @@ def test_the_library_names_parameters_and_the_cli_names_flags():
     (["--goal", "cost", "--rps", "5", "--verify-seeds", "99999999999"], "--verify-seeds must be 1-32"),   # was ~GBs
     (["--goal", "throughput", "--design", "splitwise-hh", "--power-budget-kw", "1e9"], "buys over 10,000 machines"),
     (["--goal", "throughput", "--cost-budget-usd-per-h", "1e308"], "--cost-budget-usd-per-h 1e+308 buys over"),
+    (["--goal", "throughput", "--design", "splitwise-hh", "--power-budget-kw", "1e9", "--max-machines", "50"],
+     "buys over 10,000 machines"),   # the affordable designs are enumerated whatever max_machines says
     (["--goal", "cost", "--rps", "5", "--max-machines", "100000000"], "--max-machines must be an integer in"),
     (["--goal", "cost", "--rps", "inf"], "--rps must be a finite number > 0"),
     (["autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e308", "--design", "baseline-a100"],

@@ -103,6 +103,7 @@ def _verified_rps(problem: SearchProblem, family: str, alive: DesignBatch, obj: 
 
 def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch | None:
     """The designs the budget affords that no other affordable design dominates."""
+    problem.refuse_unenumerable_budget(space)
     bkey = problem.budget_key
     budget = problem.budget * (1 + 1e-9)
     frames = []

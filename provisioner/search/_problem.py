@@ -217,25 +217,31 @@ class SearchProblem:
 
     # -- budgets and objectives ------------------------------------------------------------
     def budget_bounds(self, sp: FamilySpace) -> tuple[int, int]:
-        per = []
-        for pool in (sp.prompt, sp.token):
-            if pool is None:
-                continue
-            unit = min(self.unit_objective(m, pool.power_cap[0]) for m in pool.machines)
-            per.append(unit)
+        per = self._cheapest_units(sp)
         budget = self.budget
-        fixed = sum(per) - min(per)   # the other pool's one machine, if any
-        if (budget - fixed) / min(per) > MAX_BUDGET_MACHINES:
-            param = "power_budget_kw" if self.budget_key == "power_kw" else "cost_budget_usd_per_h"
-            unit = "kW" if self.budget_key == "power_kw" else "$/h"
-            raise ProvisionerError(
-                f"{param} {budget:g} buys over {MAX_BUDGET_MACHINES:,} machines of one pool of {sp.family}, more "
-                f"than the planner simulates; give a budget of at most {fixed + MAX_BUDGET_MACHINES * min(per):,.0f} "
-                f"{unit}", params=(param,))
         if sp.token is None:
             return max(1, int(np.floor(budget / per[0] + 1e-9))), 1
         return (max(1, int(np.floor((budget - per[1]) / per[0] + 1e-9))),
                 max(1, int(np.floor((budget - per[0]) / per[1] + 1e-9))))
+
+    def refuse_unenumerable_budget(self, sp: FamilySpace) -> None:
+        """Refuse a budget that buys over `MAX_BUDGET_MACHINES` machines of one pool: the
+        affordable designs are enumerated count by count (`budget_candidates`), whatever
+        max_machines says."""
+        per = self._cheapest_units(sp)
+        fixed = sum(per) - min(per)   # the other pool's one machine, if any
+        if (self.budget - fixed) / min(per) > MAX_BUDGET_MACHINES:
+            param = "power_budget_kw" if self.budget_key == "power_kw" else "cost_budget_usd_per_h"
+            unit = "kW" if self.budget_key == "power_kw" else "$/h"
+            raise ProvisionerError(
+                f"{param} {self.budget:g} buys over {MAX_BUDGET_MACHINES:,} machines of one pool of {sp.family}, "
+                f"more than the planner simulates; give a budget of at most "
+                f"{fixed + MAX_BUDGET_MACHINES * min(per):,.0f} {unit}", params=(param,))
+
+    def _cheapest_units(self, sp: FamilySpace) -> list[float]:
+        """The least budget one machine of each pool of `sp` takes (its lowest power cap)."""
+        return [min(self.unit_objective(m, pool.power_cap[0]) for m in pool.machines)
+                for pool in (sp.prompt, sp.token) if pool is not None]
 
     @property
     def budget(self) -> float:
