@@ -222,7 +222,7 @@ def study_option():
                              "the same answer.")
 
 
-def refuse_study_as_output(study: str | None, outputs, flag: str) -> None:
+def check_study_path(study: str | None, outputs, flag: str) -> None:
     """A --study SQLite file that is also an output path would be replaced by that output
     (atomically, after the run), losing every simulation the study kept: refused first; so
     is an existing file that is not a study (`refuse_foreign_study`)."""

@@ -20,7 +20,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, 
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
                       given, refuse_idle_flags, replay_note, scheduler_option, study_option,
                       preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
-                      refuse_study_as_output)
+                      check_study_path)
 from ._tables import render_result
 
 MAX_VERIFY_SEEDS = 32   # each seed is a discrete-event run of every family's answer
@@ -90,7 +90,7 @@ def main_command(
     if not 1 <= verify_seeds <= MAX_VERIFY_SEEDS:
         raise ProvisionerError(f"--verify-seeds must be 1-{MAX_VERIFY_SEEDS} (got {verify_seeds}): each seed re-runs "
                                f"every family's answer in the discrete-event engine; 2-5 is usual")
-    refuse_study_as_output(study, (report,), "--report")   # before the search, not after it
+    check_study_path(study, (report,), "--report")   # before the search, not after it
     if report is not None:
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=input_files(workload, latency_profile))

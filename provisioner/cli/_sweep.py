@@ -16,7 +16,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
-from ._common import (given, preemption_option, refuse_study_as_output, scheduler_option, study_option,
+from ._common import (given, preemption_option, check_study_path, scheduler_option, study_option,
                       swap_space_option)
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
@@ -57,7 +57,7 @@ def sweep_command(
     questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None,
                                 preemption if given(ctx, "preemption") else None,
                                 swap_space_gb if given(ctx, "swap_space_gb") else None).questions
-    refuse_study_as_output(study, [out / name for name in OUTPUTS], "--out")
+    check_study_path(study, [out / name for name in OUTPUTS], "--out")
     if out.is_dir():
         paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,))
                  for name in OUTPUTS]

@@ -189,7 +189,7 @@ class Scorer:
         batch at offered load c (iterations of decode work per iteration) is c mean(n - 1)
         (Little's law)."""
         loads = np.linspace(0.0, full_load, _LOAD_POINTS + 1)
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):   # a mean output of ~1e7 tokens: an infinite batch, never admitted
             batch = loads * float(self.w.decode_steps.mean())
         return loads, self._decode_step_s(coef, batch, prefill_busy)
 

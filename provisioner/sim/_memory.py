@@ -116,10 +116,10 @@ def _refusal(need: float, budget: float, servers: int, n_requests: int, duration
 
 
 def _shorter(duration_s: float | None, fraction: float) -> str:
-    if duration_s is not None and duration_s * fraction * 0.9 >= MIN_USEFUL_DURATION_S:
-        return (f"shorten duration_s to {duration_s * fraction * 0.9:.3g} s or lower rps "
-                f"(fewer requests and machines)")
-    if duration_s is not None:   # no trace short enough says anything: the design itself is too large
+    fitting_s = None if duration_s is None else duration_s * fraction * 0.9
+    if fitting_s is not None and fitting_s >= MIN_USEFUL_DURATION_S:
+        return f"shorten duration_s to {fitting_s:.3g} s or lower rps (fewer requests and machines)"
+    if fitting_s is not None:   # no trace short enough says anything: the design itself is too large
         return (f"the design is too large to simulate here: ask for fewer machines (a lower rps or budget, or "
                 f"max_machines) or raise {BUDGET_ENV}")
     return "use a shorter trace or a lower rate"
