@@ -888,7 +888,7 @@ def _trace_with_huge_prompts(path, every=10, huge=200_000):
 
 def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
     """A 200k-token prompt of llama-30b needs ~330 GB of KV: no replica of the inventory
-    holds it. The engines run it alone as if it fitted (so nothing deadlocks); the answer
+    holds it. The router rejects it at arrival (it is not simulated); the answer
     counts it as missing every deadline, says so, and --goal throughput names the cause
     instead of advising looser SLOs."""
     trace = _trace_with_huge_prompts(tmp_path / "huge.csv")

@@ -59,6 +59,25 @@ def test_transfers_queue_on_a_shared_link(engine, shared):
 
 
 @pytest.mark.parametrize("engine", [run_des, run_fluid], ids=["des", "fluid"])
+@pytest.mark.parametrize("prompt,output,idle", [(2500, 600, [0, 2]), (1500, 2000, [2])],
+                         ids=["prompt-too-long", "request-too-long"])
+def test_a_request_goes_only_to_servers_that_hold_it(engine, prompt, output, idle):
+    """Prefill servers of 2k and 1M KV tokens, decode servers of 3k and 1M, equal shares. A
+    2.5k-token prompt with 600 outputs fits neither small server (its prefill and decode go to the large
+    ones); a 1.5k-token prompt with 2k outputs fits either prefill server but only the large
+    decode server. The router knows a request's size and a replica's memory: the servers
+    that cannot hold it never get it (before, each ran it alone as if it fitted)."""
+    coef = np.zeros(N_COEF)
+    coef[0], coef[4] = 1e-4, 1e-3
+    plan = _plan([coef] * 4, [2000, 1e6, 3000, 1e6], [0.5, 0.5], [[0.5, 0.5], [0.5, 0.5]],
+                 np.full((2, 2), 0.01), np.full((2, 2), 1e-5))
+    out = engine(_inputs(plan, np.arange(8) * 5.0, [prompt] * 8, [output] * 8))
+    drained = out.drained_s[0]
+    assert np.all(drained[idle] == 0) and np.all(np.delete(drained, idle) > 0), drained
+    assert np.all(np.isfinite(out.finish_s[0]))
+
+
+@pytest.mark.parametrize("engine", [run_des, run_fluid], ids=["des", "fluid"])
 def test_one_prefill_one_decode_exact_timings(engine):
     """Prefill server: a * prompt tokens per iteration; decode server: tau per iteration
     whatever the batch; transfer: setup + per_token x s (prompts under the layer-wise

@@ -10,7 +10,7 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
 from ..errors import ProvisionerError
-from ..sim import ENGINES, ServerPlan, SimInputs, request_latencies, run_des
+from ..sim import ENGINES, ServerPlan, SimInputs, plan_holds, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
 
 
@@ -70,13 +70,17 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
     sp, n_p, n_d = server_plan(ctx, plan, routing)
     if sp.prefill_share.sum() <= 0:   # the routing found no rate worth routing: none served
         return nothing_served(trace, unservable=kv_misfits(ctx, plan, trace)[0])
-    inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0)
+    # the router rejects at arrival a request no routed replica holds: it is not simulated
+    unserved = unservable(sp, trace.prompt_tokens, trace.output_tokens)
+    if unserved.all():
+        return nothing_served(trace, unservable=len(trace))
+    inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0, keep=~unserved)
     if engine == "fluid":
         from ..sim._fluid import run_fluid
         out = run_fluid(inputs)
     else:
         out = run_des(inputs)
-    return plan_scores(ctx, trace, inputs, out)
+    return plan_scores(ctx, trace, inputs, out, unserved)
 
 
 def no_attainment() -> dict:
@@ -91,10 +95,12 @@ def nothing_served(trace, unservable: int = 0) -> dict:
             "unservable_requests": int(unservable)}
 
 
-def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) -> SimInputs:
+def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0, keep=None) -> SimInputs:
     """One design: the plan's servers (`servers`); the per-pool arrays are placeholders
     (the first and last server) that the engines replace by the plan's own. The chunk
-    budget is the design's, so every server of the plan applies the engines' chunking rule."""
+    budget is the design's, so every server of the plan applies the engines' chunking rule.
+    keep : (r,) the requests of `trace` to simulate (None: all)."""
+    keep = slice(None) if keep is None else np.asarray(keep, dtype=bool)
     return SimInputs(
         n_machines=np.array([[n_p, n_d]], dtype=np.int64), coef=np.stack([sp.coef[:1], sp.coef[-1:]], axis=1),
         kv_cap_tokens=np.array([[sp.kv_cap_tokens[0], sp.kv_cap_tokens[-1]]]),
@@ -102,21 +108,22 @@ def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0) 
         chunk_tokens=np.array([float(chunk_tokens)]),
         allow_borrow=np.zeros(1, dtype=bool), mps_share=np.zeros(1), kv_s_per_token=np.zeros(1),
         kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
-        overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(trace.arrival_s, dtype=float),
-        prompt_tokens=np.ascontiguousarray(trace.prompt_tokens, dtype=np.int64),
-        output_tokens=np.ascontiguousarray(trace.output_tokens, dtype=np.int64), servers=(sp,))
+        overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(np.asarray(trace.arrival_s)[keep], dtype=float),
+        prompt_tokens=np.ascontiguousarray(np.asarray(trace.prompt_tokens)[keep], dtype=np.int64),
+        output_tokens=np.ascontiguousarray(np.asarray(trace.output_tokens)[keep], dtype=np.int64), servers=(sp,))
 
 
-def unservable(inputs) -> np.ndarray:
-    """(r,) the requests whose KV cache fits in no replica the plan routes to (`fits_nowhere`
-    over the routed servers). The engines run such a request alone as if it fitted
-    (SEMANTICS.md, so nothing deadlocks); on the GPUs it would fail, so it counts as missing
-    every deadline."""
-    sp = inputs.servers[0]
-    n_p, n_d = (int(x) for x in inputs.n_machines[0])
-    front = sp.kv_cap_tokens[:n_p][sp.prefill_share > 0]
-    back = sp.kv_cap_tokens[n_p:][(sp.prefill_share[:, None] * sp.decode_share).sum(axis=0) > 0] if n_d else None
-    return fits_nowhere(inputs.prompt_tokens, inputs.output_tokens, front, back)
+def unservable(sp: ServerPlan, prompt_tokens, output_tokens) -> np.ndarray:
+    """(r,) the requests no server the plan routes to holds (`plan_holds`: the prompt's KV
+    at a routed prefill server and the whole request's at one of its routed decode servers;
+    a non-split server holds the whole request). The router rejects such a request at
+    arrival (SEMANTICS.md, "Cloud plans"): on the GPUs it would fail, so it counts as
+    missing every deadline, and it is not simulated."""
+    r = len(prompt_tokens)
+    if r == 0:
+        return np.zeros(0, dtype=bool)
+    prefill_ok, _ = plan_holds(sp, prompt_tokens, output_tokens)   # (p, r)
+    return ~(prefill_ok & (np.asarray(sp.prefill_share) > 0)[:, None]).any(axis=0)
 
 
 def kv_misfits(ctx, plan, trace) -> tuple[int, int, int]:
@@ -142,29 +149,34 @@ def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=N
     return (s > front) | (need > float(np.max(back_kv_tokens, initial=0.0)))
 
 
-def plan_scores(ctx, trace, inputs, out) -> dict:
-    """Attainment, the Table VI checks and the served rate of one engine run of a plan
-    (requests that fit in no replica count as misses: `unservable`)."""
-    r = len(trace)
+def plan_scores(ctx, trace, inputs, out, unserved) -> dict:
+    """Attainment, the Table VI checks and the served rate of one engine run of a plan on
+    the requests of `trace` it holds. The others (`unserved`, rejected at arrival) count
+    as misses in the attainment and make the checks fail; the percentiles are of the
+    requests served."""
+    r, served = len(trace), ~unserved
     lat = request_latencies(out, inputs.arrival_s, inputs.output_tokens)
     from ._plan import reference_latencies
     ref = reference_latencies(ctx.ref_physics, trace.prompt_tokens, trace.output_tokens)
     limits = ctx.slo.limits()
-    unserved = unservable(inputs)
-    attain, checks, latency, ok_all = {}, {}, {}, np.ones(r, dtype=bool)
+    attain, checks, latency, ok_all = {}, {}, {}, served.copy()
+    ok_served = ok_all[served]
     for k, m in enumerate(METRICS):
-        slow = lat[k][0] / ref[k]
-        has = np.isfinite(ref[k])
-        within = (slow[has] <= limits[k, -1]) & ~unserved[has]
-        attain[m] = float(within.mean()) if within.size else 1.0
-        ok_all[has] &= within
-        pct = row_percentiles(slow[has][None, :])[0]
+        has_all = np.isfinite(ref[k])   # every request but TBT's one-token ones
+        has = has_all[served]
+        slow = lat[k][0][has] / ref[k][served][has]
+        within = slow <= limits[k, -1]
+        attain[m] = float(within.sum() / has_all.sum()) if has_all.any() else 1.0
+        ok_served[has] &= within
+        pct = row_percentiles(slow[None, :])[0]
         checks[m] = {f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}
         seconds = row_percentiles(lat[k][0][has][None, :])[0]   # the fidelity comparison's unit
         latency[m] = {f"p{p}": float(v) for p, v in zip(PERCENTILES, seconds)}
+    ok_all[served] = ok_served
     attain["all"] = float(ok_all.mean())
     met = not unserved.any() and all(checks[m][f"p{p}"] <= limits[k, j] for k, m in enumerate(METRICS)
                                      for j, p in enumerate(PERCENTILES))
-    span = float(np.nanmax(out.finish_s[0]) - inputs.arrival_s[0]) if r else 0.0
+    kept = len(inputs.arrival_s)
+    span = float(np.nanmax(out.finish_s[0]) - inputs.arrival_s[0]) if kept else 0.0
     return {"slo_attainment": attain, "slo": {"met": bool(met), "slowdown": checks}, "latency_s": latency,
-            "served_rps": r / span if span > 0 else 0.0, "requests": r, "unservable_requests": int(unserved.sum())}
+            "served_rps": kept / span if span > 0 else 0.0, "requests": r, "unservable_requests": int(unserved.sum())}

@@ -14,6 +14,12 @@ attainment at 99% (SEMANTICS.md, "Cloud plans").
 Decode server: among the prefill server's decode servers (decode share > 0), the one
 with the least share of its KV budget booked; ties by smooth weighted round-robin on
 that prefill server's decode shares.
+Both choices are among the servers that hold the request (`plan_holds`): a prefill server
+whose budget holds the prompt (a non-split one: the whole request) and, in a split plan,
+one of whose decode servers holds the whole request; a router knows a request's size
+and a replica's memory. A request no routed server holds is the caller's to reject
+(`provisioner.cloud` counts it unservable and does not simulate it); given one anyway,
+the engine routes it as if every server held it and runs it alone (as any machine does).
 """
 
 from __future__ import annotations
@@ -66,26 +72,35 @@ class CloudCluster(_Cluster):
         links = plan.shared_links   # (p, d, L) -> rows k * p + i, as the fluid kernel's table
         self.link_rows = np.ascontiguousarray(np.moveaxis(links, 2, 0).reshape(links.shape[2] * links.shape[0], links.shape[1]))
         self.link_free = np.zeros(links.shape[2])   # when each shared link is next free
+        self.least_kv_cap = float(self.kv_cap.min())   # a request within it fits on every server
+        self.everywhere = (np.ones(self.n_prompt, dtype=bool), np.ones(self.n_token, dtype=bool))
 
     def route(self, r, t):
-        p = self._prefill_server(t)
-        d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p)
+        s, n = self.S[r], self.N[r]
+        prefill_ok, decode_ok = self.everywhere
+        if s + n > self.least_kv_cap:   # some server may not hold it
+            prefill_ok, decode_ok = plan_holds(self.plan, s, n)
+            if not prefill_ok[self.routed].any():   # held nowhere: route it as if held everywhere
+                prefill_ok, decode_ok = self.everywhere
+        p = self._prefill_server(t, prefill_ok)
+        d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p, decode_ok)
         return self.assign(r, p, d)
 
-    def _prefill_server(self, t) -> int:
-        """Least queued work per unit of share; ties by smooth weighted round-robin."""
+    def _prefill_server(self, t, ok) -> int:
+        """Least queued work per unit of share among the servers that hold the request;
+        ties by smooth weighted round-robin."""
         work = self.prompt_work(t)[:self.n_prompt]
         if self.n_token == 0:   # a non-split server also decodes what it prefilled
             work = work + self.pending_decode[:self.n_prompt]
-        load = np.where(self.routed, work / self.share, np.inf)
+        load = np.where(self.routed & ok, work / self.share, np.inf)
         return _least_then_credit(load, self.p_credit, self.plan.prefill_share)
 
-    def _decode_server(self, p) -> int:
-        """Among prefill server p's decode servers, the least share of KV booked; ties by
-        smooth weighted round-robin on p's decode shares."""
+    def _decode_server(self, p, ok) -> int:
+        """Among prefill server p's decode servers that hold the request, the least share
+        of KV booked; ties by smooth weighted round-robin on p's decode shares."""
         share = self.plan.decode_share[p]
         booked = self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:]
-        return _least_then_credit(np.where(share > 0, booked, np.inf), self.d_credit[p], share)
+        return _least_then_credit(np.where((share > 0) & ok, booked, np.inf), self.d_credit[p], share)
 
     def kv_queued_s(self, p, d, s, e, prefill_s, visible):
         """`visible` (the transfer alone) or later: the transfer queues first-come first-served
@@ -101,6 +116,23 @@ class CloudCluster(_Cluster):
         j = d - self.n_prompt
         return (float(self.plan.kv_s_per_token[p, j]), float(self.plan.kv_setup_s[p, j]), self.kv_link[2],
                 self.kv_link[3])
+
+
+def plan_holds(plan: ServerPlan, s, n) -> tuple[np.ndarray, np.ndarray]:
+    """((p,) prefill servers, (d,) decode servers) that can hold a request of `s` prompt and
+    `n` output tokens (broadcast: arrays of requests give (p, r) and (d, r)). A decode
+    server holds `s + n` KV tokens. A prefill server holds the prompt's `s` (a non-split
+    one, decoding too, `s + n`) and, in a split plan, routes to a decode server that holds
+    the request."""
+    s, need = np.asarray(s, dtype=float), np.asarray(s, dtype=float) + np.asarray(n, dtype=float)
+    p, d = plan.decode_share.shape
+    cap = np.asarray(plan.kv_cap_tokens, dtype=float).reshape((-1,) + (1,) * need.ndim)
+    if d == 0:
+        return need <= cap[:p], np.zeros((0,) + need.shape, dtype=bool)
+    decode_ok = need <= cap[p:]
+    reach = np.asarray(plan.decode_share) > 0   # (p, d)
+    onward = np.tensordot(reach, decode_ok, axes=(1, 0)) > 0   # (p, ...) some routed decode server holds it
+    return (s <= cap[:p]) & onward, decode_ok
 
 
 def _least_then_credit(load, credit, share) -> int:

@@ -187,7 +187,7 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cl
             return
         need = s_arr[r] + n_arr[r]
         if cloud is not None:
-            p, d = _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window)
+            p, d = _cloud_route(t, s_arr[r], need, n0, n1, cloud, kv_cap, fs, st, window)
         elif n1 == 0:
             p = _least_loaded_mixed(t, n0, fs, st, window)
             d = p
@@ -273,25 +273,50 @@ def _least_loaded_machine(t, n0, fs, st, window):
 
 
 @njit(cache=True, _nrt=False)
-def _cloud_route(t, n0, n1, cloud, kv_cap, fs, st, window):
+def _cloud_route(t, s, need, n0, n1, cloud, kv_cap, fs, st, window):
     """A cloud plan's (prefill, decode) servers (SEMANTICS.md "Cloud plans", as `_des_cloud.py`).
     Prefill (or non-split): the least queued work per unit of share among the servers with a
-    share. Decode: among the prefill server's decode servers (share > 0), the least share of
-    its KV budget booked. Ties by smooth weighted round-robin on the shares."""
+    share that hold the request. Decode: among the prefill server's decode servers (share > 0)
+    that hold it, the least share of its KV budget booked. Ties by smooth weighted round-robin
+    on the shares. A request no server holds is routed as if every server held it."""
     plan, p_credit, d_credit, loads, _ = cloud
-    for m in range(n0):
-        loads[m] = INF
-        if plan[0, m] > 0.0 and window[m, 0] <= t < window[m, 1]:
-            work = _prompt_work(m, t, fs, st)
-            if n1 == 0:   # a non-split server also decodes what it prefilled
-                work += _decode_progress(m, t, fs, st)
-            loads[m] = work / plan[0, m]
+    fit = True
+    for attempt in range(2):   # the second attempt, when no server holds it, ignores fit
+        held = False
+        for m in range(n0):
+            loads[m] = INF
+            if plan[0, m] > 0.0 and window[m, 0] <= t < window[m, 1] and (not fit or _cloud_holds(m, s, need, n0, n1,
+                                                                                                     plan, kv_cap)):
+                work = _prompt_work(m, t, fs, st)
+                if n1 == 0:   # a non-split server also decodes what it prefilled
+                    work += _decode_progress(m, t, fs, st)
+                loads[m] = work / plan[0, m]
+                held = True
+        if held:
+            break
+        fit = False
     p = _least_then_credit(loads, n0, p_credit, plan[0])
     if n1 == 0:
         return p, p
     for j in range(n1):
-        loads[j] = fs[n0 + j, F_RESERVED] / kv_cap[n0 + j] if plan[1 + p, j] > 0.0 else INF
+        ok = plan[1 + p, j] > 0.0 and (not fit or need <= kv_cap[n0 + j])
+        loads[j] = fs[n0 + j, F_RESERVED] / kv_cap[n0 + j] if ok else INF
     return p, n0 + _least_then_credit(loads, n1, d_credit[p], plan[1 + p])
+
+
+@njit(cache=True, forceinline=True, _nrt=False)
+def _cloud_holds(m, s, need, n0, n1, plan, kv_cap):
+    """Whether prefill (or non-split) server m holds a request (`_des_cloud.plan_holds`): the
+    prompt in its budget (non-split: the whole request) and, split, the whole request in
+    one of its routed decode servers."""
+    if n1 == 0:
+        return need <= kv_cap[m]
+    if s > kv_cap[m]:
+        return False
+    for j in range(n1):
+        if plan[1 + m, j] > 0.0 and need <= kv_cap[n0 + j]:
+            return True
+    return False
 
 
 @njit(cache=True, _nrt=False)
