@@ -36,7 +36,8 @@ def os_error_line(exc: OSError, path) -> str:
 def check_output_path(path, *, flag: str = "path", force: bool = False, force_hint: str = "force=True", inputs=(),
                       parents: bool = False) -> Path:
     """Refuse, before any work, an output that is a directory, exists without `force`,
-    lies in a missing directory (created when `parents`), or is one of the command's `inputs`.
+    lies in a missing directory (created when `parents`) or in one where no file can be
+    created, or is one of the command's `inputs`.
 
     >>> check_output_path("report.html").name
     'report.html'
@@ -56,7 +57,20 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
             raise ProvisionerError(os_error_line(exc, path)) from None
     if not path.parent.is_dir():
         raise ProvisionerError(f"{flag} '{path}': directory '{path.parent}' does not exist; create it first")
+    if not (path.exists() and not _is_regular(path)):   # a special file is written in place
+        _probe_writable(path)
     return path
+
+
+def _probe_writable(path: Path) -> None:
+    """Refuse now, not after a long run, a directory where `write_output` could not create
+    its temporary file (read-only, no permission, /proc): create and remove one."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as exc:
+        raise ProvisionerError(os_error_line(exc, path)) from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
 
 
 def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = False, force_hint: str = "force=True",

@@ -72,6 +72,8 @@ def _url(location: str) -> str:
     if not text.strip():
         raise ProvisionerError("study is empty: give a SQLite file such as plans.db or a URL such as "
                                "postgresql://user@host/db", params=("study",))
+    if text.startswith("sqlite:"):
+        return _sqlite_url(text)
     if "://" in text:
         return text
     path = Path(text).expanduser()
@@ -82,6 +84,28 @@ def _url(location: str) -> str:
         raise ProvisionerError(f"study '{text}': directory '{path.parent}' does not exist; create it first",
                                params=("study",))
     return f"sqlite:///{path.resolve()}"
+
+
+def _sqlite_url(url: str) -> str:
+    """A SQLite URL whose file's directory exists, or one line on the slash count, the usual
+    slip: `sqlite:///` is followed by a relative path, `sqlite:////` by an absolute one."""
+    form = "sqlite:/// then the file's path (sqlite:///plans.db; absolute: sqlite:////srv/plans.db)"
+    if not url.startswith("sqlite:///"):
+        if url == "sqlite://":   # an in-memory database: SQLAlchemy's own URL
+            return url
+        raise ProvisionerError(f"study '{url}' is not a SQLite URL: write {form}, or give the file's path alone",
+                               params=("study",))
+    file = url[len("sqlite:///"):].split("?", 1)[0]
+    if file in ("", ":memory:"):
+        return url
+    parent = Path(file).parent
+    if not parent.is_dir():
+        slashes = ("an absolute path takes four slashes (sqlite:////...)" if not file.startswith("/")
+                   else "create it first")
+        raise ProvisionerError(f"study '{url}': directory '{parent}' does not exist (the URL's path is "
+                               f"{'absolute' if file.startswith('/') else 'relative to here'}); {slashes}",
+                               params=("study",))
+    return url
 
 
 def refuse_foreign_study(location) -> None:

@@ -558,3 +558,50 @@ def test_a_replay_spanning_ages_is_refused_and_a_rate_rescales_it(tmp_path):
                           "write its arrival times in seconds", "or give --rps to rescale it")
     from workloads import TraceGenerator
     assert len(TraceGenerator(str(trace), None, rps=5.0).at(5.0)) == 100   # rescaled to 5 req/s: 20 s
+
+
+@pytest.mark.parametrize("argv,owner", [
+    (["--goal", "cost", "--rps", "70", "--kv-bits", "4"], "an option of 'provision cloud'"),
+    (["cloud", "--rps", "3", "--max-machines", "3"], "an option of 'provision' or 'provision autoscale'"),
+])
+def test_a_flag_of_another_command_names_that_command(argv, owner):
+    """`provision --kv-bits 4` said only "No such option": the flag is right, the command is not."""
+    assert_one_line_error(*cli(*argv), "No such option", owner)
+
+
+def test_an_unknown_flag_names_no_command():
+    line = assert_one_line_error(*cli("cloud", "--rps", "3", "--seeed", "3"), "No such option: --seeed")
+    assert "it is an option of" not in line
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_report_in_a_directory_that_takes_no_files_is_refused_before_the_run():
+    """/proc takes no new files: the report failed only after the whole search had run."""
+    code, out, err, seconds, _ = run_measured(["--goal", "cost", "--rps", "70", "--report", "/proc/x.html"],
+                                              timeout_s=60)
+    assert_one_line_error(code, out, err, "cannot write '/proc/x.html'")
+    assert out == ""   # refused before the search: no table
+
+
+@pytest.mark.parametrize("url,needle", [
+    ("sqlite://plans.db", "write sqlite:/// then the file's path"),
+    ("sqlite:///nodir/plans.db", "an absolute path takes four slashes"),
+    ("sqlite:////nodir/plans.db", "directory '/nodir' does not exist"),
+])
+def test_a_sqlite_url_with_the_wrong_slashes_says_how_many(tmp_path, url, needle):
+    """Was the driver's "unable to open database file": the slash count is the usual slip."""
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--study", url, cwd=tmp_path), "--study", needle)
+
+
+def test_a_relative_sqlite_url_opens_the_file_here(tmp_path):
+    code, _, err = cli("--goal", "cost", "--rps", "5", "--duration", "20", "--no-verify", "--max-machines", "8",
+                       "--study", "sqlite:///plans.db", cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "plans.db").stat().st_size > 0
+
+
+def test_a_trace_with_no_rate_is_named_by_its_file(tmp_path):
+    """The message said trace 'one' (the file's stem), not which file."""
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100,10\n")
+    assert_one_line_error(*cli("--goal", "cost", "--workload", trace), f"trace '{trace}' has no rate to replay")

@@ -84,7 +84,7 @@ class TraceGenerator:
         self.sha256 = _file_sha256(workload)
         self.seed = _int_seed(seed)
         self.cv = float(cv)
-        self.native_rps = _native_rps(self.source) if self.arrival == "replay" else None
+        self.native_rps = _native_rps(self.source, self.label) if self.arrival == "replay" else None
         if duration_s is None:
             if self.arrival != "replay":
                 raise WorkloadError(f"duration_s must be a number of seconds > 0 for {self.arrival} arrivals, "
@@ -98,6 +98,11 @@ class TraceGenerator:
     @property
     def name(self) -> str:
         return self.source.name
+
+    @property
+    def label(self) -> str:
+        """How an error names the trace: the file the user gave, else the workload's name."""
+        return self.name if self.sha256 is None else os.fspath(self.workload)
 
     def at(self, rps: float | None = None) -> Trace:
         """The trace at ``rps`` requests/s (None: a replay's own rate); window ``duration_s``."""
@@ -198,21 +203,21 @@ class TraceGenerator:
         window_s = self.duration_s / factor * (1.0 - _WINDOW_REL_TOL)   # in the file's own seconds
         copies = max(1, math.ceil(window_s / period_s))
         if copies * m > 2 * MAX_TRACE_REQUESTS:   # before allocating: a window far longer than the file
-            raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.name}' at {rps:g} req/s repeats the "
+            raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.label}' at {rps:g} req/s repeats the "
                                 f"file {copies:,} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
                                 f"requests); shorten duration_s", params=("duration_s",))
         pos = (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel()
         k = int(np.searchsorted(pos, window_s, side="left"))
         if k > MAX_TRACE_REQUESTS:
-            raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.name}' at {rps:g} req/s is {k:,} "
+            raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.label}' at {rps:g} req/s is {k:,} "
                                 f"requests, more than a trace holds ({MAX_TRACE_REQUESTS:,}); shorten duration_s",
                                 params=("duration_s",))
         if k < 1:
-            raise WorkloadError(f"no request of trace '{self.name}' arrives in a {self.duration_s:g}-s window at "
+            raise WorkloadError(f"no request of trace '{self.label}' arrives in a {self.duration_s:g}-s window at "
                                 f"{rps:g} req/s; use a longer duration_s", params=("duration_s",))
         span_s = float(pos[k - 1] * factor)
         if span_s > MAX_REPLAY_SPAN_S:   # the simulators would step through ages of idle time
-            raise WorkloadError(f"trace '{self.name}' at {rps:.3g} req/s spans {span_s:.3g} s ({span_s / 3.156e7:.3g} "
+            raise WorkloadError(f"trace '{self.label}' at {rps:.3g} req/s spans {span_s:.3g} s ({span_s / 3.156e7:.3g} "
                                 f"years): write its arrival times in seconds (milliseconds / 1e3, nanoseconds / "
                                 f"1e9), or give rps to rescale it", params=("rps",))
         rows = np.arange(k) % m
@@ -254,11 +259,11 @@ def _file_sha256(workload) -> str | None:
     return digest.hexdigest()
 
 
-def _native_rps(trace: Trace) -> float:
-    """The inverse mean gap of a recorded trace (what replay rescales from)."""
+def _native_rps(trace: Trace, label: str) -> float:
+    """The inverse mean gap of a recorded trace (what replay rescales from); `label` names it."""
     span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
     if len(trace) < 2 or not span_s > 0:
-        raise WorkloadError(f"trace '{trace.name}' has no rate to replay ({len(trace)} request(s) over "
+        raise WorkloadError(f"trace '{label}' has no rate to replay ({len(trace)} request(s) over "
                             f"{span_s:g} s); it needs requests at two or more distinct times, or use "
                             f"arrival='poisson'", params=("arrival",))
     return (len(trace) - 1) / span_s

@@ -49,7 +49,7 @@ def replay_note(traces: TraceGenerator, rps: float | None, requests: int) -> str
     what = (f"time-scaled from its own {traces.native_rps:.4g} to {rps:g} req/s" if traces.rescaled(rps)
             else f"at its own {traces.native_rps:.4g} req/s")
     sha = f" (sha256 {traces.sha256[:12]})" if traces.sha256 else ""
-    return (f"replayed trace {traces.to_json()['workload']}{sha}: {requests} requests in a "
+    return (f"replayed trace {traces.to_json()['workload']}{sha}: {requests} request{'' if requests == 1 else 's'} in a "
             f"{traces.duration_s:.4g}-s window, {what}")
 
 

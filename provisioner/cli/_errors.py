@@ -72,6 +72,8 @@ def run_guarded(command) -> int:
         code = code if isinstance(code, int) else EXIT_OK
     except click_exc.NoArgsIsHelpError:   # typer has printed the help already
         return EXIT_OK
+    except click_exc.NoSuchOption as exc:
+        return _say(exc.format_message() + _other_commands_with(exc), EXIT_USER_ERROR)
     except click_exc.ClickException as exc:
         return _say(exc.format_message(), EXIT_USER_ERROR)
     except (KeyboardInterrupt, typer_exc.Abort):
@@ -84,6 +86,22 @@ def run_guarded(command) -> int:
         stop_workers()
         _echo_err("interrupted (Ctrl-C); stopped")
     return code
+
+
+def _other_commands_with(exc) -> str:
+    """Where a flag the command lacks belongs (`provision --kv-bits 4`: `provision cloud`'s)."""
+    if exc.ctx is None:
+        return ""
+    root = exc.ctx.find_root()
+    group, here = root.command, exc.ctx.command
+    commands = [(root.info_name, group)] + [(f"{root.info_name} {name}", cmd)
+                                            for name, cmd in sorted(getattr(group, "commands", {}).items())]
+    owners = [name for name, cmd in commands
+              if cmd is not here and any(exc.option_name in p.opts for p in cmd.params)]
+    if not owners:
+        return ""
+    names = " or ".join(f"'{name}'" for name in owners)
+    return f"; it is an option of {names}"
 
 
 def _unexpected(exc: BaseException) -> int:
