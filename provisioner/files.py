@@ -62,11 +62,23 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     return path
 
 
+def _replaced(path: Path) -> Path:
+    """The file an atomic write replaces: a symbolic link's target, so that the link stays
+    (`--report /dev/stdout > out.html` must not turn /dev/stdout into a file)."""
+    return path.resolve() if path.is_symlink() else path
+
+
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    """(fd, name) of a new temporary file in the directory of the file `path` replaces."""
+    target = _replaced(path)
+    return tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+
+
 def _probe_writable(path: Path) -> None:
     """Refuse now, not after a long run, a directory where `write_output` could not create
     its temporary file (read-only, no permission, /proc): create and remove one."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+        fd, tmp = _temporary_beside(path)
     except OSError as exc:
         raise ProvisionerError(os_error_line(exc, path)) from None
     os.close(fd)
@@ -78,7 +90,8 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
     """Write `data` to `path` through a temporary file in the same directory, then rename.
 
     A special file (`/dev/null`, `/dev/full`, a pipe) is written in place, since it
-    cannot be renamed over. Errors are one-line `ProvisionerError`s.
+    cannot be renamed over; through a symbolic link, the link's target is replaced and the
+    link kept. Errors are one-line `ProvisionerError`s.
     """
     path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents)
     payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -88,14 +101,14 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
                 f.write(payload)
                 f.flush()
             return path
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _temporary_beside(path)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
+            os.replace(tmp, _replaced(path))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

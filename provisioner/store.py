@@ -72,7 +72,7 @@ def _url(location: str) -> str:
     if not text.strip():
         raise ProvisionerError("study is empty: give a SQLite file such as plans.db or a URL such as "
                                "postgresql://user@host/db", params=("study",))
-    if text.startswith("sqlite:"):
+    if text.startswith("sqlite"):
         return _sqlite_url(text)
     if "://" in text:
         return text
@@ -89,21 +89,32 @@ def _url(location: str) -> str:
 def _sqlite_url(url: str) -> str:
     """A SQLite URL whose file's directory exists, or one line on the slash count, the usual
     slip: `sqlite:///` is followed by a relative path, `sqlite:////` by an absolute one."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     form = "sqlite:/// then the file's path (sqlite:///plans.db; absolute: sqlite:////srv/plans.db)"
-    if not url.startswith("sqlite:///"):
-        if url == "sqlite://":   # an in-memory database: SQLAlchemy's own URL
-            return url
-        raise ProvisionerError(f"study '{url}' is not a SQLite URL: write {form}, or give the file's path alone",
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ProvisionerError(f"study '{url}' is not a database URL: write {form}, or give the file's path alone",
+                               params=("study",)) from None
+    file = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    if parsed.host:   # sqlite://plans.db: the file read as a host
+        raise ProvisionerError(f"study '{url}' names no file: write {form}, or give the file's path alone",
                                params=("study",))
-    file = url[len("sqlite:///"):].split("?", 1)[0]
-    if file in ("", ":memory:"):
+    if file in ("", ":memory:"):   # an in-memory database
+        return url
+    if file.startswith("file:") or parsed.query.get("uri"):   # a SQLite URI: the driver parses it
         return url
     parent = Path(file).parent
     if not parent.is_dir():
-        slashes = ("an absolute path takes four slashes (sqlite:////...)" if not file.startswith("/")
-                   else "create it first")
+        fix = ("~ is not expanded in a URL: write the home directory out" if file.startswith("~")
+               else "an absolute path takes four slashes (sqlite:////...)" if not file.startswith("/")
+               else "create it first")
         raise ProvisionerError(f"study '{url}': directory '{parent}' does not exist (the URL's path is "
-                               f"{'absolute' if file.startswith('/') else 'relative to here'}); {slashes}",
+                               f"{'absolute' if file.startswith('/') else 'relative to here'}); {fix}",
                                params=("study",))
     return url
 

@@ -563,6 +563,7 @@ def test_a_replay_spanning_ages_is_refused_and_a_rate_rescales_it(tmp_path):
 @pytest.mark.parametrize("argv,owner", [
     (["--goal", "cost", "--rps", "70", "--kv-bits", "4"], "an option of 'provision cloud'"),
     (["cloud", "--rps", "3", "--max-machines", "3"], "an option of 'provision' or 'provision autoscale'"),
+    (["cloud", "--rps", "3", "--no-verify"], "an option of 'provision'"),   # a flag's off switch
 ])
 def test_a_flag_of_another_command_names_that_command(argv, owner):
     """`provision --kv-bits 4` said only "No such option": the flag is right, the command is not."""
@@ -584,7 +585,8 @@ def test_a_report_in_a_directory_that_takes_no_files_is_refused_before_the_run()
 
 
 @pytest.mark.parametrize("url,needle", [
-    ("sqlite://plans.db", "write sqlite:/// then the file's path"),
+    ("sqlite://plans.db", "names no file: write sqlite:/// then the file's path"),
+    ("sqlite:///~/plans.db", "~ is not expanded in a URL"),
     ("sqlite:///nodir/plans.db", "an absolute path takes four slashes"),
     ("sqlite:////nodir/plans.db", "directory '/nodir' does not exist"),
 ])
@@ -593,11 +595,15 @@ def test_a_sqlite_url_with_the_wrong_slashes_says_how_many(tmp_path, url, needle
     assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--study", url, cwd=tmp_path), "--study", needle)
 
 
-def test_a_relative_sqlite_url_opens_the_file_here(tmp_path):
+@pytest.mark.parametrize("url,file", [("sqlite:///plans.db", "plans.db"),
+                                      ("sqlite:///my%20dir/plans.db", "my dir/plans.db")])
+def test_a_relative_sqlite_url_opens_the_file_here(tmp_path, url, file):
+    """The check reads the URL as SQLAlchemy does (a percent-encoded space is a space)."""
+    (tmp_path / "my dir").mkdir()
     code, _, err = cli("--goal", "cost", "--rps", "5", "--duration", "20", "--no-verify", "--max-machines", "8",
-                       "--study", "sqlite:///plans.db", cwd=tmp_path)
+                       "--study", url, cwd=tmp_path)
     assert code == 0, err
-    assert (tmp_path / "plans.db").stat().st_size > 0
+    assert (tmp_path / file).stat().st_size > 0
 
 
 def test_a_trace_with_no_rate_is_named_by_its_file(tmp_path):
@@ -605,3 +611,19 @@ def test_a_trace_with_no_rate_is_named_by_its_file(tmp_path):
     trace = tmp_path / "one.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100,10\n")
     assert_one_line_error(*cli("--goal", "cost", "--workload", trace), f"trace '{trace}' has no rate to replay")
+
+
+def test_a_report_through_a_symbolic_link_replaces_its_target_and_keeps_the_link(tmp_path):
+    """The atomic rename replaced the link itself with a file: `--report /dev/stdout --force`
+    with stdout redirected to a file (a link to a regular file) would have made /dev/stdout a
+    file. The target gets the report; the link stays a link."""
+    from test_reports import fixture_result
+
+    src = tmp_path / "good.json"
+    src.write_text(json.dumps(fixture_result(("splitwise-hh",))))
+    target, link = tmp_path / "real.html", tmp_path / "link.html"
+    target.write_text("old")
+    link.symlink_to(target)
+    code, _, err = cli("report", src, "--out", link, "--force")
+    assert code == 0, err
+    assert link.is_symlink() and "<html" in target.read_text().lower()

@@ -97,7 +97,7 @@ def _other_commands_with(exc) -> str:
     commands = [(root.info_name, group)] + [(f"{root.info_name} {name}", cmd)
                                             for name, cmd in sorted(getattr(group, "commands", {}).items())]
     owners = [name for name, cmd in commands
-              if cmd is not here and any(exc.option_name in p.opts for p in cmd.params)]
+              if cmd is not here and any(exc.option_name in (*p.opts, *p.secondary_opts) for p in cmd.params)]
     if not owners:
         return ""
     names = " or ".join(f"'{name}'" for name in owners)
