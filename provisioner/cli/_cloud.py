@@ -63,7 +63,8 @@ def cloud_command(
     refuse_idle_flags(ctx, workload, arrival)
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
                                           "(least queued work), and the on-demand schedulers (KV on demand, "
-                                          "freeness dispatch) are modelled for baseline families only")
+                                          "freeness dispatch) are modelled for the baseline and Splitwise "
+                                          "families, not for cloud plans")
     if without and len(without) > 1:   # typer would keep the last one and drop the others silently
         raise ProvisionerError(f"--without takes one node (given {len(without)} times: {', '.join(without)}); "
                                f"re-plan without one node at a time")
