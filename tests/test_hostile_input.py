@@ -627,3 +627,17 @@ def test_a_report_through_a_symbolic_link_replaces_its_target_and_keeps_the_link
     code, _, err = cli("report", src, "--out", link, "--force")
     assert code == 0, err
     assert link.is_symlink() and "<html" in target.read_text().lower()
+
+
+def test_a_cloud_trace_of_one_token_requests_has_no_tbt_to_keep(tmp_path):
+    """Prompt-only requests (classification, embeddings: one output token) have no TBT. The
+    planner took the mean of no TBT as its limit (NaN): numpy warnings leaked, the split
+    plan sustained 0 req/s and the non-split one 0.004. Now no TBT limit binds them."""
+    trace = tmp_path / "prompts.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{0.5 * k},500,1\n" for k in range(40)))
+    code, out, err, _, _ = run_measured(["cloud", "--inventory", "thunderserve-32gpu", "--workload", trace,
+                                         "--rps", "1", "--json"], timeout_s=120)
+    assert code == 0 and err.strip() == "", err
+    answer = json.loads(out)
+    assert answer["slo_attainment"]["all"] == 1.0
+    assert answer["sustained_rps"] > 10 and answer["non_split"]["sustained_rps"] > 10

@@ -66,9 +66,10 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
     limits = slo.limits()
     lim = limits[:, 0]
     k = min(SIZE_SAMPLE, len(trace))
-    tbt_ref = ref[1][np.isfinite(ref[1])]
+    tbt_ref = ref[1][np.isfinite(ref[1])]   # none when every request is one token: no TBT to keep
     w = Workload(np.asarray(trace.prompt_tokens[:k]), np.asarray(trace.output_tokens[:k]),
-                 ttft_limit_s=lim[0] * float(ref[0].mean()), tbt_limit_s=lim[1] * float(tbt_ref.mean()),
+                 ttft_limit_s=lim[0] * float(ref[0].mean()),
+                 tbt_limit_s=lim[1] * float(tbt_ref.mean()) if tbt_ref.size else np.inf,
                  e2e_limit_s=lim[2] * float(ref[2].mean()), ttft_p50_s=lim[0] * ref[0][:k],
                  tbt_p99_s=np.nan_to_num(limits[1, -1] * ref[1][:k], nan=np.inf), e2e_p99_s=limits[2, -1] * ref[2][:k],
                  target=float(target))
