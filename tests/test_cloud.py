@@ -902,6 +902,9 @@ def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
                 "--prefill-chunk-tokens", "0"]) == 2
     lines = [x for x in capsys.readouterr().err.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and "need more KV cache than any replica" in lines[0], lines
+    # a split plan's request must fit a decode replica whole: that budget is named, not the
+    # larger prefill one alone (which read as if 100k tokens did not fit in 175k)
+    assert "the largest decode replica" in lines[0] and "prefill replica" in lines[0], lines
 
 
 def test_a_tight_slo_is_not_blamed_on_kv(capsys):

@@ -641,3 +641,14 @@ def test_a_cloud_trace_of_one_token_requests_has_no_tbt_to_keep(tmp_path):
     answer = json.loads(out)
     assert answer["slo_attainment"]["all"] == 1.0
     assert answer["sustained_rps"] > 10 and answer["non_split"]["sustained_rps"] > 10
+
+
+def test_cloud_slos_no_replica_meets_are_said_not_shown_as_a_plan(tmp_path):
+    """--slo-scale 0.5: no replica meets the limits even alone. The answer showed a 12-replica
+    split plan routing nothing and 'ratio 0.00x', with no reason."""
+    code, out, err = cli("cloud", "--inventory", "thunderserve-32gpu", "--rps", "4", "--slo-scale", "0.5")
+    assert code == 0, err
+    assert "no plan of this inventory meets 99% attainment at any rate" in out and "--slo-scale 0.5" in out
+    assert "ratio n/a" in out
+    code, out, err = cli("cloud", "--inventory", "thunderserve-32gpu", "--rps", "4", "--json")
+    assert code == 0 and "no_plan_meets_target" not in json.loads(out)

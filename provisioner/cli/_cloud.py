@@ -158,9 +158,12 @@ def _render(a: dict) -> None:
                   f"req/s{chunked}")
     else:
         con.print(f"split: {a['throughput_rps']:.2f} req/s (bound {a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}); "
-                  f"non-split: {ns['throughput_rps']:.2f} req/s; ratio {a['split_over_non_split'] or 0:.2f}x")
+                  f"non-split: {ns['throughput_rps']:.2f} req/s; ratio "
+                  + (f"{a['split_over_non_split']:.2f}x" if a['split_over_non_split'] is not None else "n/a"))
         con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} "
                   f"tbt {att['tbt']:.1%} e2e {att['e2e']:.1%}; non-split {ns_att}")
+    if a.get("no_plan_meets_target"):
+        con.print(f"[bold]{a['no_plan_meets_target'].replace('slo_scale', '--slo-scale')}[/bold]", highlight=False)
     if a.get("unservable_requests"):
         con.print(f"[bold]cannot serve {a['unservable_requests']} request(s): their KV cache is larger than any "
                   f"replica of the plan holds (counted as misses above)[/bold]")

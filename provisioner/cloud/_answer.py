@@ -147,6 +147,11 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                        slo_scale, kv_bits, seed, engine)
     if goal == "cost":
         out["non_split_rental"] = ns_rental
+    if max(carried, out.get("non_split_chunked", {}).get("sustained_rps", 0.0)) <= 0:
+        # every replica too slow for the SLOs even alone: the plans above are arbitrary
+        out["no_plan_meets_target"] = (f"no plan of this inventory meets {target:.0%} attainment at any rate under "
+                                       f"these SLOs (slo_scale {slo_scale:g}): loosen slo_scale or lower the target "
+                                       f"attainment, or rent faster GPUs")
     out["elapsed_s"] = plan_s
     return out
 
@@ -208,11 +213,11 @@ def _with_non_split_rental(error, ns, rps) -> ProvisionerError:
 def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
     """Where no rate meets the target because too many requests fit in no replica, say so
     (rather than advise looser SLOs that cannot help)."""
-    misfits, largest, cap = kv_misfits(ctx, plan, trace)
+    misfits, largest, caps = kv_misfits(ctx, plan, trace)
     if misfits > (1.0 - target) * len(trace):
         raise ProvisionerError(
             f"{misfits:,} of {len(trace):,} requests ({misfits / len(trace):.1%}) need more KV cache than any replica "
-            f"of the plan holds (the largest {largest:,} tokens, the largest replica {cap:,}), so no rate meets "
+            f"of the plan holds (the largest {largest:,} tokens; {caps}), so no rate meets "
             f"{target:.0%} attainment: truncate those requests, or plan on nodes with more GPU memory",
             params=("target",))
 

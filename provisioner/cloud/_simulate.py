@@ -126,15 +126,22 @@ def unservable(sp: ServerPlan, prompt_tokens, output_tokens) -> np.ndarray:
     return ~(prefill_ok & (np.asarray(sp.prefill_share) > 0)[:, None]).any(axis=0)
 
 
-def kv_misfits(ctx, plan, trace) -> tuple[int, int, int]:
+def kv_misfits(ctx, plan, trace) -> tuple[int, int, str]:
     """(requests of `trace` that fit in no group of `plan`, routed or not; the largest
-    request's KV tokens; the plan's largest KV budget in tokens), without simulating."""
+    request's KV tokens; the plan's largest KV budgets in words: the decode side's, which
+    holds the whole request, and in a split plan the prefill side's, which holds its
+    prompt), without simulating."""
     caps = {ph: [ctx.physics.group(st).kv_cap_tokens for st, p in plan if p == ph]
             for ph in ("prefill", "decode", "both")}
     front, back = (caps["both"], None) if caps["both"] else (caps["prefill"], caps["decode"])
     misfit = fits_nowhere(trace.prompt_tokens, trace.output_tokens, front, back)
     need = np.asarray(trace.prompt_tokens) + np.asarray(trace.output_tokens)
-    return int(misfit.sum()), int(need.max(initial=0)), int(max(max(c, default=0.0) for c in caps.values()))
+    if back is None:
+        largest = f"the largest replica {int(max(front, default=0.0)):,}"
+    else:
+        largest = (f"the largest decode replica {int(max(back, default=0.0)):,}, the largest prefill replica "
+                   f"{int(max(front, default=0.0)):,} for the prompt")
+    return int(misfit.sum()), int(need.max(initial=0)), largest
 
 
 def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=None) -> np.ndarray:
