@@ -652,3 +652,13 @@ def test_cloud_slos_no_replica_meets_are_said_not_shown_as_a_plan(tmp_path):
     assert "ratio n/a" in out
     code, out, err = cli("cloud", "--inventory", "thunderserve-32gpu", "--rps", "4", "--json")
     assert code == 0 and "no_plan_meets_target" not in json.loads(out)
+
+
+def test_a_cloud_replay_says_what_the_file_became(tmp_path):
+    """A 2-request file is simulated as 20 requests (the floor): the answer's "requests"
+    said 20 with no word of the replay, as the main command gives."""
+    trace = tmp_path / "two.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,500,100\n1.0,800,200\n")
+    code, out, err = cli("cloud", "--inventory", "thunderserve-32gpu", "--workload", trace, "--rps", "1")
+    assert code == 0, err
+    assert f"replayed trace {trace}" in out and "20 requests in a 20-s window" in out

@@ -10,7 +10,7 @@ from ..errors import ProvisionerError
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, input_files,
                       latency_interp_option, latency_profile_option, load_latency_model, prefill_chunk_option,
-                      refuse_idle_flags, refuse_on_demand_scheduler, scheduler_option, trace_generator)
+                      refuse_idle_flags, refuse_on_demand_scheduler, replay_note, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
 GOALS = ("rps", "throughput", "cost")
@@ -117,6 +117,11 @@ def cloud_command(
         echo_json(answer)
         return
     _render(answer)
+    # what the file became at the answer's rate (a short file is repeated up to a floor of requests)
+    note = replay_note(traces, answer["rps"], answer["requests"],
+                       window_s=max(traces.duration_s, answer["requests"] / answer["rps"] if answer["rps"] else 0.0))
+    if note:
+        typer.echo(note)
     if report is not None:
         typer.echo(f"report: {report}")
 

@@ -42,15 +42,16 @@ def trace_generator(workload: str, arrival: str | None, rps: float | None, durat
     return TraceGenerator(workload, duration_s, seed, arrival=arrival, cv=cv, rps=rps)
 
 
-def replay_note(traces: TraceGenerator, rps: float | None, requests: int) -> str | None:
-    """One line saying what a replay did to the file (None for drawn arrivals)."""
+def replay_note(traces: TraceGenerator, rps: float | None, requests: int, window_s: float | None = None) -> str | None:
+    """One line saying what a replay did to the file (None for drawn arrivals); `window_s`
+    the window simulated when it is not the generator's (a floor of requests stretched it)."""
     if traces.arrival != "replay":
         return None
     what = (f"time-scaled from its own {traces.native_rps:.4g} to {rps:g} req/s" if traces.rescaled(rps)
             else f"at its own {traces.native_rps:.4g} req/s")
     sha = f" (sha256 {traces.sha256[:12]})" if traces.sha256 else ""
     return (f"replayed trace {traces.to_json()['workload']}{sha}: {requests} request{'' if requests == 1 else 's'} in a "
-            f"{traces.duration_s:.4g}-s window, {what}")
+            f"{window_s or traces.duration_s:.4g}-s window, {what}")
 
 
 PIPED_WIDTH = 1000   # columns of a rich console writing to a file or pipe
