@@ -662,3 +662,13 @@ def test_a_cloud_replay_says_what_the_file_became(tmp_path):
     code, out, err = cli("cloud", "--inventory", "thunderserve-32gpu", "--workload", trace, "--rps", "1")
     assert code == 0, err
     assert f"replayed trace {trace}" in out and "20 requests in a 20-s window" in out
+
+
+@pytest.mark.parametrize("rps", [[], ["--rps", "0.01"]], ids=["throughput", "rps"])
+def test_a_long_cloud_replay_needs_its_window_given(tmp_path, rps):
+    """40 requests ~100 s apart: the whole 4,456-s window, simulated at every rate the
+    bisections try (10 req/s: 44k requests a run), took 474 s (--rps 0.01: over 6 min)."""
+    trace = tmp_path / "slow.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{111.4 * k},500,100\n" for k in range(40)))
+    assert_one_line_error(*cli("cloud", "--inventory", "thunderserve-32gpu", "--workload", trace, *rps),
+                          "give --duration", "to keep it whole")

@@ -13,6 +13,10 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, ec
                       refuse_idle_flags, refuse_on_demand_scheduler, replay_note, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
+# A replay with no --duration is taken whole; planning simulates that window at every rate
+# its bisections try, so a long one (40 requests over 4,456 s: 44k requests a run at
+# 10 req/s, 474 s) needs the user's word that the whole window is meant.
+MAX_IMPLICIT_REPLAY_S = 1200.0
 GOALS = ("rps", "throughput", "cost")
 
 
@@ -103,6 +107,11 @@ def cloud_command(
         rentable = inv.with_counts([t.count if t.available is None else t.available for t in inv.types])
         (rentable if goal == "cost" else inv).without(without)
     traces = trace_generator(workload, arrival, rps, duration, seed, cv)
+    if duration is None and traces.duration_s > MAX_IMPLICIT_REPLAY_S:
+        raise ProvisionerError(f"--workload: the replayed window is {traces.duration_s:,.0f} s long, and planning "
+                               f"simulates it at every rate it tries (at 10 req/s, {10 * traces.duration_s:,.0f} "
+                               f"requests a run: minutes); give --duration, e.g. --duration 120, or --duration "
+                               f"{traces.duration_s:.0f} to keep it whole")
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
                         seed=seed, without=without, target=target_attainment, engine=engine,
