@@ -137,11 +137,11 @@ def kv_misfits(ctx, plan, trace) -> tuple[int, int, str]:
     misfit = fits_nowhere(trace.prompt_tokens, trace.output_tokens, front, back)
     need = np.asarray(trace.prompt_tokens) + np.asarray(trace.output_tokens)
     if back is None:
-        largest = f"the largest replica {int(max(front, default=0.0)):,}"
+        budgets = f"the largest replica {int(max(front, default=0.0)):,}"
     else:
-        largest = (f"the largest decode replica {int(max(back, default=0.0)):,}, the largest prefill replica "
+        budgets = (f"the largest decode replica {int(max(back, default=0.0)):,}, the largest prefill replica "
                    f"{int(max(front, default=0.0)):,} for the prompt")
-    return int(misfit.sum()), int(need.max(initial=0)), largest
+    return int(misfit.sum()), int(need.max(initial=0)), budgets
 
 
 def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=None) -> np.ndarray:
