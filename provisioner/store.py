@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -72,7 +73,7 @@ def _url(location: str) -> str:
     if not text.strip():
         raise ProvisionerError("study is empty: give a SQLite file such as plans.db or a URL such as "
                                "postgresql://user@host/db", params=("study",))
-    if text.startswith("sqlite"):
+    if re.match(r"sqlite(\+\w+)?:", text):   # a SQLite URL (any driver), not a file named sqlite...
         return _sqlite_url(text)
     if "://" in text:
         return text

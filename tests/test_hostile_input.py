@@ -672,3 +672,12 @@ def test_a_long_cloud_replay_needs_its_window_given(tmp_path, rps):
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{111.4 * k},500,100\n" for k in range(40)))
     assert_one_line_error(*cli("cloud", "--inventory", "thunderserve-32gpu", "--workload", trace, *rps),
                           "give --duration", "to keep it whole")
+
+
+def test_a_study_file_whose_name_starts_with_sqlite_is_a_path(tmp_path):
+    """The SQLite-URL check took any text starting with "sqlite" for a URL and refused a
+    file named sqlite_plans.db."""
+    code, _, err = cli("--goal", "cost", "--rps", "5", "--duration", "20", "--no-verify", "--max-machines", "8",
+                       "--study", "sqlite_plans.db", cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "sqlite_plans.db").stat().st_size > 0
