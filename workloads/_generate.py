@@ -33,10 +33,10 @@ import numpy as np
 from workloads._arrivals import MAX_TRACE_REQUESTS, check_cv, check_positive, request_count
 from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
+from workloads.errors import UnknownWorkloadError, WorkloadError
 
 # A trace replayed at its own rate spans at most ~30 years: longer is a unit mistake (ms or ns as s).
 MAX_REPLAY_SPAN_S = 1e9
-from workloads.errors import UnknownWorkloadError, WorkloadError
 
 __all__ = ["ARRIVAL_PROCESSES", "TraceGenerator", "check_positive", "default_arrival"]
 
