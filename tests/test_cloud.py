@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from perfmodels import HBM_UTILIZATION, LatencyModel
 from provisioner.cli import get_app, run
-from provisioner.cloud import (canon, exhaustive, initial_plan, load_inventory, make_context, plan_routing,
+from provisioner.cloud import (canon, exhaustive, initial_plan, load_inventory, make_context, plan_routing, score,
                                search_plan, split_layers)
-from workloads import TraceGenerator
+from workloads import Trace, TraceGenerator
 
 SMALL = """name = "small"
 [network]
@@ -905,6 +905,25 @@ def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
     # a split plan's request must fit a decode replica whole: that budget is named, not the
     # larger prefill one alone (which read as if 100k tokens did not fit in 175k)
     assert "the largest decode replica" in lines[0] and "prefill replica" in lines[0], lines
+
+
+def test_the_search_keeps_a_replica_that_holds_the_long_prompts_for_decode(perf):
+    """5% of the requests have 100k-token prompts, which only an 8x A40 replica (or a
+    pipeline with half of it) holds whole. A plan whose decode replicas cannot hold them
+    loses them all (they miss every deadline), so it cannot reach 99% attainment at any
+    rate: the search scores it 0 and keeps such a replica on the decode side. It used to
+    score the plans as if those requests were not there and made the A40 a prefill replica:
+    a split plan that sustained 0.06 req/s."""
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(200, 2000, 200)
+    prompt[rng.choice(200, 10, replace=False)] = 100_000
+    trace = Trace(np.arange(200) * 2.0, prompt, rng.integers(20, 300, 200), "long-prompts", 400.0)
+    ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace)
+    plan, rps = search_plan(ctx, steps=30)
+    held = max(ctx.physics.group(st).kv_cap_tokens for st, ph in plan if ph == "decode")
+    assert rps > 0 and held >= 100_000 + 300
+    starved = canon([(st, "prefill" if ctx.physics.group(st).kv_cap_tokens >= 100_300 else ph) for st, ph in plan])
+    assert score(ctx.scorer, starved) == 0.0
 
 
 def test_a_tight_slo_is_not_blamed_on_kv(capsys):

@@ -255,6 +255,26 @@ class Scorer:
         rates = np.array([self.both(g) for g in groups])
         return rates / rates.sum() if rates.sum() > 0 else np.full(len(groups), 1.0 / len(groups))
 
+    def holds_enough(self, front_groups, back_groups=None) -> bool:
+        """Whether a plan's replicas hold all but at most 1 - target of the workload's
+        requests: a split plan's prompt in a prefill group (`front`) and the whole request
+        in a decode group (`back`); a non-split plan's whole request in one of its groups
+        (`front`, back None). The engines reject a request no routed replica holds, a miss
+        of every deadline (`_simulate.unservable`); the per-replica rates leave such
+        requests out (`KvAdmission`), so without this a plan that cannot hold the long
+        prompts scored as if they were not there, and the search made the one replica that
+        holds them a prefill replica (10 of 200 requests of 100k tokens, only an 8x A40
+        holding them: a split plan that sustained 0.06 req/s)."""
+        caps = lambda groups: [self.ph.group(g).kv_cap_tokens for g in groups]
+        front = max(caps(front_groups), default=0.0)
+        back = None if back_groups is None else max(caps(back_groups), default=0.0)
+        key = ("fit", front, back)
+        if key not in self._rates:
+            unheld = fits_nowhere(self.w.prompt_tokens, self.w.output_tokens, [front],
+                                  None if back is None else [back])
+            self._rates[key] = float(unheld.mean()) <= 1.0 - self.w.target + 1e-12
+        return self._rates[key]
+
     # -- pairs and the LP ----------------------------------------------------------
     def pair(self, src, dst):
         """(usable, mean transfer s, {shared link: bytes per request over it})."""
@@ -362,6 +382,18 @@ class Scorer:
         with np.errstate(invalid="ignore", divide="ignore"):
             dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
         return Routing(total, share, dshare)
+
+
+def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=None) -> np.ndarray:
+    """(r,) the requests that fit in none of the KV budgets: a prompt's `s` tokens in no
+    prefill budget (`front`) and `s + n` in no decode budget (`back`); a non-split plan
+    (back None) holds `s + n` in its front budgets."""
+    s = np.asarray(prompt_tokens, dtype=float)
+    need = s + np.asarray(output_tokens, dtype=float)
+    front = float(np.max(front_kv_tokens, initial=0.0))
+    if back_kv_tokens is None:
+        return need > front
+    return (s > front) | (need > float(np.max(back_kv_tokens, initial=0.0)))
 
 
 def _mean_ttft_s(es, es2, rho):

@@ -38,13 +38,19 @@ def _ordered(groups) -> tuple:
 
 
 def score(scorer, plan) -> float:
-    """Sustainable rps of a plan (split: routing LP; non-split: the replicas' rates summed),
-    to SCORE_DECIMALS places: plans that tie do so exactly, and the search breaks ties by
+    """Sustainable rps of a plan (split: routing LP; non-split: the replicas' rates summed;
+    0 when its replicas hold too few of the requests: `Scorer.holds_enough`), to
+    SCORE_DECIMALS places: plans that tie do so exactly, and the search breaks ties by
     the plans' canonical order, not by the LP's round-off."""
     if all(ph == "both" for _, ph in plan):
-        return round(float(sum(scorer.both(st) for st, _ in plan)), SCORE_DECIMALS)
+        groups = [st for st, _ in plan]
+        if not scorer.holds_enough(groups):
+            return 0.0
+        return round(float(sum(scorer.both(st) for st in groups)), SCORE_DECIMALS)
     pre = [st for st, ph in plan if ph == "prefill"]
     dec = [st for st, ph in plan if ph == "decode"]
+    if not scorer.holds_enough(pre, dec):
+        return 0.0
     return round(scorer.throughput_rps(pre, dec), SCORE_DECIMALS)
 
 
