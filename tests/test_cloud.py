@@ -961,6 +961,10 @@ def test_replica_cells_read_as_a_user_reads_them():
     assert len(cells) == len(REPLICA_COLUMNS)
     assert cells == ("decode", "4x a5000 + 4x rtx3090ti", "4", "2", "a5000-4x-0, rtx3090ti-4x-1", "37/23",
                      "0.260", "1.55")
+    # a pipeline whose stages differ in TP shows each stage's, as layers does
+    mixed = dict(r, gpus={"a40": 8, "rtx3090ti": 4}, tp=8, stage_tp=[8, 4], layers=[41, 19])
+    assert replica_cells(mixed)[2] == "8/4"
+    assert replica_cells(dict(r, stage_tp=[4, 4]))[2] == "4"
 
 
 # -- the HTML report (`provision cloud --report`) --------------------------------------------------------------

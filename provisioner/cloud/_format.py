@@ -40,10 +40,17 @@ def layers_text(layers) -> str:
     return "/".join(str(n) for n in layers)
 
 
+def tp_text(r: dict) -> str:
+    """A replica's tensor parallelism: '4', or per pipeline stage '8/4' when its stages
+    differ (`stage_tp`; an answer without it gives its one `tp`)."""
+    stages = r.get("stage_tp") or [r["tp"]]
+    return "/".join(str(t) for t in stages) if len(set(stages)) > 1 else str(stages[0])
+
+
 def replica_cells(r: dict) -> tuple[str, ...]:
     """One replica group of a plan (`replicas` of the answer) as the cells of
     `REPLICA_COLUMNS`, plain text (the caller escapes it for HTML)."""
-    return (str(r["phase"]), gpus_text(r["gpus"]), str(r["tp"]), str(r["pp"]), nodes_text(r["nodes"]),
+    return (str(r["phase"]), gpus_text(r["gpus"]), tp_text(r), str(r["pp"]), nodes_text(r["nodes"]),
             layers_text(r["layers"]), f"{r['share']:.3f}", f"{r['capacity_rps']:.2f}")
 
 
@@ -53,7 +60,7 @@ def _key(r: dict) -> tuple:
 
 
 def _group(r: dict) -> str:
-    return f"{gpus_text(r['gpus'])} TP{r['tp']} PP{r['pp']} on {nodes_text(r['nodes'])}"
+    return f"{gpus_text(r['gpus'])} TP{tp_text(r)} PP{r['pp']} on {nodes_text(r['nodes'])}"
 
 
 def replan_changes(answer: dict) -> dict[str, str]:

@@ -214,7 +214,9 @@ def _replica(ctx, stages, phase, share, names) -> dict:
         gpus[g] = gpus.get(g, 0) + tp
     rate = {"prefill": lambda: ctx.scorer.prefill(stages)[0], "decode": lambda: ctx.scorer.decode(stages)[0],
             "both": lambda: ctx.scorer.both(stages)}[phase]()
-    return {"phase": phase, "gpus": gpus, "tp": max(tp for _, tp in stages), "pp": len(stages),
+    # "tp" (CONTRACTS.md, one number) is the widest stage's; "stage_tp" each stage's
+    return {"phase": phase, "gpus": gpus, "tp": max(tp for _, tp in stages), "stage_tp": [tp for _, tp in stages],
+            "pp": len(stages),
             "share": round(share, 6), "nodes": [names[n] for n, _ in stages],
             "layers": list(ctx.physics.group(stages).layers), "capacity_rps": round(rate, 4)}
 
