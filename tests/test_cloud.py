@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from perfmodels import HBM_UTILIZATION, LatencyModel
 from provisioner.cli import get_app, run
 from provisioner.cloud import (canon, exhaustive, initial_plan, load_inventory, make_context, plan_routing, score,
-                               search_plan, split_layers)
+                               search_plan, simulate_plan, split_layers)
 from workloads import Trace, TraceGenerator
 
 SMALL = """name = "small"
@@ -907,23 +907,55 @@ def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
     assert "the largest decode replica" in lines[0] and "prefill replica" in lines[0], lines
 
 
-def test_the_search_keeps_a_replica_that_holds_the_long_prompts_for_decode(perf):
-    """5% of the requests have 100k-token prompts, which only an 8x A40 replica (or a
-    pipeline with half of it) holds whole. A plan whose decode replicas cannot hold them
-    loses them all (they miss every deadline), so it cannot reach 99% attainment at any
-    rate: the search scores it 0 and keeps such a replica on the decode side. It used to
-    score the plans as if those requests were not there and made the A40 a prefill replica:
-    a split plan that sustained 0.06 req/s."""
+def _long_prompt_trace(spacing_s=2.0):
+    """200 requests, 10 of them with 100k-token prompts (160 GB of KV for llama-30b): on
+    thunderserve-32gpu only groups of 8 A40s, or pipelines of a 4x node with another, hold them."""
     rng = np.random.default_rng(1)
     prompt = rng.integers(200, 2000, 200)
     prompt[rng.choice(200, 10, replace=False)] = 100_000
-    trace = Trace(np.arange(200) * 2.0, prompt, rng.integers(20, 300, 200), "long-prompts", 400.0)
+    return Trace(np.arange(200) * spacing_s, prompt, rng.integers(20, 300, 200), "long-prompts", 200 * spacing_s)
+
+
+def test_the_search_finds_a_plan_that_holds_the_long_prompts(perf):
+    """5% of the requests miss every deadline in a plan that cannot hold them, so such a plan
+    reaches 99% attainment at no rate: it scores 0, and the search climbs to plans nearer
+    to holding them. It used to score plans as if those requests were not there and made
+    the 8x A40 a prefill replica (a split plan that sustained 0.06 req/s). Without the A40,
+    only two cross-node pipelines hold them, one per phase, and the search finds them."""
+    trace = _long_prompt_trace()
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    for inventory in (inv, inv.without("a40-8x-0")[0]):
+        ctx = make_context(inventory, perf.llm("llama-30b"), perf, trace)
+        plan, rps = search_plan(ctx)
+        pre, dec, routing = plan_routing(ctx, plan)
+        sim = simulate_plan(ctx, plan, trace, (pre, dec, routing))
+        assert rps > 0 and sim["unservable_requests"] == 0, inventory.name
+    # the same plan with its long-prompt decode replicas made prefill ones, and its
+    # smallest prefill replica a decode one
+    cap = lambda st: ctx.physics.group(st).kv_cap_tokens
+    smallest = min((st for st, ph in plan if ph == "prefill"), key=cap)
+    starved = canon([(st, "decode" if st == smallest else "prefill" if cap(st) >= 100_300 else ph) for st, ph in plan])
+    assert score(ctx.scorer, plan) > 0 and score(ctx.scorer, starved) == 0.0
+
+
+def test_routing_gives_the_long_prompts_pairs_that_hold_them(perf):
+    """A plan whose one prefill replica that holds 100k-token prompts would send all its
+    requests to a decode replica too small for them (the LP alone, blind to size, chose so):
+    the routing gives the pair that holds them at least their share, and the engines serve
+    every request."""
+    trace = _long_prompt_trace(spacing_s=10.0)
     ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace)
-    plan, rps = search_plan(ctx, steps=30)
-    held = max(ctx.physics.group(st).kv_cap_tokens for st, ph in plan if ph == "decode")
-    assert rps > 0 and held >= 100_000 + 300
-    starved = canon([(st, "prefill" if ctx.physics.group(st).kv_cap_tokens >= 100_300 else ph) for st, ph in plan])
-    assert score(ctx.scorer, starved) == 0.0
+    a6000_a40 = ((1, 2), (4, 4))   # the prefill pipeline that holds the prompts
+    plan = canon([(((0, 4), (6, 4)), "decode"), (((4, 4),), "decode"), (((5, 2), (5, 2)), "decode"),
+                  (((1, 2),), "prefill"), (a6000_a40, "prefill"), (((2, 4),), "prefill"), (((3, 4),), "prefill")])
+    big = trace.prompt_tokens > 50_000
+    for rate in (None, 0.1):
+        pre, dec, routing = plan_routing(ctx, plan, rate)
+        flow = routing.prefill_share[:, None] * routing.decode_share
+        holds = flow[pre.index(a6000_a40), dec.index(((0, 4), (6, 4)))]
+        assert holds >= big.mean() * (1 - 1e-6), rate
+        sim = simulate_plan(ctx, plan, trace, (pre, dec, routing))
+        assert sim["unservable_requests"] == 0, rate
 
 
 def test_a_tight_slo_is_not_blamed_on_kv(capsys):

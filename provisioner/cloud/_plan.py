@@ -22,7 +22,7 @@ from ..slo import SLO
 from ._bound import candidate_groups, upper_bound_rps
 from ._physics import Physics
 from ._score import TARGET_ATTAINMENT, Scorer, Workload, balanced_routing
-from ._search import canon, initial_groups, initial_plan, tabu_search, valid_plan
+from ._search import canon, initial_groups, initial_plan, search_value, tabu_search, valid_plan
 
 DEFAULT_SLO_SCALE = 2.0
 SIZE_SAMPLE = 2000     # requests whose sizes the analytic score averages over
@@ -72,7 +72,8 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
                  tbt_limit_s=lim[1] * float(tbt_ref.mean()) if tbt_ref.size else np.inf,
                  e2e_limit_s=lim[2] * float(ref[2].mean()), ttft_p50_s=lim[0] * ref[0][:k],
                  tbt_p99_s=np.nan_to_num(limits[1, -1] * ref[1][:k], nan=np.inf), e2e_p99_s=limits[2, -1] * ref[2][:k],
-                 target=float(target))
+                 target=float(target), fit_prompt_tokens=np.asarray(trace.prompt_tokens),
+                 fit_output_tokens=np.asarray(trace.output_tokens))
     return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits),
                    ref_physics)
 
@@ -109,7 +110,7 @@ def reference_latencies(physics, prompt_tokens, output_tokens):
 def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=SEARCH_STEPS,
                 sample=40, seen: dict | None = None):
     """(plan, rps): tabu search from `start` (default: from each of `initial_starts`, the
-    best plan of all; ties go to the first start's); `seen` collects every plan scored,
+    best plan of all by `search_value`; ties go to the first start's); `seen` collects every plan scored,
     with its rps. (None, 0.0) when it finds no plan of `phases` (`valid_plan`): a split plan
     needs a prefill and a decode group, which an inventory with room for one replica of the
     model does not have (`no_split_plan_reason`)."""
@@ -117,7 +118,7 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     starts = [start] if start is not None else initial_starts(ctx, phases)
     if not starts[0]:
         raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name}")
-    best, best_rps = None, -1.0
+    best, best_rps, best_value = None, -1.0, -np.inf
     for first in starts:
         if moves is not None:
             plan, rps, _ = tabu_search(sc, first, steps=steps, sample=sample, rng=seed, phases=phases, moves=moves,
@@ -126,8 +127,10 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
             plan, rps, _ = tabu_search(sc, first, steps=steps, sample=sample, rng=seed, phases=phases, seen=seen)
             plan, rps, _ = tabu_search(sc, plan, steps=steps, sample=sample, rng=seed, phases=phases,
                                        moves=("flip", "split", "merge", "move", "regroup"), seen=seen)
-        if valid_plan(plan) and rps > best_rps:
-            best, best_rps = plan, rps
+        # among plans that all score 0, the one nearest to holding every request
+        value = rps if rps > 0 else search_value(sc, plan)
+        if valid_plan(plan) and value > best_value:
+            best, best_rps, best_value = plan, rps, value
     if best is None:
         return None, 0.0
     if seen is not None:

@@ -57,6 +57,10 @@ class Workload:
     tbt_p99_s: np.ndarray       # (r,) its p99 TBT limit (inf for one-token requests)
     e2e_p99_s: np.ndarray       # (r,) its p99 E2E limit
     target: float = TARGET_ATTAINMENT   # a decode replica lets at most 1 - target miss
+    # the sizes KV fit is judged on (`Scorer.holding`; None: the sample's): every request of
+    # the trace, so that a replayed file's long prompts past the sample are not missed
+    fit_prompt_tokens: np.ndarray | None = None
+    fit_output_tokens: np.ndarray | None = None
 
     @property
     def mean_prompt(self) -> float:
@@ -90,6 +94,71 @@ class Routing:
     throughput_rps: float
     prefill_share: np.ndarray   # (p,) fraction of requests to each prefill replica
     decode_share: np.ndarray    # (p, d) fraction of prefill i's requests sent to decode j
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Which requests a split plan's prefill -> decode pairs hold, as routing constraints.
+
+    A request is held by the usable pairs (i, j) whose prefill replica holds its prompt and
+    whose decode replica holds it whole. Requests that some usable pairs cannot hold form
+    classes by the replicas that hold them; each class's pairs must carry at least its
+    share of the routed requests, with the larger requests of its subclasses
+    (`shares[k]` of the flow on `pairs[k]`), else the engines' routing would leave them
+    no holding pair to go to. Requests every usable pair holds set no constraint."""
+
+    unheld: float                  # share of the requests no usable pair holds
+    pairs: tuple = ()              # (p, d) bool per class: the usable pairs that hold it
+    shares: tuple = ()             # its least share of the routed flow
+    # the mean of `unheld` and the shares whose prompt no prefill replica holds and whose
+    # whole KV no decode replica holds: a slope for the search where a pair needs both
+    shortfall: float = 0.0
+
+    @classmethod
+    def of(cls, prompt_tokens, need_tokens, prefill_caps, decode_caps, usable) -> "Holding":
+        """prompt_tokens, need_tokens (r,): each request's prompt and whole KV; prefill_caps
+        (p,), decode_caps (d,): the replicas' KV budgets; usable (p, d). A request fits the
+        budgets at least as large as its size, so the replicas that hold it follow from its
+        rank among the sorted budgets: requests are counted by that pair of ranks."""
+        r = len(prompt_tokens)
+        if r == 0:
+            return cls(0.0)
+        p_sorted, d_sorted = np.sort(prefill_caps), np.sort(decode_caps)
+        p, d = len(p_sorted), len(d_sorted)
+        # budgets too small for each request: it fits those from that rank on
+        p_rank = np.searchsorted(p_sorted, prompt_tokens, side="left")
+        d_rank = np.searchsorted(d_sorted, need_tokens, side="left")
+        codes, counts = np.unique(p_rank * (d + 1) + d_rank, return_counts=True)
+        ranks = np.stack([codes // (d + 1), codes % (d + 1)], axis=1)
+
+        def fits(rank, caps, sorted_caps):
+            return caps >= sorted_caps[rank] if rank < len(sorted_caps) else np.zeros(len(caps), dtype=bool)
+
+        masks = [np.outer(fits(a, prefill_caps, p_sorted), fits(b, decode_caps, d_sorted)) & usable for a, b in ranks]
+        held = np.array([m.any() for m in masks])
+        n_held = int(counts[held].sum())
+        shortfall = (1.0 - n_held / r + float(counts[ranks[:, 0] == p].sum()) / r
+                     + float(counts[ranks[:, 1] == d].sum()) / r) / 3.0
+        if n_held == 0:
+            return cls(1.0, shortfall=shortfall)
+        pairs, shares = [], []
+        n_usable = int(usable.sum())
+        for k, mask in enumerate(masks):
+            if not held[k] or int(mask.sum()) == n_usable:
+                continue   # held nowhere (unheld), or by every usable pair: no constraint
+            # the held requests held by no more than these replicas (this class and its subclasses)
+            inside = held & (ranks >= ranks[k]).all(axis=1)
+            pairs.append(mask)
+            shares.append(float(counts[inside].sum()) / n_held)
+        return cls(1.0 - n_held / r, tuple(pairs), tuple(shares), shortfall)
+
+    def admits(self, flow: np.ndarray) -> bool:
+        """Whether a routing's flow (p, d) gives every class its share (to round-off)."""
+        total = float(flow.sum())
+        return all(float(flow[m].sum()) >= c * total * (1.0 - 1e-9) for m, c in zip(self.pairs, self.shares))
+
+
+_HOLDS_ALL = Holding(0.0)   # every request fits every replica of the plan
 
 
 class Scorer:
@@ -255,25 +324,75 @@ class Scorer:
         rates = np.array([self.both(g) for g in groups])
         return rates / rates.sum() if rates.sum() > 0 else np.full(len(groups), 1.0 / len(groups))
 
-    def holds_enough(self, front_groups, back_groups=None) -> bool:
-        """Whether a plan's replicas hold all but at most 1 - target of the workload's
-        requests: a split plan's prompt in a prefill group (`front`) and the whole request
-        in a decode group (`back`); a non-split plan's whole request in one of its groups
-        (`front`, back None). The engines reject a request no routed replica holds, a miss
-        of every deadline (`_simulate.unservable`); the per-replica rates leave such
-        requests out (`KvAdmission`), so without this a plan that cannot hold the long
-        prompts scored as if they were not there, and the search made the one replica that
-        holds them a prefill replica (10 of 200 requests of 100k tokens, only an 8x A40
-        holding them: a split plan that sustained 0.06 req/s)."""
-        caps = lambda groups: [self.ph.group(g).kv_cap_tokens for g in groups]
-        front = max(caps(front_groups), default=0.0)
-        back = None if back_groups is None else max(caps(back_groups), default=0.0)
-        key = ("fit", front, back)
+    # -- which replicas hold which requests ---------------------------------------
+    @functools.cached_property
+    def _fit_sizes(self) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(prompt tokens, prompt + output tokens, the largest of each) of the requests KV
+        fit is judged on."""
+        w = self.w
+        s = np.asarray(w.prompt_tokens if w.fit_prompt_tokens is None else w.fit_prompt_tokens, dtype=float)
+        n = np.asarray(w.output_tokens if w.fit_output_tokens is None else w.fit_output_tokens, dtype=float)
+        return s, s + n, float(s.max(initial=0.0)), float((s + n).max(initial=0.0))
+
+    def holding(self, prefill_groups, decode_groups) -> "Holding":
+        """Which requests a split plan's usable prefill -> decode pairs hold (`Holding`):
+        the prompt's KV in the prefill replica and the whole request's in the decode one,
+        as the engines route (`sim.plan_holds`)."""
+        if self._fit_everywhere(prefill_groups, decode_groups):
+            return _HOLDS_ALL
+        key = ("hold", tuple(prefill_groups), tuple(decode_groups))
         if key not in self._rates:
-            unheld = fits_nowhere(self.w.prompt_tokens, self.w.output_tokens, [front],
-                                  None if back is None else [back])
-            self._rates[key] = float(unheld.mean()) <= 1.0 - self.w.target + 1e-12
+            s, need, _, _ = self._fit_sizes
+            usable = np.array([[self.prefill(a)[0] > 0 and self.decode(b)[0] > 0 and self.pair(a, b)[0]
+                                for b in decode_groups] for a in prefill_groups], dtype=bool)
+            self._rates[key] = Holding.of(s, need, np.array([self.ph.group(g).kv_cap_tokens for g in prefill_groups]),
+                                          np.array([self.ph.group(g).kv_cap_tokens for g in decode_groups]),
+                                          usable.reshape(len(prefill_groups), len(decode_groups)))
         return self._rates[key]
+
+    def _fit_everywhere(self, front_groups, back_groups=None) -> bool:
+        """Whether the largest request fits every group: its prompt every prefill group and
+        its whole KV every decode group (non-split: its whole KV every group). The common
+        case (the shipped workloads on thunderserve-32gpu), settled in two comparisons."""
+        _, _, s_max, need_max = self._fit_sizes
+        cap = lambda groups: min(self.ph.group(g).kv_cap_tokens for g in groups)
+        if back_groups is None:
+            return not front_groups or need_max <= cap(front_groups)
+        return (not front_groups or s_max <= cap(front_groups)) and (not back_groups or need_max <= cap(back_groups))
+
+    def unheld_share(self, prefill_groups, decode_groups=None) -> float:
+        """Share of the requests no replica of a plan serves for want of KV room: in a split
+        plan no usable pair holds them (`holding`); in a non-split plan (decode_groups
+        None) no replica with a routing share holds the whole request. The engines reject
+        them at arrival, a miss of every deadline (`_simulate.unservable`)."""
+        if decode_groups is not None:
+            return self.holding(prefill_groups, decode_groups).unheld
+        if self._fit_everywhere(prefill_groups):
+            return 0.0
+        key = ("hold", tuple(prefill_groups))
+        if key not in self._rates:
+            _, need, _, _ = self._fit_sizes
+            routed = self.both_shares(prefill_groups) > 0
+            caps = [self.ph.group(g).kv_cap_tokens for g, r in zip(prefill_groups, routed) if r]
+            self._rates[key] = float((need > max(caps, default=0.0)).mean()) if need.size else 0.0
+        return self._rates[key]
+
+    def shortfall(self, prefill_groups, decode_groups=None) -> float:
+        """How far a plan is from holding every request, for the search's slope: a split
+        plan's `Holding.shortfall` (a step nearer when either side gains a replica that
+        holds the long requests), a non-split plan's `unheld_share`."""
+        if decode_groups is None:
+            return self.unheld_share(prefill_groups)
+        return self.holding(prefill_groups, decode_groups).shortfall
+
+    def holds_enough(self, prefill_groups, decode_groups=None) -> bool:
+        """Whether a plan serves all but at most 1 - target of the requests for KV room
+        (`unheld_share`). The per-replica rates leave out requests larger than a replica's
+        budget (`KvAdmission`), so without this a plan that cannot hold the long prompts
+        scored as if they were not there, and the search made the one replica that holds
+        them a prefill replica (10 of 200 requests of 100k tokens: a split plan that
+        sustained 0.06 req/s)."""
+        return self.unheld_share(prefill_groups, decode_groups) <= 1.0 - self.w.target + 1e-12
 
     # -- pairs and the LP ----------------------------------------------------------
     def pair(self, src, dst):
@@ -314,6 +433,8 @@ class Scorer:
         if p_sum <= 0 or d_sum <= 0:
             return 0.0
         rate = min(p_sum, d_sum)
+        if not self.holding(pg, dg).admits(np.outer(p_cap, d_cap)):
+            return None   # the long requests' replicas would get less than their share
         busy: dict = {}   # link -> seconds of KV transfer per second
         for a, p in zip(pg, p_cap):
             for b, d in zip(dg, d_cap):
@@ -367,6 +488,7 @@ class Scorer:
         if not x:
             return empty
         _limit_links(solver, links, self.ph, 1.0)
+        _hold_classes(solver, x, self.holding(pg, dg))
         objective.SetMaximization()
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
@@ -417,6 +539,15 @@ def _limit_links(solver, links, physics, bound) -> None:
             row.SetCoefficient(bound, -1.0)
 
 
+def _hold_classes(solver, x, holding) -> None:
+    """Each class of requests that only some pairs hold gets at least its share of the flow
+    on those pairs (`Holding`): {(i, j): requests/s variable}."""
+    for mask, share in zip(holding.pairs, holding.shares):
+        row = solver.Constraint(0.0, solver.infinity())
+        for (i, j), v in x.items():
+            row.SetCoefficient(v, float(mask[i, j]) - share)
+
+
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
     """Routing for serving `rps` (capped at the plan's capacity) with the least maximum
     utilization of any replica or link (the second stage after the throughput LP, which
@@ -445,6 +576,7 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
                 for link, by in traffic.items():
                     links.setdefault(link, []).append((x[i, j], by))
     solver.Add(solver.Sum(list(x.values())) == rate)
+    _hold_classes(solver, x, scorer.holding(prefill_groups, decode_groups))
     for i, cap in enumerate(p_cap):
         row = [v for (a, _), v in x.items() if a == i]
         if row:
