@@ -41,7 +41,7 @@ def _y(k: int, n: int) -> float:
 def cloud_figures(answer: dict) -> list[tuple[str, object]]:
     import plotly.graph_objects as go
 
-    from provisioner.cloud import gpus_text
+    from provisioner.cloud import gpus_text, tp_text
     flow = cloud_flow(answer)
     pos, reps = flow["positions"], flow["replicas"]
     fig = go.Figure()
@@ -60,7 +60,7 @@ def cloud_figures(answer: dict) -> list[tuple[str, object]]:
                              marker={"size": 16, "color": _COLORS["node"], "symbol": "square"}, name="node"))
     for phase in ("prefill", "decode"):
         idx = [i for i, r in enumerate(reps) if r["phase"] == phase]
-        labels = [f"{gpus_text(reps[i]['gpus'])} TP{reps[i]['tp']} PP{reps[i]['pp']}"
+        labels = [f"{gpus_text(reps[i]['gpus'])} TP{tp_text(reps[i])} PP{reps[i]['pp']}"
                   f" ({reps[i]['share']:.0%})" for i in idx]
         fig.add_trace(go.Scatter(x=[pos[("rep", i)][0] for i in idx], y=[pos[("rep", i)][1] for i in idx],
                                  mode="markers+text", text=labels,

@@ -1049,6 +1049,17 @@ def test_cloud_report_plan_tables_read_as_the_cli_tables():
     assert "<td>37/23</td>" in split and "<td>4x a5000</td>" in split and "<td>a5000-4x-1</td>" in split
 
 
+def test_cloud_report_shows_each_pipeline_stages_tp():
+    """A pipeline of a TP8 and a TP4 stage reads 8/4 in the table and the plan figure alike."""
+    from reports import build_cloud_html
+    answer = cloud_answer()
+    answer["replicas"][-1] = _rep("decode", {"a40": 8, "rtx3090ti": 4}, ["a40-8x-0", "rtx3090ti-4x-1"], tp=8, pp=2,
+                                  layers=(41, 19)) | {"stage_tp": [8, 4]}
+    html = build_cloud_html(answer)
+    assert "<td>8/4</td>" in _tables_after(html, "Split plan")
+    assert "4x rtx3090ti TP8/4 PP2" in html and "TP8 PP2" not in html
+
+
 def test_cloud_report_has_the_replan_comparison_as_a_headed_table():
     """The issue: "the report shows attainment before, after the lightweight re-plan, after a
     full re-plan, and with none", in words and numbers beside the chart, with each re-plan's time."""

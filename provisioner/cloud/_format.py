@@ -56,7 +56,7 @@ def replica_cells(r: dict) -> tuple[str, ...]:
 
 def _key(r: dict) -> tuple:
     """A replica group's identity apart from its phase: the same GPUs, split the same way."""
-    return (tuple(r["nodes"]), tuple(sorted(r["gpus"].items())), r["tp"], r["pp"], tuple(r["layers"]))
+    return (tuple(r["nodes"]), tuple(sorted(r["gpus"].items())), tp_text(r), r["pp"], tuple(r["layers"]))
 
 
 def _group(r: dict) -> str:
