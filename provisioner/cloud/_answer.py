@@ -19,7 +19,7 @@ from ..errors import ProvisionerError
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
 from ._score import TARGET_ATTAINMENT
-from ._search import canon, score, symmetry_key, valid_plan
+from ._search import canon, score, search_value, symmetry_key, valid_plan
 from ._format import rented_text
 from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
 
@@ -239,7 +239,9 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
         seen[best] = best_rps
     kept = [(p, r) for p, r in seen.items() if valid_plan(p) and (keep is None or keep(p))]
     ranked, keys = [], set()
-    for p, r in sorted(kept, key=lambda kv: (-kv[1], kv[0])):   # one of each plan up to node relabelling
+    # best first; plans that score 0 nearest to holding every request first (`search_value`)
+    order = lambda kv: (-kv[1], -search_value(ctx.scorer, kv[0]) if kv[1] <= 0 else 0.0, kv[0])
+    for p, r in sorted(kept, key=order):   # one of each plan up to node relabelling
         key = symmetry_key(ctx.physics, p)
         if key not in keys:
             keys.add(key)

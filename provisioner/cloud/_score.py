@@ -146,8 +146,8 @@ class Holding:
         for k, mask in enumerate(masks):
             if not held[k] or int(mask.sum()) == n_usable:
                 continue   # held nowhere (unheld), or by every usable pair: no constraint
-            # the held requests held by no more than these replicas (this class and its subclasses)
-            inside = held & (ranks >= ranks[k]).all(axis=1)
+            # the held requests held by no pair outside these (this class and its subclasses)
+            inside = held & np.array([not (other & ~mask).any() for other in masks])
             pairs.append(mask)
             shares.append(float(counts[inside].sum()) / n_held)
         return cls(1.0 - n_held / r, tuple(pairs), tuple(shares), shortfall)
@@ -385,14 +385,22 @@ class Scorer:
             return self.unheld_share(prefill_groups)
         return self.holding(prefill_groups, decode_groups).shortfall
 
-    def holds_enough(self, prefill_groups, decode_groups=None) -> bool:
-        """Whether a plan serves all but at most 1 - target of the requests for KV room
-        (`unheld_share`). The per-replica rates leave out requests larger than a replica's
-        budget (`KvAdmission`), so without this a plan that cannot hold the long prompts
-        scored as if they were not there, and the search made the one replica that holds
-        them a prefill replica (10 of 200 requests of 100k tokens: a split plan that
-        sustained 0.06 req/s)."""
-        return self.unheld_share(prefill_groups, decode_groups) <= 1.0 - self.w.target + 1e-12
+    def served_factor(self, prefill_groups, decode_groups=None) -> float:
+        """The share of a plan's rate left once its unheld requests (`unheld_share`) take
+        their part of the miss budget: 1 - unheld / (1 - target), 0 when they take it all.
+        An unheld request misses at every rate, so at unheld = 1 - target the plan meets the
+        target at none (it sustains a rate only where its replicas let nothing else miss),
+        and in between the rate its replicas may add misses at shrinks with what is left.
+        Linear in between: the per-replica rates are cached for the whole budget, and the
+        DES decides among the finalists. The per-replica rates leave such requests out
+        (`KvAdmission`), so without this a plan that cannot hold the long prompts scored as
+        if they were not there (10 of 200 requests of 100k tokens: the search made the one
+        replica that holds them a prefill one, and the split plan sustained 0.06 req/s)."""
+        unheld = self.unheld_share(prefill_groups, decode_groups)
+        budget = 1.0 - self.w.target
+        if unheld <= 1e-12:
+            return 1.0
+        return max(1.0 - unheld / budget, 0.0) if budget > 0 else 0.0
 
     # -- pairs and the LP ----------------------------------------------------------
     def pair(self, src, dst):

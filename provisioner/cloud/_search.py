@@ -39,15 +39,15 @@ def _ordered(groups) -> tuple:
 
 def score(scorer, plan) -> float:
     """Sustainable rps of a plan (split: routing LP; non-split: the replicas' rates summed;
-    0 when its replicas hold too few of the requests: `Scorer.holds_enough`), to
+    less, to 0, as its replicas leave requests unheld: `Scorer.served_factor`), to
     SCORE_DECIMALS places: plans that tie do so exactly, and the search breaks ties by
     the plans' canonical order, not by the LP's round-off."""
     groups = _phase_groups(plan)
-    if not scorer.holds_enough(*groups):
+    served = scorer.served_factor(*groups)
+    if served <= 0:
         return 0.0
-    if len(groups) == 1:
-        return round(float(sum(scorer.both(st) for st in groups[0])), SCORE_DECIMALS)
-    return round(scorer.throughput_rps(*groups), SCORE_DECIMALS)
+    rate = sum(scorer.both(st) for st in groups[0]) if len(groups) == 1 else scorer.throughput_rps(*groups)
+    return round(float(rate) * served, SCORE_DECIMALS)
 
 
 def search_value(scorer, plan) -> float:
