@@ -485,6 +485,31 @@ def test_goal_cost_rents_the_cheapest_rental_that_passes(tmp_path, perf):
     assert "both meet 99% attainment; Table VI percentile checks: non-split " in res.output
 
 
+def test_goal_cost_answers_with_the_plan_its_rental_was_chosen_for(tmp_path, perf, monkeypatch):
+    """--goal cost rents for a plan its check saw meet the target at --rps (a shorter
+    search's finalist). The answer's own search may not find it: the plan then competes
+    with the answer's finalists (on a long-prompt trace the answer's best sustained 0.46
+    req/s at --rps 0.5, below the rate it was rented for; the rental's plan 1.35). Here the
+    answer's search is made to find nothing: the answer is the rental's plan, meeting the
+    target."""
+    from provisioner.cloud import finalist_plans, plan_cloud
+
+    path = tmp_path / "prices.toml"
+    path.write_text(PRICES)
+    prices = load_inventory(str(path), perf.catalog)
+    traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=0.3)
+
+    def answer_search_finds_nothing(ctx, seed, *args, **kwargs):
+        phases = args[0] if args else kwargs.get("phases", ("prefill", "decode"))
+        answers = phases != ("both",) and "steps" not in kwargs   # not a rental's check
+        return [] if answers else finalist_plans(ctx, seed, *args, **kwargs)
+
+    monkeypatch.setattr("provisioner.cloud._answer.finalist_plans", answer_search_finds_nothing)
+    out = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=0.3, prefill_chunk_tokens=0)
+    assert out["replicas"] and out["sustained_rps"] >= 0.3
+    assert min(out["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= 0.99
+
+
 def test_a_rental_passes_when_one_of_its_finalists_meets_the_target(tmp_path, perf, monkeypatch):
     """--goal cost checks a rental as the answer then plans it: the simulation decides among
     the search's finalists. With the best plan of every search made to miss, the rental
