@@ -514,18 +514,6 @@ class Scorer:
         return Routing(total, share, dshare)
 
 
-def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=None) -> np.ndarray:
-    """(r,) the requests that fit in none of the KV budgets: a prompt's `s` tokens in no
-    prefill budget (`front`) and `s + n` in no decode budget (`back`); a non-split plan
-    (back None) holds `s + n` in its front budgets."""
-    s = np.asarray(prompt_tokens, dtype=float)
-    need = s + np.asarray(output_tokens, dtype=float)
-    front = float(np.max(front_kv_tokens, initial=0.0))
-    if back_kv_tokens is None:
-        return need > front
-    return (s > front) | (need > float(np.max(back_kv_tokens, initial=0.0)))
-
-
 def _mean_ttft_s(es, es2, rho):
     """Mean TTFT of an M/G/1 prefill queue at utilization rho: service E[S] plus the
     Pollaczek-Khinchine mean wait rho E[S^2] / (2 (1 - rho) E[S])."""

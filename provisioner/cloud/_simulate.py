@@ -12,7 +12,6 @@ from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
 from ..errors import ProvisionerError
 from ..sim import ENGINES, ServerPlan, SimInputs, plan_holds, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
-from ._score import fits_nowhere
 
 
 def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
@@ -143,6 +142,18 @@ def kv_misfits(ctx, plan, trace) -> tuple[int, int, str]:
         budgets = (f"the largest decode replica {int(max(back, default=0.0)):,}, the largest prefill replica "
                    f"{int(max(front, default=0.0)):,} for the prompt")
     return int(misfit.sum()), int(need.max(initial=0)), budgets
+
+
+def fits_nowhere(prompt_tokens, output_tokens, front_kv_tokens, back_kv_tokens=None) -> np.ndarray:
+    """(r,) the requests that fit in none of the KV budgets: a prompt's `s` tokens in no
+    prefill budget (`front`) and `s + n` in no decode budget (`back`); a non-split plan
+    (back None) holds `s + n` in its front budgets."""
+    s = np.asarray(prompt_tokens, dtype=float)
+    need = s + np.asarray(output_tokens, dtype=float)
+    front = float(np.max(front_kv_tokens, initial=0.0))
+    if back_kv_tokens is None:
+        return need > front
+    return (s > front) | (need > float(np.max(back_kv_tokens, initial=0.0)))
 
 
 def plan_scores(ctx, trace, inputs, out, unserved) -> dict:
