@@ -979,6 +979,29 @@ def test_long_requests_within_the_miss_budget_still_count_against_a_plan(perf):
         assert ctx.scorer.served_factor(pre, small) == 0.0
 
 
+def test_a_decode_replica_is_rated_on_the_requests_it_holds(perf):
+    """5% of 60k-token outputs, which a 4x RTX 3090 Ti replica (13k KV tokens) cannot hold:
+    its decode limits are of the requests it serves, as without them (the plan routes the
+    long ones to replicas that hold them). Averaged in, they made the KV a running request
+    holds 58k tokens and every small replica's rate 0, and the split plan sustained 0.05
+    req/s where it now sustains 0.96."""
+    rng = np.random.default_rng(1)
+    prompt, output = rng.integers(200, 2000, 200), rng.integers(20, 300, 200)
+    long = np.zeros(200, dtype=bool)
+    long[rng.choice(200, 10, replace=False)] = True
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    group = ((6, 4),)   # a 4x RTX 3090 Ti node at TP4
+    limits = []
+    for keep, out in ((np.ones(200, dtype=bool), np.where(long, 60_000, output)), (~long, output)):
+        trace = Trace(np.arange(keep.sum()) * 2.0, prompt[keep], out[keep], "mix", 2.0 * keep.sum())
+        ctx = make_context(inv, perf.llm("llama-30b"), perf, trace)
+        assert inv.types[ctx.physics.node_type[6]].gpu == "rtx3090ti"
+        limits.append(ctx.scorer.decode_limits(group))
+    with_long, without = limits
+    for name in ("slots", "admission"):
+        assert with_long[name] > 0 and with_long[name] == pytest.approx(without[name], rel=0.1), name
+
+
 def test_routing_gives_the_long_prompts_pairs_that_hold_them(perf):
     """A plan whose one prefill replica that holds 100k-token prompts would send all its
     requests to a decode replica too small for them (the LP alone, blind to size, chose so):

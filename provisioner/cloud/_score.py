@@ -19,7 +19,7 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,6 +61,24 @@ class Workload:
     # the trace, so that a replayed file's long prompts past the sample are not missed
     fit_prompt_tokens: np.ndarray | None = None
     fit_output_tokens: np.ndarray | None = None
+
+    def subset(self, keep: np.ndarray) -> "Workload":
+        """The requests `keep` of the sample, each mean budget scaled as its requests' own
+        limits are (the same workload when all are kept)."""
+        if keep.all():
+            return self
+
+        def scaled(limit, per_request):
+            finite = np.isfinite(per_request)
+            mine, every = per_request[keep & finite], per_request[finite]
+            return limit * float(mine.mean()) / float(every.mean()) if mine.size and every.mean() > 0 else limit
+
+        return replace(self, prompt_tokens=self.prompt_tokens[keep], output_tokens=self.output_tokens[keep],
+                       ttft_limit_s=scaled(self.ttft_limit_s, self.ttft_p50_s),
+                       tbt_limit_s=scaled(self.tbt_limit_s, self.tbt_p99_s),
+                       e2e_limit_s=scaled(self.e2e_limit_s, self.e2e_p99_s),
+                       ttft_p50_s=self.ttft_p50_s[keep], tbt_p99_s=self.tbt_p99_s[keep],
+                       e2e_p99_s=self.e2e_p99_s[keep])
 
     @property
     def mean_prompt(self) -> float:
@@ -168,6 +186,7 @@ class Scorer:
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
         self._rates: dict = {}
         self._admissions: dict = {}   # KV budget (tokens) -> its `KvAdmission`
+        self._held_workloads: dict = {}   # KV budget -> the requests it holds whole (`_held`)
         self._pairs: dict = {}
         self._plans: dict = {}
         self._throughputs: dict = {}
@@ -206,6 +225,20 @@ class Scorer:
                                    key=lambda r: r[0])
         return self._rates[key]
 
+    def _held(self, kv_cap) -> Workload | None:
+        """The requests of the sample a decode replica with this KV budget holds whole
+        (s + n tokens), None when it holds none: its decode limits are of the requests it
+        serves, as `KvAdmission` counts them. The plan routes the others to replicas that
+        hold them (`Holding`); averaged in, 5% of 60k-token outputs among 1k-token ones
+        made the KV a running request holds 58k tokens, and every small replica's slots
+        limit 0."""
+        key = float(kv_cap)
+        if key not in self._held_workloads:
+            w = self.w
+            keep = w.prompt_tokens + w.output_tokens <= kv_cap
+            self._held_workloads[key] = w.subset(keep) if keep.any() else None
+        return self._held_workloads[key]
+
     def decode_limits(self, group) -> dict:
         """A decode replica's two limits, rps each:
         - "slots": the largest batch B whose iteration meets the p50 TBT limit and whose KV,
@@ -227,19 +260,22 @@ class Scorer:
         return {"slots": self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)[0],
                 "admission": self._admission_limit(g.coef, g.kv_cap_tokens, 0.0)[0]}
 
-    def _decode_step_s(self, coef, batch, prefill_busy):
-        """Decode iteration s at (mean) batch `batch`, each running request at the mean
-        context it holds, stretched by the prefills sharing the replica."""
+    def _decode_step_s(self, coef, batch, prefill_busy, w):
+        """Decode iteration s at (mean) batch `batch`, each running request of `w` at the
+        mean context it holds, stretched by the prefills sharing the replica."""
         b = np.maximum(batch, 1.0)
         with np.errstate(over="ignore"):   # absurd requests (a billion tokens): an infinite step, never admitted
-            t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * self.w.context_held)
+            t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * w.context_held)
         return t / (1.0 - prefill_busy)
 
-    def _slots_limit(self, coef, kv_cap, prefill_busy) -> tuple[float, float]:
-        """(rps, iteration s) of the slots rule (`decode_limits`)."""
-        w = self.w
+    def _slots_limit(self, coef, kv_cap, prefill_busy, held=True) -> tuple[float, float]:
+        """(rps, iteration s) of the slots rule (`decode_limits`): over the requests the
+        budget holds (`_held`), or with held False over all (a non-split replica: `both`)."""
+        w = self._held(kv_cap) if held else self.w
+        if w is None:
+            return 0.0, np.inf
         b = np.arange(1, _MAX_BATCH + 1, dtype=float)
-        t = self._decode_step_s(coef, b, prefill_busy)
+        t = self._decode_step_s(coef, b, prefill_busy, w)
         ok = (t <= w.tbt_limit_s) & (b * w.kv_tokens_held <= kv_cap)
         if not ok.any():
             return 0.0, float(t[0])
@@ -253,21 +289,20 @@ class Scorer:
             self._admissions[key] = KvAdmission.of(self.w, kv_cap)
         return self._admissions[key]
 
-    def _step_curve(self, coef, prefill_busy, full_load) -> tuple[np.ndarray, np.ndarray]:
+    def _step_curve(self, coef, prefill_busy, full_load, w) -> tuple[np.ndarray, np.ndarray]:
         """(offered loads up to the KV budget's full load, iteration s at each): the mean
         batch at offered load c (iterations of decode work per iteration) is c mean(n - 1)
-        (Little's law)."""
+        over the requests `w` the budget holds (Little's law)."""
         loads = np.linspace(0.0, full_load, _LOAD_POINTS + 1)
         with np.errstate(over="ignore"):   # a mean output of ~1e7 tokens: an infinite batch, never admitted
-            batch = loads * float(self.w.decode_steps.mean())
-        return loads, self._decode_step_s(coef, batch, prefill_busy)
+            batch = loads * float(w.decode_steps.mean())
+        return loads, self._decode_step_s(coef, batch, prefill_busy, w)
 
-    def _admits(self, adm, load, step) -> bool:
+    def _admits(self, adm, load, step, tbt_limit_s) -> bool:
         """Whether a decode replica at offered `load` with iteration `step` s stays within
         the p50 TBT limit and lets at most 1 - target of the requests miss
         (`KvAdmission.miss_share`)."""
-        w = self.w
-        return step <= w.tbt_limit_s and adm.miss_share(load, step, load / step) <= 1.0 - w.target
+        return step <= tbt_limit_s and adm.miss_share(load, step, load / step) <= 1.0 - self.w.target
 
     def _admission_limit(self, coef, kv_cap, prefill_busy, within=np.inf) -> tuple[float, float]:
         """(rps, iteration s) of the admission rule (`decode_limits`), by bisection on the
@@ -275,21 +310,23 @@ class Scorer:
         load is within it. within : a rate past which the limit is not needed (returned
         with its step when it is admitted: where the slots limit binds, one check instead
         of the bisection)."""
-        adm = self._admission(kv_cap)
-        loads, steps = self._step_curve(coef, prefill_busy, adm.full_load)
+        adm, w = self._admission(kv_cap), self._held(kv_cap)
+        if w is None:
+            return 0.0, np.inf
+        loads, steps = self._step_curve(coef, prefill_busy, adm.full_load, w)
         hi = adm.full_load
         rates = loads[1:] / steps[1:]
         if within < rates[-1]:
             hi = float(np.interp(within, np.concatenate([[0.0], rates]), loads))
             step = float(np.interp(hi, loads, steps))
-            if self._admits(adm, hi, step):
+            if self._admits(adm, hi, step, w.tbt_limit_s):
                 return float(within), step
         best = (0.0, float(steps[0]))
         lo = 0.0
         for _ in range(_LOAD_BISECTIONS):
             mid = 0.5 * (lo + hi)
             step = float(np.interp(mid, loads, steps))
-            if self._admits(adm, mid, step):
+            if self._admits(adm, mid, step, w.tbt_limit_s):
                 lo, best = mid, (mid / step, step)
             else:
                 hi = mid
@@ -313,7 +350,7 @@ class Scorer:
                 busy = mid * es
                 # prefill slows too: its queue sees the decode iterations' share of time
                 ok = busy < 1 and _mean_ttft_s(es, es2, busy) <= self.w.ttft_limit_s
-                ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy)[0] >= mid
+                ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy, held=False)[0] >= mid
                 lo, hi = (mid, hi) if ok else (lo, mid)
             self._rates[key] = lo
         return self._rates[key]
