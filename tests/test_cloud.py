@@ -984,7 +984,8 @@ def test_a_decode_replica_is_rated_on_the_requests_it_holds(perf):
     its decode limits are of the requests it serves, as without them (the plan routes the
     long ones to replicas that hold them). Averaged in, they made the KV a running request
     holds 58k tokens and every small replica's rate 0, and the split plan sustained 0.05
-    req/s where it now sustains 0.96."""
+    req/s where it now sustains 1.30. A prefill replica alike: 5% of 100k-token prompts,
+    which it cannot hold, rated an A5000 TP4 replica 0.04 req/s instead of 1.9."""
     rng = np.random.default_rng(1)
     prompt, output = rng.integers(200, 2000, 200), rng.integers(20, 300, 200)
     long = np.zeros(200, dtype=bool)
@@ -1000,6 +1001,14 @@ def test_a_decode_replica_is_rated_on_the_requests_it_holds(perf):
     with_long, without = limits
     for name in ("slots", "admission"):
         assert with_long[name] > 0 and with_long[name] == pytest.approx(without[name], rel=0.1), name
+    a5000 = ((2, 4),)
+    rates = []
+    for keep, sizes in ((np.ones(200, dtype=bool), np.where(long, 100_000, prompt)), (~long, prompt)):
+        trace = Trace(np.arange(keep.sum()) * 2.0, sizes[keep], output[keep], "mix", 2.0 * keep.sum())
+        ctx = make_context(inv, perf.llm("llama-30b"), perf, trace)
+        assert inv.types[ctx.physics.node_type[2]].gpu == "a5000"
+        rates.append(ctx.scorer.prefill(a5000)[0])
+    assert rates[0] > 0 and rates[0] == pytest.approx(rates[1], rel=0.1)
 
 
 def test_routing_gives_the_long_prompts_pairs_that_hold_them(perf):

@@ -186,7 +186,7 @@ class Scorer:
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
         self._rates: dict = {}
         self._admissions: dict = {}   # KV budget (tokens) -> its `KvAdmission`
-        self._held_workloads: dict = {}   # KV budget -> the requests it holds whole (`_held`)
+        self._held_workloads: dict = {}   # (KV budget, whole) -> the requests it holds (`_held`)
         self._pairs: dict = {}
         self._plans: dict = {}
         self._throughputs: dict = {}
@@ -197,19 +197,23 @@ class Scorer:
         """(sustainable rps, mean service s) of a prefill replica."""
         key = ("p", group)
         if key not in self._rates:
-            self._rates[key] = self._prefill(self.ph.group(group).coef)
+            g = self.ph.group(group)
+            self._rates[key] = self._prefill(g.coef, self._held(g.kv_cap_tokens, whole=False))
         return self._rates[key]
 
-    def _prefill_moments(self, coef) -> tuple[float, float]:
-        """(E[S], E[S^2]) of a prompt's prefill time s on a replica with this vector."""
-        s = self.w.prompt_tokens.astype(float)
+    def _prefill_moments(self, coef, w) -> tuple[float, float]:
+        """(E[S], E[S^2]) of a prompt's prefill time s over `w`'s prompts on a replica with this vector."""
+        s = w.prompt_tokens.astype(float)
         t = time_from_coefficients(coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)
         return float(t.mean()), float((t * t).mean())
 
-    def _prefill(self, coef):
-        es, es2 = self._prefill_moments(coef)
+    def _prefill(self, coef, w):
+        """(rps, mean service s) of an M/G/1 prefill queue over `w`'s prompts (None: it holds none)."""
+        if w is None:
+            return 0.0, np.inf
+        es, es2 = self._prefill_moments(coef, w)
         rho = np.linspace(0.0, 0.99, 100)[1:]
-        ok = _mean_ttft_s(es, es2, rho) <= self.w.ttft_limit_s
+        ok = _mean_ttft_s(es, es2, rho) <= w.ttft_limit_s
         if not ok.any():
             return 0.0, es
         return float(rho[np.flatnonzero(ok)[-1]]) / es, es
@@ -225,17 +229,18 @@ class Scorer:
                                    key=lambda r: r[0])
         return self._rates[key]
 
-    def _held(self, kv_cap) -> Workload | None:
-        """The requests of the sample a decode replica with this KV budget holds whole
-        (s + n tokens), None when it holds none: its decode limits are of the requests it
-        serves, as `KvAdmission` counts them. The plan routes the others to replicas that
-        hold them (`Holding`); averaged in, 5% of 60k-token outputs among 1k-token ones
-        made the KV a running request holds 58k tokens, and every small replica's slots
-        limit 0."""
-        key = float(kv_cap)
+    def _held(self, kv_cap, whole=True) -> Workload | None:
+        """The requests of the sample a replica with this KV budget holds, None when it
+        holds none: whole (s + n tokens, a decode replica) or their prompt (s, a prefill
+        replica). A split plan's replica is rated on the requests it serves; the plan
+        routes the others to replicas that hold them (`Holding`). Averaged in, 5% of
+        60k-token outputs among 1k-token ones made the KV a running request holds 58k
+        tokens and every small decode replica's slots limit 0, and 5% of 100k-token
+        prompts rated an A5000 TP4 prefill replica 0.04 req/s instead of 1.9."""
+        key = (float(kv_cap), bool(whole))
         if key not in self._held_workloads:
             w = self.w
-            keep = w.prompt_tokens + w.output_tokens <= kv_cap
+            keep = (w.prompt_tokens + w.output_tokens if whole else w.prompt_tokens) <= kv_cap
             self._held_workloads[key] = w.subset(keep) if keep.any() else None
         return self._held_workloads[key]
 
@@ -284,9 +289,11 @@ class Scorer:
         return float(headroom * b[k] / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
 
     def _admission(self, kv_cap) -> KvAdmission:
+        """The admission model of a budget over the requests it holds whole (`_held`): its
+        rate and miss share are of the requests the replica is sent."""
         key = float(kv_cap)
         if key not in self._admissions:
-            self._admissions[key] = KvAdmission.of(self.w, kv_cap)
+            self._admissions[key] = KvAdmission.of(self._held(kv_cap) or self.w, kv_cap)
         return self._admissions[key]
 
     def _step_curve(self, coef, prefill_busy, full_load, w) -> tuple[np.ndarray, np.ndarray]:
@@ -343,8 +350,8 @@ class Scorer:
         key = ("b", group)
         if key not in self._rates:
             g = self.ph.group(group)
-            es, es2 = self._prefill_moments(g.coef)
-            lo, hi = 0.0, self.prefill(group)[0]
+            es, es2 = self._prefill_moments(g.coef, self.w)   # the whole mix, as the slots limit here
+            lo, hi = 0.0, self._prefill(g.coef, self.w)[0]
             for _ in range(30):
                 mid = 0.5 * (lo + hi)
                 busy = mid * es
@@ -441,15 +448,17 @@ class Scorer:
 
     # -- pairs and the LP ----------------------------------------------------------
     def pair(self, src, dst):
-        """(usable, mean transfer s, {shared link: bytes per request over it})."""
+        """(usable, mean transfer s, {shared link: bytes per request over it}), at the means
+        of the requests the decode replica holds (`_held`: those the pair carries)."""
         key = (src, dst)
         if key not in self._pairs:
+            w = self._held(self.ph.group(dst).kv_cap_tokens) or self.w
             setup, per_token = self.ph.kv_seconds(src, dst, self.kv_bits)
-            t = setup + per_token * self.w.mean_prompt
+            t = setup + per_token * w.mean_prompt
             _, es = self.prefill(src)
             _, step = self.decode(dst)
-            slack = self.w.e2e_limit_s - es - (self.w.mean_output - 1.0) * step
-            req_bytes = self.ph.llm.kv_bytes_per_token * self.w.mean_prompt * self.kv_bits / 16.0
+            slack = w.e2e_limit_s - es - (w.mean_output - 1.0) * step
+            req_bytes = self.ph.llm.kv_bytes_per_token * w.mean_prompt * self.kv_bits / 16.0
             shares = self.ph.link_shares(self.ph.kv_traffic(src, dst))
             traffic = {link: share * req_bytes for link, share in shares.items()}
             self._pairs[key] = (t <= slack, t, traffic)
