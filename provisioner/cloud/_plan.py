@@ -127,8 +127,8 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
             plan, rps, _ = tabu_search(sc, first, steps=steps, sample=sample, rng=seed, phases=phases, seen=seen)
             plan, rps, _ = tabu_search(sc, plan, steps=steps, sample=sample, rng=seed, phases=phases,
                                        moves=("flip", "split", "merge", "move", "regroup"), seen=seen)
-        # among plans that all score 0, the one nearest to holding every request
-        value = rps if rps > 0 else search_value(sc, plan)
+        # its rps, or for plans that score 0, how near it is to holding every request
+        value = search_value(sc, plan)
         if valid_plan(plan) and value > best_value:
             best, best_rps, best_value = plan, rps, value
     if best is None:

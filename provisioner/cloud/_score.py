@@ -212,11 +212,7 @@ class Scorer:
         if w is None:
             return 0.0, np.inf
         es, es2 = self._prefill_moments(coef, w)
-        rho = np.linspace(0.0, 0.99, 100)[1:]
-        ok = _mean_ttft_s(es, es2, rho) <= w.ttft_limit_s
-        if not ok.any():
-            return 0.0, es
-        return float(rho[np.flatnonzero(ok)[-1]]) / es, es
+        return _prefill_rate(es, es2, w.ttft_limit_s), es
 
     def decode(self, group) -> tuple[float, float]:
         """(sustainable rps, iteration s at that rate) of a decode replica: the lesser of
@@ -351,7 +347,7 @@ class Scorer:
         if key not in self._rates:
             g = self.ph.group(group)
             es, es2 = self._prefill_moments(g.coef, self.w)   # the whole mix, as the slots limit here
-            lo, hi = 0.0, self._prefill(g.coef, self.w)[0]
+            lo, hi = 0.0, _prefill_rate(es, es2, self.w.ttft_limit_s)
             for _ in range(30):
                 mid = 0.5 * (lo + hi)
                 busy = mid * es
@@ -437,7 +433,7 @@ class Scorer:
         and in between the rate its replicas may add misses at shrinks with what is left.
         Linear in between: the per-replica rates are cached for the whole budget, and the
         DES decides among the finalists. The per-replica rates leave such requests out
-        (`KvAdmission`), so without this a plan that cannot hold the long prompts scored as
+        (`_held`), so without this a plan that cannot hold the long prompts scored as
         if they were not there (10 of 200 requests of 100k tokens: the search made the one
         replica that holds them a prefill one, and the split plan sustained 0.06 req/s)."""
         unheld = self.unheld_share(prefill_groups, decode_groups)
@@ -558,6 +554,14 @@ class Scorer:
         with np.errstate(invalid="ignore", divide="ignore"):
             dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
         return Routing(total, share, dshare)
+
+
+def _prefill_rate(es, es2, ttft_limit_s) -> float:
+    """The largest rps (to 1% utilization) at which an M/G/1 prefill queue of service
+    moments (E[S], E[S^2]) keeps its mean TTFT within the limit; 0 when none does."""
+    rho = np.linspace(0.0, 0.99, 100)[1:]
+    ok = _mean_ttft_s(es, es2, rho) <= ttft_limit_s
+    return float(rho[np.flatnonzero(ok)[-1]]) / es if ok.any() else 0.0
 
 
 def _mean_ttft_s(es, es2, rho):

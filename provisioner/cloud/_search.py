@@ -260,7 +260,7 @@ def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, r
     tabu = [cur]
     stale = scored = 0
     for _ in range(steps):
-        short = valid_plan(cur) and score(scorer, cur) <= 0 and scorer.shortfall(*_phase_groups(cur)) > 0
+        short = valid_plan(cur) and search_value(scorer, cur) < 0   # it holds too few requests
         cands = [p for p in neighbours(cur, scorer.ph, moves, phases, merged_any_phase=short) if p not in tabu]
         if not cands:
             break
