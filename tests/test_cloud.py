@@ -260,15 +260,21 @@ def test_the_search_is_deaf_to_the_routing_lps_round_off(perf, monkeypatch):
     assert search_plan(make_context(inv, perf.llm("llama-30b"), perf, sizes)) == (plan, rps)
 
 
-@pytest.mark.parametrize("gbps", [40, 10])
-def test_the_scores_shortcut_past_the_lp_agree_with_the_lp(perf, gbps):
+@pytest.mark.parametrize("workload,gbps", [("conversation", 40), ("conversation", 10), ("coding", 40),
+                                           ("long-prompts", 40)])
+def test_the_scores_shortcut_past_the_lp_agree_with_the_lp(perf, workload, gbps):
     """Where the proportional routing attains min(prefill, decode capacity) without loading
     any link to its bandwidth, the search takes that as the routing LP's optimum. On every
-    plan a short search scores, it equals what a fresh scorer's LP gives."""
+    plan a short search scores, it equals what a fresh scorer's LP gives: also where the
+    requests form routing classes (coding's long prompts, which some 4x RTX 3090 Ti
+    replicas do not hold; 100k-token prompts), split among them innermost first."""
     from provisioner.cloud import Scorer, size_sample
 
     inv = load_inventory("thunderserve-32gpu", perf.catalog).with_bandwidth(gbps)
-    sizes = size_sample(TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=4.0), 4.0)
+    if workload == "long-prompts":
+        sizes = _long_prompt_trace()
+    else:
+        sizes = size_sample(TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=4.0), 4.0)
     ctx = make_context(inv, perf.llm("llama-30b"), perf, sizes)
     seen: dict = {}
     search_plan(ctx, steps=15, seen=seen)
@@ -1029,6 +1035,60 @@ def test_routing_gives_the_long_prompts_pairs_that_hold_them(perf):
         assert holds >= big.mean() * (1 - 1e-6), rate
         sim = simulate_plan(ctx, plan, trace, (pre, dec, routing))
         assert sim["unservable_requests"] == 0, rate
+
+
+def test_the_long_requests_move_their_own_kv(perf):
+    """The routing LP carries each class of requests on the pairs that hold it, with its own
+    KV bytes: only the 8x A40 -> A6000 pipeline pair holds the 100k-token prompts, and each
+    moves 160 GB (80 GB over each A6000 node's link), not the 6k-token mix mean's 10 GB. So
+    those links bound the plan at 1.25 req/s, near the DES's 1.29; carried as average
+    requests they let it score 3.16."""
+    trace = _long_prompt_trace()
+    ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace)
+    a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
+    plan = canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), a40)]
+                 + [(st, "decode") for st in (a6000_pipeline, ((5, 2), (5, 2)), ((6, 4),))])
+    long = trace.prompt_tokens > 50_000
+    rate = score(ctx.scorer, plan)
+    long_bytes_per_link = perf.llm("llama-30b").kv_bytes_per_token * 100_000 / 2   # half the layers a node
+    link = ctx.physics.capacity_bytes_per_s(("pair", 4, 0))
+    assert 0 < rate <= link / (long_bytes_per_link * long.mean()) * (1 + 1e-6)
+    assert rate == pytest.approx(1.25, rel=0.05)
+    for at in (None, rate):   # the long prompts' pair carries them all, at the LP's rate and routed for one
+        pre, dec, routing = plan_routing(ctx, plan, at)
+        flow = routing.prefill_share[:, None] * routing.decode_share
+        assert flow[pre.index(a40), dec.index(a6000_pipeline)] >= long.mean() * (1 - 1e-6), at
+
+
+def test_plans_that_tie_rank_by_how_fast_their_long_requests_are_served(perf):
+    """The A40 -> A6000 links bind many plans of the long-prompt trace at one score. Tied
+    plans rank by the rate their long requests saturate the replicas that hold them
+    (`Scorer.class_capacity`: 30.5 s of prefill a 100k-token prompt on the 8x A40, 45 s on
+    the A6000 pipeline), then by replica capacity: the finalists are the best so ranked of
+    every tied plan the search saw. In plan order, the first five sustained 0.74-1.08 req/s
+    in the DES where the first so ranked sustains 1.32."""
+    from provisioner.cloud import finalist_plans
+
+    trace = _long_prompt_trace()
+    ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace)
+    ranked = finalist_plans(ctx, 0)
+    seen: dict = {}
+    search_plan(ctx, seen=seen)
+    top = max(seen.values())
+    tied = [p for p, rate in seen.items() if rate == top and all(ph != "both" for _, ph in p)]
+    assert len(tied) > len(ranked) and {rate for _, rate in ranked} == {top}
+
+    def rank(plan):
+        pre, dec = [st for st, ph in plan if ph == "prefill"], [st for st, ph in plan if ph == "decode"]
+        return (ctx.scorer.class_capacity(pre, dec), min(sum(ctx.scorer.prefill(st)[0] for st in pre),
+                                                         sum(ctx.scorer.decode(st)[0] for st in dec)))
+    assert rank(ranked[0][0]) == max(rank(p) for p in tied)
+    assert [rank(p) for p, _ in ranked] == sorted((rank(p) for p, _ in ranked), reverse=True)
+    assert rank(ranked[0][0]) > min(rank(p) for p in tied)
+    long = trace.prompt_tokens > 50_000
+    a40_prompts = ctx.scorer.class_rate(((4, 8),), "prefill", long)
+    assert a40_prompts > ctx.scorer.class_rate(((0, 4), (1, 4)), "prefill", long) > 0
+    assert a40_prompts == pytest.approx(0.028, rel=0.1)   # 30.5 s of prefill each, within the p50 TTFT rule
 
 
 def test_a_tight_slo_is_not_blamed_on_kv(capsys):

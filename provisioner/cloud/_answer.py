@@ -19,7 +19,7 @@ from ..errors import ProvisionerError
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
 from ._score import TARGET_ATTAINMENT
-from ._search import canon, score, search_value, symmetry_key, valid_plan
+from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
 from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
 
@@ -256,9 +256,7 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
         seen[best] = best_rps
     kept = [(p, r) for p, r in seen.items() if valid_plan(p) and (keep is None or keep(p))]
     ranked, keys = [], set()
-    # best first; plans that score 0 nearest to holding every request first (`search_value`)
-    order = lambda kv: (-kv[1], -search_value(ctx.scorer, kv[0]) if kv[1] <= 0 else 0.0, kv[0])
-    for p, r in sorted(kept, key=order):   # one of each plan up to node relabelling
+    for p, r in _best_first(ctx.scorer, kept):   # one of each plan up to node relabelling
         key = symmetry_key(ctx.physics, p)
         if key not in keys:
             keys.add(key)
@@ -273,6 +271,19 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
                                                                         start, moves, steps)
                    if symmetry_key(ctx.physics, p) not in keys]
     return ranked
+
+
+def _best_first(scorer, scored):
+    """[(plan, rps)] best first: by score, equal scores by `tie_break` (worked out only where
+    scores tie, as far as the caller reads), then plans that score 0 nearest to holding
+    every request first (`search_value`); the plans' order last."""
+    positive = sorted((kv for kv in scored if kv[1] > 0), key=lambda kv: (-kv[1], kv[0]))
+    for _, tied in itertools.groupby(positive, key=lambda kv: kv[1]):
+        tied = list(tied)
+        if len(tied) > 1:
+            tied.sort(key=lambda kv: (*(-x for x in tie_break(scorer, kv[0])), kv[0]))
+        yield from tied
+    yield from sorted((kv for kv in scored if kv[1] <= 0), key=lambda kv: (-search_value(scorer, kv[0]), kv[0]))
 
 
 def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des",

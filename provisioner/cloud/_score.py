@@ -13,13 +13,16 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
   limit (bisection; `Scorer.both` says why not the admission limit);
 - a prefill -> decode pair is usable when its mean KV transfer fits in the p50 E2E slack
   left by the two replicas; each shared inter-node link (a directed node pair's, a node's
-  NIC per direction: `Physics.links`) carries at most its bandwidth of KV bytes.
+  NIC per direction: `Physics.links`) carries at most its bandwidth of KV bytes;
+- requests that only some pairs hold (long ones: `Holding`) are routed as classes, each
+  its share of the requests on its own pairs, with its own mean prompt of KV.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -80,11 +83,11 @@ class Workload:
                        ttft_p50_s=self.ttft_p50_s[keep], tbt_p99_s=self.tbt_p99_s[keep],
                        e2e_p99_s=self.e2e_p99_s[keep])
 
-    @property
+    @functools.cached_property
     def mean_prompt(self) -> float:
         return float(self.prompt_tokens.mean())
 
-    @property
+    @functools.cached_property
     def mean_output(self) -> float:
         return float(self.output_tokens.mean())
 
@@ -115,38 +118,50 @@ class Routing:
 
 
 @dataclass(frozen=True)
+class HeldClass:
+    """Requests of a split plan that the same usable prefill -> decode pairs hold."""
+
+    pairs: np.ndarray    # (p, d) bool: the usable pairs that hold them
+    share: float         # their share of the held requests
+    sample: np.ndarray   # (r,) bool: which requests of the scored sample (`Workload`) they are
+
+
+@dataclass(frozen=True)
 class Holding:
-    """Which requests a split plan's prefill -> decode pairs hold, as routing constraints.
+    """Which requests a split plan's prefill -> decode pairs hold, as routing classes.
 
     A request is held by the usable pairs (i, j) whose prefill replica holds its prompt and
-    whose decode replica holds it whole. Requests that some usable pairs cannot hold form
-    classes by the replicas that hold them; each class's pairs must carry at least its
-    share of the routed requests, with the larger requests of its subclasses
-    (`shares[k]` of the flow on `pairs[k]`), else the engines' routing would leave them
-    no holding pair to go to. Requests every usable pair holds set no constraint."""
+    whose decode replica holds it whole. When some usable pairs cannot hold some requests,
+    the held requests form classes by the pairs that hold them (`classes`), and the routing
+    LPs carry each class on its own pairs with its own KV bytes (`Scorer.arcs`): else the
+    engines' routing would leave the long requests no pair to go to, and the links would
+    carry them as average ones. No classes: every usable pair holds every held request."""
 
     unheld: float                  # share of the requests no usable pair holds
-    pairs: tuple = ()              # (p, d) bool per class: the usable pairs that hold it
-    shares: tuple = ()             # its least share of the routed flow
+    classes: tuple = ()            # `HeldClass` per set of holding pairs (none: every pair holds all)
+    nested: bool = True            # whether of any two classes' pairs one set holds the other
     # the mean of `unheld` and the shares whose prompt no prefill replica holds and whose
     # whole KV no decode replica holds: a slope for the search where a pair needs both
     shortfall: float = 0.0
 
     @classmethod
-    def of(cls, prompt_tokens, need_tokens, prefill_caps, decode_caps, usable) -> "Holding":
-        """prompt_tokens, need_tokens (r,): each request's prompt and whole KV; prefill_caps
-        (p,), decode_caps (d,): the replicas' KV budgets; usable (p, d). A request fits the
-        budgets at least as large as its size, so the replicas that hold it follow from its
-        rank among the sorted budgets: requests are counted by that pair of ranks."""
-        r = len(prompt_tokens)
+    def of(cls, sizes, sample_sizes, prefill_caps, decode_caps, usable) -> "Holding":
+        """sizes, sample_sizes: (prompt tokens, whole KV tokens) of every request KV fit is
+        judged on and of the scored sample; prefill_caps (p,), decode_caps (d,): the
+        replicas' KV budgets; usable (p, d). A request fits the budgets at least as large
+        as its size, so the replicas that hold it follow from its rank among the sorted
+        budgets: requests are counted by that pair of ranks."""
+        r = len(sizes[0])
         if r == 0:
             return cls(0.0)
         p_sorted, d_sorted = np.sort(prefill_caps), np.sort(decode_caps)
         p, d = len(p_sorted), len(d_sorted)
-        # budgets too small for each request: it fits those from that rank on
-        p_rank = np.searchsorted(p_sorted, prompt_tokens, side="left")
-        d_rank = np.searchsorted(d_sorted, need_tokens, side="left")
-        codes, counts = np.unique(p_rank * (d + 1) + d_rank, return_counts=True)
+
+        def code(prompt, need):   # budgets too small for each request: it fits those from that rank on
+            p_rank = np.searchsorted(p_sorted, prompt, side="left")
+            return p_rank * (d + 1) + np.searchsorted(d_sorted, need, side="left")
+
+        codes, counts = np.unique(code(*sizes), return_counts=True)
         ranks = np.stack([codes // (d + 1), codes % (d + 1)], axis=1)
 
         def fits(rank, caps, sorted_caps):
@@ -159,21 +174,44 @@ class Holding:
                      + float(counts[ranks[:, 1] == d].sum()) / r) / 3.0
         if n_held == 0:
             return cls(1.0, shortfall=shortfall)
-        pairs, shares = [], []
-        n_usable = int(usable.sum())
-        for k, mask in enumerate(masks):
-            if not held[k] or int(mask.sum()) == n_usable:
-                continue   # held nowhere (unheld), or by every usable pair: no constraint
-            # the held requests held by no pair outside these (this class and its subclasses)
-            inside = held & np.array([not (other & ~mask).any() for other in masks])
-            pairs.append(mask)
-            shares.append(float(counts[inside].sum()) / n_held)
-        return cls(1.0 - n_held / r, tuple(pairs), tuple(shares), shortfall)
+        unheld = 1.0 - n_held / r
+        if all(int(m.sum()) == int(usable.sum()) for m, h in zip(masks, held) if h):
+            return cls(unheld, shortfall=shortfall)   # every usable pair holds every held request
+        sample_code = code(*sample_sizes)
+        by_pairs: dict = {}   # the held codes grouped by the pairs that hold them
+        for k in np.flatnonzero(held):
+            by_pairs.setdefault(masks[k].tobytes(), []).append(k)
+        shares = [float(counts[ks].sum()) / n_held for ks in by_pairs.values()]
+        pairs = [masks[ks[0]] for ks in by_pairs.values()]
+        class_of_code = np.full(len(codes) + 1, -1)   # the last: a sample size the trace lacks
+        for k, ks in enumerate(by_pairs.values()):
+            class_of_code[ks] = k
+        at = np.searchsorted(codes, sample_code)
+        sample_class = class_of_code[np.where(codes[np.minimum(at, len(codes) - 1)] == sample_code, at, len(codes))]
+        classes = tuple(HeldClass(pairs[k], shares[k], sample_class == k) for k in range(len(pairs)))
+        within = lambda a, b: not (a & ~b).any()   # a's pairs among b's
+        nested = all(within(a, b) or within(b, a) for k, a in enumerate(pairs) for b in pairs[:k])
+        return cls(unheld, classes, nested=nested, shortfall=shortfall)
 
-    def admits(self, flow: np.ndarray) -> bool:
-        """Whether a routing's flow (p, d) gives every class its share (to round-off)."""
-        total = float(flow.sum())
-        return all(float(flow[m].sum()) >= c * total * (1.0 - 1e-9) for m, c in zip(self.pairs, self.shares))
+    def split(self, flow: np.ndarray) -> list | None:
+        """A routing's flow (p, d) split among the classes, each its share on its own pairs
+        ([(p, d) per class]), or None when this split finds none: where the classes nest,
+        the innermost take their shares first, from each of their pairs in proportion to
+        what is left on it, and that finds a split whenever one exists (Hall's condition);
+        where they do not nest, None (the LP's to judge)."""
+        if not self.nested:
+            return None
+        total, left = float(flow.sum()), flow.astype(float).copy()
+        parts = [None] * len(self.classes)
+        for k in sorted(range(len(self.classes)), key=lambda m: int(self.classes[m].pairs.sum())):
+            c = self.classes[k]
+            room = float(left[c.pairs].sum())
+            need = c.share * total
+            if need > room * (1.0 + 1e-9):
+                return None
+            parts[k] = np.where(c.pairs, left, 0.0) * (min(need / room, 1.0) if room > 0 else 0.0)
+            left -= parts[k]
+        return parts
 
 
 _HOLDS_ALL = Holding(0.0)   # every request fits every replica of the plan
@@ -225,18 +263,78 @@ class Scorer:
                                    key=lambda r: r[0])
         return self._rates[key]
 
-    def _held(self, kv_cap, whole=True) -> Workload | None:
-        """The requests of the sample a replica with this KV budget holds, None when it
-        holds none: whole (s + n tokens, a decode replica) or their prompt (s, a prefill
-        replica). A split plan's replica is rated on the requests it serves; the plan
-        routes the others to replicas that hold them (`Holding`). Averaged in, 5% of
+    def class_rate(self, group, phase, among) -> float | None:
+        """Sustainable rps of a prefill or decode replica serving only the requests `among`
+        of the sample (a routing class: `HeldClass.sample`); None when the sample has none
+        of them that the replica holds. Prefill: the rule of `prefill`. Decode: the
+        admission limit alone (`decode_limits`), the one made for requests few of which
+        fit the budget at once (the slots rule's square-root staffing leaves no headroom at
+        one slot)."""
+        key = (phase, group, among.tobytes())
+        if key not in self._rates:
+            g = self.ph.group(group)
+            w = self._held(g.kv_cap_tokens, whole=phase == "decode", among=among)
+            if w is None:
+                self._rates[key] = None
+            elif phase == "prefill":
+                self._rates[key] = self._prefill(g.coef, w)[0]
+            else:
+                self._rates[key] = self._admission_limit(g.coef, g.kv_cap_tokens, 0.0, among=among)[0]
+        return self._rates[key]
+
+    def class_capacity(self, prefill_groups, decode_groups) -> float:
+        """The rate at which a split plan's routing classes of long requests saturate the
+        replicas that hold them, each class on its own (`class_rate`): the least, over those
+        classes, of min(its prefill replicas' rates, its decode replicas') over its share of
+        the requests; inf without such classes. Not part of the score: the replicas are
+        rated on the whole mix they hold (`_held`), as the DES, whose replayed window may
+        end before a long request's queue does its damage, judges them (docs/cloud.md). A
+        class every usable pair holds is the mix itself, and classes the target lets miss
+        whole (`_missable_classes`) set no rate."""
+        holding = self.holding(prefill_groups, decode_groups)
+        if not holding.classes:
+            return np.inf
+        missable = self._missable_classes(holding)
+        every = np.logical_or.reduce([cls.pairs for cls in holding.classes])   # the pairs that hold any
+        out = np.inf
+        for c, cls in enumerate(holding.classes):
+            if c in missable or (cls.pairs == every).all():
+                continue
+            side = lambda groups, phase, rows: sum(self.class_rate(g, phase, cls.sample) or 0.0
+                                                   for g, used in zip(groups, rows) if used)
+            rate = min(side(prefill_groups, "prefill", cls.pairs.any(axis=1)),
+                       side(decode_groups, "decode", cls.pairs.any(axis=0)))
+            out = min(out, rate / (cls.share * (1.0 - holding.unheld)))
+        return out
+
+    def _missable_classes(self, holding) -> set:
+        """The routing classes the target lets miss whole: the smallest, while together
+        with the unheld requests they are at most 1 - target of the requests (2 of 200
+        100k-token prompts may both miss at 99%)."""
+        left = 1.0 - self.w.target - holding.unheld
+        out = set()
+        for c in sorted(range(len(holding.classes)), key=lambda k: holding.classes[k].share):
+            left -= holding.classes[c].share * (1.0 - holding.unheld)
+            if left < -1e-12:
+                break
+            out.add(c)
+        return out
+
+    def _held(self, kv_cap, whole=True, among=None) -> Workload | None:
+        """The requests of the sample (of those `among`, a bool mask, when given) a replica
+        with this KV budget holds, None when it holds none: whole (s + n tokens, a decode
+        replica) or their prompt (s, a prefill replica). A split plan's replica is rated on
+        the requests it serves; the plan routes the others to replicas that hold them
+        (`Holding`). Averaged in, 5% of
         60k-token outputs among 1k-token ones made the KV a running request holds 58k
         tokens and every small decode replica's slots limit 0, and 5% of 100k-token
         prompts rated an A5000 TP4 prefill replica 0.04 req/s instead of 1.9."""
-        key = (float(kv_cap), bool(whole))
+        key = (float(kv_cap), bool(whole), None if among is None else among.tobytes())
         if key not in self._held_workloads:
             w = self.w
             keep = (w.prompt_tokens + w.output_tokens if whole else w.prompt_tokens) <= kv_cap
+            if among is not None:
+                keep = keep & among
             self._held_workloads[key] = w.subset(keep) if keep.any() else None
         return self._held_workloads[key]
 
@@ -284,12 +382,12 @@ class Scorer:
         headroom = max(1.0 - 1.0 / np.sqrt(b[k]), 0.0)
         return float(headroom * b[k] / (t[k] * max(w.mean_output - 1.0, 1.0))), float(t[k])
 
-    def _admission(self, kv_cap) -> KvAdmission:
-        """The admission model of a budget over the requests it holds whole (`_held`): its
-        rate and miss share are of the requests the replica is sent."""
-        key = float(kv_cap)
+    def _admission(self, kv_cap, among=None) -> KvAdmission:
+        """The admission model of a budget over the requests (of those `among`) it holds
+        whole (`_held`): its rate and miss share are of the requests the replica is sent."""
+        key = (float(kv_cap), None if among is None else among.tobytes())
         if key not in self._admissions:
-            self._admissions[key] = KvAdmission.of(self._held(kv_cap) or self.w, kv_cap)
+            self._admissions[key] = KvAdmission.of(self._held(kv_cap, among=among) or self.w, kv_cap)
         return self._admissions[key]
 
     def _step_curve(self, coef, prefill_busy, full_load, w) -> tuple[np.ndarray, np.ndarray]:
@@ -307,15 +405,16 @@ class Scorer:
         (`KvAdmission.miss_share`)."""
         return step <= tbt_limit_s and adm.miss_share(load, step, load / step) <= 1.0 - self.w.target
 
-    def _admission_limit(self, coef, kv_cap, prefill_busy, within=np.inf) -> tuple[float, float]:
+    def _admission_limit(self, coef, kv_cap, prefill_busy, within=np.inf, among=None) -> tuple[float, float]:
         """(rps, iteration s) of the admission rule (`decode_limits`), by bisection on the
         offered load (the rate, load / step, grows with it); (0, the lone step) when no
         load is within it. within : a rate past which the limit is not needed (returned
         with its step when it is admitted: where the slots limit binds, one check instead
-        of the bisection)."""
-        adm, w = self._admission(kv_cap), self._held(kv_cap)
+        of the bisection). among : over those requests only (`_held`)."""
+        w = self._held(kv_cap, among=among)
         if w is None:
             return 0.0, np.inf
+        adm = self._admission(kv_cap, among)
         loads, steps = self._step_curve(coef, prefill_busy, adm.full_load, w)
         hi = adm.full_load
         rates = loads[1:] / steps[1:]
@@ -383,9 +482,11 @@ class Scorer:
         key = ("hold", tuple(prefill_groups), tuple(decode_groups))
         if key not in self._rates:
             s, need, _, _ = self._fit_sizes
+            w = self.w
             usable = np.array([[self.prefill(a)[0] > 0 and self.decode(b)[0] > 0 and self.pair(a, b)[0]
                                 for b in decode_groups] for a in prefill_groups], dtype=bool)
-            self._rates[key] = Holding.of(s, need, np.array([self.ph.group(g).kv_cap_tokens for g in prefill_groups]),
+            self._rates[key] = Holding.of((s, need), (w.prompt_tokens, w.prompt_tokens + w.output_tokens),
+                                          np.array([self.ph.group(g).kv_cap_tokens for g in prefill_groups]),
                                           np.array([self.ph.group(g).kv_cap_tokens for g in decode_groups]),
                                           usable.reshape(len(prefill_groups), len(decode_groups)))
         return self._rates[key]
@@ -477,25 +578,30 @@ class Scorer:
 
     def _proportional_bound(self, pg, dg) -> float | None:
         """min(P, D) when the proportional routing attains it (`throughput_rps`), else None."""
-        p_cap = [self.prefill(g)[0] for g in pg]
-        d_cap = [self.decode(g)[0] for g in dg]
-        p_sum, d_sum = sum(p_cap), sum(d_cap)
+        p_cap = np.array([self.prefill(g)[0] for g in pg])
+        d_cap = np.array([self.decode(g)[0] for g in dg])
+        p_sum, d_sum = float(p_cap.sum()), float(d_cap.sum())
         if p_sum <= 0 or d_sum <= 0:
             return 0.0
         rate = min(p_sum, d_sum)
-        if not self.holding(pg, dg).admits(np.outer(p_cap, d_cap)):
-            return None   # the long requests' replicas would get less than their share
+        flow = rate * np.outer(p_cap / p_sum, d_cap / d_sum)
+        routed = flow > 0
+        if not all(self.pair(pg[i], dg[j])[0] for i, j in zip(*np.nonzero(routed))):
+            return None
+        holding = self.holding(pg, dg)
+        if holding.classes:
+            split = holding.split(flow)
+            if split is None:
+                return None   # the long requests' pairs would carry less than their share
+            parts = [(part, lambda a, b, c=c: self._class_transfer(a, b, c.sample, c.sample.tobytes())[0])
+                     for part, c in zip(split, holding.classes)]
+        else:
+            parts = [(flow, lambda a, b: self.pair(a, b)[2])]
         busy: dict = {}   # link -> seconds of KV transfer per second
-        for a, p in zip(pg, p_cap):
-            for b, d in zip(dg, d_cap):
-                if p <= 0 or d <= 0:
-                    continue
-                usable, _, traffic = self.pair(a, b)
-                if not usable:
-                    return None
-                x = rate * (p / p_sum) * (d / d_sum)
-                for link, by in traffic.items():
-                    busy[link] = busy.get(link, 0.0) + x * by / self.ph.capacity_bytes_per_s(link)
+        for part, traffic_of in parts:
+            for i, j in zip(*np.nonzero(part > 0)):
+                for link, by in traffic_of(pg[i], dg[j]).items():
+                    busy[link] = busy.get(link, 0.0) + part[i, j] * by / self.ph.capacity_bytes_per_s(link)
         # a margin below 1: a link at its bandwidth is the LP's to judge
         return rate if all(v < 1.0 - _LINK_MARGIN for v in busy.values()) else None
 
@@ -517,35 +623,31 @@ class Scorer:
         empty = Routing(0.0, np.zeros(n_p), np.zeros((n_p, n_d)))
         if n_p == 0 or n_d == 0 or p_cap.sum() <= 0 or d_cap.sum() <= 0:
             return empty
+        arcs, shares = self.arcs(pg, dg, p_cap, d_cap)
+        if not arcs:
+            return empty
         solver = pywraplp.Solver.CreateSolver("GLOP")
         # rows built coefficient by coefficient: building them from the natural API's
         # expressions was a third of the search's time (the same LP, the same optima)
         p_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in p_cap]
         d_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in d_cap]
         objective = solver.Objective()
-        x = {}
-        links: dict = {}
-        for i in range(n_p):
-            for j in range(n_d):
-                usable, _, traffic = self.pair(pg[i], dg[j])
-                if usable and p_cap[i] > 0 and d_cap[j] > 0:
-                    v = x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
-                    p_rows[i].SetCoefficient(v, 1.0)
-                    d_rows[j].SetCoefficient(v, 1.0)
-                    objective.SetCoefficient(v, 1.0)
-                    for link, by in traffic.items():
-                        links.setdefault(link, []).append((v, by))
-        if not x:
-            return empty
+        x, links = [], {}
+        for arc in arcs:
+            v = solver.NumVar(0.0, solver.infinity(), "")
+            p_rows[arc.i].SetCoefficient(v, 1.0)
+            d_rows[arc.j].SetCoefficient(v, 1.0)
+            objective.SetCoefficient(v, 1.0)
+            for link, by in arc.traffic.items():
+                links.setdefault(link, []).append((v, by))
+            x.append(v)
         _limit_links(solver, links, self.ph, 1.0)
-        _hold_classes(solver, x, self.holding(pg, dg))
+        _class_shares(solver, arcs, x, shares)
         objective.SetMaximization()
         self.lp_solves += 1
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             return empty
-        flow = np.zeros((n_p, n_d))
-        for (i, j), v in x.items():
-            flow[i, j] = max(v.solution_value(), 0.0)
+        flow = _pair_flow(arcs, _values(x), n_p, n_d)
         total = float(flow.sum())
         if total <= 1e-12:
             return empty
@@ -554,6 +656,47 @@ class Scorer:
         with np.errstate(invalid="ignore", divide="ignore"):
             dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
         return Routing(total, share, dshare)
+
+    def arcs(self, pg, dg, p_cap, d_cap) -> tuple[list, tuple]:
+        """The routing LPs' variables, one `Arc` per usable pair (i, j) of replicas with a
+        rate and per routing class it holds (`Holding.classes`), and each class's share of
+        the held requests (() without classes: one arc per pair)."""
+        holding = self.holding(pg, dg)
+        pairs = [(i, j) for i, a in enumerate(pg) for j, b in enumerate(dg)
+                 if p_cap[i] > 0 and d_cap[j] > 0 and self.pair(a, b)[0]]
+        if not holding.classes:
+            return [Arc(i, j, 0, self.pair(pg[i], dg[j])[2], self.pair(pg[i], dg[j])[1]) for i, j in pairs], ()
+        samples = [cls.sample.tobytes() for cls in holding.classes]
+        arcs = [Arc(i, j, c, *self._class_transfer(pg[i], dg[j], cls.sample, samples[c]))
+                for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
+        return arcs, tuple(cls.share for cls in holding.classes)
+
+    def _class_transfer(self, src, dst, among, key) -> tuple[dict, float]:
+        """({shared link: bytes a request}, mean transfer s) of the routing class `among`
+        (its bytes: `key`) on the pair `src` -> `dst`: the class's mean prompt of KV, not the
+        mix's (`pair`): a 100k-token prompt's 160 GB, not the 6k-token mean's 10 GB, is what
+        loads the network."""
+        cache_key = ("class", src, dst, key)
+        if cache_key not in self._pairs:
+            _, t, traffic = self.pair(src, dst)
+            cap = self.ph.group(dst).kv_cap_tokens
+            mix, mine = self._held(cap) or self.w, self._held(cap, among=among)   # the pair's means, the class's
+            scale = mine.mean_prompt / mix.mean_prompt if mine is not None and mix.mean_prompt > 0 else 1.0
+            setup, _ = self.ph.kv_seconds(src, dst, self.kv_bits)
+            self._pairs[cache_key] = ({link: by * scale for link, by in traffic.items()}, setup + (t - setup) * scale)
+        return self._pairs[cache_key]
+
+
+class Arc(NamedTuple):
+    """A routing LP variable: requests/s of routing class c (`Holding.classes`; 0 without
+    classes) through prefill replica i then decode replica j, loading each shared link with
+    `traffic` bytes a request and waiting `transfer_s` for its KV."""
+
+    i: int
+    j: int
+    c: int
+    traffic: dict
+    transfer_s: float
 
 
 def _prefill_rate(es, es2, ttft_limit_s) -> float:
@@ -585,13 +728,30 @@ def _limit_links(solver, links, physics, bound) -> None:
             row.SetCoefficient(bound, -1.0)
 
 
-def _hold_classes(solver, x, holding) -> None:
-    """Each class of requests that only some pairs hold gets at least its share of the flow
-    on those pairs (`Holding`): {(i, j): requests/s variable}."""
-    for mask, share in zip(holding.pairs, holding.shares):
-        row = solver.Constraint(0.0, solver.infinity())
-        for (i, j), v in x.items():
-            row.SetCoefficient(v, float(mask[i, j]) - share)
+def _class_shares(solver, arcs, x, shares) -> None:
+    """Each routing class carries its share of the routed requests (`Holding.classes`):
+    its arcs' requests/s sum to its share of all arcs'."""
+    for c, share in enumerate(shares):
+        row = solver.Constraint(0.0, 0.0)
+        for arc, v in zip(arcs, x):
+            row.SetCoefficient(v, float(arc.c == c) - share)
+
+
+def _values(x) -> np.ndarray:
+    return np.array([max(v.solution_value(), 0.0) for v in x])
+
+
+def _pair_flow(arcs, values, n_p, n_d) -> np.ndarray:
+    """(p, d) requests/s per replica pair, the classes' arcs summed."""
+    flow = np.zeros((n_p, n_d))
+    for arc, value in zip(arcs, values):
+        flow[arc.i, arc.j] += value
+    return flow
+
+
+def _through(arcs, axis, k) -> list:
+    """Indices of the arcs through prefill (axis 0) or decode (axis 1) replica k."""
+    return [m for m, arc in enumerate(arcs) if (arc.j if axis else arc.i) == k]
 
 
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
@@ -610,52 +770,48 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
         return best
     p_cap = [scorer.prefill(g)[0] for g in prefill_groups]
     d_cap = [scorer.decode(g)[0] for g in decode_groups]
+    arcs, shares = scorer.arcs(prefill_groups, decode_groups, p_cap, d_cap)
     solver = pywraplp.Solver.CreateSolver("GLOP")
     u = solver.NumVar(0.0, solver.infinity(), "u")
-    x, links, transfer_s = {}, {}, {}
-    for i, a in enumerate(prefill_groups):
-        for j, b in enumerate(decode_groups):
-            usable, t, traffic = scorer.pair(a, b)
-            if usable and p_cap[i] > 0 and d_cap[j] > 0:
-                x[i, j] = solver.NumVar(0.0, solver.infinity(), "")
-                transfer_s[i, j] = t
-                for link, by in traffic.items():
-                    links.setdefault(link, []).append((x[i, j], by))
-    solver.Add(solver.Sum(list(x.values())) == rate)
-    _hold_classes(solver, x, scorer.holding(prefill_groups, decode_groups))
-    for i, cap in enumerate(p_cap):
-        row = [v for (a, _), v in x.items() if a == i]
-        if row:
-            solver.Add(solver.Sum(row) <= u * float(cap))
-    for j, cap in enumerate(d_cap):
-        col = [v for (_, b), v in x.items() if b == j]
-        if col:
-            solver.Add(solver.Sum(col) <= u * float(cap))
+    x, links = [], {}
+    for arc in arcs:
+        x.append(solver.NumVar(0.0, solver.infinity(), ""))
+        for link, by in arc.traffic.items():
+            links.setdefault(link, []).append((x[-1], by))
+    solver.Add(solver.Sum(x) == rate)
+    _class_shares(solver, arcs, x, shares)
+    for axis, caps in enumerate((p_cap, d_cap)):
+        for k, cap in enumerate(caps):
+            terms = [x[m] for m in _through(arcs, axis, k)]
+            if terms:
+                solver.Add(solver.Sum(terms) <= u * float(cap))
     _limit_links(solver, links, scorer.ph, u)
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
-    least = _flow(x, len(prefill_groups), len(decode_groups))
+    least = _values(x)
     solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))   # the later stages keep it
-    flow = _balanced_phases(solver, x, [1.0 / scorer.prefill(g)[1] for g in prefill_groups], d_cap, least)
-    flow = _least_transfer(solver, x, transfer_s, flow)
+    values = _balanced_phases(solver, arcs, x, [1.0 / scorer.prefill(g)[1] for g in prefill_groups], d_cap, least)
+    values = _least_transfer(solver, arcs, x, values, (len(p_cap), len(d_cap)))
+    flow = _pair_flow(arcs, values, len(p_cap), len(d_cap))
     row = flow.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
     return Routing(best.throughput_rps, row / flow.sum(), dshare)
 
 
-def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
-    """`flow` (the least maximum utilization, which `solver` holds) re-solved so that each
-    side's replicas are as evenly loaded as the constraints allow: the prefill side by busy
-    fraction (requests/s over `p_speed`, the replica's requests/s when always busy), the
-    decode side by share of its sustainable rate (`d_cap`); `flow` itself when the solver
-    confirms no optimum. The least maximum is set by the side that binds; the other side's
-    replicas only have to stay under it, and the solver's vertex then loaded one of two
-    equal prefill replicas with a whole 0.8 req/s and left the other idle (its TTFT p99
-    1.44 -> 2.09 s in the DES, which dispatches only to replicas with a share). Prefill
-    shares in proportion to speed also make the engines' dispatch (least pending prompt
-    tokens per unit of share) send each prompt where it is drained soonest.
+def _balanced_phases(solver, arcs, x, p_speed, d_cap, values) -> np.ndarray:
+    """`values` (the arcs' requests/s at the least maximum utilization, which `solver`
+    holds) re-solved so that each side's replicas are as evenly loaded as the constraints
+    allow: the prefill side by busy fraction (load over `p_speed`, the replica's
+    requests/s when always busy), the decode side by share of its sustainable rate
+    (`d_cap`); `values` itself when the solver confirms no optimum. The least maximum is
+    set by the side that binds; the other side's replicas only have to stay under it, and
+    the solver's vertex then loaded one of two equal prefill replicas with a whole 0.8
+    req/s and left the other idle (its TTFT p99 1.44 -> 2.09 s in the DES, which
+    dispatches only to replicas with a share). Prefill shares in proportion to speed also
+    make the engines' dispatch (least pending prompt tokens per unit of share) send each
+    prompt where it is drained soonest.
 
     Lexicographic min-max by progressive filling: minimize the sum of each side's largest
     level, fix the replicas that stay at it in every optimum (their level row has a nonzero
@@ -668,7 +824,7 @@ def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
     rows = {}   # (side, replica) -> (its level row, weight)
     for axis, weights in ((0, p_speed), (1, d_cap)):
         for k, weight in enumerate(weights):
-            terms = [v for ij, v in x.items() if ij[axis] == k]
+            terms = [x[m] for m in _through(arcs, axis, k)]
             if terms:
                 rows[axis, k] = (solver.Add(solver.Sum(terms) - sides[axis] * float(weight) <= 0.0), float(weight))
     objective = solver.Objective()
@@ -678,8 +834,8 @@ def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
     free = set(rows)
     while free:
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
-            return flow   # the last level's flow (or the least maximum's)
-        flow = _flow(x, *flow.shape)
+            return values   # the last level's (or the least maximum's)
+        values = _values(x)
         fixed = {key for key in free if abs(rows[key][0].dual_value()) > _DUAL_TOL}
         if not fixed:
             break
@@ -692,30 +848,24 @@ def _balanced_phases(solver, x, p_speed, d_cap, flow) -> np.ndarray:
         for axis, side in enumerate(sides):
             if not any(a == axis for a, _ in free):
                 objective.SetCoefficient(side, 0.0)
-    return flow
+    return values
 
 
-def _flow(x, n_p, n_d) -> np.ndarray:
-    flow = np.zeros((n_p, n_d))
-    for (i, j), v in x.items():
-        flow[i, j] = max(v.solution_value(), 0.0)
-    return flow
-
-
-def _least_transfer(solver, x, transfer_s, flow) -> np.ndarray:
-    """`flow` re-solved for the least total KV-transfer seconds with each prefill and decode
-    replica's requests/s held (each within _LOAD_SLACK) and no link loaded past the least
-    maximum utilization (which `solver` holds); `flow` itself when the solver confirms no
-    optimum."""
+def _least_transfer(solver, arcs, x, values, shape) -> np.ndarray:
+    """`values` re-solved for the least total KV-transfer seconds with each prefill and
+    decode replica's requests/s held (each within _LOAD_SLACK) and no link loaded past
+    the least maximum utilization (which `solver` holds); `values` itself when the solver
+    confirms no optimum."""
     from ortools.linear_solver import pywraplp
 
-    for axis in (0, 1):
-        for k, load in enumerate(flow.sum(axis=1 - axis)):
-            terms = [v for ij, v in x.items() if ij[axis] == k]
-            if terms:
-                solver.Add(solver.Sum(terms) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
-                solver.Add(solver.Sum(terms) >= load * (1.0 - _LOAD_SLACK))
-    solver.Minimize(solver.Sum([v * transfer_s[ij] for ij, v in x.items()]))
+    for axis, n in enumerate(shape):
+        for k in range(n):
+            through = _through(arcs, axis, k)
+            if through:
+                load = float(values[through].sum())
+                solver.Add(solver.Sum([x[m] for m in through]) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
+                solver.Add(solver.Sum([x[m] for m in through]) >= load * (1.0 - _LOAD_SLACK))
+    solver.Minimize(solver.Sum([v * arc.transfer_s for arc, v in zip(arcs, x)]))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return flow
-    return _flow(x, *flow.shape)
+        return values
+    return _values(x)
