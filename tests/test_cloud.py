@@ -1041,8 +1041,9 @@ def test_the_long_requests_move_their_own_kv(perf):
     """The routing LP carries each class of requests on the pairs that hold it, with its own
     KV bytes: only the 8x A40 -> A6000 pipeline pair holds the 100k-token prompts, and each
     moves 160 GB (80 GB over each A6000 node's link), not the 6k-token mix mean's 10 GB. So
-    those links bound the plan at 1.25 req/s, near the DES's 1.29; carried as average
-    requests they let it score 3.16."""
+    those links bound the plan at 1.25 req/s, near the DES's 1.32; carried as average
+    requests they let it score 3.16. The bytes are of the whole trace's long prompts: with
+    them all past the 2,000-request sample, the plan scores the same."""
     trace = _long_prompt_trace()
     ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace)
     a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
@@ -1054,6 +1055,13 @@ def test_the_long_requests_move_their_own_kv(perf):
     link = ctx.physics.capacity_bytes_per_s(("pair", 4, 0))
     assert 0 < rate <= link / (long_bytes_per_link * long.mean()) * (1 + 1e-6)
     assert rate == pytest.approx(1.25, rel=0.05)
+    rng = np.random.default_rng(2)   # 2,400 requests, the long ones all past the sample
+    prompt = np.concatenate([rng.integers(200, 2000, 2000), np.where(np.arange(400) % 2 == 0, 100_000, 1000)])
+    late = Trace(np.arange(2400) * 0.2, prompt, rng.integers(20, 300, 2400), "late-long-prompts", 480.0)
+    assert (late.prompt_tokens[:2000] < 50_000).all()
+    late_ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, late)
+    late_long = (late.prompt_tokens > 50_000).mean()
+    assert score(late_ctx.scorer, plan) <= link / (long_bytes_per_link * late_long) * (1 + 1e-6)
     for at in (None, rate):   # the long prompts' pair carries them all, at the LP's rate and routed for one
         pre, dec, routing = plan_routing(ctx, plan, at)
         flow = routing.prefill_share[:, None] * routing.decode_share

@@ -124,6 +124,7 @@ class HeldClass:
     pairs: np.ndarray    # (p, d) bool: the usable pairs that hold them
     share: float         # their share of the held requests
     sample: np.ndarray   # (r,) bool: which requests of the scored sample (`Workload`) they are
+    mean_prompt: float   # their mean prompt tokens, over every request KV fit is judged on
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class Holding:
             p_rank = np.searchsorted(p_sorted, prompt, side="left")
             return p_rank * (d + 1) + np.searchsorted(d_sorted, need, side="left")
 
-        codes, counts = np.unique(code(*sizes), return_counts=True)
+        codes, which, counts = np.unique(code(*sizes), return_inverse=True, return_counts=True)
         ranks = np.stack([codes // (d + 1), codes % (d + 1)], axis=1)
 
         def fits(rank, caps, sorted_caps):
@@ -182,13 +183,15 @@ class Holding:
         for k in np.flatnonzero(held):
             by_pairs.setdefault(masks[k].tobytes(), []).append(k)
         shares = [float(counts[ks].sum()) / n_held for ks in by_pairs.values()]
+        prompts = np.bincount(which.ravel(), weights=np.asarray(sizes[0], dtype=float), minlength=len(codes))
+        means = [float(prompts[ks].sum() / counts[ks].sum()) for ks in by_pairs.values()]
         pairs = [masks[ks[0]] for ks in by_pairs.values()]
         class_of_code = np.full(len(codes) + 1, -1)   # the last: a sample size the trace lacks
         for k, ks in enumerate(by_pairs.values()):
             class_of_code[ks] = k
         at = np.searchsorted(codes, sample_code)
         sample_class = class_of_code[np.where(codes[np.minimum(at, len(codes) - 1)] == sample_code, at, len(codes))]
-        classes = tuple(HeldClass(pairs[k], shares[k], sample_class == k) for k in range(len(pairs)))
+        classes = tuple(HeldClass(pairs[k], shares[k], sample_class == k, means[k]) for k in range(len(pairs)))
         within = lambda a, b: not (a & ~b).any()   # a's pairs among b's
         nested = all(within(a, b) or within(b, a) for k, a in enumerate(pairs) for b in pairs[:k])
         return cls(unheld, classes, nested=nested, shortfall=shortfall)
@@ -223,8 +226,8 @@ class Scorer:
     def __init__(self, physics, workload: Workload, kv_bits: int = 16):
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
         self._rates: dict = {}
-        self._admissions: dict = {}   # KV budget (tokens) -> its `KvAdmission`
-        self._held_workloads: dict = {}   # (KV budget, whole) -> the requests it holds (`_held`)
+        self._admissions: dict = {}   # (KV budget (tokens), among) -> its `KvAdmission`
+        self._held_workloads: dict = {}   # (KV budget, whole, among) -> the requests it holds (`_held`)
         self._pairs: dict = {}
         self._plans: dict = {}
         self._throughputs: dict = {}
@@ -290,16 +293,14 @@ class Scorer:
         rated on the whole mix they hold (`_held`), as the DES, whose replayed window may
         end before a long request's queue does its damage, judges them (docs/cloud.md). A
         class every usable pair holds is the mix itself, and classes the target lets miss
-        whole (`_missable_classes`) set no rate."""
+        whole (`_unmissable`) or that the sample lacks set no rate."""
         holding = self.holding(prefill_groups, decode_groups)
-        if not holding.classes:
-            return np.inf
-        missable = self._missable_classes(holding)
-        every = np.logical_or.reduce([cls.pairs for cls in holding.classes])   # the pairs that hold any
+        every = np.logical_or.reduce([cls.pairs for cls in holding.classes]) if holding.classes else None
+        long = [cls for cls in holding.classes if not (cls.pairs == every).all()]   # the mix: every pair holds it
         out = np.inf
-        for c, cls in enumerate(holding.classes):
-            if c in missable or (cls.pairs == every).all():
-                continue
+        for cls in self._unmissable(long, holding.unheld):
+            if not cls.sample.any():
+                continue   # none in the sample: no rate to judge it by
             side = lambda groups, phase, rows: sum(self.class_rate(g, phase, cls.sample) or 0.0
                                                    for g, used in zip(groups, rows) if used)
             rate = min(side(prefill_groups, "prefill", cls.pairs.any(axis=1)),
@@ -307,18 +308,17 @@ class Scorer:
             out = min(out, rate / (cls.share * (1.0 - holding.unheld)))
         return out
 
-    def _missable_classes(self, holding) -> set:
-        """The routing classes the target lets miss whole: the smallest, while together
-        with the unheld requests they are at most 1 - target of the requests (2 of 200
-        100k-token prompts may both miss at 99%)."""
-        left = 1.0 - self.w.target - holding.unheld
-        out = set()
-        for c in sorted(range(len(holding.classes)), key=lambda k: holding.classes[k].share):
-            left -= holding.classes[c].share * (1.0 - holding.unheld)
+    def _unmissable(self, classes, unheld) -> list:
+        """`classes` less those the target lets miss whole: the smallest, while together with
+        the unheld requests they are at most 1 - target of the requests (2 of 200 100k-token
+        prompts may both miss at 99%)."""
+        left = 1.0 - self.w.target - unheld
+        ordered = sorted(classes, key=lambda cls: cls.share)
+        for k, cls in enumerate(ordered):
+            left -= cls.share * (1.0 - unheld)
             if left < -1e-12:
-                break
-            out.add(c)
-        return out
+                return ordered[k:]
+        return []
 
     def _held(self, kv_cap, whole=True, among=None) -> Workload | None:
         """The requests of the sample (of those `among`, a bool mask, when given) a replica
@@ -567,7 +567,9 @@ class Scorer:
         (x_ij = R p_i d_j / (P D), R = min(P, D)) uses only usable pairs and loads no link
         to its bandwidth: that routing attains the bound R, so it is the optimum. At 40 Gbps
         it settles 88% of the plans the search scores on conversation and 54% on coding,
-        where solving their LPs was most of the search's time."""
+        where solving their LPs was most of the search's time. With routing classes it
+        must split among them, each its share on its own pairs with its own KV bytes
+        (`Holding.split`): where they nest; else the LP judges."""
         key = (tuple(prefill_groups), tuple(decode_groups))
         if key not in self._throughputs:
             rate = self._proportional_bound(prefill_groups, decode_groups)
@@ -593,7 +595,7 @@ class Scorer:
             split = holding.split(flow)
             if split is None:
                 return None   # the long requests' pairs would carry less than their share
-            parts = [(part, lambda a, b, c=c: self._class_transfer(a, b, c.sample, c.sample.tobytes())[0])
+            parts = [(part, lambda a, b, c=c: self._class_transfer(a, b, c.mean_prompt)[0])
                      for part, c in zip(split, holding.classes)]
         else:
             parts = [(flow, lambda a, b: self.pair(a, b)[2])]
@@ -666,22 +668,20 @@ class Scorer:
                  if p_cap[i] > 0 and d_cap[j] > 0 and self.pair(a, b)[0]]
         if not holding.classes:
             return [Arc(i, j, 0, self.pair(pg[i], dg[j])[2], self.pair(pg[i], dg[j])[1]) for i, j in pairs], ()
-        samples = [cls.sample.tobytes() for cls in holding.classes]
-        arcs = [Arc(i, j, c, *self._class_transfer(pg[i], dg[j], cls.sample, samples[c]))
+        arcs = [Arc(i, j, c, *self._class_transfer(pg[i], dg[j], cls.mean_prompt))
                 for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
         return arcs, tuple(cls.share for cls in holding.classes)
 
-    def _class_transfer(self, src, dst, among, key) -> tuple[dict, float]:
-        """({shared link: bytes a request}, mean transfer s) of the routing class `among`
-        (its bytes: `key`) on the pair `src` -> `dst`: the class's mean prompt of KV, not the
-        mix's (`pair`): a 100k-token prompt's 160 GB, not the 6k-token mean's 10 GB, is what
+    def _class_transfer(self, src, dst, mean_prompt) -> tuple[dict, float]:
+        """({shared link: bytes a request}, mean transfer s) on the pair `src` -> `dst` of a
+        routing class of this mean prompt (`HeldClass.mean_prompt`): its KV, not the mix's
+        (`pair`): a 100k-token prompt's 160 GB, not the 6k-token mean's 10 GB, is what
         loads the network."""
-        cache_key = ("class", src, dst, key)
+        cache_key = ("class", src, dst, float(mean_prompt))
         if cache_key not in self._pairs:
             _, t, traffic = self.pair(src, dst)
-            cap = self.ph.group(dst).kv_cap_tokens
-            mix, mine = self._held(cap) or self.w, self._held(cap, among=among)   # the pair's means, the class's
-            scale = mine.mean_prompt / mix.mean_prompt if mine is not None and mix.mean_prompt > 0 else 1.0
+            mix = self._held(self.ph.group(dst).kv_cap_tokens) or self.w   # the pair's means
+            scale = mean_prompt / mix.mean_prompt if mix.mean_prompt > 0 else 1.0
             setup, _ = self.ph.kv_seconds(src, dst, self.kv_bits)
             self._pairs[cache_key] = ({link: by * scale for link, by in traffic.items()}, setup + (t - setup) * scale)
         return self._pairs[cache_key]
@@ -858,11 +858,11 @@ def _least_transfer(solver, arcs, x, values, shape) -> np.ndarray:
     confirms no optimum."""
     from ortools.linear_solver import pywraplp
 
+    flow = _pair_flow(arcs, values, *shape)
     for axis, n in enumerate(shape):
-        for k in range(n):
+        for k, load in enumerate(flow.sum(axis=1 - axis)):
             through = _through(arcs, axis, k)
             if through:
-                load = float(values[through].sum())
                 solver.Add(solver.Sum([x[m] for m in through]) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
                 solver.Add(solver.Sum([x[m] for m in through]) >= load * (1.0 - _LOAD_SLACK))
     solver.Minimize(solver.Sum([v * arc.transfer_s for arc, v in zip(arcs, x)]))
