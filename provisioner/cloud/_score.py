@@ -162,7 +162,12 @@ class Holding:
             p_rank = np.searchsorted(p_sorted, prompt, side="left")
             return p_rank * (d + 1) + np.searchsorted(d_sorted, need, side="left")
 
-        codes, which, counts = np.unique(code(*sizes), return_inverse=True, return_counts=True)
+        # requests and prompt tokens per code (codes are below (p + 1)(d + 1): counted, not sorted)
+        request_code = code(*sizes)
+        per_code = np.bincount(request_code, minlength=(p + 1) * (d + 1))
+        prompt_per_code = np.bincount(request_code, weights=np.asarray(sizes[0], dtype=float), minlength=len(per_code))
+        codes = np.flatnonzero(per_code)
+        counts = per_code[codes]
         ranks = np.stack([codes // (d + 1), codes % (d + 1)], axis=1)
 
         def fits(rank, caps, sorted_caps):
@@ -183,14 +188,12 @@ class Holding:
         for k in np.flatnonzero(held):
             by_pairs.setdefault(masks[k].tobytes(), []).append(k)
         shares = [float(counts[ks].sum()) / n_held for ks in by_pairs.values()]
-        prompts = np.bincount(which.ravel(), weights=np.asarray(sizes[0], dtype=float), minlength=len(codes))
-        means = [float(prompts[ks].sum() / counts[ks].sum()) for ks in by_pairs.values()]
+        means = [float(prompt_per_code[codes[ks]].sum() / counts[ks].sum()) for ks in by_pairs.values()]
         pairs = [masks[ks[0]] for ks in by_pairs.values()]
-        class_of_code = np.full(len(codes) + 1, -1)   # the last: a sample size the trace lacks
+        class_of_code = np.full(len(per_code), -1)   # -1: unheld, or a sample size the trace lacks
         for k, ks in enumerate(by_pairs.values()):
-            class_of_code[ks] = k
-        at = np.searchsorted(codes, sample_code)
-        sample_class = class_of_code[np.where(codes[np.minimum(at, len(codes) - 1)] == sample_code, at, len(codes))]
+            class_of_code[codes[ks]] = k
+        sample_class = class_of_code[sample_code]
         classes = tuple(HeldClass(pairs[k], shares[k], sample_class == k, means[k]) for k in range(len(pairs)))
         within = lambda a, b: not (a & ~b).any()   # a's pairs among b's
         nested = all(within(a, b) or within(b, a) for k, a in enumerate(pairs) for b in pairs[:k])
@@ -550,7 +553,7 @@ class Scorer:
         key = (src, dst)
         if key not in self._pairs:
             w = self._held(self.ph.group(dst).kv_cap_tokens) or self.w
-            setup, per_token = self.ph.kv_seconds(src, dst, self.kv_bits)
+            setup, per_token = self._pairs["kv", src, dst] = self.ph.kv_seconds(src, dst, self.kv_bits)
             t = setup + per_token * w.mean_prompt
             _, es = self.prefill(src)
             _, step = self.decode(dst)
@@ -679,11 +682,11 @@ class Scorer:
         loads the network."""
         cache_key = ("class", src, dst, float(mean_prompt))
         if cache_key not in self._pairs:
-            _, t, traffic = self.pair(src, dst)
+            _, _, traffic = self.pair(src, dst)
             mix = self._held(self.ph.group(dst).kv_cap_tokens) or self.w   # the pair's means
             scale = mean_prompt / mix.mean_prompt if mix.mean_prompt > 0 else 1.0
-            setup, _ = self.ph.kv_seconds(src, dst, self.kv_bits)
-            self._pairs[cache_key] = ({link: by * scale for link, by in traffic.items()}, setup + (t - setup) * scale)
+            setup, per_token = self._pairs["kv", src, dst]
+            self._pairs[cache_key] = ({link: by * scale for link, by in traffic.items()}, setup + per_token * mean_prompt)
         return self._pairs[cache_key]
 
 
