@@ -553,15 +553,25 @@ class Scorer:
         key = (src, dst)
         if key not in self._pairs:
             w = self._held(self.ph.group(dst).kv_cap_tokens) or self.w
-            setup, per_token = self._pairs["kv", src, dst] = self.ph.kv_seconds(src, dst, self.kv_bits)
-            t = setup + per_token * w.mean_prompt
+            traffic, t = self._transfer(src, dst, w.mean_prompt)
             _, es = self.prefill(src)
             _, step = self.decode(dst)
             slack = w.e2e_limit_s - es - (w.mean_output - 1.0) * step
-            req_bytes = self.ph.llm.kv_bytes_per_token * w.mean_prompt * self.kv_bits / 16.0
+            self._pairs[key] = (t <= slack, t, traffic)
+        return self._pairs[key]
+
+    def _transfer(self, src, dst, mean_prompt) -> tuple[dict, float]:
+        """({shared link: bytes a request}, mean transfer s) of a request of `mean_prompt`
+        tokens on the pair `src` -> `dst`: a pair's at the mix it carries (`pair`), a routing
+        class's at its own (`HeldClass.mean_prompt`: a 100k-token prompt's 160 GB, not the
+        6k-token mean's 10 GB, is what loads the network)."""
+        key = ("transfer", src, dst, float(mean_prompt))
+        if key not in self._pairs:
+            setup, per_token = self.ph.kv_seconds(src, dst, self.kv_bits)
+            req_bytes = self.ph.llm.kv_bytes_per_token * mean_prompt * self.kv_bits / 16.0
             shares = self.ph.link_shares(self.ph.kv_traffic(src, dst))
             traffic = {link: share * req_bytes for link, share in shares.items()}
-            self._pairs[key] = (t <= slack, t, traffic)
+            self._pairs[key] = (traffic, setup + per_token * mean_prompt)
         return self._pairs[key]
 
     def throughput_rps(self, prefill_groups, decode_groups) -> float:
@@ -598,7 +608,7 @@ class Scorer:
             split = holding.split(flow)
             if split is None:
                 return None   # the long requests' pairs would carry less than their share
-            parts = [(part, lambda a, b, c=c: self._class_transfer(a, b, c.mean_prompt)[0])
+            parts = [(part, lambda a, b, c=c: self._transfer(a, b, c.mean_prompt)[0])
                      for part, c in zip(split, holding.classes)]
         else:
             parts = [(flow, lambda a, b: self.pair(a, b)[2])]
@@ -670,24 +680,10 @@ class Scorer:
         pairs = [(i, j) for i, a in enumerate(pg) for j, b in enumerate(dg)
                  if p_cap[i] > 0 and d_cap[j] > 0 and self.pair(a, b)[0]]
         if not holding.classes:
-            return [Arc(i, j, 0, self.pair(pg[i], dg[j])[2], self.pair(pg[i], dg[j])[1]) for i, j in pairs], ()
-        arcs = [Arc(i, j, c, *self._class_transfer(pg[i], dg[j], cls.mean_prompt))
+            return [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]], ()
+        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt))
                 for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
         return arcs, tuple(cls.share for cls in holding.classes)
-
-    def _class_transfer(self, src, dst, mean_prompt) -> tuple[dict, float]:
-        """({shared link: bytes a request}, mean transfer s) on the pair `src` -> `dst` of a
-        routing class of this mean prompt (`HeldClass.mean_prompt`): its KV, not the mix's
-        (`pair`): a 100k-token prompt's 160 GB, not the 6k-token mean's 10 GB, is what
-        loads the network."""
-        cache_key = ("class", src, dst, float(mean_prompt))
-        if cache_key not in self._pairs:
-            _, _, traffic = self.pair(src, dst)
-            mix = self._held(self.ph.group(dst).kv_cap_tokens) or self.w   # the pair's means
-            scale = mean_prompt / mix.mean_prompt if mix.mean_prompt > 0 else 1.0
-            setup, per_token = self._pairs["kv", src, dst]
-            self._pairs[cache_key] = ({link: by * scale for link, by in traffic.items()}, setup + per_token * mean_prompt)
-        return self._pairs[cache_key]
 
 
 class Arc(NamedTuple):
