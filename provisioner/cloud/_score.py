@@ -146,28 +146,21 @@ class Holding:
     shortfall: float = 0.0
 
     @classmethod
-    def of(cls, sizes, sample_sizes, prefill_caps, decode_caps, usable) -> "Holding":
+    def of(cls, sizes, sample_sizes, prefill_caps, decode_caps, usable, counted=None) -> "Holding":
         """sizes, sample_sizes: (prompt tokens, whole KV tokens) of every request KV fit is
         judged on and of the scored sample; prefill_caps (p,), decode_caps (d,): the
         replicas' KV budgets; usable (p, d). A request fits the budgets at least as large
         as its size, so the replicas that hold it follow from its rank among the sorted
-        budgets: requests are counted by that pair of ranks."""
+        budgets: requests are counted by that pair of ranks (`count_ranks`; `counted`: its
+        result for these sorted budgets, which many plans share)."""
         r = len(sizes[0])
         if r == 0:
             return cls(0.0)
         p_sorted, d_sorted = np.sort(prefill_caps), np.sort(decode_caps)
         p, d = len(p_sorted), len(d_sorted)
-
-        def code(prompt, need):   # budgets too small for each request: it fits those from that rank on
-            p_rank = np.searchsorted(p_sorted, prompt, side="left")
-            return p_rank * (d + 1) + np.searchsorted(d_sorted, need, side="left")
-
-        # requests and prompt tokens per code (codes are below (p + 1)(d + 1): counted, not sorted)
-        request_code = code(*sizes)
-        per_code = np.bincount(request_code, minlength=(p + 1) * (d + 1))
-        prompt_per_code = np.bincount(request_code, weights=np.asarray(sizes[0], dtype=float), minlength=len(per_code))
-        codes = np.flatnonzero(per_code)
-        counts = per_code[codes]
+        if counted is None:
+            counted = cls.count_ranks(sizes, sample_sizes, p_sorted, d_sorted)
+        codes, counts, prompt_per_code, sample_code = counted
         ranks = np.stack([codes // (d + 1), codes % (d + 1)], axis=1)
 
         def fits(rank, caps, sorted_caps):
@@ -183,14 +176,13 @@ class Holding:
         unheld = 1.0 - n_held / r
         if all(int(m.sum()) == int(usable.sum()) for m, h in zip(masks, held) if h):
             return cls(unheld, shortfall=shortfall)   # every usable pair holds every held request
-        sample_code = code(*sample_sizes)
         by_pairs: dict = {}   # the held codes grouped by the pairs that hold them
         for k in np.flatnonzero(held):
             by_pairs.setdefault(masks[k].tobytes(), []).append(k)
         shares = [float(counts[ks].sum()) / n_held for ks in by_pairs.values()]
         means = [float(prompt_per_code[codes[ks]].sum() / counts[ks].sum()) for ks in by_pairs.values()]
         pairs = [masks[ks[0]] for ks in by_pairs.values()]
-        class_of_code = np.full(len(per_code), -1)   # -1: unheld, or a sample size the trace lacks
+        class_of_code = np.full(len(prompt_per_code), -1)   # -1: unheld, or a sample size the trace lacks
         for k, ks in enumerate(by_pairs.values()):
             class_of_code[codes[ks]] = k
         sample_class = class_of_code[sample_code]
@@ -198,6 +190,23 @@ class Holding:
         within = lambda a, b: not (a & ~b).any()   # a's pairs among b's
         nested = all(within(a, b) or within(b, a) for k, a in enumerate(pairs) for b in pairs[:k])
         return cls(unheld, classes, nested=nested, shortfall=shortfall)
+
+    @staticmethod
+    def count_ranks(sizes, sample_sizes, p_sorted, d_sorted) -> tuple:
+        """(codes present, requests per code, prompt tokens per code (every code), the sample's
+        codes): a request's code is rank_p (d + 1) + rank_d, its ranks the number of sorted
+        budgets too small for its prompt and for its whole KV (it fits those from that rank
+        on). Codes are below (p + 1)(d + 1): counted, not sorted."""
+        d = len(d_sorted)
+
+        def code(prompt, need):
+            return np.searchsorted(p_sorted, prompt, side="left") * (d + 1) + np.searchsorted(d_sorted, need,
+                                                                                              side="left")
+        request_code = code(*sizes)
+        per_code = np.bincount(request_code, minlength=(len(p_sorted) + 1) * (d + 1))
+        prompt_per_code = np.bincount(request_code, weights=np.asarray(sizes[0], dtype=float), minlength=len(per_code))
+        codes = np.flatnonzero(per_code)
+        return codes, per_code[codes], prompt_per_code, code(*sample_sizes)
 
     def split(self, flow: np.ndarray) -> list | None:
         """A routing's flow (p, d) split among the classes, each its share on its own pairs
@@ -488,10 +497,17 @@ class Scorer:
             w = self.w
             usable = np.array([[self.prefill(a)[0] > 0 and self.decode(b)[0] > 0 and self.pair(a, b)[0]
                                 for b in decode_groups] for a in prefill_groups], dtype=bool)
-            self._rates[key] = Holding.of((s, need), (w.prompt_tokens, w.prompt_tokens + w.output_tokens),
-                                          np.array([self.ph.group(g).kv_cap_tokens for g in prefill_groups]),
-                                          np.array([self.ph.group(g).kv_cap_tokens for g in decode_groups]),
-                                          usable.reshape(len(prefill_groups), len(decode_groups)))
+            p_caps = np.array([self.ph.group(g).kv_cap_tokens for g in prefill_groups])
+            d_caps = np.array([self.ph.group(g).kv_cap_tokens for g in decode_groups])
+            sample = (w.prompt_tokens, w.prompt_tokens + w.output_tokens)
+            # the requests' ranks among the sorted budgets: shared by the plans whose
+            # replicas have the same budgets (coding: 1,723 plans, 728 budget lists)
+            ranked_key = ("ranks", tuple(np.sort(p_caps)), tuple(np.sort(d_caps)))
+            if ranked_key not in self._rates:
+                self._rates[ranked_key] = Holding.count_ranks((s, need), sample, np.sort(p_caps), np.sort(d_caps))
+            self._rates[key] = Holding.of((s, need), sample, p_caps, d_caps,
+                                          usable.reshape(len(prefill_groups), len(decode_groups)),
+                                          counted=self._rates[ranked_key])
         return self._rates[key]
 
     def _fit_everywhere(self, front_groups, back_groups=None) -> bool:
@@ -567,11 +583,20 @@ class Scorer:
         6k-token mean's 10 GB, is what loads the network)."""
         key = ("transfer", src, dst, float(mean_prompt))
         if key not in self._pairs:
-            setup, per_token = self.ph.kv_seconds(src, dst, self.kv_bits)
+            setup, per_token, shares = self._link_terms(src, dst)
             req_bytes = self.ph.llm.kv_bytes_per_token * mean_prompt * self.kv_bits / 16.0
-            shares = self.ph.link_shares(self.ph.kv_traffic(src, dst))
             traffic = {link: share * req_bytes for link, share in shares.items()}
             self._pairs[key] = (traffic, setup + per_token * mean_prompt)
+        return self._pairs[key]
+
+    def _link_terms(self, src, dst) -> tuple[float, float, dict]:
+        """(setup s, s per prompt token, {shared link: share of a request's KV bytes}) of the
+        pair `src` -> `dst`, whatever the prompt: computed once per pair, not once per
+        routing class's mean prompt (a class's mean moves with the plan's KV budgets)."""
+        key = ("links", src, dst)
+        if key not in self._pairs:
+            self._pairs[key] = (*self.ph.kv_seconds(src, dst, self.kv_bits),
+                                self.ph.link_shares(self.ph.kv_traffic(src, dst)))
         return self._pairs[key]
 
     def throughput_rps(self, prefill_groups, decode_groups) -> float:
