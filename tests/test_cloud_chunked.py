@@ -103,3 +103,16 @@ def test_cli_reports_the_chunked_non_split_comparison_beside_the_unchunked_one(t
     assert f"Best non-split plan, chunked prefill ({ch['prefill_chunk_tokens']} tokens)" in page.read_text()
     assert "non_split_chunked" not in off and "split_over_non_split_chunked_sustained" not in off
     assert {k: off[k] for k in CONTRACT_KEYS - {"elapsed_s"}} == {k: default[k] for k in CONTRACT_KEYS - {"elapsed_s"}}
+
+
+def test_the_chunked_comparison_is_the_same_computed_beside_the_split_plan_or_after_it(monkeypatch):
+    """It runs in a worker process beside the split plan (`provisioner.workers.beside`): the
+    same answer, to the last digit, as computed in this process after it."""
+    from provisioner.workers import beside
+
+    in_worker = _cloud_json("--duration", "30")
+    monkeypatch.setattr("provisioner.cloud._answer.beside",
+                        lambda fn, *args, parallel=True: beside(fn, *args, parallel=False))
+    here = _cloud_json("--duration", "30")
+    in_worker.pop("elapsed_s"), here.pop("elapsed_s")
+    assert in_worker == here

@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from .._workers import quiet_resource_tracker
+from ..workers import quiet_resource_tracker
 from ._errors import run_guarded
 
 __all__ = ["app", "get_app", "main", "run"]

@@ -25,7 +25,7 @@ from hardware_catalog import CatalogError
 from perfmodels import PerfModelError
 from workloads import WorkloadError
 
-from .._workers import stop_workers
+from ..workers import stop_workers
 from ..errors import ProvisionerError
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)

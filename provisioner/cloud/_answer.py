@@ -14,6 +14,7 @@ from perfmodels import TP_DEGREES
 from workloads import Trace
 
 from .._validation import validate_params
+from ..workers import beside
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
@@ -79,97 +80,101 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                                   target, rescore_engine, engine, prefill_chunk_tokens)
     sizes = size_sample(traces, rps)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target)
-    ranked = finalist_plans(ctx, seed)
-    if met_plan is not None and all(p != met_plan for p, _ in ranked):
-        # --goal cost rented for the plan that met the target at rps in its check, a shorter
-        # search's finalist: it competes too (the long-prompt trace at 0.5 req/s: the answer's
-        # own finalists sustained at most 0.46 req/s, that plan 1.35)
-        ranked.append((met_plan, score(ctx.scorer, met_plan)))
-    plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked)
-    if met_plan is not None and plan != met_plan and sustained < rps and \
-            not meets_target(ctx, plan, trace_at(traces, rps), rps, target, engine=rescore_engine):
-        # the pick misses the target at the rate rented for: the plan checked there is the answer
-        plan, cap = met_plan, score(ctx.scorer, met_plan)
-        sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine)
-    plan_s = time.perf_counter() - t0
-    ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
-    ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
-                                                ranked=ns_finalists)
-    bound = bounds(ctx)
-    carried = max(cap or 0.0, sustained or 0.0, ns_cap or 0.0, ns_sustained or 0.0)
-    # a long simulation of a plan far past its capacity would only say that little is served
-    crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
-    if crawls and carried > 0 and rps > RATE_HEADROOM * carried:
-        raise ProvisionerError(f"rps {rps:g} is over {RATE_HEADROOM:g}x what this inventory carries (its best plan: "
-                               f"{carried:.3g} req/s); lower rps, add nodes, or ask goal throughput for the most it "
-                               f"sustains", params=("rps", "goal"))
-    # a split plan needs a prefill and a decode replica: an inventory with room for one
-    # replica has none, and the answer says so and points to the non-split plan
-    no_split = no_split_plan_reason(ctx) if plan is None else None
-    if goal == "throughput":
-        if no_split:
-            serves = (f"its best non-split plan sustains {ns_sustained:.2f} req/s at {target:.0%} attainment"
-                      if ns_sustained > 0 else f"its best non-split plan meets {target:.0%} attainment at no rate")
-            raise ProvisionerError(f"{no_split}: serve it non-split ({serves}; --rps R answers with it under "
-                                   f"non_split), or add nodes (a [[nodes]] count) so that it holds two replicas")
-        if sustained <= 0:
-            _refuse_kv_misfits(ctx, plan, sizes, target)
-            fix = (f"its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split, or "
-                   if ns_sustained > 0 else "")
-            raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
-                                   f"{fix}loosen slo_scale or lower target", params=("slo_scale", "target"))
-        rps = sustained
-    trace = trace_at(traces, rps)   # --goal throughput's rate may lie below the floor
-    if no_split:   # nothing to route or simulate: no request is served by a split plan
-        routed, split_bound = None, 0.0
-        sim = nothing_served(trace)
-    else:
-        routed, split_bound = plan_routing(ctx, plan, rps), bound["split"]
-        sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
-    out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
-           "inter_node_gbps": inventory.inter_node_gbps,
-           "nic_gbps": {t.name: t.nic_gbps for t in inventory.types}, "network": inventory.network_text(),
-           "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
-           "rented": {t.name: t.count for t in inventory.types},
-           "no_split_plan": no_split and f"{no_split}: serve it non-split (the best non-split plan: non_split)",
-           "replicas": replicas_json(ctx, plan, routed) if plan is not None else [],
-           "flows": flows_json(routed) if routed is not None else [],
-           "throughput_rps": cap, "upper_bound_rps": split_bound,
-           "gap": 1.0 - cap / split_bound if split_bound > 0 else 0.0,
-           "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
-           "rescore_engine": rescore_engine}
-    out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
-               unservable_requests=sim["unservable_requests"])
-    ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
-    out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
-                        "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
-                        "slo": ns_sim["slo"]}
-    out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 and not no_split else None
-    out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
-    out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 and not no_split else None
     budgets = _chunk_budgets(prefill_chunk_tokens)
-    if budgets:
-        out["non_split_chunked"] = _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine,
-                                                       engine, ns_finalists)
-        ch = out["non_split_chunked"]["sustained_rps"]
-        out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 and not no_split else None
-    if without is not None and no_split:
-        out["replan_skipped"] = f"{no_split}: nothing to re-plan"
-    elif without is not None and without not in (name for name, _ in inventory.nodes):
-        # --goal cost: the price list could rent this node, the chosen rental does not
-        out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
-    elif without is not None:
-        out["replan"] = replan_without(ctx, plan, routed, sim["slo_attainment"], without, llm, perf, trace, rps,
-                                       slo_scale, kv_bits, seed, engine)
-    if goal == "cost":
-        out["non_split_rental"] = ns_rental
-    if max(carried, out.get("non_split_chunked", {}).get("sustained_rps", 0.0)) <= 0:
-        # every replica too slow for the SLOs even alone: the plans above are arbitrary
-        out["no_plan_meets_target"] = (f"no plan of this inventory meets {target:.0%} attainment at any rate under "
-                                       f"these SLOs (slo_scale {slo_scale:g}): loosen slo_scale or lower the target "
-                                       f"attainment, or rent faster GPUs")
-    out["elapsed_s"] = plan_s
-    return out
+    # The chunked comparison (its own search and bisections: as long as the split plan's)
+    # asks nothing of the split plan: it runs in a worker beside it (the DES only: the fluid
+    # engine's first use compiles its kernel, which two processes would do twice).
+    with beside(best_chunked_non_split, ctx, traces, target, seed, budgets, rescore_engine,
+                parallel=bool(budgets) and rescore_engine == "des") as chunked:
+        ranked = finalist_plans(ctx, seed)
+        if met_plan is not None and all(p != met_plan for p, _ in ranked):
+            # --goal cost rented for the plan that met the target at rps in its check, a shorter
+            # search's finalist: it competes too (the long-prompt trace at 0.5 req/s: the answer's
+            # own finalists sustained at most 0.46 req/s, that plan 1.35)
+            ranked.append((met_plan, score(ctx.scorer, met_plan)))
+        plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked)
+        if met_plan is not None and plan != met_plan and sustained < rps and \
+                not meets_target(ctx, plan, trace_at(traces, rps), rps, target, engine=rescore_engine):
+            # the pick misses the target at the rate rented for: the plan checked there is the answer
+            plan, cap = met_plan, score(ctx.scorer, met_plan)
+            sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine)
+        plan_s = time.perf_counter() - t0
+        ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
+        ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
+                                                    ranked=ns_finalists)
+        bound = bounds(ctx)
+        carried = max(cap or 0.0, sustained or 0.0, ns_cap or 0.0, ns_sustained or 0.0)
+        # a long simulation of a plan far past its capacity would only say that little is served
+        crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
+        if crawls and carried > 0 and rps > RATE_HEADROOM * carried:
+            raise ProvisionerError(f"rps {rps:g} is over {RATE_HEADROOM:g}x what this inventory carries (its best "
+                                   f"plan: {carried:.3g} req/s); lower rps, add nodes, or ask goal throughput for the "
+                                   f"most it sustains", params=("rps", "goal"))
+        # a split plan needs a prefill and a decode replica: an inventory with room for one
+        # replica has none, and the answer says so and points to the non-split plan
+        no_split = no_split_plan_reason(ctx) if plan is None else None
+        if goal == "throughput":
+            if no_split:
+                serves = (f"its best non-split plan sustains {ns_sustained:.2f} req/s at {target:.0%} attainment"
+                          if ns_sustained > 0 else f"its best non-split plan meets {target:.0%} attainment at no rate")
+                raise ProvisionerError(f"{no_split}: serve it non-split ({serves}; --rps R answers with it under "
+                                       f"non_split), or add nodes (a [[nodes]] count) so that it holds two replicas")
+            if sustained <= 0:
+                _refuse_kv_misfits(ctx, plan, sizes, target)
+                fix = (f"its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split, or "
+                       if ns_sustained > 0 else "")
+                raise ProvisionerError(f"no split plan meets {target:.0%} attainment at any rate on this inventory: "
+                                       f"{fix}loosen slo_scale or lower target", params=("slo_scale", "target"))
+            rps = sustained
+        trace = trace_at(traces, rps)   # --goal throughput's rate may lie below the floor
+        if no_split:   # nothing to route or simulate: no request is served by a split plan
+            routed, split_bound = None, 0.0
+            sim = nothing_served(trace)
+        else:
+            routed, split_bound = plan_routing(ctx, plan, rps), bound["split"]
+            sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
+        out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
+               "inter_node_gbps": inventory.inter_node_gbps,
+               "nic_gbps": {t.name: t.nic_gbps for t in inventory.types}, "network": inventory.network_text(),
+               "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
+               "rented": {t.name: t.count for t in inventory.types},
+               "no_split_plan": no_split and f"{no_split}: serve it non-split (the best non-split plan: non_split)",
+               "replicas": replicas_json(ctx, plan, routed) if plan is not None else [],
+               "flows": flows_json(routed) if routed is not None else [],
+               "throughput_rps": cap, "upper_bound_rps": split_bound,
+               "gap": 1.0 - cap / split_bound if split_bound > 0 else 0.0,
+               "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
+               "rescore_engine": rescore_engine}
+        out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
+                   unservable_requests=sim["unservable_requests"])
+        ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
+        out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
+                            "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
+                            "slo": ns_sim["slo"]}
+        out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 and not no_split else None
+        out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
+        out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 and not no_split else None
+        if budgets:
+            out["non_split_chunked"] = _chunked_comparison(ctx, chunked.result(), trace, budgets, engine)
+            ch = out["non_split_chunked"]["sustained_rps"]
+            out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 and not no_split else None
+        if without is not None and no_split:
+            out["replan_skipped"] = f"{no_split}: nothing to re-plan"
+        elif without is not None and without not in (name for name, _ in inventory.nodes):
+            # --goal cost: the price list could rent this node, the chosen rental does not
+            out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
+        elif without is not None:
+            out["replan"] = replan_without(ctx, plan, routed, sim["slo_attainment"], without, llm, perf, trace, rps,
+                                           slo_scale, kv_bits, seed, engine)
+        if goal == "cost":
+            out["non_split_rental"] = ns_rental
+        if max(carried, out.get("non_split_chunked", {}).get("sustained_rps", 0.0)) <= 0:
+            # every replica too slow for the SLOs even alone: the plans above are arbitrary
+            out["no_plan_meets_target"] = (f"no plan of this inventory meets {target:.0%} attainment at any rate "
+                                           f"under these SLOs (slo_scale {slo_scale:g}): loosen slo_scale or lower "
+                                           f"the target attainment, or rent faster GPUs")
+        out["elapsed_s"] = plan_s
+        return out
 
 
 def _rentals(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine, engine,
@@ -342,10 +347,10 @@ def _chunk_budgets(prefill_chunk_tokens) -> tuple:
     return (prefill_chunk_tokens,) if prefill_chunk_tokens > 0 else ()
 
 
-def _chunked_comparison(ctx, traces, trace, target, seed, budgets, rescore_engine, engine, ranked) -> dict:
-    """`non_split_chunked` of the JSON: the best chunked non-split plan, its budget, sustained
-    rate and attainment at the planned rate."""
-    plan, cap, sustained, chunk = best_chunked_non_split(ctx, traces, target, seed, budgets, rescore_engine, ranked)
+def _chunked_comparison(ctx, best, trace, budgets, engine) -> dict:
+    """`non_split_chunked` of the JSON: the best chunked non-split plan (`best`, from
+    `best_chunked_non_split`), its budget, sustained rate and attainment at the planned rate."""
+    plan, cap, sustained, chunk = best
     sim = simulate_plan(ctx, plan, trace, engine=engine, chunk_tokens=chunk)
     return {"prefill_chunk_tokens": int(chunk), "budgets_searched": [int(c) for c in budgets],
             "replicas": replicas_json(ctx, plan), "throughput_rps": cap, "sustained_rps": sustained,

@@ -21,14 +21,13 @@ of submitted, and each new run is stored when collected.
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .._workers import start_executor_deaf_to_ctrl_c
+from ..workers import start_executor_deaf_to_ctrl_c, worker_count
 from ..designs import DesignBatch
 from ..schedulers import DEFAULT_SWAP_SPACE_GB
 from ..results import json_number
@@ -81,7 +80,7 @@ class DesPool:
     2 to 8) shared by every family's checks, each (design, trace) one task."""
 
     def __init__(self, n_jobs: int | None = None):
-        self.n_jobs = n_jobs if n_jobs is not None else min(max(2, os.cpu_count() or 1), 8)
+        self.n_jobs = n_jobs if n_jobs is not None else worker_count()
         self._executor = None
 
     def start(self) -> None:

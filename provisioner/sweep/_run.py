@@ -155,7 +155,7 @@ def run_sweep(questions, *, study=None, n_jobs: int | None = None, backend: str 
 def _parallel(questions, location, n_jobs: int, backend: str, threads, on_answer) -> dict:
     from joblib import Parallel, delayed, parallel_config
 
-    from .._workers import start_workers_deaf_to_ctrl_c
+    from ..workers import start_workers_deaf_to_ctrl_c
 
     if threads is None and backend == "loky":
         threads = local_threads(n_jobs)

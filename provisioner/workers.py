@@ -1,4 +1,5 @@
-"""Worker processes and Ctrl-C.
+"""Worker processes: `beside` (one independent question computed in a worker while the
+caller goes on), the pool size (`worker_count`), and Ctrl-C.
 
 A terminal sends Ctrl-C (SIGINT) to every process of the foreground group, so joblib's
 worker processes would each die with a KeyboardInterrupt traceback of their own. Workers
@@ -15,7 +16,7 @@ import sys
 import threading
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
-           "quiet_resource_tracker"]
+           "quiet_resource_tracker", "worker_count", "beside"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -67,3 +68,49 @@ def quiet_resource_tracker() -> None:
     current = os.environ.get("PYTHONWARNINGS", "")
     if RESOURCE_TRACKER_FILTER not in current.split(","):
         os.environ["PYTHONWARNINGS"] = f"{current},{RESOURCE_TRACKER_FILTER}" if current else RESOURCE_TRACKER_FILTER
+
+
+def worker_count() -> int:
+    """Worker processes of a pool here: one per core, 2 to 8 (`provision`'s DES checks and
+    `beside` ask loky's reusable executor for the same size, so they share its workers)."""
+    return min(max(2, os.cpu_count() or 1), 8)
+
+
+class Beside:
+    """`fn(*args)` computed beside the caller's own work (`beside`): `result()` waits for
+    it; `abandon()`, when the caller fails before asking, stops a worker still computing
+    it rather than let it run on (a command's exit would wait for it)."""
+
+    def __init__(self, fn, args, in_worker: bool):
+        self._fn, self._args = fn, args
+        self._future = None
+        if in_worker:
+            from joblib.externals.loky import get_reusable_executor
+            executor = get_reusable_executor(max_workers=worker_count())
+            start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
+            self._future = executor.submit(fn, *args)
+
+    def result(self):
+        if self._future is None:   # not started in a worker: computed here, now
+            return self._fn(*self._args)
+        return self._future.result()
+
+    def abandon(self) -> None:
+        if self._future is not None and not self._future.done():
+            stop_workers()
+
+    def __enter__(self) -> "Beside":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is not None:
+            self.abandon()
+
+
+def beside(fn, *args, parallel: bool = True) -> Beside:
+    """Start `fn(*args)` in a worker process while this one goes on (`Beside`; use it as a
+    context manager, so a failure stops it). Its arguments and result are pickled, so it
+    suits a second, independent question of seconds, not a hot loop. On one core, or with
+    `parallel` False, it runs in this process when its result is asked for: the same
+    result, the same order of work as without a worker."""
+    return Beside(fn, args, in_worker=parallel and (os.cpu_count() or 1) > 1)

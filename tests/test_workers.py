@@ -1,0 +1,46 @@
+"""`beside`: a second, independent question computed in a worker process while the caller
+goes on (`provision cloud`'s chunked comparison beside the split plan)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from provisioner.workers import beside
+
+# a failure inside `with beside(time.sleep, 60)`: the command must end at once, not when the
+# sleep does (loky's exit handler waits for a task still running)
+_FAILS_WHILE_A_WORKER_SLEEPS = (
+    "import sys, time\n"
+    "from provisioner.workers import beside\n"
+    "with beside(time.sleep, 60) as slow:\n"
+    "    time.sleep(1)\n"   # the worker has started and is asleep
+    "    sys.exit(3)\n")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: `beside` computes in this process")
+def test_beside_computes_in_another_process():
+    with beside(os.getpid) as there:
+        assert there.result() != os.getpid()
+
+
+def test_beside_without_parallel_computes_here_when_asked():
+    calls = []
+    work = beside(calls.append, "asked", parallel=False)
+    assert calls == []   # nothing yet: the same order of work as without `beside`
+    work.result()
+    assert calls == ["asked"]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: nothing runs beside")
+def test_a_failure_stops_the_work_beside_instead_of_waiting_for_it():
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _FAILS_WHILE_A_WORKER_SLEEPS], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr
+    # not a speed goal: the sleep beside lasts 60 s, and the exit must not wait for it
+    assert time.perf_counter() - t0 < 30
