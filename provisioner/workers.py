@@ -111,6 +111,10 @@ def beside(fn, *args, parallel: bool = True) -> Beside:
     """Start `fn(*args)` in a worker process while this one goes on (`Beside`; use it as a
     context manager, so a failure stops it). Its arguments and result are pickled, so it
     suits a second, independent question of seconds, not a hot loop. On one core, or with
-    `parallel` False, it runs in this process when its result is asked for: the same
-    result, the same order of work as without a worker."""
-    return Beside(fn, args, in_worker=parallel and (os.cpu_count() or 1) > 1)
+    `parallel` False, or in a worker process itself (its pool already fills the cores), it
+    runs in this process when its result is asked for: the same result, the same order of
+    work as without a worker."""
+    import multiprocessing
+
+    in_main = multiprocessing.parent_process() is None
+    return Beside(fn, args, in_worker=parallel and in_main and (os.cpu_count() or 1) > 1)

@@ -44,3 +44,17 @@ def test_a_failure_stops_the_work_beside_instead_of_waiting_for_it():
     assert done.returncode == 3, done.stderr
     # not a speed goal: the sleep beside lasts 60 s, and the exit must not wait for it
     assert time.perf_counter() - t0 < 30
+
+
+def _pid_and_the_pid_beside():
+    """(this process, where `beside` computes from here)."""
+    with beside(os.getpid) as inner:
+        return os.getpid(), inner.result()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: `beside` computes in this process")
+def test_a_worker_computes_what_it_asks_beside_itself():
+    """Its pool already fills the cores: workers of its own would oversubscribe them."""
+    with beside(_pid_and_the_pid_beside) as there:
+        worker, inner = there.result()
+    assert worker != os.getpid() and inner == worker
