@@ -558,25 +558,17 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
                                f"rates: lower --rps or raise `available`")
     verdicts: dict = {}   # counts -> (passes, sustained / predicted rate, the plan that met the target)
     no_split: dict = {}   # counts -> why the rental has no split plan
+    question = (price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine, phases,
+                chunk_budgets)
+
+    def record(counts, checked):
+        verdicts[counts], why = checked
+        if why is not None:
+            no_split[counts] = why
+        return verdicts[counts]
 
     def passes(counts):
-        if counts not in verdicts:
-            ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits,
-                               reference=price_list, target=target)
-            ranked = finalist_plans(ctx, seed, phases=phases, steps=RENTAL_SEARCH_STEPS)
-            if not ranked:   # room for one replica: nothing to split, at any rate
-                no_split[counts] = no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
-                verdicts[counts] = (False, 0.0, None)
-                return verdicts[counts]
-
-            met = next(((plan, c) for plan, _ in ranked for c in chunk_budgets
-                        if meets_target(ctx, plan, trace, rps, target, split, engine, c)), None)
-            plan, cap = ranked[0]
-            realised = 1.0 if met is not None else (
-                sustained_rps(ctx, plan, traces, cap, target, split=split, engine=engine,
-                              chunk_tokens=chunk_budgets[0]) / max(cap, 1e-9))
-            verdicts[counts] = (met is not None, realised, met)
-        return verdicts[counts]
+        return verdicts[counts] if counts in verdicts else record(counts, check_rental(counts, *question))
 
     lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
     for _ in range(rounds):
@@ -602,7 +594,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         # rentals whose rates could carry rps are checked too, cheapest first.
         cheaper = [c for c in _rentals_by_cost(price_list, limits, rates, rps, _cost(price_list, best[0]))
                    if c not in verdicts]
-        best = next(((c, None) for c in cheaper[:CHEAPER_RENTAL_CHECKS] if passes(c)[0]), best)
+        best = _first_cheaper_pass(cheaper[:CHEAPER_RENTAL_CHECKS], question, record, engine) or best
     if best is None and everything in no_split:
         raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
                                f"can hold a prefill and a decode replica")
@@ -610,6 +602,45 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
                                f"{how} at {target:.0%} attainment: lower --rps or raise `available`")
     return price_list.with_counts(best[0]), verdicts[best[0]][2]
+
+
+def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine,
+                 phases, chunk_budgets) -> tuple:
+    """`choose_rental`'s check of one rental (`counts` nodes per type of `price_list`): its
+    shorter search's finalists simulated at `rps` on `trace`. Returns ((passes, sustained /
+    predicted rate, (plan, chunk budget) that met the target or None), why the rental has
+    no plan of `phases` or None)."""
+    split = phases != NON_SPLIT_PHASES
+    ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits, reference=price_list,
+                       target=target)
+    ranked = finalist_plans(ctx, seed, phases=phases, steps=RENTAL_SEARCH_STEPS)
+    if not ranked:   # room for one replica: nothing to split, at any rate
+        return (False, 0.0, None), no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
+    met = next(((plan, c) for plan, _ in ranked for c in chunk_budgets
+                if meets_target(ctx, plan, trace, rps, target, split, engine, c)), None)
+    plan, cap = ranked[0]
+    realised = 1.0 if met is not None else (
+        sustained_rps(ctx, plan, traces, cap, target, split=split, engine=engine,
+                      chunk_tokens=chunk_budgets[0]) / max(cap, 1e-9))
+    return (met is not None, realised, met), None
+
+
+def _first_cheaper_pass(candidates, question, record, engine) -> tuple | None:
+    """(counts, None) of the first of `candidates` (cheapest first) that passes
+    `check_rental`, or None. Two at a time: the next one in a worker beside this process's
+    (`beside`; the DES only, as `plan_cloud`'s chunked comparison), its verdict used only
+    when this one fails, so the choice is the one-by-one walk's. Most of these checks fail
+    (they are cheaper than a rental that passed), and each is a search and up to five
+    simulations: half the wall time."""
+    for k in range(0, len(candidates), 2):
+        here, ahead = candidates[k], (candidates[k + 1] if k + 1 < len(candidates) else None)
+        with beside(check_rental, ahead, *question, parallel=ahead is not None and engine == "des") as next_one:
+            if record(here, check_rental(here, *question))[0]:
+                next_one.abandon()   # its verdict is not needed: stop it rather than wait for it
+                return here, None
+            if ahead is not None and record(ahead, next_one.result())[0]:
+                return ahead, None
+    return None
 
 
 def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, target) -> tuple[float, ...]:
