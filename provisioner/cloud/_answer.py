@@ -14,9 +14,9 @@ from perfmodels import TP_DEGREES
 from workloads import Trace
 
 from .._validation import validate_params
-from ..workers import beside
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
+from ..workers import beside
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
 from ._score import TARGET_ATTAINMENT
@@ -631,7 +631,7 @@ def _first_cheaper_pass(candidates, question, record, engine) -> tuple | None:
     (`beside`; the DES only, as `plan_cloud`'s chunked comparison), its verdict used only
     when this one fails, so the choice is the one-by-one walk's. Most of these checks fail
     (they are cheaper than a rental that passed), and each is a search and up to five
-    simulations: half the wall time."""
+    simulations: where they all fail, they take about half the wall time."""
     for k in range(0, len(candidates), 2):
         here, ahead = candidates[k], (candidates[k + 1] if k + 1 < len(candidates) else None)
         with beside(check_rental, ahead, *question, parallel=ahead is not None and engine == "des") as next_one:
