@@ -10,13 +10,14 @@ Ctrl-C; `stop_workers` then ends them.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 import threading
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
-           "quiet_resource_tracker", "worker_count", "beside"]
+           "quiet_resource_tracker", "worker_count", "beside", "warm_workers"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -85,10 +86,12 @@ class Beside:
         self._fn, self._args = fn, args
         self._future = None
         if in_worker:
-            from joblib.externals.loky import get_reusable_executor
-            executor = get_reusable_executor(max_workers=worker_count())
-            start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
-            self._future = executor.submit(fn, *args)
+            # pickled here, now: loky pickles a task in a feeder thread while this one goes
+            # on, and the caller's next step may change the arguments (a scorer's caches
+            # grow as it plans): seen as "Could not pickle the task" in the tests
+            import cloudpickle
+
+            self._future = _pool().submit(_call_pickled, cloudpickle.dumps((fn, args)))
 
     def result(self):
         if self._future is None:   # not started in a worker: computed here, now
@@ -107,6 +110,14 @@ class Beside:
             self.abandon()
 
 
+def _call_pickled(task: bytes):
+    """A worker's side of `Beside`: fn(*args) from their pickle."""
+    import pickle
+
+    fn, args = pickle.loads(task)
+    return fn(*args)
+
+
 def beside(fn, *args, parallel: bool = True) -> Beside:
     """Start `fn(*args)` in a worker process while this one goes on (`Beside`; use it as a
     context manager, so a failure stops it). Its arguments and result are pickled, so it
@@ -114,7 +125,30 @@ def beside(fn, *args, parallel: bool = True) -> Beside:
     `parallel` False, or in a worker process itself (its pool already fills the cores), it
     runs in this process when its result is asked for: the same result, the same order of
     work as without a worker."""
+    return Beside(fn, args, in_worker=parallel and _may_start_workers())
+
+
+def warm_workers(module: str) -> None:
+    """Start the pool `beside` uses and import `module` in each of its workers, so that work
+    given to them later starts at once: their start-up (a second or so of imports each)
+    overlaps the caller's own work instead. Where `beside` computes in this process, nothing."""
+    if _may_start_workers():
+        pool = _pool()
+        for _ in range(worker_count()):
+            pool.submit(importlib.import_module, module)
+
+
+def _may_start_workers() -> bool:
+    """More than one core, and this is not a worker itself (`beside`)."""
     import multiprocessing
 
-    in_main = multiprocessing.parent_process() is None
-    return Beside(fn, args, in_worker=parallel and in_main and (os.cpu_count() or 1) > 1)
+    return multiprocessing.parent_process() is None and (os.cpu_count() or 1) > 1
+
+
+def _pool():
+    """loky's reusable executor of `worker_count()` workers, started deaf to Ctrl-C."""
+    from joblib.externals.loky import get_reusable_executor
+
+    executor = get_reusable_executor(max_workers=worker_count())
+    start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
+    return executor
