@@ -10,14 +10,13 @@ Ctrl-C; `stop_workers` then ends them.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
 import threading
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
-           "quiet_resource_tracker", "worker_count", "beside", "warm_workers"]
+           "quiet_resource_tracker", "worker_count", "beside"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -126,16 +125,6 @@ def beside(fn, *args, parallel: bool = True) -> Beside:
     runs in this process when its result is asked for: the same result, the same order of
     work as without a worker."""
     return Beside(fn, args, in_worker=parallel and _may_start_workers())
-
-
-def warm_workers(module: str) -> None:
-    """Start the pool `beside` uses and import `module` in each of its workers, so that work
-    given to them later starts at once: their start-up (a second or so of imports each)
-    overlaps the caller's own work instead. Where `beside` computes in this process, nothing."""
-    if _may_start_workers():
-        pool = _pool()
-        for _ in range(worker_count()):
-            pool.submit(importlib.import_module, module)
 
 
 def _may_start_workers() -> bool:

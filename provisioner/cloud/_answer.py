@@ -16,7 +16,7 @@ from workloads import Trace
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
-from ..workers import beside, warm_workers
+from ..workers import beside
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
 from ._score import TARGET_ATTAINMENT
@@ -81,29 +81,27 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     sizes = size_sample(traces, rps)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target)
     budgets = _chunk_budgets(prefill_chunk_tokens)
-    # The chunked comparison (its own search and bisections) asks nothing of the split plan:
-    # it runs in a worker beside this process's non-split comparison, from when the split
-    # plan is chosen (from the start, it slowed that plan's own search and DES by a tenth,
-    # sharing the cores). The DES only: the fluid engine's first use compiles its kernel,
-    # which two processes would do twice.
-    in_worker = bool(budgets) and rescore_engine == "des"
-    if in_worker:
-        warm_workers("provisioner.cloud")   # their start-up overlaps the search, not the comparison
-    ranked = finalist_plans(ctx, seed)
-    if met_plan is not None and all(p != met_plan for p, _ in ranked):
-        # --goal cost rented for the plan that met the target at rps in its check, a shorter
-        # search's finalist: it competes too (the long-prompt trace at 0.5 req/s: the answer's
-        # own finalists sustained at most 0.46 req/s, that plan 1.35)
-        ranked.append((met_plan, score(ctx.scorer, met_plan)))
-    plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked)
-    if met_plan is not None and plan != met_plan and sustained < rps and \
-            not meets_target(ctx, plan, trace_at(traces, rps), rps, target, engine=rescore_engine):
-        # the pick misses the target at the rate rented for: the plan checked there is the answer
-        plan, cap = met_plan, score(ctx.scorer, met_plan)
-        sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine)
-    plan_s = time.perf_counter() - t0
+    # The chunked comparison (its own search and bisections: as long as the split plan's)
+    # asks nothing of the split plan: it runs in a worker beside it (the DES only: the fluid
+    # engine's first use compiles its kernel, which two processes would do twice). Sharing
+    # the two cores lengthens the plan's own time by about a second on coding, and the whole
+    # answer comes 4-5 s sooner (benchmarks/results/cloud_beside.md); started only once the
+    # plan was chosen, the answer came no sooner and the plan no faster.
     with beside(best_chunked_non_split, ctx, traces, target, seed, budgets, rescore_engine,
-                parallel=in_worker) as chunked:
+                parallel=bool(budgets) and rescore_engine == "des") as chunked:
+        ranked = finalist_plans(ctx, seed)
+        if met_plan is not None and all(p != met_plan for p, _ in ranked):
+            # --goal cost rented for the plan that met the target at rps in its check, a shorter
+            # search's finalist: it competes too (the long-prompt trace at 0.5 req/s: the answer's
+            # own finalists sustained at most 0.46 req/s, that plan 1.35)
+            ranked.append((met_plan, score(ctx.scorer, met_plan)))
+        plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked)
+        if met_plan is not None and plan != met_plan and sustained < rps and \
+                not meets_target(ctx, plan, trace_at(traces, rps), rps, target, engine=rescore_engine):
+            # the pick misses the target at the rate rented for: the plan checked there is the answer
+            plan, cap = met_plan, score(ctx.scorer, met_plan)
+            sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine)
+        plan_s = time.perf_counter() - t0
         ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
         ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
                                                     ranked=ns_finalists)
