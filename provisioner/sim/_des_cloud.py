@@ -31,6 +31,8 @@ import numpy as np
 from ._des import _Cluster
 from ._des_scalar import iteration_fn, kv_link_fifo_s
 
+_INF = float("inf")
+
 
 @dataclass(frozen=True)
 class ServerPlan:
@@ -64,24 +66,27 @@ class CloudCluster(_Cluster):
             mc.kv_cap = float(kv)
         self.kv_cap = np.asarray(plan.kv_cap_tokens, dtype=float).copy()
         self.plan = plan
-        share = np.asarray(plan.prefill_share, dtype=float)
-        self.routed = share > 0
-        self.share = np.where(self.routed, share, 1.0)   # a divisor: unrouted servers never chosen
-        self.p_credit = np.zeros(self.n_prompt)
-        self.d_credit = np.zeros((self.n_prompt, max(self.n_token, 1)))
+        # Routing reads a few servers per request: plain lists, not numpy arrays, whose
+        # per-call overhead was ~40% of a cloud plan's simulation time (same floats, same picks)
+        self.prefill_share = [float(x) for x in plan.prefill_share]
+        self.decode_share = np.asarray(plan.decode_share, dtype=float).tolist()   # (p, d)
+        self.p_credit = [0.0] * self.n_prompt
+        self.d_credit = [[0.0] * self.n_token for _ in range(self.n_prompt)]
+        self.decode_kv_cap = self.kv_cap[self.n_prompt:].tolist()
         links = plan.shared_links   # (p, d, L) -> rows k * p + i, as the fluid kernel's table
         self.link_rows = np.ascontiguousarray(np.moveaxis(links, 2, 0).reshape(links.shape[2] * links.shape[0], links.shape[1]))
         self.link_free = np.zeros(links.shape[2])   # when each shared link is next free
         self.least_kv_cap = float(self.kv_cap.min())   # a request within it fits on every server
-        self.everywhere = (np.ones(self.n_prompt, dtype=bool), np.ones(self.n_token, dtype=bool))
+        self.everywhere = ([True] * self.n_prompt, [True] * self.n_token)
 
     def route(self, r, t):
         s, n = self.S[r], self.N[r]
         prefill_ok, decode_ok = self.everywhere
         if s + n > self.least_kv_cap:   # some server may not hold it
-            prefill_ok, decode_ok = plan_holds(self.plan, s, n)
-            if not prefill_ok[self.routed].any():   # held nowhere: route it as if held everywhere
-                prefill_ok, decode_ok = self.everywhere
+            held = plan_holds(self.plan, s, n)
+            if any(ok and share > 0 for ok, share in zip(held[0], self.prefill_share)):
+                prefill_ok, decode_ok = held[0].tolist(), held[1].tolist()
+            # else held nowhere: route it as if held everywhere
         p = self._prefill_server(t, prefill_ok)
         d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p, decode_ok)
         return self.assign(r, p, d)
@@ -89,18 +94,25 @@ class CloudCluster(_Cluster):
     def _prefill_server(self, t, ok) -> int:
         """Least queued work per unit of share among the servers that hold the request;
         ties by smooth weighted round-robin."""
-        work = self.prompt_work(t)[:self.n_prompt]
+        k = self.n_prompt
+        work = zip(self.pending_prompt[:k].tolist(), self.pf_tokens[:k].tolist(), self.pf_start[:k].tolist(),
+                   self.pf_dur[:k].tolist())
+        # `prompt_work`: pending prompt tokens less the done share of the prefill in flight
+        work = [pending - tokens * min((t - start) / dur, 1.0) for pending, tokens, start, dur in work]
         if self.n_token == 0:   # a non-split server also decodes what it prefilled
-            work = work + self.pending_decode[:self.n_prompt]
-        load = np.where(self.routed & ok, work / self.share, np.inf)
-        return _least_then_credit(load, self.p_credit, self.plan.prefill_share)
+            work = [w + dec for w, dec in zip(work, self.pending_decode[:k].tolist())]
+        load = [w / share if share > 0 and held else _INF
+                for w, share, held in zip(work, self.prefill_share, ok)]
+        return _least_then_credit(load, self.p_credit, self.prefill_share)
 
     def _decode_server(self, p, ok) -> int:
         """Among prefill server p's decode servers that hold the request, the least share
         of KV booked; ties by smooth weighted round-robin on p's decode shares."""
-        share = self.plan.decode_share[p]
-        booked = self.reserved[self.n_prompt:] / self.kv_cap[self.n_prompt:]
-        return _least_then_credit(np.where((share > 0) & ok, booked, np.inf), self.d_credit[p], share)
+        share = self.decode_share[p]
+        booked = self.reserved[self.n_prompt:].tolist()
+        load = [b / cap if sh > 0 and held else _INF
+                for b, cap, sh, held in zip(booked, self.decode_kv_cap, share, ok)]
+        return _least_then_credit(load, self.d_credit[p], share)
 
     def kv_queued_s(self, p, d, s, e, prefill_s, visible):
         """`visible` (the transfer alone) or later: the transfer queues first-come first-served
@@ -137,9 +149,13 @@ def plan_holds(plan: ServerPlan, s, n) -> tuple[np.ndarray, np.ndarray]:
 
 def _least_then_credit(load, credit, share) -> int:
     """The server of least load; among ties, the one with the most round-robin credit
-    (every server earns its share per request, the chosen one spends one)."""
-    credit += share
-    least = load <= load.min() + 1e-9
-    k = int(np.argmax(np.where(least, credit, -np.inf)))
-    credit[k] -= 1.0
-    return k
+    (every server earns its share per request, the chosen one spends one; lowest index
+    on equal credit). Lists in, `credit` updated in place."""
+    floor = min(load) + 1e-9
+    best = -1
+    for k, (x, sh) in enumerate(zip(load, share)):
+        credit[k] += sh
+        if x <= floor and (best < 0 or credit[k] > credit[best]):
+            best = k
+    credit[best] -= 1.0
+    return best
