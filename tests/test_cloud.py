@@ -102,6 +102,22 @@ def test_cloud_flag_errors_name_the_flag(capsys, args, words):
     assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
 
 
+def test_a_rate_past_the_lp_bound_is_refused_before_any_search(perf, monkeypatch):
+    """A rate over 4x the LP bound on every plan is refused at once: no plan of the inventory
+    carries it, and finding so by search and simulation took ~15 s (`--rps 200`)."""
+    from provisioner.cloud import plan_cloud
+    from provisioner.errors import ProvisionerError
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched a rate no plan carries")
+
+    monkeypatch.setattr("provisioner.cloud._answer.finalist_plans", no_search)
+    inv = load_inventory("thunderserve-32gpu", perf.catalog)
+    traces = TraceGenerator("coding", 120.0, 0, arrival="poisson", rps=200.0)
+    with pytest.raises(ProvisionerError, match=r"rps 200 is over 4x what this inventory carries \(the LP bound"):
+        plan_cloud(inv, perf.llm("llama-30b"), perf, traces, rps=200.0)
+
+
 def test_goal_cost_takes_without_a_node_it_may_rent(capsys):
     """Was: --without was checked against the price list's counts (0: nothing rented yet), so
     every node was refused ("its nodes are " and nothing)."""

@@ -81,6 +81,11 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     sizes = size_sample(traces, rps)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target)
     budgets = _chunk_budgets(prefill_chunk_tokens)
+    # a long simulation of a plan far past its capacity would only say that little is served
+    crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
+    bound = bounds(ctx) if crawls else None   # else computed once the plan is chosen, outside plan_s
+    if crawls:
+        _refuse_past_headroom(rps, max(bound.values()), "the LP bound on its plans")
     # The chunked comparison (its own search and bisections: as long as the split plan's)
     # asks nothing of the split plan: it runs in a worker beside it (the DES only: the fluid
     # engine's first use compiles its kernel, which two processes would do twice). Sharing
@@ -105,14 +110,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
         ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
                                                     ranked=ns_finalists)
-        bound = bounds(ctx)
+        bound = bound or bounds(ctx)
         carried = max(cap or 0.0, sustained or 0.0, ns_cap or 0.0, ns_sustained or 0.0)
-        # a long simulation of a plan far past its capacity would only say that little is served
-        crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
-        if crawls and carried > 0 and rps > RATE_HEADROOM * carried:
-            raise ProvisionerError(f"rps {rps:g} is over {RATE_HEADROOM:g}x what this inventory carries (its best "
-                                   f"plan: {carried:.3g} req/s); lower rps, add nodes, or ask goal throughput for the "
-                                   f"most it sustains", params=("rps", "goal"))
+        if crawls:
+            _refuse_past_headroom(rps, carried, "its best plan")
         # a split plan needs a prefill and a decode replica: an inventory with room for one
         # replica has none, and the answer says so and points to the non-split plan
         no_split = no_split_plan_reason(ctx) if plan is None else None
@@ -178,6 +179,15 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                            f"the target attainment, or rent faster GPUs")
         out["elapsed_s"] = plan_s
         return out
+
+
+def _refuse_past_headroom(rps, carried, what) -> None:
+    """The one-line refusal of a rate past RATE_HEADROOM x what the inventory `carried`
+    (req/s, by `what`); nothing when it carries nothing analytically (the engines judge)."""
+    if carried > 0 and rps > RATE_HEADROOM * carried:
+        raise ProvisionerError(f"rps {rps:g} is over {RATE_HEADROOM:g}x what this inventory carries ({what}: "
+                               f"{carried:.3g} req/s); lower rps, add nodes, or ask goal throughput for the most it "
+                               f"sustains", params=("rps", "goal"))
 
 
 def _rentals(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine, engine,
