@@ -71,13 +71,14 @@ def cloud_figures(answer: dict) -> list[tuple[str, object]]:
                       height=120 + 40 * max(len(reps), len(flow["nodes"])), template="plotly_white")
     figs = [("plan", fig)]
     if "replan" in answer:
+        from provisioner.cloud import replan_event
         rp = answer["replan"]
         cases = [("before", rp["before"]), ("no re-plan", rp["none"]["slo_attainment"]),
                  ("lightweight", rp["light"]["slo_attainment"]), ("full", rp["full"]["slo_attainment"])]
         bar = go.Figure()
         for metric in ("ttft", "tbt", "e2e", "all"):
             bar.add_trace(go.Bar(x=[c for c, _ in cases], y=[a[metric] for _, a in cases], name=metric))
-        bar.update_layout(title=f"SLO attainment without {rp['node']}", yaxis={"title": "share of requests",
+        bar.update_layout(title=f"SLO attainment {replan_event(rp)}", yaxis={"title": "share of requests",
                           "range": [0, 1]}, barmode="group", template="plotly_white", height=420)
         figs.append(("replan", bar))
     return figs
@@ -161,18 +162,20 @@ def _chunked_lead(a: dict) -> str:
 
 
 def _replan_section(a: dict, chart: str | None) -> list[str]:
-    """`--without NODE`: a heading, the chart, and the same numbers as a table: attainment
-    per SLO metric before the loss, with no re-plan, after the lightweight and the full
-    re-plan, each re-plan's time and what it changed."""
+    """`--without NODE` / `--replan-workload W`: a heading, the chart, and the same numbers as
+    a table: attainment per SLO metric before the change, with no re-plan, after the
+    lightweight and the full re-plan, each re-plan's time and what it changed."""
     if "replan" not in a:
         if "replan_skipped" not in a:
             return []
-        return ['<section id="replan"><h2>Re-plan after a node loss</h2>',
-                f'<p class="note">--without: {escape(a["replan_skipped"])}</p></section>']
-    from provisioner.cloud import REPLAN_CASES, replan_changes
+        return ['<section id="replan"><h2>Re-plan</h2>',
+                f'<p class="note">{escape(a["replan_skipped"])}</p></section>']
+    from provisioner.cloud import REPLAN_CASES, replan_changes, replan_event
 
     rp, changes = a["replan"], replan_changes(a)
-    names = {"before": "before (all nodes)", "none": "no re-plan", "light": "lightweight re-plan",
+    node, mix = rp.get("node"), rp.get("workload")
+    before = ", ".join((["all nodes"] if node else []) + (["the planned mix"] if mix else []))
+    names = {"before": f"before ({before})", "none": "no re-plan", "light": "lightweight re-plan",
              "full": "full re-plan"}
     metrics = ("ttft", "tbt", "e2e", "all")
     head = ("<tr><th>case</th>" + "".join(f"<th class=n>{m} attainment</th>" for m in metrics)
@@ -184,12 +187,16 @@ def _replan_section(a: dict, chart: str | None) -> list[str]:
         cells = "".join(f"<td class=n>{att[m]:.1%}</td>" for m in metrics)
         rows.append(f'<tr data-case="{case}"><td>{escape(names[case])}</td>{cells}<td class=n>{escape(took)}</td>'
                     f"<td>{escape(changes[case])}</td></tr>")
-    note = (f"Share of requests within each SLO limit at {a['rps']:g} req/s, the same trace in each case, "
-            f"when node {rp['node']} leaves: with no re-plan (the surviving replicas keep their phases and "
+    what = " and ".join(([f"node {node} leaves"] if node else []) +
+                        ([f"the requests become the {mix} mix's (at the same rate)"] if mix else []))
+    same = "the same trace in each case" if not mix else "the planned mix's trace before, the new mix's after"
+    replicas, nodes = ("the surviving replicas", "the remaining nodes") if node else ("the replicas", "the same nodes")
+    note = (f"Share of requests within each SLO limit at {a['rps']:g} req/s, {same}, "
+            f"when {what}: with no re-plan ({replicas} keep their phases and "
             f"routing), after the lightweight re-plan (phase flips and re-routing only: no model reloaded) and "
-            f"after a full re-plan (a new plan of the remaining nodes). 'all': within every limit; re-plan time: seconds the "
+            f"after a full re-plan (a new plan of {nodes}). 'all': within every limit; re-plan time: seconds the "
             f"re-plan's search and simulations took (— where nothing is re-planned).")
-    return ['<section id="replan">', f"<h2>Re-plan without {escape(str(rp['node']))}</h2>",
+    return ['<section id="replan">', f"<h2>Re-plan {escape(replan_event(rp))}</h2>",
             f'<p class="note">{escape(note)}</p>', chart or "",
             f'<table class="replan">{head}{"".join(rows)}</table>', "</section>"]
 

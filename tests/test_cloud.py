@@ -95,6 +95,8 @@ def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body
     (["--inter-node-gbps", "1e-9"], "--inter-node-gbps must be between"),  # was accepted (overflowing arithmetic)
     (["--without", "a40-8x-0", "--without", "a6000-4x-0"], "--without takes one node"),   # the first was dropped
     (["--inventory", ""], "--inventory is empty"),   # was "cannot read '' (Is a directory)"
+    (["--replan-workload", "nope"], "--replan-workload: unknown workload 'nope'"),   # before the search
+    (["--replan-workload", "/no/such/trace.csv"], "--replan-workload: cannot read trace"),
 ])
 def test_cloud_flag_errors_name_the_flag(capsys, args, words):
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5", *args]) == 2
@@ -1269,6 +1271,44 @@ def test_cloud_report_has_the_replan_comparison_as_a_headed_table():
     assert "2 kept as they were" in cells["full"][6] and "1 new" in cells["full"][6]
     assert "2x a5000 + 2x a40 TP2 PP2 on a5000-4x-1, a40-8x-0 (decode)" in cells["full"][6]
     assert "{'" not in section and "['" not in section
+
+
+def test_replan_words_name_the_change_a_mix_a_node_or_both():
+    from provisioner.cloud import replan_changes, replan_event
+    answer = cloud_answer()
+    assert replan_event(answer["replan"]) == "without a6000-4x-0"
+    answer["replan"]["workload"] = "coding"
+    assert replan_event(answer["replan"]) == "without a6000-4x-0, for the coding mix"
+    assert replan_changes(answer)["none"].endswith("spread over them, now serving the coding mix")
+    answer["replan"]["node"] = None   # a mix change alone: the light re-plan keeps every group
+    answer["replan"]["light"]["replicas"].append(answer["replicas"][2])
+    assert replan_event(answer["replan"]) == "for the coding mix"
+    text = replan_changes(answer)
+    assert text["none"] == "the 4 replica groups keep their phases and routing, now serving the coding mix"
+    assert text["light"].startswith("1 phase flip(s): 4x a5000 TP4 PP1 on a5000-4x-1: prefill → decode;")
+
+
+def test_cli_replan_workload_replans_a_coding_plan_for_conversation(tmp_path, capsys):
+    """ThunderServe's workload shift: the coding plan (prefill-heavy) meets conversation's long
+    outputs. No re-plan misses most TBT deadlines; the lightweight re-plan flips replica
+    groups to decode (the same groups: no model reload) and meets the target again."""
+    report = tmp_path / "mix.html"
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding", "--rps", "6",
+                "--replan-workload", "conversation", "--prefill-chunk-tokens", "0", "--json",
+                "--report", str(report)]) == 0
+    a = json.loads(capsys.readouterr().out)
+    rp = a["replan"]
+    assert rp["node"] is None and rp["workload"] == "conversation"
+    assert rp["before"]["all"] >= 0.99
+    assert rp["none"]["slo_attainment"]["all"] < 0.9
+    assert rp["light"]["slo_attainment"]["all"] >= 0.99
+    assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]
+    group = lambda r: (tuple(r["nodes"]), tuple(sorted(r["gpus"].items())), r["pp"], tuple(r["layers"]))
+    assert sorted(map(group, rp["light"]["replicas"])) == sorted(map(group, a["replicas"]))   # flips only
+    decodes = lambda reps: sum(r["phase"] == "decode" for r in reps)
+    assert decodes(rp["light"]["replicas"]) > decodes(a["replicas"])
+    html = report.read_text()
+    assert "<h2>Re-plan for the conversation mix</h2>" in html and "before (the planned mix)" in html
 
 
 def test_replan_changes_give_the_reason_when_a_replan_found_no_split_plan():

@@ -38,6 +38,9 @@ def cloud_command(
     kv_bits: int = typer.Option(16, "--kv-bits", help="Bits per KV element on the wire: 16, 8 or 4."),
     without: list[str] = typer.Option(None, "--without", metavar="NODE", help="Re-plan without this node (e.g. a6000-4x-1): "
                                                               "none vs lightweight vs full re-plan."),
+    replan_workload: str = typer.Option(None, "--replan-workload", metavar="W", help="Re-plan for a changed mix: "
+                                        "the requests become W's (coding, conversation or a CSV trace) at the same "
+                                        "rate; none vs lightweight vs full re-plan (with --without: both at once)."),
     slo_scale: float = typer.Option(2.0, "--slo-scale", help="Multiply Table VI's limits (cloud default 2; "
                                                              "slowdowns against the inventory's best node)."),
     target_attainment: float = typer.Option(0.99, "--target-attainment",
@@ -112,12 +115,13 @@ def cloud_command(
                                f"simulates it at every rate it tries (at 10 req/s, {10 * traces.duration_s:,.0f} "
                                f"requests a run: minutes); give --duration, e.g. --duration 120, or --duration "
                                f"{traces.duration_s:.0f} to keep it whole")
+    new_mix = None if replan_workload is None else _new_mix(replan_workload, arrival, rps, traces, seed, cv)
     llm = perf.llm(model)
     answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
                         seed=seed, without=without, target=target_attainment, engine=engine,
                         rescore_engine=rescore_engine,
                         prefill_chunk_tokens=(COMPARISON_CHUNK_TOKENS if prefill_chunk_tokens is None
-                                              else prefill_chunk_tokens))
+                                              else prefill_chunk_tokens), new_mix=new_mix)
     answer["workload"] = workload
     if report is not None:
         from reports import write_cloud_report
@@ -196,15 +200,29 @@ def _render(a: dict) -> None:
     if "non_split_rental" in a:
         _render_non_split_rental(con, a)
     if "replan_skipped" in a:
-        con.print(f"--without: {a['replan_skipped']}")
+        con.print(f"re-plan: {a['replan_skipped']}")
     if "replan" in a:
+        from ..cloud import replan_event
         rp = a["replan"]
         for k in ("before", "none", "light", "full"):
             s = rp[k] if k in ("before",) else rp[k]["slo_attainment"]
             extra = f" in {rp[k]['elapsed_s']:.2f} s" if k in ("light", "full") else ""
             if k in ("light", "full") and rp[k].get("no_split_plan"):
                 extra += f" ({rp[k]['no_split_plan']})"
-            con.print(f"without {rp['node']}: {k:6s} attainment(all) {s['all']:.1%}{extra}")
+            con.print(f"re-plan {replan_event(rp)}: {k:6s} attainment(all) {s['all']:.1%}{extra}")
+
+
+def _new_mix(replan_workload, arrival, rps, traces, seed, cv):
+    """--replan-workload's trace generator: the new mix over the plan's window (a replayed file
+    at the planned rate, its time rescaled), drawn with the plan's seed; errors name the flag."""
+    from workloads import WorkloadError
+
+    from ._errors import cli_message
+    arrival = arrival if arrival != "replay" else None   # a replay is of the --workload file: W's own default
+    try:
+        return trace_generator(replan_workload, arrival, rps, traces.duration_s, seed, cv)
+    except (WorkloadError, ProvisionerError, FileNotFoundError) as e:
+        raise ProvisionerError(f"--replan-workload: {cli_message(e)}") from None
 
 
 def _render_non_split_rental(con, a: dict) -> None:

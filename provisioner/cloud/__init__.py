@@ -1,5 +1,6 @@
 """Heterogeneous cloud inventories (ThunderServe): which GPUs hold which replica, in which
-phase, and how requests are routed between them; what to rent; re-planning after a loss.
+phase, and how requests are routed between them; what to rent; re-planning after a node
+loss or a change of the request mix.
 
 `load_inventory(spec, catalog)` reads an inventory TOML (or a shipped example's name);
 `plan_cloud(...)` answers the question as the JSON of `provision cloud --json`;
@@ -12,7 +13,7 @@ from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, T
                       chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
 from ._format import (REPLAN_CASES, REPLICA_COLUMNS, checks_text, gpus_text, layers_text, nodes_text, prompts_text,
-                      rented_text, replan_changes, replica_cells, tp_text)
+                      rented_text, replan_changes, replan_event, replica_cells, tp_text)
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan, size_sample
@@ -26,4 +27,4 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text", "tp_text",
-           "replica_cells", "replan_changes", "rented_text", "prompts_text", "checks_text", "KvAdmission", "KV_UNITS"]
+           "replica_cells", "replan_changes", "replan_event", "rented_text", "prompts_text", "checks_text", "KvAdmission", "KV_UNITS"]

@@ -51,10 +51,12 @@ CRAWL_REQUESTS = 20_000
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
                without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des",
-               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS) -> dict:
+               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, new_mix=None) -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
+    without, new_mix : a re-plan (`replan`) once node `without` has left, or the requests
+        have become `new_mix`'s (a `workloads.TraceGenerator`, at the same rate), or both.
     engine : the simulator of the reported attainment (`slo_attainment`, the re-plans').
     rescore_engine : the simulator of the many runs that choose: the finalists' sustained
         rates (bisections) and `--goal cost`'s checks of each rental. The fluid engine agrees
@@ -162,14 +164,16 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             out["non_split_chunked"] = _chunked_comparison(ctx, chunked.result(), trace, budgets, engine)
             ch = out["non_split_chunked"]["sustained_rps"]
             out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 and not no_split else None
-        if without is not None and no_split:
+        replans = without is not None or new_mix is not None
+        if replans and no_split:
             out["replan_skipped"] = f"{no_split}: nothing to re-plan"
         elif without is not None and without not in (name for name, _ in inventory.nodes):
             # --goal cost: the price list could rent this node, the chosen rental does not
             out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
-        elif without is not None:
-            out["replan"] = replan_without(ctx, plan, routed, sim["slo_attainment"], without, llm, perf, trace, rps,
-                                           slo_scale, kv_bits, seed, engine)
+        elif replans:
+            mix = None if new_mix is None else (new_mix.label, trace_at(new_mix, rps), size_sample(new_mix, rps))
+            out["replan"] = replan(ctx, plan, routed, sim["slo_attainment"], llm, perf, trace, rps, slo_scale, kv_bits,
+                                   seed, engine, node=without, mix=mix)
         if goal == "cost":
             out["non_split_rental"] = ns_rental
         if max(carried, out.get("non_split_chunked", {}).get("sustained_rps", 0.0)) <= 0:
@@ -445,18 +449,21 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
     return lo   # a rate that passed, 0 when none did (rounding could move it past one that did not)
 
 
-def replan_without(ctx, plan, routed, before, node, llm, perf, trace, rps, slo_scale, kv_bits, seed,
-                   engine="des") -> dict:
-    """Attainment `before` (the plan's with its `routed` routing at `rps`, already simulated),
-    with no re-plan, after a lightweight re-plan (phase flips and re-routing only: no model
-    reload) and after a full re-plan, at the same rate. Each re-plan is the best, by the
+def replan(ctx, plan, routed, before, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine="des", node=None,
+           mix=None) -> dict:
+    """Attainment `before` (the plan's with its `routed` routing on `trace` at `rps`, already
+    simulated), then with no re-plan, after a lightweight re-plan (phase flips and re-routing
+    only: no model reload) and after a full re-plan, at the same rate, once `node` has left
+    the inventory and/or the requests have become a new `mix` (its (label, trace at `rps`,
+    size sample); ThunderServe's workload shift). Each re-plan is the best, by the
     simulation at that rate, of its search's finalists."""
-    inv2, k = ctx.inventory.without(node)
-    ctx2 = make_context(inv2, llm, perf, ctx.trace, slo_scale, kv_bits, reference=ctx.ref_physics.inv,
+    inv2, k = ctx.inventory.without(node) if node is not None else (ctx.inventory, None)
+    label, trace, sizes = mix if mix is not None else (None, trace, ctx.trace)
+    ctx2 = make_context(inv2, llm, perf, sizes, slo_scale, kv_bits, reference=ctx.ref_physics.inv,
                         target=ctx.scorer.w.target)
-    survivors = canon([(_renumbered(st, k), ph) for st, ph in plan if all(n != k for n, _ in st)])
+    survivors = canon([(_renumbered(st, k), ph) for st, ph in plan if _survives(st, k)])
     none = _keep_old_routing(ctx2, routed, k, trace, engine)
-    res = {"node": node, "before": before, "none": none}
+    res = {"node": node, "workload": label, "before": before, "none": none}
     t0 = time.perf_counter()
     light = _best_at_rate(ctx2, finalist_plans(ctx2, seed, start=survivors, moves=("flip",)), trace, rps, engine)
     light_s = time.perf_counter() - t0
@@ -500,9 +507,14 @@ def _best_at_rate(ctx, ranked, trace, rps, engine) -> dict | None:
     return best
 
 
+def _survives(stages, k) -> bool:
+    """Whether a group keeps all its GPUs once node k has left (k None: no node left)."""
+    return k is None or all(n != k for n, _ in stages)
+
+
 def _renumbered(stages, k):
-    """A group's stages with the nodes after node k (removed) one index lower."""
-    return tuple((n - (n > k), tp) for n, tp in stages)
+    """A group's stages with the nodes after node k (removed) one index lower (k None: as they are)."""
+    return stages if k is None else tuple((n - (n > k), tp) for n, tp in stages)
 
 
 def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
@@ -511,8 +523,8 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
     spread over the rest in proportion."""
     from ._score import Routing
     pre, dec, r = routed
-    keep_p = [i for i, st in enumerate(pre) if all(n != k for n, _ in st)]
-    keep_d = [j for j, st in enumerate(dec) if all(n != k for n, _ in st)]
+    keep_p = [i for i, st in enumerate(pre) if _survives(st, k)]
+    keep_d = [j for j, st in enumerate(dec) if _survives(st, k)]
     ds = r.decode_share[np.ix_(keep_p, keep_d)]
     rows = ds.sum(axis=1)
     ok = rows > 0

@@ -63,19 +63,30 @@ def _group(r: dict) -> str:
     return f"{gpus_text(r['gpus'])} TP{tp_text(r)} PP{r['pp']} on {nodes_text(r['nodes'])}"
 
 
+def replan_event(rp: dict) -> str:
+    """What `answer['replan']` re-plans for, in words: "without NODE" (`--without`), "for the
+    W mix" (`--replan-workload`), or both."""
+    parts = ([f"without {rp['node']}"] if rp.get("node") else []) + \
+        ([f"for the {rp['workload']} mix"] if rp.get("workload") else [])
+    return ", ".join(parts)
+
+
 def replan_changes(answer: dict) -> dict[str, str]:
-    """What each case of `answer['replan']` (`provision cloud --without`) changed against
-    the plan, in words: {'before', 'none', 'light', 'full'} -> text."""
+    """What each case of `answer['replan']` (`provision cloud --without` / `--replan-workload`)
+    changed against the plan, in words: {'before', 'none', 'light', 'full'} -> text."""
     rp, reps = answer["replan"], answer["replicas"]
-    node = rp["node"]
+    node = rp.get("node")
     lost = [r for r in reps if node in r["nodes"]]
     kept = [r for r in reps if node not in r["nodes"]]
     phases = Counter(r["phase"] for r in reps)
     lost_phases = ", ".join(f"{n} {p}" for p, n in sorted(Counter(r["phase"] for r in lost).items()))
+    mix = f", now serving the {rp['workload']} mix" if rp.get("workload") else ""
+    none = (f"{node} lost with {len(lost)} replica group(s) ({lost_phases or 'none'}); the other "
+            f"{len(kept)} keep their phases and routing, the lost shares spread over them{mix}" if node else
+            f"the {len(kept)} replica groups keep their phases and routing{mix}")
     out = {"before": f"the plan: {len(reps)} replica groups ({phases['prefill']} prefill, "
                      f"{phases['decode']} decode)",
-           "none": (f"{node} lost with {len(lost)} replica group(s) ({lost_phases or 'none'}); the other "
-                    f"{len(kept)} keep their phases and routing, the lost shares spread over them")}
+           "none": none}
     before = Counter((_key(r), r["phase"]) for r in kept)
     for case, say in (("light", _light_change), ("full", _full_change)):
         # a re-plan that found no split plan says why
