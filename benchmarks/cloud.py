@@ -24,8 +24,8 @@ from pathlib import Path
 from perfmodels import LatencyModel
 from provisioner.cloud import (DEFAULT_SLO_SCALE, FINALISTS, TARGET_ATTAINMENT, best_by_des, best_of_budgets, canon,
                                chunked_non_split_by_budget, finalist_plans, initial_plan, load_inventory, make_context,
-                               plan_cloud, plan_routing, score, search_plan, simulate_plan, size_sample, sustained_rps,
-                               symmetry_key)
+                               plan_cloud, plan_routing, replan_event, score, search_plan, simulate_plan, size_sample,
+                               sustained_rps, symmetry_key)
 from provisioner.designs import CHUNK_TOKEN_CHOICES
 from workloads import TraceGenerator
 
@@ -39,8 +39,9 @@ PAST_SUSTAINED = 1.1
 SLOW_NETWORK_GBPS = 5.0   # ThunderServe's slowest measured inter-node Ethernet
 SPLIT_INSIDE = (("a40",), ("a6000",), ("a40", "a6000"))   # GPU types whose nodes hold two llama-30b replicas
 OTHER_SEEDS = (1, 2)      # the equal-attainment comparison again on other traces
-# (workload, rps, --without): the answer's times, and a re-plan where the SLOs bind
-CLI_RUNS = (("coding", 4.0, None), ("conversation", 4.0, None), ("conversation", 6.0, "a6000-4x-0"))
+# (workload, rps, --without, --replan-workload): the answer's times, and re-plans where the SLOs bind
+CLI_RUNS = (("coding", 4.0, None, None), ("conversation", 4.0, None, None), ("conversation", 6.0, "a6000-4x-0", None),
+            ("coding", 6.0, None, "conversation"), ("conversation", 6.0, None, "coding"))
 
 
 def main() -> None:
@@ -76,7 +77,7 @@ def main() -> None:
                       flush=True)
     seeds = [_other_seed_row(base, perf, workload, seed, engine) for seed in OTHER_SEEDS
              for workload in ("coding", "conversation")]
-    as_run = [_as_the_cli_runs_it(base, perf, workload, rps, without) for workload, rps, without in CLI_RUNS]
+    as_run = [_as_the_cli_runs_it(base, perf, *run) for run in CLI_RUNS]
     head = (f"# Cloud plan times (benchmarks/cloud.py)\n\n{machine}\n\nTabu search (seed 0) on ThunderServe's node types, llama-30b, "
             f"120-s Poisson trace sizes, SLOs Table VI x 2 against the inventory's best node. ThunderServe: "
             f"21 / 36 / 54 s for 16 / 24 / 32 GPUs; split over non-split (HexGen) 1.5x coding, 1.3x "
@@ -130,9 +131,10 @@ def main() -> None:
     cli = ("\n\n`provision cloud` as a user runs it (32 GPUs, the CLI's defaults: 120-s Poisson trace, seed 0, "
            "DES, the 512-token chunked comparison): plan s is the answer's `elapsed_s` (search and DES "
            "re-scoring), total s the whole `plan_cloud` call (wall, without the interpreter's start); with "
-           "`--without`, the share of requests within every limit before, with no re-plan, after the lightweight "
+           "`--without` (a node leaves) or `--replan-workload` (the requests become another workload's at the "
+           "same rate), the share of requests within every limit before, with no re-plan, after the lightweight "
            "re-plan (phase flips and re-routing) and after the full one, and the re-plans' seconds\n\n"
-           "| workload | rps | without | plan s | total s | before | none | light | full | light s | full s |\n"
+           "| workload | rps | re-plan | plan s | total s | before | none | light | full | light s | full s |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|\n")
     Path(__file__).with_name("results").joinpath("cloud.md").write_text(
         head + "\n".join(rows) + tail + "\n".join(sustained) + per_budget + "\n".join(budgets) + binds
@@ -163,19 +165,22 @@ def _split_some_nodes_rows(ctx, workload, traces, engine) -> list[str]:
     return rows
 
 
-def _as_the_cli_runs_it(base, perf, workload, rps, without) -> str:
-    """One `provision cloud --rps R [--without NODE]` answer: its times and re-plan."""
+def _as_the_cli_runs_it(base, perf, workload, rps, without, mix) -> str:
+    """One `provision cloud --rps R [--without NODE] [--replan-workload W]` answer: its times
+    and re-plan."""
     traces = TraceGenerator(workload, 120.0, 0, arrival="poisson", rps=rps)
+    new_mix = None if mix is None else TraceGenerator(mix, 120.0, 0, arrival="poisson", rps=rps)
     t0 = time.perf_counter()
-    a = plan_cloud(base, perf.llm("llama-30b"), perf, traces, rps=rps, without=without)
+    a = plan_cloud(base, perf.llm("llama-30b"), perf, traces, rps=rps, without=without, new_mix=new_mix)
     total_s = time.perf_counter() - t0
-    cells = ["", "", "", "", "", ""]
-    if without is not None:
+    cells, event = ["", "", "", "", "", ""], ""
+    if "replan" in a:
         rp = a["replan"]
+        event = replan_event(rp)
         cells = [f"{rp['before']['all']:.1%}"] + [f"{rp[k]['slo_attainment']['all']:.1%}" for k in ("none", "light",
                                                                                                 "full")]
         cells += [f"{rp['light']['elapsed_s']:.2f}", f"{rp['full']['elapsed_s']:.2f}"]
-    row = f"| {workload} | {rps:g} | {without or ''} | {a['elapsed_s']:.2f} | {total_s:.2f} | " + " | ".join(cells) + " |"
+    row = f"| {workload} | {rps:g} | {event} | {a['elapsed_s']:.2f} | {total_s:.2f} | " + " | ".join(cells) + " |"
     print(row, flush=True)
     return row
 
