@@ -170,23 +170,17 @@ def _replan_section(a: dict, chart: str | None) -> list[str]:
             return []
         return ['<section id="replan"><h2>Re-plan</h2>',
                 f'<p class="note">{escape(a["replan_skipped"])}</p></section>']
-    from provisioner.cloud import REPLAN_CASES, replan_changes, replan_event
+    from provisioner.cloud import REPLAN_METRICS, replan_event, replan_rows
 
-    rp, changes = a["replan"], replan_changes(a)
+    rp = a["replan"]
     node, mix = rp.get("node"), rp.get("workload")
-    before = ", ".join((["all nodes"] if node else []) + (["the planned mix"] if mix else []))
-    names = {"before": f"before ({before})", "none": "no re-plan", "light": "lightweight re-plan",
-             "full": "full re-plan"}
-    metrics = ("ttft", "tbt", "e2e", "all")
-    head = ("<tr><th>case</th>" + "".join(f"<th class=n>{m} attainment</th>" for m in metrics)
+    head = ("<tr><th>case</th>" + "".join(f"<th class=n>{m} attainment</th>" for m in REPLAN_METRICS)
             + "<th class=n>re-plan time (s)</th><th>what changed</th></tr>")
     rows = []
-    for case in REPLAN_CASES:
-        att = rp["before"] if case == "before" else rp[case]["slo_attainment"]
-        took = f"{rp[case]['elapsed_s']:.2f}" if case in ("light", "full") else "—"
-        cells = "".join(f"<td class=n>{att[m]:.1%}</td>" for m in metrics)
-        rows.append(f'<tr data-case="{case}"><td>{escape(names[case])}</td>{cells}<td class=n>{escape(took)}</td>'
-                    f"<td>{escape(changes[case])}</td></tr>")
+    for row in replan_rows(a):
+        cells = "".join(f"<td class=n>{row['attainment'][m]:.1%}</td>" for m in REPLAN_METRICS)
+        rows.append(f'<tr data-case="{row["case"]}"><td>{escape(row["name"])}</td>{cells}'
+                    f'<td class=n>{escape(row["took"])}</td><td>{escape(row["changed"])}</td></tr>')
     what = " and ".join(([f"node {node} leaves"] if node else []) +
                         ([f"the requests become the {mix} mix's (at the same rate)"] if mix else []))
     same = "the same trace in each case" if not mix else "the planned mix's trace before, the new mix's after"

@@ -707,6 +707,19 @@ def test_cli_without_a_node_replans_and_reports(tmp_path):
     assert "{'" not in html[html.index("<h2>Split plan"):] and "['" not in html[html.index("<h2>Split plan"):]
 
 
+def test_cli_prints_the_replan_table_the_report_shows(capsys):
+    """The terminal shows the re-plan as the report does: each case's attainment per SLO
+    metric, the re-plans' seconds and what each changed (it printed attainment(all) only)."""
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--workload", "conversation", "--rps", "2",
+                "--duration", "30", "--without", "a6000-4x-1", "--prefill-chunk-tokens", "0"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("re-plan without a6000-4x-1 at 2 req/s"):]
+    for name in ("before (all nodes)", "no re-plan", "lightweight re-plan", "full re-plan"):
+        assert name in table
+    assert "a6000-4x-1 lost with" in table and "no model reloaded" in table and "replica groups:" in table
+    assert "re-plan s" in table and "what changed" in table
+
+
 def test_cli_without_an_unknown_node_is_one_line(capsys):
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--without", "nope"]) == 2
     err = capsys.readouterr().err.strip()

@@ -202,14 +202,22 @@ def _render(a: dict) -> None:
     if "replan_skipped" in a:
         con.print(f"re-plan: {a['replan_skipped']}")
     if "replan" in a:
-        from ..cloud import replan_event
-        rp = a["replan"]
-        for k in ("before", "none", "light", "full"):
-            s = rp[k] if k in ("before",) else rp[k]["slo_attainment"]
-            extra = f" in {rp[k]['elapsed_s']:.2f} s" if k in ("light", "full") else ""
-            if k in ("light", "full") and rp[k].get("no_split_plan"):
-                extra += f" ({rp[k]['no_split_plan']})"
-            con.print(f"re-plan {replan_event(rp)}: {k:6s} attainment(all) {s['all']:.1%}{extra}")
+        _render_replan(con, a)
+
+
+def _render_replan(con, a: dict) -> None:
+    """The report's re-plan table (`replan_rows`): attainment before, with no re-plan, after
+    the lightweight and the full re-plan, their seconds and what each changed."""
+    from rich.table import Table
+
+    from ..cloud import REPLAN_METRICS, replan_event, replan_rows
+    t = Table(title=f"re-plan {replan_event(a['replan'])} at {a['rps']:g} req/s (share of requests within each "
+                    f"SLO limit)")
+    for col in ("case", *(f"{m}" for m in REPLAN_METRICS), "re-plan s", "what changed"):
+        t.add_column(col, justify="right" if col in REPLAN_METRICS or col == "re-plan s" else "left")
+    for row in replan_rows(a):
+        t.add_row(row["name"], *(f"{row['attainment'][m]:.1%}" for m in REPLAN_METRICS), row["took"], row["changed"])
+    con.print(t)
 
 
 def _new_mix(replan_workload, arrival, rps, traces, seed, cv):

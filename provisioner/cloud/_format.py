@@ -8,6 +8,7 @@ from collections import Counter
 
 REPLICA_COLUMNS = ("phase", "gpus", "tp", "pp", "nodes", "layers", "share", "capacity rps")
 REPLAN_CASES = ("before", "none", "light", "full")
+REPLAN_METRICS = ("ttft", "tbt", "e2e", "all")   # the re-plan table's attainment columns
 
 
 def gpus_text(gpus: dict) -> str:
@@ -69,6 +70,20 @@ def replan_event(rp: dict) -> str:
     parts = ([f"without {rp['node']}"] if rp.get("node") else []) + \
         ([f"for the {rp['workload']} mix"] if rp.get("workload") else [])
     return ", ".join(parts)
+
+
+def replan_rows(answer: dict) -> list[dict]:
+    """The re-plan table, as the CLI and the report show it: per case of REPLAN_CASES its
+    `case`, `name`, `attainment` (per SLO metric), `took` (the re-plan's seconds, "—" where
+    nothing is re-planned) and `changed` (`replan_changes`)."""
+    rp, changes = answer["replan"], replan_changes(answer)
+    before = ", ".join((["all nodes"] if rp.get("node") else []) + (["the planned mix"] if rp.get("workload") else []))
+    names = {"before": f"before ({before})", "none": "no re-plan", "light": "lightweight re-plan",
+             "full": "full re-plan"}
+    return [{"case": case, "name": names[case],
+             "attainment": rp["before"] if case == "before" else rp[case]["slo_attainment"],
+             "took": f"{rp[case]['elapsed_s']:.2f}" if case in ("light", "full") else "—",
+             "changed": changes[case]} for case in REPLAN_CASES]
 
 
 def replan_changes(answer: dict) -> dict[str, str]:
