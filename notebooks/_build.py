@@ -1,7 +1,7 @@
 """Build the notebooks of this folder from their cell sources (run: python notebooks/_build.py).
 
 capacity_planning.ipynb's cells are below; reproduce_splitwise.ipynb's are in
-`_reproduce_splitwise.py`. The .ipynb files are generated, without outputs, so that a
+`_reproduce_splitwise.py`, cloud_planning.ipynb's in `_cloud_planning.py`. The .ipynb files are generated, without outputs, so that a
 review reads the sources and the notebooks never drift from them (tests/test_notebooks.py
 checks they are up to date and executes them). Edit the sources, then rebuild.
 """
@@ -202,9 +202,11 @@ def _load_cells(filename: str) -> list:
 
 
 REPRODUCE_SPLITWISE = _load_cells("_reproduce_splitwise.py")
+CLOUD_PLANNING = _load_cells("_cloud_planning.py")
 
 
-NOTEBOOKS = {"capacity_planning.ipynb": CAPACITY_PLANNING, "reproduce_splitwise.ipynb": REPRODUCE_SPLITWISE}
+NOTEBOOKS = {"capacity_planning.ipynb": CAPACITY_PLANNING, "reproduce_splitwise.ipynb": REPRODUCE_SPLITWISE,
+             "cloud_planning.ipynb": CLOUD_PLANNING}
 
 
 def build(name: str) -> nbformat.NotebookNode:

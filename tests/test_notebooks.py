@@ -91,3 +91,15 @@ def test_reproduce_splitwise_runs(kernel_manager, tmp_path):
     text = _text(nb)
     for claim in ("Fig. 12 cost-optimal Splitwise-HH", "iso-power", "iso-throughput", "Table IV"):
         assert claim in text, claim
+
+
+@pytest.mark.slow
+def test_cloud_planning_runs(kernel_manager, tmp_path):
+    nb, elapsed = _run("cloud_planning.ipynb", kernel_manager, tmp_path)
+    assert elapsed < BUDGET_S, f"{elapsed:.0f} s"
+    text = _text(nb)
+    for claim in ("split over non-split", "without a6000-4x-0, at 6 req/s", "before (all nodes)",
+                  "the conversation plan when the requests become coding's", "before (the planned mix)",
+                  "lightweight re-plan", "no model reloaded", "split: rent"):
+        assert claim in text, claim
+    assert (tmp_path / "cloud_report.html").stat().st_size > 1e6

@@ -139,7 +139,8 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         else:
             routed, split_bound = plan_routing(ctx, plan, rps), bound["split"]
             sim = simulate_plan(ctx, plan, trace, routed, engine=engine)
-        out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "rps": rps, "kv_bits": kv_bits,
+        out = {"goal": goal, "inventory": inventory.name, "model": llm.name, "workload": traces.label, "rps": rps,
+               "kv_bits": kv_bits,
                "inter_node_gbps": inventory.inter_node_gbps,
                "nic_gbps": {t.name: t.nic_gbps for t in inventory.types}, "network": inventory.network_text(),
                "cost_usd_per_h": round(inventory.cost_usd_per_h, 4),
