@@ -190,7 +190,8 @@ def _replan_section(a: dict, chart: str | None) -> list[str]:
             f"routing), after the lightweight re-plan (phase flips and re-routing only: no model reloaded) and "
             f"after a full re-plan (a new plan of {nodes}). 'all': within every limit; re-plan time: seconds the "
             f"re-plan's search and simulations took (— where nothing is re-planned).")
-    return ['<section id="replan">', f"<h2>Re-plan {escape(replan_event(rp))}</h2>",
+    skipped = [f'<p class="note">{escape(a["replan_skipped"])}</p>'] if "replan_skipped" in a else []
+    return ['<section id="replan">', f"<h2>Re-plan {escape(replan_event(rp))}</h2>", *skipped,
             f'<p class="note">{escape(note)}</p>', chart or "",
             f'<table class="replan">{head}{"".join(rows)}</table>', "</section>"]
 

@@ -1154,6 +1154,11 @@ def test_goal_cost_without_a_node_the_rental_lacks_says_so(tmp_path):
     again = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=1.0, prefill_chunk_tokens=0,
                        without=lacking)
     assert "replan" not in again and lacking in again["replan_skipped"]
+    # with a new mix too, the mix is re-planned on the rental and the node named as skipped
+    mixed = plan_cloud(prices, perf.llm("llama-30b"), perf, traces, goal="cost", rps=1.0, prefill_chunk_tokens=0,
+                       without=lacking, new_mix=TraceGenerator("conversation", 30.0, 0, arrival="poisson", rps=1.0))
+    assert mixed["replan"]["node"] is None and mixed["replan"]["workload"] == "conversation"
+    assert "re-planned for the new mix alone" in mixed["replan_skipped"]
 
 
 def test_goal_cost_checks_cheaper_rentals_two_at_a_time_and_answers_as_one_by_one(monkeypatch):
