@@ -95,10 +95,7 @@ class CloudCluster(_Cluster):
         """Least queued work per unit of share among the servers that hold the request;
         ties by smooth weighted round-robin."""
         k = self.n_prompt
-        work = zip(self.pending_prompt[:k].tolist(), self.pf_tokens[:k].tolist(), self.pf_start[:k].tolist(),
-                   self.pf_dur[:k].tolist())
-        # `prompt_work`: pending prompt tokens less the done share of the prefill in flight
-        work = [pending - tokens * min((t - start) / dur, 1.0) for pending, tokens, start, dur in work]
+        work = self.prompt_work(t)[:k].tolist()
         if self.n_token == 0:   # a non-split server also decodes what it prefilled
             work = [w + dec for w, dec in zip(work, self.pending_decode[:k].tolist())]
         load = [w / share if share > 0 and held else _INF
