@@ -213,7 +213,7 @@ def _render_replan(con, a: dict) -> None:
     from ..cloud import REPLAN_METRICS, replan_event, replan_rows
     t = Table(title=f"re-plan {replan_event(a['replan'])} at {a['rps']:g} req/s (share of requests within each "
                     f"SLO limit)")
-    for col in ("case", *(f"{m}" for m in REPLAN_METRICS), "re-plan s", "what changed"):
+    for col in ("case", *REPLAN_METRICS, "re-plan s", "what changed"):
         t.add_column(col, justify="right" if col in REPLAN_METRICS or col == "re-plan s" else "left")
     for row in replan_rows(a):
         t.add_row(row["name"], *(f"{row['attainment'][m]:.1%}" for m in REPLAN_METRICS), row["took"], row["changed"])
