@@ -42,6 +42,10 @@ def test_readme_python_block_runs(index):
         assert len(cheapest) and cheapest.slo_met.all()
         assert {"ttft_p99_s", "slowdown_tbt_p90", "margin_e2e_p99", "cost_usd_per_h", "power_kw"} <= set(
             namespace["table"].columns)
+    if "replan_rows" in namespace:   # the cloud example: a plan, and its re-plan for the new mix
+        answer = namespace["answer"]
+        assert answer["sustained_rps"] > 0 and answer["replan"]["workload"] == "coding"
+        assert [row["case"] for row in namespace["replan_rows"](answer)] == ["before", "none", "light", "full"]
 
 
 @pytest.mark.parametrize("module", modules_with_examples())
