@@ -664,6 +664,17 @@ def test_a_cloud_replay_says_what_the_file_became(tmp_path):
     assert f"replayed trace {trace}" in out and "20 requests in a 20-s window" in out
 
 
+def test_a_cloud_replay_as_the_new_mix_says_what_the_file_became(tmp_path):
+    """--replan-workload FILE is replayed over the plan's window at its rate: said as for
+    --workload, naming the flag."""
+    trace = tmp_path / "two.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,500,100\n1.0,800,200\n")
+    code, out, err = cli("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "20",
+                         "--prefill-chunk-tokens", "0", "--replan-workload", trace)
+    assert code == 0, err
+    assert f"--replan-workload: replayed trace {trace}" in out and "20 requests in a 20-s window" in out
+
+
 @pytest.mark.parametrize("rps", [[], ["--rps", "0.01"]], ids=["throughput", "rps"])
 def test_a_long_cloud_replay_needs_its_window_given(tmp_path, rps):
     """40 requests ~100 s apart: the whole 4,456-s window, simulated at every rate the

@@ -131,10 +131,14 @@ def cloud_command(
         return
     _render(answer)
     # what the file became at the answer's rate (a short file is repeated up to a floor of requests)
-    note = replay_note(traces, answer["rps"], answer["requests"],
-                       window_s=max(traces.duration_s, answer["requests"] / answer["rps"] if answer["rps"] else 0.0))
-    if note:
-        typer.echo(note)
+    notes = [("", traces, answer["requests"])]
+    if new_mix is not None and "replan" in answer:
+        notes.append(("--replan-workload: ", new_mix, answer["replan"]["requests"]))
+    for flag, generator, requests in notes:
+        note = replay_note(generator, answer["rps"], requests,
+                           window_s=max(generator.duration_s, requests / answer["rps"] if answer["rps"] else 0.0))
+        if note:
+            typer.echo(flag + note)
     if report is not None:
         typer.echo(f"report: {report}")
 

@@ -467,7 +467,7 @@ def replan(ctx, plan, routed, before, llm, perf, trace, rps, slo_scale, kv_bits,
                         target=ctx.scorer.w.target)
     survivors = canon([(_renumbered(st, k), ph) for st, ph in plan if _survives(st, k)])
     none = _keep_old_routing(ctx2, routed, k, trace, engine)
-    res = {"node": node, "workload": label, "before": before, "none": none}
+    res = {"node": node, "workload": label, "requests": len(trace), "before": before, "none": none}
     t0 = time.perf_counter()
     light = _best_at_rate(ctx2, finalist_plans(ctx2, seed, start=survivors, moves=("flip",)), trace, rps, engine)
     light_s = time.perf_counter() - t0
