@@ -4,16 +4,16 @@ loss or a change of the request mix.
 
 `load_inventory(spec, catalog)` reads an inventory TOML (or a shipped example's name);
 `plan_cloud(...)` answers the question as the JSON of `provision cloud --json`;
-`replica_cells(replica)`, `replan_rows(answer)` and `replan_changes(answer)` put it in words (the CLI's tables, the
-HTML report).
+`replica_cells(replica)`, `replan_rows(answer)` and `replan_changes(answer)` put it in
+words (the CLI's tables, the HTML report).
 """
 
 from ._admission import KV_UNITS, KvAdmission
 from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
                       chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
-from ._format import (REPLAN_CASES, REPLAN_METRICS, REPLICA_COLUMNS, checks_text, gpus_text, layers_text, nodes_text, prompts_text,
-                      rented_text, replan_changes, replan_event, replan_rows, replica_cells,
+from ._format import (REPLAN_CASES, REPLAN_METRICS, REPLICA_COLUMNS, checks_text, gpus_text, layers_text,
+                      nodes_text, prompts_text, rented_text, replan_changes, replan_event, replan_rows, replica_cells,
                       tp_text)
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
@@ -28,4 +28,5 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text", "tp_text",
-           "replica_cells", "replan_changes", "replan_event", "replan_rows", "REPLAN_METRICS", "rented_text", "prompts_text", "checks_text", "KvAdmission", "KV_UNITS"]
+           "replica_cells", "replan_changes", "replan_event", "replan_rows", "REPLAN_METRICS", "rented_text",
+           "prompts_text", "checks_text", "KvAdmission", "KV_UNITS"]
