@@ -73,6 +73,8 @@ def _read(file: Traversable, subdir: str) -> tuple[str, str, dict]:
         return name, rel, tomllib.loads(file.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise CatalogValidationError(f"{rel}: not valid TOML: {err}") from None
+    except ValueError:   # Python refuses to read an integer of over 4,300 digits
+        raise CatalogValidationError(f"{rel}: a number has over 4,300 digits; give a real value") from None
 
 
 def _machine(name: str, rel: str, raw: dict, gpus: dict) -> Machine:

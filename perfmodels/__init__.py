@@ -36,7 +36,7 @@ from ._memory import (HBM_UTILIZATION, colocated_kv_capacity_tokens, fits_in_mem
                       max_decode_batch, weight_bytes_per_gpu)
 from ._model import TP_DEGREES, LatencyModel
 from ._power import MIN_POWER_CAP, clock_fraction
-from ._profile import INTERPS, Profile, read_profile
+from ._profile import INTERPS, MAX_MEASURED, Profile, read_profile
 from ._profile_eval import jit_profile_lookup, profile_iteration_s
 from ._profile_model import ProfileLatencyModel, load_profile_model
 from ._predict import PREDICTED_COLUMNS, predict_points
@@ -49,7 +49,7 @@ __all__ = [
     "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate",
     "shipped_profile", "load_calibration", "dump_calibration", "merge_calibration", "DEFAULT_CALIBRATION_PATH", "calibration_artifacts",
     "holdout_mask", "ARTIFACT_RULE", "ARTIFACT_REASON", "POINT_COLUMNS", "PROFILE_COLUMNS", "TP_DEGREES",
-    "predict_points", "PREDICTED_COLUMNS",
+    "predict_points", "PREDICTED_COLUMNS", "MAX_MEASURED",
     "kv_cache_bytes", "kv_capacity_tokens", "colocated_kv_capacity_tokens",
     "scalar_iteration_s", "roofline_terms_s", "jit_scalar_iteration",
     "iteration_parts", "shared_iteration_s", "jit_contention", "max_decode_batch", "weight_bytes_per_gpu",

@@ -107,6 +107,8 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PerfModelError(f"calibration '{where}' is not valid TOML: {exc}") from None
+    except ValueError:   # Python refuses to read an integer of over 4,300 digits
+        raise PerfModelError(f"calibration '{where}': a number has over 4,300 digits; give a real value") from None
     names = {f.name for f in dataclasses.fields(GpuConstants)}
     per_gpu = {}
     for gpu, table in raw.get("gpu", {}).items():

@@ -100,6 +100,9 @@ def read_profile(path, catalog) -> Profile:
         token_time_ms=np.array(out["token_time_ms"], dtype=float))
 
 
+MAX_MEASURED = 1e9   # the largest number a profile field may hold: 11.6 days in ms, a billion tokens
+
+
 def _check_name(path, line, field, value, known) -> None:
     if value not in known:
         raise PerfModelError(f"{path}, line {line}: field '{field}' names unknown '{value}' "
@@ -113,6 +116,9 @@ def _number(path, line, field, text, integer=False):
         raise PerfModelError(f"{path}, line {line}: field '{field}' must be a number (got '{text}')") from None
     if not np.isfinite(value) or value <= 0:
         raise PerfModelError(f"{path}, line {line}: field '{field}' must be positive (got '{text}')")
+    if value > MAX_MEASURED:   # the tables' interpolation and fits would overflow, and no measurement is so large
+        raise PerfModelError(f"{path}, line {line}: field '{field}' must be at most {MAX_MEASURED:g} (got '{text}'); "
+                             f"give the measured value (times in ms)")
     if integer:
         if value != int(value):
             raise PerfModelError(f"{path}, line {line}: field '{field}' must be a whole number (got '{text}')")

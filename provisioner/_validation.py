@@ -30,8 +30,10 @@ class Interval:
         self.type, self.left, self.right, self.closed = type_, left, right, closed
 
     def is_satisfied_by(self, value) -> bool:
-        if isinstance(value, bool) or not isinstance(value, self.type) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, self.type):
             return False
+        if not isinstance(value, Integral) and not math.isfinite(value):   # an int is finite, and may be too
+            return False                                                     # large for a float to hold
         if self.left is not None:
             if value < self.left or (value == self.left and self.closed not in ("left", "both")):
                 return False
@@ -43,11 +45,13 @@ class Interval:
     def __str__(self) -> str:
         kind = "an integer" if self.type is Integral else "a finite number"
         lo_in, hi_in = self.closed in ("left", "both"), self.closed in ("right", "both")
+        lo, hi = (f"{b}" if isinstance(b, int) or b is None else f"{b:g}"   # 10000000, not 1e+07
+                  for b in (self.left, self.right))
         if self.right is None:
-            return f"{kind} {'>=' if lo_in else '>'} {self.left:g}" if self.left is not None else kind
+            return f"{kind} {'>=' if lo_in else '>'} {lo}" if self.left is not None else kind
         if self.left is None:
-            return f"{kind} {'<=' if hi_in else '<'} {self.right:g}"
-        return f"{kind} in {'[' if lo_in else '('}{self.left:g}, {self.right:g}{']' if hi_in else ')'}"
+            return f"{kind} {'<=' if hi_in else '<'} {hi}"
+        return f"{kind} in {'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
 
 
 class Options:
@@ -87,4 +91,16 @@ def validate_params(params: dict, constraints: dict) -> None:
         if any(_satisfied(c, value) for c in allowed):
             continue
         accepted = " or ".join(_describe(c) for c in allowed if c is not None)
-        raise ProvisionerError(f"{name} must be {accepted} (got {value!r})", params=(name,))
+        raise ProvisionerError(f"{name} must be {accepted} (got {shown(value)})", params=(name,))
+
+
+def shown(value, digits: int = 20) -> str:
+    """`repr(value)`, but an integer longer than `digits` digits as its size, so that an
+    error quoting it stays one short line.
+
+    >>> shown(10 ** 400), shown(12), shown("x")
+    ('a 401-digit integer', '12', "'x'")
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** digits:
+        return f"a {len(str(abs(value))) if abs(value) < 10 ** 4000 else 'more than 4000'}-digit integer"
+    return repr(value)

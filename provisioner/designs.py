@@ -45,7 +45,7 @@ import pandas as pd
 
 from perfmodels import MIN_POWER_CAP
 
-from ._validation import Integral, Interval
+from ._validation import Integral, Interval, shown
 from .errors import ProvisionerError
 from .schedulers import DEFAULT_SCHEDULER, check_scheduler_family
 
@@ -55,7 +55,9 @@ DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughpu
 CHUNK_TOKEN_CHOICES = (256, 512, 1024, 2048)
 DEFAULT_CHUNK_TOKENS = 512   # a chunked family's design when none is chosen (vLLM's chunked-prefill default)
 # `--prefill-chunk-tokens` (None: searched; 0: off), one rule for `provision` and `provision cloud`
-CHUNK_TOKENS_CONSTRAINT = [None, Interval(Integral, 0, None, closed="left")]
+# a budget past any context window prefills every prompt whole; past it only overflows
+MAX_CHUNK_TOKENS = 10_000_000
+CHUNK_TOKENS_CONSTRAINT = [None, Interval(Integral, 0, MAX_CHUNK_TOKENS)]
 # SM shares of the prefill process the splitwiser families search (the decode process gets
 # the rest); an even split when none is chosen.
 MPS_SHARE_CHOICES = (0.3, 0.5, 0.7)
@@ -181,9 +183,10 @@ def check_design(d: Design) -> None:
                                    params=(name,))
     if d.prompt_batch_cap_tokens < 1:
         raise ProvisionerError("prompt_batch_cap_tokens must be >= 1", params=("prompt_batch_cap_tokens",))
-    if d.prefill_chunk_tokens < 0:
-        raise ProvisionerError(f"prefill_chunk_tokens must be >= 0 (got {d.prefill_chunk_tokens}); "
-                               "0 turns chunked prefill off", params=("prefill_chunk_tokens",))
+    if not 0 <= d.prefill_chunk_tokens <= MAX_CHUNK_TOKENS:
+        raise ProvisionerError(f"prefill_chunk_tokens must be in [0, {MAX_CHUNK_TOKENS}] (got "
+                               f"{shown(d.prefill_chunk_tokens)}); 0 turns chunked prefill off",
+                               params=("prefill_chunk_tokens",))
     colocated_family = d.family.startswith("splitwiser")
     if colocated_family and not 0 < d.mps_prefill_share < 1:
         raise ProvisionerError(f"mps_prefill_share must be strictly between 0 and 1 (got {d.mps_prefill_share:g}): "

@@ -135,7 +135,7 @@ def rescoring_question(result: dict, family: str | None = None):
     except WorkloadError as exc:   # its parameter names are the JSON's keys here, not flags
         raise ProvisionerError(f"result JSON 'question' is invalid: {exc}") from None
     rps = entry.get("rps")
-    if not isinstance(rps, (int, float)) or not rps > 0:
+    if not isinstance(rps, (int, float)) or not 0 < rps < float("inf"):
         raise ProvisionerError(f"result JSON best[].rps of {entry['design']['family']} is {rps!r}; "
                                f"it needs the load the answer was found at")
     return design_from_json(entry["design"]), traces, float(rps), str(q["model"]), slo_from_question(q)
@@ -197,7 +197,10 @@ def slo_from_question(q: dict):
 
     try:
         slo = SLO(**{m: tuple(float(v) for v in q["slo"][m]) for m in METRICS if m in (q.get("slo") or {})})
-        scale = float(q.get("slo_scale", 1.0))
+        scale = 1.0 if q.get("slo_scale") is None else float(q["slo_scale"])
     except (TypeError, ValueError) as exc:
         raise ProvisionerError(f"result JSON key 'question.slo' is malformed: {exc}") from None
+    if not 0 < scale < float("inf"):   # NaN too
+        raise ProvisionerError(f"result JSON key 'question.slo_scale' must be a finite number > 0 (got {scale:g}); "
+                               f"give the output of `provision --json`")
     return slo.scaled(scale) if scale != 1.0 else slo

@@ -120,6 +120,26 @@ def _sqlite_url(url: str) -> str:
     return url
 
 
+def sqlite_file(location) -> Path | None:
+    """The file a study location names: a path, or a `sqlite:///` URL's file (relative after
+    three slashes, absolute after four); None for another database's URL, an in-memory
+    SQLite or an empty location.
+
+    >>> str(sqlite_file("sqlite:///runs/study.db")), str(sqlite_file("sqlite:////tmp/s.db"))
+    ('runs/study.db', '/tmp/s.db')
+    """
+    text = str(location).strip()
+    if not text:
+        return None
+    if "://" not in text:
+        return Path(text).expanduser()
+    prefix = "sqlite:///"
+    if not text.startswith(prefix):
+        return None
+    name = text[len(prefix):].split("?", 1)[0]
+    return Path(name).expanduser() if name and name != ":memory:" else None
+
+
 def refuse_foreign_study(location) -> None:
     """Refuse a study path naming an existing file that is not a study: a study adds
     tables, and another file of the user's is not ours to change. An empty file or SQLite
@@ -128,8 +148,8 @@ def refuse_foreign_study(location) -> None:
     import sqlite3
 
     text = str(location)
-    path = Path(text).expanduser()
-    if "://" in text or not text.strip() or not path.is_file():
+    path = sqlite_file(text)
+    if path is None or not path.is_file():
         return
     with open(path, "rb") as stream:
         header = stream.read(16)

@@ -115,12 +115,7 @@ def goal_rps(result: dict) -> float:
 
 
 def slo_of(result: dict) -> SLO:
-    """The SLO the result was checked against: `question.slo` limits times `slo_scale`."""
-    q = result["question"]
-    base = q.get("slo") or {}
-    try:
-        slo = SLO(**{m: tuple(float(v) for v in base[m]) for m in METRICS if m in base})
-    except (TypeError, ValueError) as exc:
-        raise ProvisionerError(f"result JSON key 'question.slo' is malformed: {exc}") from None
-    scale = num(q.get("slo_scale", 1.0))
-    return slo.scaled(scale) if math.isfinite(scale) and scale != 1.0 else slo
+    """The SLO the result was checked against: `question.slo` limits times `slo_scale`
+    (`provisioner.results.slo_from_question`, as `simulate --from-result` reads it)."""
+    from provisioner.results import slo_from_question
+    return slo_from_question(result["question"])

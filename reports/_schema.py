@@ -25,6 +25,9 @@ def as_result_dict(result) -> dict:
         except json.JSONDecodeError as exc:
             raise ProvisionerError(f"result is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                                    f"{exc.msg})") from None
+        except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
+            raise ProvisionerError("result is not a provisioning result (a number of over 4,300 digits, or "
+                                   "nesting thousands deep)") from None
     if not isinstance(result, dict):
         raise ProvisionerError(f"a provisioning result must be a JSON object ({SCHEMA_DOC}), "
                                f"got {type(result).__name__}")

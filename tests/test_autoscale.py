@@ -154,7 +154,13 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     # was "out of memory while simulating ... --max-machines": one decision per interval
     (["--profile", "diurnal", "--rps", "2", "--interval-s", "1e-6"], "raise --interval-s to at least 0.0864 s"),
     # ran for hours: the controller kept a Python list entry per machine (10**8 of them) and tick
-    (["--profile", "diurnal", "--rps", "2", "--static-machines", "100000000"], "lower --static-machines"),
+    (["--profile", "diurnal", "--rps", "2", "--static-machines", "100000000"],
+     "--static-machines must be an integer in [1, 100000]"),
+    (["--profile", "diurnal", "--rps", "2", "--static-machines", "90000"], "lower --static-machines"),
+    # were internal errors (exit 1): integers too large for a float or an index
+    (["--profile", "diurnal", "--rps", "2", "--static-machines", str(10 ** 400)], "a 401-digit integer"),
+    (["--profile", "diurnal", "--rps", "2", "--min-machines", "99999999999999999999"],
+     "--min-machines must be a whole number in [1, 100000]"),
     (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
     (["--profile", ""], "--profile is empty"),   # was ": cannot read the rate profile (No such file ...)"
 ])

@@ -270,3 +270,16 @@ def test_plot_data_model_curves_are_the_latency_model(plot_data):
         else:
             t = model.decode_time_s("llama2-70b", "a100-80gb", 8, c.batch_size.to_numpy(), c.context_tokens.to_numpy())
         assert c.time_ms.to_numpy() == pytest.approx(1e3 * t)
+
+
+def test_predict_keeps_the_inputs_own_times_beside_the_prediction(tmp_path):
+    """A --points file with measured times of its own: they are kept as input_<name>, not
+    replaced by the prediction without a word (a hostile-input review found them dropped)."""
+    (tmp_path / "p.csv").write_text("model,hardware,tensor_parallel,prompt_size,batch_size,prompt_time_ms\n"
+                                    "llama2-70b,h100-80gb,8,512,1,5\n")
+    r = provision("perf", "predict", "--points", "p.csv", "--out", "o.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = pd.read_csv(tmp_path / "o.csv")
+    assert list(out.columns) == [*CONTRACT_COLUMNS, "input_prompt_time_ms", "prompt_time_ms", "token_time_ms"]
+    assert out.input_prompt_time_ms.iloc[0] == 5 and out.prompt_time_ms.iloc[0] != 5
+    assert "kept as input_prompt_time_ms" in r.stdout

@@ -177,6 +177,9 @@ def test_a_flag_that_would_change_nothing_is_refused(args, needle):
 @pytest.mark.parametrize("mangle, needle", [
     (lambda r: r["best"][0]["design"].__setitem__("prompt_machines", "many"), "best[0].design.prompt_machines"),
     (lambda r: r["question"].__setitem__("families", 7), "question.families"),
+    # named the library's "SLO.scaled: factor"; NaN was taken as 1
+    (lambda r: r["question"].__setitem__("slo_scale", float("nan")), "'question.slo_scale' must be a finite number"),
+    (lambda r: r["question"].__setitem__("slo_scale", 0), "'question.slo_scale' must be a finite number"),
 ])
 def test_a_mistyped_result_json_is_refused(tmp_path, mangle, needle):
     from test_reports import fixture_result
@@ -692,3 +695,104 @@ def test_a_study_file_whose_name_starts_with_sqlite_is_a_path(tmp_path):
                        "--study", "sqlite_plans.db", cwd=tmp_path)
     assert code == 0, err
     assert (tmp_path / "sqlite_plans.db").stat().st_size > 0
+
+
+# --------------------------------------------------------------------------- a review of 2026-11-28
+def test_no_output_replaces_a_file_the_command_reads(tmp_path):
+    """--replan-workload's file (cloud) and the traces a sweep spec names were not among the
+    inputs an output may not replace: `--report t.csv --force` replaced the trace with HTML."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,500,100\n1.0,800,200\n")
+    before = trace.read_text()
+    assert_one_line_error(*cli("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "20",
+                               "--replan-workload", trace, "--report", trace, "--force"), "--report", "input")
+    (tmp_path / "results.csv").write_text(before)
+    spec = tmp_path / "s.toml"
+    spec.write_text('workloads = ["results.csv"]\nrps = [2]\nfamilies = ["baseline-a100"]\nduration_s = 3\n'
+                    'verify = false\nmax_machines = 4\n')
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path, "--force"), "--out", "input")
+    assert trace.read_text() == before and (tmp_path / "results.csv").read_text() == before
+
+
+def test_another_applications_database_is_refused_as_a_sqlite_url_too(tmp_path):
+    import sqlite3
+    with sqlite3.connect(tmp_path / "other.db") as conn:
+        conn.execute("CREATE TABLE t (x)")
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "1", "--duration", "3", "--no-verify", "--design",
+                               "baseline-a100", "--max-machines", "4", "--study", "sqlite:///other.db",
+                               cwd=tmp_path), "another application's SQLite database")
+    with sqlite3.connect(tmp_path / "other.db") as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["t"]
+
+
+BIG = str(10 ** 400)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "1", "--seed", BIG], "a 401-digit integer"),
+    (["--goal", "cost", "--rps", "1", "--prefill-chunk-tokens", "99999999999999999999"],
+     "--prefill-chunk-tokens must be an integer in [0, 10000000]"),
+    (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--prefill-chunk-tokens", BIG],
+     "--prefill-chunk-tokens must be an integer in [0, 10000000] (got a 401-digit integer)"),
+    (["simulate", "--design", "baseline-h100", "--machines", "2", "--rps", "1", "--prefill-chunk-tokens", BIG],
+     "--prefill-chunk-tokens must be in [0, 10000000]"),
+])
+def test_integers_too_large_for_a_float_are_one_line_errors(args, needle):
+    """Were internal errors (exit 1): OverflowError converting them to floats or C longs."""
+    assert_one_line_error(*cli(*args), needle)
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "nesting thousands deep"),
+    ("big.json", '{"goal": ' + "9" * 5000 + "}", "over 4,300 digits"),
+])
+def test_a_json_python_cannot_read_is_one_line(tmp_path, name, text, needle):
+    """Were RecursionError and ValueError (exit 1) in `report` and `simulate --from-result`."""
+    path = tmp_path / name
+    path.write_text(text)
+    assert_one_line_error(*cli("report", path, "--out", tmp_path / "o.html"), needle)
+    assert_one_line_error(*cli("simulate", "--from-result", path), "--from-result", needle)
+
+
+def test_a_number_python_cannot_read_in_a_toml_is_one_line(tmp_path):
+    inv, spec = tmp_path / "inv.toml", tmp_path / "s.toml"
+    inv.write_text(f'[[nodes]]\ntype = "a40-8x"\ncount = {"9" * 5000}\n')
+    spec.write_text(f'rps = [{"9" * 5000}]\n')
+    assert_one_line_error(*cli("cloud", "--inventory", inv, "--rps", "1"), "inv.toml", "over 4,300 digits")
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "o"), "s.toml", "over 4,300 digits")
+    spec.write_text(f"rps = [{BIG}]\n")
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "o"), "key 'rps'", "too large for a float")
+
+
+def test_a_profile_of_absurd_times_is_refused_where_it_is_read(tmp_path):
+    """1e308 ms passed the checks: calibrate failed in the fit (exit 1), simulate printed
+    numpy overflow warnings and fell back to the roofline without a word."""
+    import perfmodels
+    lines = (Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv").read_text().splitlines()
+    col = lines[0].split(",").index("prompt_time_ms")
+    huge = [lines[0]] + [",".join("1e308" if i == col else v for i, v in enumerate(ln.split(","))) for ln in lines[1:]]
+    profile = tmp_path / "huge.csv"
+    profile.write_text("\n".join(huge) + "\n")
+    assert_one_line_error(*cli("perf", "calibrate", "--profile", profile, "--out", tmp_path / "c.toml"),
+                          "prompt_time_ms", "at most 1e+09")
+    assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2", "--rps", "1",
+                               "--duration", "10", "--model", "llama2-70b", "--latency-profile", profile),
+                          "prompt_time_ms", "at most 1e+09")
+
+
+def test_smaller_fixes_of_the_review(tmp_path):
+    """Errors that named no way out, or the wrong one."""
+    page = tmp_path / "t.html"
+    page.write_text("mine")
+    assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2",
+                               "--token-machines", "1", "--rps", "1", "--duration", "10", "--scheduler", "jsq",
+                               "--timeline", page), "already exists; pass --force")
+    assert page.read_text() == "mine"
+    single = tmp_path / "single.toml"
+    single.write_text('[[nodes]]\ntype = "a40-8x"\n')
+    assert_one_line_error(*cli("cloud", "--inventory", single, "--rps", "1", "--without", "a40-8x-0"),
+                          "the only node", "drop --without")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[[nodes]]\ntype = "a40-8x"\n[[nodes]]\ntype = "a6000-4x"\n[network]\n'
+                      'bandwidth_gbps = [[-5, 10], [10, nan]]\n')
+    assert_one_line_error(*cli("cloud", "--inventory", matrix, "--rps", "1"), "the diagonal must be finite")

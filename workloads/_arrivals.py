@@ -183,8 +183,12 @@ def check_cv(cv: object) -> None:
 
 
 def check_positive(name: str, value: object, meaning: str) -> None:
-    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
-          and math.isfinite(value) and value > 0)
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    try:
+        ok = real and math.isfinite(float(value)) and value > 0
+    except OverflowError:   # an integer too large for a float
+        raise WorkloadError(f"{name} must be a finite number > 0, got an integer too large for a float; "
+                            f"give {meaning}", params=(name,)) from None
     if not ok:
         raise WorkloadError(f"{name} must be a finite number > 0, got {value!r}; "
                             f"give {meaning}", params=(name,))

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._validation import shown
 from ..errors import ProvisionerError
 from ..sim import SCALE_METRICS
 from ._calibrate import SCALE_IN_FACTOR
+
+MAX_MACHINES = 100_000       # machines the autoscaled cluster may need at the peak
 
 __all__ = ["AutoscalePolicy", "ScalingSchedule", "plan_scaling", "SCALE_ON"]
 
@@ -79,8 +82,9 @@ class AutoscalePolicy:
         if not self.scale_in_load < self.target_load <= self.scale_out_load:
             raise ProvisionerError(f"the loads must satisfy --scale-in-load < --target-load <= --scale-out-load "
                                    f"(got {self.scale_in_load:g}, {self.target_load:g}, {self.scale_out_load:g})")
-        if int(self.min_machines) != self.min_machines or self.min_machines < 1:
-            raise ProvisionerError(f"--min-machines must be a whole number >= 1 (got {self.min_machines!r})")
+        if int(self.min_machines) != self.min_machines or not 1 <= self.min_machines <= MAX_MACHINES:
+            raise ProvisionerError(f"--min-machines must be a whole number in [1, {MAX_MACHINES}] "
+                                   f"(got {shown(self.min_machines)})")
         if self.scale_on not in SCALE_ON:
             raise ProvisionerError(f"--scale-on must be one of {', '.join(SCALE_ON)} (got '{self.scale_on}')")
         self._check_closed_loop()

@@ -17,14 +17,13 @@ from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_flu
 from ..slo import SLO
 from ..schedulers import DEFAULT_SWAP_SPACE_GB, ON_DEMAND_SCHEDULERS, SPLITWISESIM
 from ._calibrate import Calibration, calibrate
-from ._policy import AutoscalePolicy, ScalingSchedule, plan_scaling
+from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
 __all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "run_closed_loop",
            "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
-MAX_MACHINES = 100_000       # machines the autoscaled cluster may need at the peak
 MAX_DECISIONS = 1_000_000   # scaling decisions over the profile (one a minute for a day is 1,440)
 
 
@@ -135,7 +134,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     """
     validate_params({"capacity_rps": capacity_rps, "static_machines": static_machines},
                     {"capacity_rps": [None, Interval(Real, 0, None, closed="neither")],
-                     "static_machines": [None, Interval(Integral, 1, None)]})
+                     "static_machines": [None, Interval(Integral, 1, MAX_MACHINES)]})
     decisions = float(trace.duration_s) / policy.interval_s
     if decisions > MAX_DECISIONS:   # before any work: the schedule holds one entry per decision
         raise ProvisionerError(f"interval_s {policy.interval_s:g} makes {decisions:.3g} scaling decisions over the "

@@ -90,7 +90,7 @@ def cloud_command(
         raise ProvisionerError(f"--target-attainment must be in (0, 1] (got {target_attainment:g})")
     if report is not None:   # refuse before the search, not after it
         from ..files import check_output_path
-        inputs = input_files(inventory, workload, latency_profile)
+        inputs = input_files(inventory, workload, latency_profile, replan_workload)
         check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
     from perfmodels import LatencyModel
 

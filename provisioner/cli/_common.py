@@ -11,9 +11,10 @@ import typer
 
 from workloads import TraceGenerator, default_arrival
 
+from .._validation import shown
 from ..errors import ProvisionerError
 from ..results import json_safe
-from ..store import refuse_foreign_study
+from ..store import refuse_foreign_study, sqlite_file
 
 WORKLOAD_HELP = "'coding', 'conversation', or a path to a CSV trace (canonical, Azure or SplitwiseSim header)."
 ARRIVAL_HELP = ("replay (a CSV trace's own arrivals and sizes, request by request; the default for a CSV path), "
@@ -85,7 +86,7 @@ def refuse_idle_flags(ctx: typer.Context, workload: str, arrival: str | None, ve
 
 def check_seed(seed: int) -> None:
     if not 0 <= seed < 2**63:
-        raise ProvisionerError(f"--seed must be a whole number in [0, 2**63) (got {seed})")
+        raise ProvisionerError(f"--seed must be a whole number in [0, 2**63) (got {shown(seed)})")
 
 
 def echo_json(obj) -> None:
@@ -227,10 +228,11 @@ def check_study_path(study: str | None, outputs, flag: str) -> None:
     """A --study SQLite file that is also an output path would be replaced by that output
     (atomically, after the run), losing every simulation the study kept: refused first; so
     is an existing file that is not a study (`refuse_foreign_study`)."""
-    if not study or "://" in str(study) or not str(study).strip():
+    path = sqlite_file(study) if study else None
+    if path is None:
         return
     refuse_foreign_study(study)
-    db = Path(str(study)).expanduser().resolve()
+    db = path.resolve()
     for out in outputs:
         if out is not None and Path(out).expanduser().resolve() == db:
             raise ProvisionerError(f"{flag} '{out}' is also the --study database; give them different paths")

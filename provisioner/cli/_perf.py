@@ -25,8 +25,8 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, load_catalog
-from perfmodels import (MIN_POWER_CAP, PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel, calibrate,
-                        dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
+from perfmodels import (MAX_MEASURED, MIN_POWER_CAP, PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel,
+                        calibrate, dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
                         PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
@@ -78,6 +78,10 @@ def predict_command(
     result = pd.concat([df[cols], parsed.extra, times], axis=1)
     write_output(out, result.to_csv(index=False), flag="--out", force=force, force_hint="--force", inputs=(points,))
     typer.echo(f"wrote {len(result)} rows to {out}")
+    kept = [c for c in parsed.extra.columns if c.startswith("input_") and c[len("input_"):] in PREDICTED_COLUMNS]
+    if kept:
+        typer.echo(f"--points has {', '.join(c[len('input_'):] for c in kept)}: kept as {', '.join(kept)} beside the "
+                   f"prediction")
 
 
 def _read_points(path: Path) -> _Points:
@@ -154,8 +158,9 @@ def _read_points(path: Path) -> _Points:
     for col in ("prompt_size", "batch_size"):  # whole numbers (checked above), written back as integers
         frame[col] = frame[col].astype(np.int64)
     known = set(pos)
-    extra = pd.DataFrame({c: [record[i].strip() for _, record in rows] for i, c in enumerate(header)
-                          if c and c not in known and c not in PREDICTED_COLUMNS}, index=frame.index)
+    # a column the output computes (e.g. measured times) is kept beside it, renamed input_<name>
+    extra = pd.DataFrame({(f"input_{c}" if c in PREDICTED_COLUMNS else c): [record[i].strip() for _, record in rows]
+                          for i, c in enumerate(header) if c and c not in known}, index=frame.index)
     return _Points(frame, has_cap, extra)
 
 
@@ -235,11 +240,11 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
         raise ProvisionerError(f"{where}: no data rows after the header")
     for col in PROFILE_COLUMNS[2:]:
         values = pd.to_numeric(df[col], errors="coerce")
-        bad = ~(values > 0)
+        bad = ~((values > 0) & (values <= MAX_MEASURED))   # past it the fits overflow: no measurement is so large
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ProvisionerError(f"{where}: line {i + 2}, column {col}: must be a positive number "
-                                   f"(got '{df[col].iloc[i]}')")
+            raise ProvisionerError(f"{where}: line {i + 2}, column {col}: must be a positive number at most "
+                                   f"{MAX_MEASURED:g} (got '{df[col].iloc[i]}')")
         df[col] = values
     bad_tp = ~df.tensor_parallel.isin(TP_DEGREES)
     if bad_tp.any():
@@ -267,8 +272,12 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> 
         report = calibrate(profile, holdout_fraction=holdout, seed=seed)
     empty = report.mape[(report.mape.split == "held-out") & (report.mape.points == 0)]
     if len(empty):
-        raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {empty.gpu.iloc[0]}; "
-                               f"use a larger fraction (e.g. 0.2)")
+        gpu = empty.gpu.iloc[0]
+        points = int(report.mape[(report.mape.gpu == gpu) & (report.mape.split == "train")].points.max())
+        fix = (f"use --holdout {math.ceil(51 / points) / 100:g} or more (a fraction of its {points} configuration "
+               f"points that rounds to at least one)" if points >= 2 else
+               f"add measurements (it has {points} configuration point: none to hold out)")
+        raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {gpu}; {fix}")
     return report
 
 

@@ -45,3 +45,6 @@ def load_result(path: Path) -> dict:
             f"'{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except UnicodeDecodeError:
         raise ProvisionerError(f"'{path}' is not a UTF-8 JSON text file") from None
+    except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
+        raise ProvisionerError(f"'{path}' is not a result of `provision --json` (a number of over 4,300 digits, or "
+                               f"nesting thousands deep); give the file saved with `provision ... --json`") from None

@@ -21,7 +21,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WO
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
                       given, high_priority_option, scheduler_option, preemption_option, check_preemption,
                       swap_space_option, check_swap_space_flag,
-                      replay_note, trace_generator)
+                      replay_note, trace_generator, input_files)
 
 DEFAULT_RPS = 70.0
 # Flags that describe the design or the trace: --from-result takes them from the result.
@@ -69,6 +69,7 @@ def simulate_command(
     timeline: Path = typer.Option(None, "--timeline", metavar="PATH.html",
                                   help="With an on-demand --scheduler: write a page of preemptions, migrations, "
                                        "downtime and memory fragmentation over time."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the --timeline file if it exists."),
     preemption: str = preemption_option(),
     swap_space_gb: float = swap_space_option(),
 ) -> None:
@@ -113,7 +114,8 @@ def simulate_command(
         if d.scheduler == DEFAULT_SCHEDULER:
             raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
                                    "--scheduler jsq, llumnix-dispatch or llumnix")
-        check_output_path(timeline, flag="--timeline")
+        check_output_path(timeline, flag="--timeline", force=force, force_hint="--force",
+                          inputs=input_files(workload, latency_profile, from_result))
     t0 = time.perf_counter()
     timelines = []
     row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,
@@ -123,7 +125,7 @@ def simulate_command(
         from reports import build_scheduler_html
         write_output(timeline, build_scheduler_html({d.scheduler: timelines[0]},
                                                     lead=f"{d.family} x {d.machines}, {workload} at {rps:g} req/s, "
-                                                         f"{model}"), flag="--timeline")
+                                                         f"{model}"), flag="--timeline", force=force)
     elapsed_s = time.perf_counter() - t0
     obj = design_result_json(row, workload=workload, model=model, rps=rps, trace=traces.to_json(rps))
     obj.update(scheduler_json(row))
@@ -188,6 +190,10 @@ def _read_result(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise ProvisionerError(f"--from-result: '{path}' is not JSON ({exc.msg} at line {exc.lineno}); give the "
                                f"output of `provision --json`") from None
+    except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
+        raise ProvisionerError(f"--from-result: '{path}' is not a result of `provision --json` (a number of over "
+                               f"4,300 digits, or nesting thousands deep); give the output of "
+                               f"`provision --json`") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("question"), dict) or "best" not in obj:
         raise ProvisionerError(f"--from-result: '{path}' has no 'question' and 'best'; give the output of "
                                f"`provision --json`")

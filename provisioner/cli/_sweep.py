@@ -16,7 +16,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
-from ._common import (given, preemption_option, check_study_path, scheduler_option, study_option,
+from ._common import (given, input_files, preemption_option, check_study_path, scheduler_option, study_option,
                       swap_space_option)
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
@@ -58,8 +58,10 @@ def sweep_command(
                                 preemption if given(ctx, "preemption") else None,
                                 swap_space_gb if given(ctx, "swap_space_gb") else None).questions
     check_study_path(study, [out / name for name in OUTPUTS], "--out")
+    # the spec and the trace files it names: an answer must never replace one of them
+    inputs = (spec, *input_files(*{str(q.request.workload) for q in questions}))
     if out.is_dir():
-        paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=(spec,))
+        paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=inputs)
                  for name in OUTPUTS]
     else:   # created when the answers are written: a failed or interrupted sweep leaves no empty directory
         _check_creatable(out)
@@ -68,17 +70,17 @@ def sweep_command(
         backend, n_jobs, threads = cluster if cluster is not None else ("loky", jobs, None)
         table = run_sweep(questions, study=study, n_jobs=n_jobs, backend=backend, threads=threads,
                           on_answer=progress.advance)
-    _write(table, paths, force, spec)
+    _write(table, paths, force, spec, inputs)
 
 
-def _write(table, paths: list[Path], force: bool, spec: Path) -> None:
+def _write(table, paths: list[Path], force: bool, spec: Path, inputs: tuple) -> None:
     from reports import build_sweep_html
 
     parquet = io.BytesIO()
     table.to_parquet(parquet, index=False)
     data = (parquet.getvalue(), table.to_csv(index=False), build_sweep_html(table, title=f"Sweep: {spec.name}"))
     for path, payload in zip(paths, data):
-        write_output(path, payload, flag="--out", force=force, force_hint="--force", inputs=(spec,), parents=True)
+        write_output(path, payload, flag="--out", force=force, force_hint="--force", inputs=inputs, parents=True)
     feasible = int(table["feasible"].sum())
     typer.echo(f"{table['question'].nunique()} questions, {len(table)} answers ({feasible} feasible): "
                + ", ".join(str(p) for p in paths))

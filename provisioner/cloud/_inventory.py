@@ -133,6 +133,9 @@ class Inventory:
         if node not in names:
             raise ProvisionerError(f"--without: no node '{node}' in inventory {self.name}; its nodes are "
                                    f"{', '.join(names)}")
+        if len(names) == 1:
+            raise ProvisionerError(f"--without: {node} is the only node of inventory {self.name}, so nothing is "
+                                   f"left to re-plan on; drop --without, or add nodes to the inventory")
         k = names.index(node)
         ti = self.nodes[k][1]
         counts = [t.count - (i == ti) for i, t in enumerate(self.types)]
@@ -161,6 +164,8 @@ def load_inventory(spec: str | Path, catalog) -> Inventory:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(where, text, exc) from None
+    except ValueError:   # Python refuses to read an integer of over 4,300 digits
+        raise ProvisionerError(f"{where}: a number has over 4,300 digits; give a real value") from None
     return _parse(raw, _Locator(where, text), catalog, default_name=path.stem)
 
 
@@ -377,4 +382,8 @@ def _matrix(value, n: int, loc: _Locator) -> np.ndarray:
     if np.any(~np.isfinite(off)) or np.any(off < GBPS_RANGE[0]) or np.any(off > GBPS_RANGE[1]):
         raise loc.error(field, f"every off-diagonal bandwidth must be between {GBPS_RANGE[0]:g} and "
                         f"{GBPS_RANGE[1]:g} Gbps", section="network")
+    diagonal = np.diag(m)
+    if np.any(~np.isfinite(diagonal)) or np.any(diagonal < 0):   # unread, but a typo there is one elsewhere too
+        raise loc.error(field, "the diagonal must be finite and >= 0, e.g. 0: it is not read (a node's GPUs talk "
+                        "over its intra-node link, the node type's)", section="network")
     return m

@@ -12,7 +12,7 @@ from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATE
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
-from .._validation import Integral, Interval, Options, Real, validate_params
+from .._validation import Integral, Interval, Options, Real, shown, validate_params
 from ..slo import SLO
 
 GOALS = ("cost", "power", "throughput")
@@ -142,7 +142,7 @@ class ProvisionRequest:
     def __post_init__(self):
         validate_params({f: getattr(self, f) for f in _CONSTRAINTS}, _CONSTRAINTS)
         if self.seed >= 2**63:   # numpy's generators take seeds below 2**63
-            raise ProvisionerError(f"seed must be below 2**63 (got {self.seed})", params=("seed",))
+            raise ProvisionerError(f"seed must be below 2**63 (got {shown(self.seed)})", params=("seed",))
         self._resolve_trace()
         if self.goal in ("cost", "power"):
             if self.rps is None:

@@ -95,6 +95,8 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
         raise ProvisionerError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProvisionerError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except ValueError:   # Python refuses to read an integer of over 4,300 digits
+        raise ProvisionerError(f"{path}: a number has over 4,300 digits; give a real value") from None
     known = set(GRID_KEYS) | set(SETTINGS) | {"price_lists"}
     for key in raw:
         if key not in known:
