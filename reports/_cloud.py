@@ -120,14 +120,21 @@ def _lead(a: dict) -> str:
         return escape(f"{a['model']} on {a['workload']}: {a['no_split_plan']}. Non-split: {ns['throughput_rps']:.2f} "
                       f"req/s predicted, {ns['sustained_rps']:.2f} req/s at {a['target_attainment']:.0%} attainment "
                       f"in the DES{_chunked_lead(a)}. At {a['rps']:g} req/s: non-split attainment ttft "
-                      f"{nat['ttft']:.1%}, tbt {nat['tbt']:.1%}, e2e {nat['e2e']:.1%}. Planned in "
-                      f"{a['elapsed_s']:.2f} s.")
+                      f"{nat['ttft']:.1%}, tbt {nat['tbt']:.1%}, e2e {nat['e2e']:.1%}. {_load_lead(a)}Planned "
+                      f"in {a['elapsed_s']:.2f} s.")
     return escape(f"{a['model']} on {a['workload']}: {a['throughput_rps']:.2f} req/s predicted (bound "
                   f"{a['upper_bound_rps']:.2f}, gap {a['gap']:.1%}), {a['sustained_rps']:.2f} req/s at "
                   f"{a['target_attainment']:.0%} attainment in the DES; non-split "
                   f"{a['non_split']['sustained_rps']:.2f}{_chunked_lead(a)}. At {a['rps']:g} req/s: attainment "
                   f"ttft {att['ttft']:.1%}, "
-                  f"tbt {att['tbt']:.1%}, e2e {att['e2e']:.1%}. Planned in {a['elapsed_s']:.2f} s.")
+                  f"tbt {att['tbt']:.1%}, e2e {att['e2e']:.1%}. {_load_lead(a)}Planned in {a['elapsed_s']:.2f} s.")
+
+
+def _load_lead(a: dict) -> str:
+    from provisioner.cloud import load_text
+    loads = load_text(a)
+    return (f"The busiest server's steady-state load (at least; over 100% it falls behind however long the "
+            f"window): {loads}. " if loads else "")
 
 
 def _rental_section(a: dict) -> list[str]:

@@ -146,7 +146,7 @@ def cloud_command(
 def _render(a: dict) -> None:
     from rich.table import Table
 
-    from ..cloud import REPLICA_COLUMNS, rented_text, replica_cells
+    from ..cloud import REPLICA_COLUMNS, load_text, rented_text, replica_cells
     from ._common import console as make_console
     con = make_console()
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
@@ -184,6 +184,8 @@ def _render(a: dict) -> None:
                   + (f"{a['split_over_non_split']:.2f}x" if a['split_over_non_split'] is not None else "n/a"))
         con.print(f"at {a['rps']:g} req/s ({a['engine'].upper()}): attainment ttft {att['ttft']:.1%} "
                   f"tbt {att['tbt']:.1%} e2e {att['e2e']:.1%}; non-split {ns_att}")
+    con.print(f"busiest server's steady-state load at {a['rps']:g} req/s (at least; over 100%: falls behind): "
+              f"{load_text(a)}")
     if a.get("no_plan_meets_target"):
         con.print(f"[bold]{a['no_plan_meets_target'].replace('slo_scale', '--slo-scale')}[/bold]", highlight=False)
     if a.get("unservable_requests"):

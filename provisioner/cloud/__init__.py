@@ -9,24 +9,28 @@ words (the CLI's tables, the HTML report).
 """
 
 from ._admission import KV_UNITS, KvAdmission
-from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des, best_chunked_non_split, best_of_budgets,
-                      chunked_non_split_by_budget, finalist_plans, plan_cloud, sustained_rps)
+from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des,
+                      best_chunked_non_split, best_of_budgets, chunked_non_split_by_budget, finalist_plans, meets_target,
+                      plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
 from ._format import (REPLAN_CASES, REPLAN_METRICS, REPLICA_COLUMNS, checks_text, gpus_text, layers_text,
-                      nodes_text, prompts_text, rented_text, replan_changes, replan_event, replan_rows, replica_cells,
-                      tp_text)
+                      load_text, nodes_text, prompts_text, rented_text, replan_changes, replan_event, replan_rows,
+                      replica_cells, tp_text)
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan, size_sample
 from ._score import Routing, Scorer, Workload
 from ._search import canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
-from ._simulate import server_plan, shared_links, simulate_plan
+from ._simulate import plan_load, server_plan, shared_links, simulate_plan
+from ._steady import steady_state_load
 
-__all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_inventory", "Inventory", "NodeType", "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
+__all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_inventory", "Inventory", "NodeType",
+           "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text", "tp_text",
            "replica_cells", "replan_changes", "replan_event", "replan_rows", "REPLAN_METRICS", "rented_text",
-           "prompts_text", "checks_text", "KvAdmission", "KV_UNITS"]
+           "prompts_text", "checks_text", "KvAdmission", "KV_UNITS", "plan_load", "steady_state_load", "load_text",
+           "meets_target"]

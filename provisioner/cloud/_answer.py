@@ -22,7 +22,7 @@ from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, pl
 from ._score import TARGET_ATTAINMENT
 from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
-from ._simulate import kv_misfits, no_attainment, nothing_served, simulate_plan
+from ._simulate import kv_misfits, no_attainment, nothing_served, plan_load, simulate_plan
 
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
 FINALISTS = 5        # plans the simulation re-scores after the tabu search
@@ -47,6 +47,7 @@ RATE_HEADROOM = 4.0
 # --goal rps refuses a rate above RATE_HEADROOM x what the inventory carries when its trace
 # holds more requests than this: minutes of simulation to say that almost none is served
 CRAWL_REQUESTS = 20_000
+_NO_LOAD = {"prefill": 0.0, "kv": 0.0}   # `steady_state_load` of a plan that serves nothing
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -153,11 +154,12 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
                "rescore_engine": rescore_engine}
         out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
-                   unservable_requests=sim["unservable_requests"])
+                   unservable_requests=sim["unservable_requests"],
+                   steady_state_load=plan_load(ctx, plan, rps, routed) if not no_split else _NO_LOAD)
         ns_sim = simulate_plan(ctx, ns_plan, trace, engine=engine)
         out["non_split"] = {"replicas": replicas_json(ctx, ns_plan), "throughput_rps": ns_cap,
                             "upper_bound_rps": bound["non_split"], "slo_attainment": ns_sim["slo_attainment"],
-                            "slo": ns_sim["slo"]}
+                            "slo": ns_sim["slo"], "steady_state_load": plan_load(ctx, ns_plan, rps)}
         out["split_over_non_split"] = cap / ns_cap if ns_cap > 0 and not no_split else None
         out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
         out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 and not no_split else None
@@ -405,10 +407,15 @@ def trace_at(traces, rate):
 
 def meets_target(ctx, plan, trace, rate, target, split=True, engine="des", chunk_tokens=0) -> bool:
     """Whether `plan` keeps every metric's attainment >= target on `trace` (drawn at `rate`;
-    a split plan is routed for that rate). chunk_tokens: as `sustained_rps`'s."""
+    a split plan is routed for that rate), and its servers keep up with the plan's mix at
+    that rate in steady state (`plan_load` <= 1: a window too short for the queue of an
+    overloaded server to do its damage passes no rate that could not be held).
+    chunk_tokens: as `sustained_rps`'s."""
     if kv_misfits(ctx, plan, trace)[0] > (1.0 - target) * len(trace):   # each a miss: no need to simulate
         return False
     routing = plan_routing(ctx, plan, rate) if split else None
+    if max(plan_load(ctx, plan, rate, routing).values()) > 1.0:
+        return False   # its servers fall behind with every window: however the window ends, not a steady rate
     sim = simulate_plan(ctx, plan, trace, routing, engine=engine, chunk_tokens=chunk_tokens)
     return min(sim["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= target
 

@@ -31,6 +31,16 @@ def checks_text(slo: dict) -> str:
     return "met" if slo["met"] else "missed"
 
 
+def load_text(answer: dict) -> str:
+    """The busiest servers' steady-state load of an answer's plans at its rate (`steady_state_load`,
+    a lower bound): 'split: prefill compute 63%, KV 25%; non-split: prefill compute 47%, KV 5%'
+    ('' for an answer saved before answers carried it)."""
+    plans = [] if answer.get("no_split_plan") else [("split", answer)]
+    loads = [(name, p["steady_state_load"]) for name, p in plans + [("non-split", answer["non_split"])]
+             if "steady_state_load" in p]
+    return "; ".join(f"{name}: prefill compute {load['prefill']:.0%}, KV {load['kv']:.0%}" for name, load in loads)
+
+
 def nodes_text(nodes) -> str:
     """['a5000-4x-0', 'rtx3090ti-4x-1'] -> 'a5000-4x-0, rtx3090ti-4x-1'."""
     return ", ".join(str(n) for n in nodes)

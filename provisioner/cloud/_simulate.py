@@ -12,6 +12,7 @@ from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
 from ..errors import ProvisionerError
 from ..sim import ENGINES, ServerPlan, SimInputs, plan_holds, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
+from ._steady import steady_state_load
 
 
 def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
@@ -81,6 +82,17 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
     else:
         out = run_des(inputs)
     return plan_scores(ctx, trace, inputs, out, unserved)
+
+
+def plan_load(ctx, plan, rate, routing=None) -> dict:
+    """`steady_state_load` of `plan` (routed by `routing`) serving the plan's mix (`ctx.trace`,
+    the requests it was scored on) at `rate` req/s: whether its servers keep up with them
+    however long the arrivals go on. Of the mix, not of a probe's window: a replayed file's
+    window at a low rate holds only its first rows (at 0.067 req/s, none of the 60k-token
+    outputs of a 400-s file), and the load is linear in the rate."""
+    sp, n_p, _ = server_plan(ctx, plan, routing)
+    mix = ctx.trace
+    return steady_state_load(sp, n_p, mix.prompt_tokens, mix.output_tokens, len(mix) / rate if rate > 0 else 0.0)
 
 
 def no_attainment() -> dict:
