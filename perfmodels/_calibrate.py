@@ -27,7 +27,7 @@ POINT_COLUMNS = ["hardware", "tensor_parallel", "prompt_size", "batch_size", "to
 REQUIRED_COLUMNS = ["model", *POINT_COLUMNS, "prompt_time_ms", "token_time_ms"]
 ARTIFACT_RULE = "batch_size == 64 and tensor_parallel == 2"
 ARTIFACT_REASON = ("batch 64 at TP 2 did not hold the whole batch in memory at once "
-                   "(prompt time far below batch 32; profiles/SOURCE.md)")
+                   "(prompt time far below batch 32; perfmodels/data/SOURCE.md)")
 
 # name, initial value, lower bound, upper bound
 PARAMETERS = [

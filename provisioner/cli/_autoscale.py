@@ -49,7 +49,8 @@ def autoscale_command(
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     engine: str = typer.Option("fluid", "--engine", help="fluid (fast) or des (exact reference; slow on a day; "
-                                                         "the default under an on-demand --scheduler)."),
+                                                         "the default under an on-demand --scheduler and with "
+                                                         "--scale-on freeness or queue, which need it)."),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
     static_machines: int = typer.Option(None, "--static-machines", help="The static cluster's size (default: the "
                                         "fewest machines meeting the SLOs at the profile's peak)."),

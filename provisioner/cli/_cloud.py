@@ -60,7 +60,9 @@ def cloud_command(
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
-    scheduler: str = scheduler_option(),
+    scheduler: str = scheduler_option("least-work only (the default): a cloud plan's router sends each request "
+                                      "to the least-loaded replica within its routing LP's shares; the other "
+                                      "policies are modelled for the baseline and Splitwise families."),
     prefill_chunk_tokens: int = prefill_chunk_option(
         "Cloud: the budget of the second non-split comparison (non_split_chunked); the split plan's "
         "prefill replicas batch no decodes and never chunk. Default: 512 (of 256-2048 on "
@@ -69,9 +71,9 @@ def cloud_command(
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
     refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
-                                          "(least queued work), and the on-demand schedulers (KV on demand, "
-                                          "freeness dispatch) are modelled for the baseline and Splitwise "
-                                          "families, not for cloud plans")
+                                          "(least queued work), and the other policies (the on-demand "
+                                          "schedulers, SplitwiseSim's replay) are modelled for the baseline and "
+                                          "Splitwise families, not for cloud plans")
     if without and len(without) > 1:   # typer would keep the last one and drop the others silently
         raise ProvisionerError(f"--without takes one node (given {len(without)} times: {', '.join(without)}); "
                                f"re-plan without one node at a time")

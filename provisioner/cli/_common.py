@@ -119,10 +119,11 @@ def duplicate_weights_option():
                              "one copy shared through CUDA IPC).")
 
 
-def scheduler_option():
-    """`--scheduler` (CONTRACTS.md item 9) for every command that simulates."""
+def scheduler_option(help_text: str | None = None):
+    """`--scheduler` (CONTRACTS.md item 9) for every command that simulates (`help_text`: a
+    command's own, where it takes fewer policies)."""
     from ..schedulers import DEFAULT_SCHEDULER, SCHEDULER_HELP
-    return typer.Option(DEFAULT_SCHEDULER, "--scheduler", metavar="POLICY", help=SCHEDULER_HELP)
+    return typer.Option(DEFAULT_SCHEDULER, "--scheduler", metavar="POLICY", help=help_text or SCHEDULER_HELP)
 
 
 def preemption_option():
