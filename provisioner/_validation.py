@@ -32,8 +32,12 @@ class Interval:
     def is_satisfied_by(self, value) -> bool:
         if isinstance(value, bool) or not isinstance(value, self.type):
             return False
-        if not isinstance(value, Integral) and not math.isfinite(value):   # an int is finite, and may be too
-            return False                                                     # large for a float to hold
+        if self.type is not Integral:   # a number used as a float: finite, and within a float's range
+            try:
+                if not math.isfinite(value):
+                    return False
+            except OverflowError:   # an int too large for a float
+                return False
         if self.left is not None:
             if value < self.left or (value == self.left and self.closed not in ("left", "both")):
                 return False

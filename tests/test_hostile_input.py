@@ -796,3 +796,12 @@ def test_smaller_fixes_of_the_review(tmp_path):
     matrix.write_text('[[nodes]]\ntype = "a40-8x"\n[[nodes]]\ntype = "a6000-4x"\n[network]\n'
                       'bandwidth_gbps = [[-5, 10], [10, nan]]\n')
     assert_one_line_error(*cli("cloud", "--inventory", matrix, "--rps", "1"), "the diagonal must be finite")
+
+
+def test_the_library_refuses_an_integer_too_large_for_a_float():
+    """An int is finite to Python, but a rate of 10**400 overflows every float it meets:
+    a Real parameter takes an int only within a float's range."""
+    from provisioner import ProvisionRequest
+    from provisioner.errors import ProvisionerError
+    with pytest.raises(ProvisionerError, match="rps must be a finite number > 0 \\(got a 401-digit integer\\)"):
+        ProvisionRequest(goal="cost", rps=10 ** 400)
