@@ -761,7 +761,7 @@ def test_a_number_python_cannot_read_in_a_toml_is_one_line(tmp_path):
     assert_one_line_error(*cli("cloud", "--inventory", inv, "--rps", "1"), "inv.toml", "over 4,300 digits")
     assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "o"), "s.toml", "over 4,300 digits")
     spec.write_text(f"rps = [{BIG}]\n")
-    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "o"), "key 'rps'", "too large for a float")
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "o"), "key 'rps'", "a 401-digit integer")
 
 
 def test_a_profile_of_absurd_times_is_refused_where_it_is_read(tmp_path):
