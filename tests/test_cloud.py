@@ -1071,21 +1071,29 @@ def test_routing_gives_the_long_prompts_pairs_that_hold_them(perf):
 def test_the_long_requests_move_their_own_kv(perf):
     """The routing LP carries each class of requests on the pairs that hold it, with its own
     KV bytes: only the 8x A40 -> A6000 pipeline pair holds the 100k-token prompts, and each
-    moves 160 GB (80 GB over each A6000 node's link), not the 6k-token mix mean's 10 GB. So
-    those links bound the plan at 1.25 req/s, near the DES's 1.32; carried as average
-    requests they let it score 3.16. The bytes are of the whole trace's long prompts: with
-    them all past the 2,000-request sample, the plan scores the same."""
+    moves 160 GB (80 GB over each A6000 node's link), not the 6k-token mix mean's 10 GB.
+    At 16 Gbps those links bound the plan at 0.50 req/s; carried as average requests they
+    would let it score what the A40's prefill time allows (`Scorer.class_costs`: 0.56 req/s,
+    the bound at 40 Gbps, where the links would allow 1.25). The bytes are of the whole
+    trace's long prompts: with them all past the 2,000-request sample, the plan scores the
+    same."""
     trace = _long_prompt_trace()
-    ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace)
     a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
     plan = canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), a40)]
                  + [(st, "decode") for st in (a6000_pipeline, ((5, 2), (5, 2)), ((6, 4),))])
     long = trace.prompt_tokens > 50_000
-    rate = score(ctx.scorer, plan)
     long_bytes_per_link = perf.llm("llama-30b").kv_bytes_per_token * 100_000 / 2   # half the layers a node
-    link = ctx.physics.capacity_bytes_per_s(("pair", 4, 0))
-    assert 0 < rate <= link / (long_bytes_per_link * long.mean()) * (1 + 1e-6)
-    assert rate == pytest.approx(1.25, rel=0.05)
+    rates, link_bounds = {}, {}
+    for gbps in (16, 40):
+        inv = load_inventory("thunderserve-32gpu", perf.catalog).with_bandwidth(gbps)
+        ctx = make_context(inv, perf.llm("llama-30b"), perf, trace)
+        link = ctx.physics.capacity_bytes_per_s(("pair", 4, 0))
+        rates[gbps], link_bounds[gbps] = score(ctx.scorer, plan), link / (long_bytes_per_link * long.mean())
+    a40_bound = ctx.scorer.class_rate(a40, "prefill", long) / long.mean()   # its prefill time, whatever the links
+    assert link_bounds[40] > a40_bound > link_bounds[16]
+    assert rates[16] == pytest.approx(link_bounds[16], rel=1e-6)
+    assert rates[40] == pytest.approx(a40_bound, rel=1e-6)
+    rate = rates[40]
     rng = np.random.default_rng(2)   # 2,400 requests, the long ones all past the sample
     prompt = np.concatenate([rng.integers(200, 2000, 2000), np.where(np.arange(400) % 2 == 0, 100_000, 1000)])
     late = Trace(np.arange(2400) * 0.2, prompt, rng.integers(20, 300, 2400), "late-long-prompts", 480.0)
@@ -1100,12 +1108,14 @@ def test_the_long_requests_move_their_own_kv(perf):
 
 
 def test_plans_that_tie_rank_by_how_fast_their_long_requests_are_served(perf):
-    """The A40 -> A6000 links bind many plans of the long-prompt trace at one score. Tied
-    plans rank by the rate their long requests saturate the replicas that hold them
+    """The 8x A40's prefill time binds many plans of the long-prompt trace at one score
+    (every plan whose A40 alone prefills the 100k-token prompts: `Scorer.class_costs`).
+    Tied plans rank by the rate their long requests saturate the replicas that hold them
     (`Scorer.class_capacity`: 30.5 s of prefill a 100k-token prompt on the 8x A40, 45 s on
     the A6000 pipeline), then by replica capacity: the finalists are the best so ranked of
-    every tied plan the search saw. In plan order, the first five sustained 0.74-1.08 req/s
-    in the DES where the first so ranked sustains 1.32."""
+    every tied plan the search saw. (When the A40 -> A6000 links tied them, before the
+    A40's time was costed, the first five in plan order sustained 0.74-1.08 req/s in the
+    DES where the first so ranked sustained 1.32.)"""
     from provisioner.cloud import finalist_plans
 
     trace = _long_prompt_trace()

@@ -11,7 +11,7 @@ import pytest
 from perfmodels import LatencyModel, scalar_iteration_s
 from provisioner.cli import run
 from provisioner.cloud import (canon, load_inventory, make_context, meets_target, plan_load, plan_routing,
-                               server_plan, simulate_plan, steady_state_load, sustained_rps)
+                               search_plan, server_plan, simulate_plan, steady_state_load, sustained_rps)
 from workloads import Trace, TraceGenerator
 
 A40, A6000_PIPELINE = ((4, 8),), ((0, 4), (1, 4))
@@ -131,3 +131,26 @@ def test_a_rate_is_judged_on_the_whole_mix_not_on_the_window_it_is_probed_on(per
     assert not meets_target(ctx, plan, window, 0.067, 0.99)
     rate = sustained_rps(ctx, plan, traces, 0.24, 0.99)
     assert 0 < rate < 0.05 and plan_load(ctx, plan, rate, plan_routing(ctx, plan, rate))["kv"] <= 1.0
+
+
+def _long_outputs() -> Trace:
+    """200 requests, 10 of them 60k-token outputs (~61k tokens of KV for 60k decode steps)."""
+    rng = np.random.default_rng(1)
+    prompt, output = rng.integers(200, 2000, 200), rng.integers(20, 300, 200)
+    output[rng.choice(200, 10, replace=False)] = 60_000
+    return Trace(np.arange(200) * 2.0, prompt, output, "long-outputs", 400.0)
+
+
+@pytest.mark.parametrize("trace", [_long_prompts(), _long_prompts(long=2), _long_outputs()],
+                         ids=["5%-100k-prompts", "1%-100k-prompts", "5%-60k-outputs"])
+def test_the_search_scores_rates_its_servers_keep_up_with(perf, trace):
+    """The routing LP time-shares each replica among the classes of requests it carries
+    (`Scorer.class_costs`), so the best plan's score is a rate at which its busiest servers
+    keep up (`plan_load` <= 1 on both sides). Rated on the whole mix each replica holds,
+    the scores were rates their servers fall behind at: loads of 2.65 (the 8x A40
+    prefilling 5% of 100k-token prompts), 1.89, and 6.37 (KV of 60k-token outputs)."""
+    ctx = _ctx(perf, trace)
+    plan, rate = search_plan(ctx)
+    assert rate > 0
+    load = plan_load(ctx, plan, rate, plan_routing(ctx, plan, rate))
+    assert load["prefill"] <= 1.0 and load["kv"] <= 1.0, load

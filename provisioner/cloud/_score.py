@@ -126,6 +126,11 @@ class HeldClass:
     sample: np.ndarray   # (r,) bool: which requests of the scored sample (`Workload`) they are
     mean_prompt: float   # their mean prompt tokens, over every request KV fit is judged on
 
+    @functools.cached_property
+    def key(self) -> bytes:
+        """`sample` as a cache key, built and hashed once (`Scorer.class_rate`)."""
+        return self.sample.tobytes()
+
 
 @dataclass(frozen=True)
 class Holding:
@@ -278,34 +283,81 @@ class Scorer:
                                    key=lambda r: r[0])
         return self._rates[key]
 
-    def class_rate(self, group, phase, among) -> float | None:
+    def class_rate(self, group, phase, among, key: bytes | None = None) -> float | None:
         """Sustainable rps of a prefill or decode replica serving only the requests `among`
         of the sample (a routing class: `HeldClass.sample`); None when the sample has none
-        of them that the replica holds. Prefill: the rule of `prefill`. Decode: the
+        of them that the replica holds. Prefill: the rule of `prefill`. Decode: the rule
+        of `decode` where the budget keeps two or more of the class's requests; else the
         admission limit alone (`decode_limits`), the one made for requests few of which
         fit the budget at once (the slots rule's square-root staffing leaves no headroom at
-        one slot)."""
-        key = (phase, group, among.tobytes())
+        one slot). key : `among.tobytes()`, when the caller has it."""
+        among_key = among.tobytes() if key is None else key
+        key = (phase, group, among_key)
         if key not in self._rates:
             g = self.ph.group(group)
-            w = self._held(g.kv_cap_tokens, whole=phase == "decode", among=among)
-            if w is None:
-                self._rates[key] = None
-            elif phase == "prefill":
-                self._rates[key] = self._prefill(g.coef, w)[0]
-            else:
-                self._rates[key] = self._admission_limit(g.coef, g.kv_cap_tokens, 0.0, among=among)[0]
+            # groups of one physics (the same stages on interchangeable nodes) share a rate:
+            # on coding 166 rates serve 214 (group, class) pairs
+            alike = (phase, float(g.kv_cap_tokens), g.coef.tobytes(), among_key)
+            if alike not in self._rates:
+                self._rates[alike] = self._class_rate(g, phase, among)
+            self._rates[key] = self._rates[alike]
         return self._rates[key]
+
+    def _class_rate(self, g, phase, among) -> float | None:
+        w = self._held(g.kv_cap_tokens, whole=phase == "decode", among=among)
+        if w is None:
+            return None
+        if phase == "prefill":
+            return self._prefill(g.coef, w)[0]
+        slots = self._slots_limit(g.coef, g.kv_cap_tokens, 0.0, among=among)[0] or np.inf
+        return min(slots, self._admission_limit(g.coef, g.kv_cap_tokens, 0.0, slots, among=among)[0])
+
+    def class_costs(self, pg, dg) -> tuple[np.ndarray, np.ndarray]:
+        """(prefill (p, classes), decode (d, classes)): the capacity a request of each
+        routing class (`holding`) takes on each replica of a split plan, in units of the
+        replica's rate on the whole mix it holds (`prefill`, `decode`): that rate over
+        `class_rate`, at least 1. The routing LPs time-share a replica among its classes
+        (sum of requests/s x cost <= its rate): a 100k-token prompt takes 30.5 s of the 8x
+        A40, not the 1 / 0.16 s of an average request of the mix it holds, so where 5% of
+        the requests are such prompts a plan whose A40 alone prefills them scores 0.56
+        req/s, not the 1.34 its rate on the mix allowed (docs/cloud.md, "Steady state").
+        At least 1: a class of shorter requests than the mix may not push a replica past
+        its rate on the mix (conservative; it keeps min(P, D) a bound on every routing, so
+        the shortcut past the LP stands: `_time_shared`). 1 where a replica carries one
+        class (its rate is that class's) or the sample lacks the class (no rate to judge it
+        by); inf where the replica cannot sustain the class at all."""
+        key = ("costs", tuple(pg), tuple(dg))
+        if key not in self._rates:
+            holding = self.holding(pg, dg)
+            p_cap = [self.prefill(g)[0] for g in pg]
+            d_cap = [self.decode(g)[0] for g in dg]
+            self._rates[key] = (self._side_costs(pg, "prefill", holding, p_cap),
+                                self._side_costs(dg, "decode", holding, d_cap))
+        return self._rates[key]
+
+    def _side_costs(self, groups, phase, holding, caps) -> np.ndarray:
+        """`class_costs` of one phase's replicas (rates on the mix `caps`)."""
+        costs = np.ones((len(groups), len(holding.classes)))
+        for k, (group, cap) in enumerate(zip(groups, caps)):
+            carried = [c for c, cls in enumerate(holding.classes)
+                       if (cls.pairs[k] if phase == "prefill" else cls.pairs[:, k]).any()]
+            if len(carried) < 2 or cap <= 0:
+                continue
+            for c in carried:
+                cls = holding.classes[c]
+                rate = self.class_rate(group, phase, cls.sample, cls.key) if cls.sample.any() else None
+                if rate is not None:
+                    costs[k, c] = max(cap / rate, 1.0) if rate > 0 else np.inf
+        return costs
 
     def class_capacity(self, prefill_groups, decode_groups) -> float:
         """The rate at which a split plan's routing classes of long requests saturate the
         replicas that hold them, each class on its own (`class_rate`): the least, over those
         classes, of min(its prefill replicas' rates, its decode replicas') over its share of
-        the requests; inf without such classes. Not part of the score: the replicas are
-        rated on the whole mix they hold (`_held`), as the DES, whose replayed window may
-        end before a long request's queue does its damage, judges them (docs/cloud.md). A
-        class every usable pair holds is the mix itself, and classes the target lets miss
-        whole (`_unmissable`) or that the sample lacks set no rate."""
+        the requests; inf without such classes. Not the score, which time-shares each
+        replica among its classes (`class_costs`): a tie-break among plans that score alike
+        (`tie_break`). A class every usable pair holds is the mix itself, and classes the
+        target lets miss whole (`_unmissable`) or that the sample lacks set no rate."""
         holding = self.holding(prefill_groups, decode_groups)
         every = np.logical_or.reduce([cls.pairs for cls in holding.classes]) if holding.classes else None
         long = [cls for cls in holding.classes if not (cls.pairs == every).all()]   # the mix: every pair holds it
@@ -379,10 +431,11 @@ class Scorer:
             t = time_from_coefficients(coef, decode_batch=b, decode_context_tokens=b * w.context_held)
         return t / (1.0 - prefill_busy)
 
-    def _slots_limit(self, coef, kv_cap, prefill_busy, held=True) -> tuple[float, float]:
-        """(rps, iteration s) of the slots rule (`decode_limits`): over the requests the
-        budget holds (`_held`), or with held False over all (a non-split replica: `both`)."""
-        w = self._held(kv_cap) if held else self.w
+    def _slots_limit(self, coef, kv_cap, prefill_busy, held=True, among=None) -> tuple[float, float]:
+        """(rps, iteration s) of the slots rule (`decode_limits`): over the requests (of
+        those `among`) the budget holds (`_held`), or with held False over all (a non-split
+        replica: `both`)."""
+        w = self._held(kv_cap, among=among) if held else self.w
         if w is None:
             return 0.0, np.inf
         b = np.arange(1, _MAX_BATCH + 1, dtype=float)
@@ -631,8 +684,8 @@ class Scorer:
         holding = self.holding(pg, dg)
         if holding.classes:
             split = holding.split(flow)
-            if split is None:
-                return None   # the long requests' pairs would carry less than their share
+            if split is None or not self._time_shared(pg, dg, split, p_cap, d_cap):
+                return None   # the long requests' pairs would carry less than their share, or cost more
             parts = [(part, lambda a, b, c=c: self._transfer(a, b, c.mean_prompt)[0])
                      for part, c in zip(split, holding.classes)]
         else:
@@ -644,6 +697,17 @@ class Scorer:
                     busy[link] = busy.get(link, 0.0) + part[i, j] * by / self.ph.capacity_bytes_per_s(link)
         # a margin below 1: a link at its bandwidth is the LP's to judge
         return rate if all(v < 1.0 - _LINK_MARGIN for v in busy.values()) else None
+
+    def _time_shared(self, pg, dg, split, p_cap, d_cap) -> bool:
+        """Whether every replica carries the classes' flows (`Holding.split`) within its rate,
+        each class at its cost there (`class_costs`: at least 1, so min(P, D) still bounds
+        every routing, and a split within the rates that attains it is the optimum)."""
+        for axis, caps, costs in zip((0, 1), (p_cap, d_cap), self.class_costs(pg, dg)):
+            carried = [part.sum(axis=1 - axis) for part in split]
+            load = sum(np.where(flow > 0, flow * costs[:, c], 0.0) for c, flow in enumerate(carried))
+            if (load > caps * (1.0 + 1e-9)).any():
+                return False
+        return True
 
     def route(self, prefill_groups, decode_groups) -> Routing:
         """ThunderServe's routing LP: the most requests/s through prefill i then decode j."""
@@ -675,8 +739,8 @@ class Scorer:
         x, links = [], {}
         for arc in arcs:
             v = solver.NumVar(0.0, solver.infinity(), "")
-            p_rows[arc.i].SetCoefficient(v, 1.0)
-            d_rows[arc.j].SetCoefficient(v, 1.0)
+            p_rows[arc.i].SetCoefficient(v, arc.p_cost)
+            d_rows[arc.j].SetCoefficient(v, arc.d_cost)
             objective.SetCoefficient(v, 1.0)
             for link, by in arc.traffic.items():
                 links.setdefault(link, []).append((v, by))
@@ -706,21 +770,30 @@ class Scorer:
                  if p_cap[i] > 0 and d_cap[j] > 0 and self.pair(a, b)[0]]
         if not holding.classes:
             return [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]], ()
-        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt))
-                for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
+        p_cost, d_cost = self.class_costs(pg, dg)
+        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), p_cost[i, c], d_cost[j, c])
+                for i, j in pairs for c, cls in enumerate(holding.classes)
+                if cls.pairs[i, j] and np.isfinite(p_cost[i, c]) and np.isfinite(d_cost[j, c])]
         return arcs, tuple(cls.share for cls in holding.classes)
 
 
 class Arc(NamedTuple):
     """A routing LP variable: requests/s of routing class c (`Holding.classes`; 0 without
     classes) through prefill replica i then decode replica j, loading each shared link with
-    `traffic` bytes a request and waiting `transfer_s` for its KV."""
+    `traffic` bytes a request and waiting `transfer_s` for its KV. A request takes `p_cost`
+    and `d_cost` of a request of the mix on its replicas (`Scorer.class_costs`)."""
 
     i: int
     j: int
     c: int
     traffic: dict
     transfer_s: float
+    p_cost: float = 1.0
+    d_cost: float = 1.0
+
+    def cost(self, axis) -> float:
+        """Its cost on its prefill (axis 0) or decode (axis 1) replica."""
+        return self.d_cost if axis else self.p_cost
 
 
 def _prefill_rate(es, es2, ttft_limit_s) -> float:
@@ -778,6 +851,12 @@ def _through(arcs, axis, k) -> list:
     return [m for m, arc in enumerate(arcs) if (arc.j if axis else arc.i) == k]
 
 
+def _weighted(arcs, x, axis, k) -> list:
+    """The terms of replica k's load (axis 0: prefill, 1: decode) in requests of the mix it
+    holds: each arc's requests/s at its class's cost there (`Arc.cost`)."""
+    return [x[m] if arcs[m].cost(axis) == 1.0 else x[m] * arcs[m].cost(axis) for m in _through(arcs, axis, k)]
+
+
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
     """Routing for serving `rps` (capped at the plan's capacity) with the least maximum
     utilization of any replica or link (the second stage after the throughput LP, which
@@ -806,7 +885,7 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     _class_shares(solver, arcs, x, shares)
     for axis, caps in enumerate((p_cap, d_cap)):
         for k, cap in enumerate(caps):
-            terms = [x[m] for m in _through(arcs, axis, k)]
+            terms = _weighted(arcs, x, axis, k)
             if terms:
                 solver.Add(solver.Sum(terms) <= u * float(cap))
     _limit_links(solver, links, scorer.ph, u)
@@ -848,7 +927,7 @@ def _balanced_phases(solver, arcs, x, p_speed, d_cap, values) -> np.ndarray:
     rows = {}   # (side, replica) -> (its level row, weight)
     for axis, weights in ((0, p_speed), (1, d_cap)):
         for k, weight in enumerate(weights):
-            terms = [x[m] for m in _through(arcs, axis, k)]
+            terms = _weighted(arcs, x, axis, k)
             if terms:
                 rows[axis, k] = (solver.Add(solver.Sum(terms) - sides[axis] * float(weight) <= 0.0), float(weight))
     objective = solver.Objective()
@@ -877,18 +956,19 @@ def _balanced_phases(solver, arcs, x, p_speed, d_cap, values) -> np.ndarray:
 
 def _least_transfer(solver, arcs, x, values, shape) -> np.ndarray:
     """`values` re-solved for the least total KV-transfer seconds with each prefill and
-    decode replica's requests/s held (each within _LOAD_SLACK) and no link loaded past
+    decode replica's load held (requests/s at their classes' costs, `_weighted`; each
+    within _LOAD_SLACK) and no link loaded past
     the least maximum utilization (which `solver` holds); `values` itself when the solver
     confirms no optimum."""
     from ortools.linear_solver import pywraplp
 
-    flow = _pair_flow(arcs, values, *shape)
     for axis, n in enumerate(shape):
-        for k, load in enumerate(flow.sum(axis=1 - axis)):
-            through = _through(arcs, axis, k)
-            if through:
-                solver.Add(solver.Sum([x[m] for m in through]) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
-                solver.Add(solver.Sum([x[m] for m in through]) >= load * (1.0 - _LOAD_SLACK))
+        for k in range(n):
+            terms = _weighted(arcs, x, axis, k)
+            if terms:
+                load = sum(values[m] * arcs[m].cost(axis) for m in _through(arcs, axis, k))
+                solver.Add(solver.Sum(terms) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
+                solver.Add(solver.Sum(terms) >= load * (1.0 - _LOAD_SLACK))
     solver.Minimize(solver.Sum([v * arc.transfer_s for arc, v in zip(arcs, x)]))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return values

@@ -67,10 +67,11 @@ def tie_break(scorer, plan) -> tuple:
     `Scorer.class_capacity` (the rate at which its long requests saturate the replicas
     that hold them), then its replicas' capacity before the routing's links and classes
     (the lesser of its prefill and decode replicas' summed rates: at the same throughput,
-    the plan whose replicas run least loaded); a non-split plan's summed rates. Where a
-    shared link binds, many plans tie: 208 of those the search scored on 5% of 100k-token
-    prompts, at the 1.25 req/s their KV allows, and the first five in plan order sustained
-    0.74-1.08 req/s in the DES; ranked so, the first sustains 1.32."""
+    the plan whose replicas run least loaded); a non-split plan's summed rates. Where one
+    replica or a shared link binds, many plans tie: on 5% of 100k-token prompts, every plan
+    whose 8x A40 alone prefills them ties at the 0.56 req/s its prefill time allows (before
+    that time was costed, 208 tied at the 1.25 req/s the links allowed, and the first five
+    in plan order sustained 0.74-1.08 req/s in the DES; ranked so, the first sustained 1.32)."""
     groups = _phase_groups(plan)
     if len(groups) == 1:
         return (np.inf, sum(scorer.both(st) for st in groups[0]))
