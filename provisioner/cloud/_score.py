@@ -325,7 +325,8 @@ class Scorer:
         its rate on the mix (conservative; it keeps min(P, D) a bound on every routing, so
         the shortcut past the LP stands: `_time_shared`). 1 where a replica carries one
         class (its rate is that class's) or the sample lacks the class (no rate to judge it
-        by); inf where the replica cannot sustain the class at all."""
+        by); inf where the class misses its limits on the replica at any rate (the LPs
+        route it elsewhere where they can: `arcs`)."""
         key = ("costs", tuple(pg), tuple(dg))
         if key not in self._rates:
             holding = self.holding(pg, dg)
@@ -771,9 +772,16 @@ class Scorer:
         if not holding.classes:
             return [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]], ()
         p_cost, d_cost = self.class_costs(pg, dg)
-        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), p_cost[i, c], d_cost[j, c])
-                for i, j in pairs for c, cls in enumerate(holding.classes)
-                if cls.pairs[i, j] and np.isfinite(p_cost[i, c]) and np.isfinite(d_cost[j, c])]
+        arcs = []
+        for c, cls in enumerate(holding.classes):
+            mine = [(i, j) for i, j in pairs if cls.pairs[i, j]]
+            able = [(i, j) for i, j in mine if np.isfinite(p_cost[i, c]) and np.isfinite(d_cost[j, c])]
+            # a class no pair serves within its limits misses wherever it goes: costed as the
+            # mix (as before time-sharing), its misses left to the DES, rather than zeroing the plan
+            finite = lambda cost: cost if np.isfinite(cost) else 1.0
+            arcs += [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), finite(p_cost[i, c]),
+                         finite(d_cost[j, c])) for i, j in (able or mine)]
+        arcs.sort(key=lambda arc: (arc.i, arc.j, arc.c))   # pair by pair, as without classes
         return arcs, tuple(cls.share for cls in holding.classes)
 
 
