@@ -1019,9 +1019,10 @@ def test_long_requests_within_the_miss_budget_still_count_against_a_plan(perf):
 def test_a_class_no_replica_serves_within_its_limits_does_not_zero_the_plan(perf):
     """At --slo-scale 1 the A6000 pipeline, the only decode replica of this plan that holds
     the 100k-token prompts, misses their limits at any rate (its class rate is 0). Such
-    requests miss wherever they go: the routing LP costs them as the mix, as before
-    time-sharing, and the DES judges whether the target allows it. Costed as infinite, the
-    class took the plan to 0 and the search to a plan that sustained 0.25 req/s (1.35 now)."""
+    requests still take only their work there: a class costs at most its work over the
+    mix's (`Scorer.class_costs`), and the DES judges whether the target allows the misses.
+    Costed as infinite, the class took the plan to 0 and the search to a plan that
+    sustained 0.25 req/s (1.35 now)."""
     trace = _long_prompt_trace(long=2)
     ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace, 1.0)
     a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
@@ -1030,6 +1031,8 @@ def test_a_class_no_replica_serves_within_its_limits_does_not_zero_the_plan(perf
     long = trace.prompt_tokens > 50_000
     assert ctx.scorer.class_rate(a6000_pipeline, "decode", long) == 0.0
     assert ctx.scorer.class_rate(a40, "prefill", long) > 0
+    pre, dec = [st for st, ph in plan if ph == "prefill"], [st for st, ph in plan if ph == "decode"]
+    assert all(np.isfinite(costs).all() and (costs >= 1).all() for costs in ctx.scorer.class_costs(pre, dec))
     assert score(ctx.scorer, plan) > 0.5
     _, rps = search_plan(ctx)
     assert rps > 0.5

@@ -287,10 +287,11 @@ class Scorer:
         """Sustainable rps of a prefill or decode replica serving only the requests `among`
         of the sample (a routing class: `HeldClass.sample`); None when the sample has none
         of them that the replica holds. Prefill: the rule of `prefill`. Decode: the rule
-        of `decode` where the budget keeps two or more of the class's requests; else the
-        admission limit alone (`decode_limits`), the one made for requests few of which
-        fit the budget at once (the slots rule's square-root staffing leaves no headroom at
-        one slot). key : `among.tobytes()`, when the caller has it."""
+        of `decode` where the slots rule gives a rate; else (a budget or a TBT limit that
+        allows a batch of one) the admission limit alone (`decode_limits`), the one made
+        for requests few of which fit the budget at once (the slots rule's square-root
+        staffing leaves no headroom at one slot). key : `among.tobytes()`, when the caller
+        has it."""
         among_key = among.tobytes() if key is None else key
         key = (phase, group, among_key)
         if key not in self._rates:
@@ -323,10 +324,13 @@ class Scorer:
         req/s, not the 1.34 its rate on the mix allowed (docs/cloud.md, "Steady state").
         At least 1: a class of shorter requests than the mix may not push a replica past
         its rate on the mix (conservative; it keeps min(P, D) a bound on every routing, so
-        the shortcut past the LP stands: `_time_shared`). 1 where a replica carries one
+        the shortcut past the LP stands: `_time_shared`). At most the class's work over the
+        mix's (`_work_ratio`: a class served as the mix is, at the mix's margin): where
+        the class's own rule allows it little or no rate (it misses its limits there at
+        any load), its requests still take only their work, and the cost does not leap
+        from finite to infinite as that rate falls to 0. 1 where a replica carries one
         class (its rate is that class's) or the sample lacks the class (no rate to judge it
-        by); inf where the class misses its limits on the replica at any rate (the LPs
-        route it elsewhere where they can: `arcs`)."""
+        by)."""
         key = ("costs", tuple(pg), tuple(dg))
         if key not in self._rates:
             holding = self.holding(pg, dg)
@@ -348,8 +352,30 @@ class Scorer:
                 cls = holding.classes[c]
                 rate = self.class_rate(group, phase, cls.sample, cls.key) if cls.sample.any() else None
                 if rate is not None:
-                    costs[k, c] = max(cap / rate, 1.0) if rate > 0 else np.inf
+                    own = cap / rate if rate > 0 else np.inf
+                    costs[k, c] = max(min(own, self._work_ratio(group, phase, cls)), 1.0)
         return costs
+
+    def _work_ratio(self, group, phase, cls) -> float:
+        """A request of class `cls` over a request of the mix a replica holds, in the work
+        that bounds the replica on the mix: prefill seconds (the roofline's pass time,
+        `_prefill_moments`); decode, where its KV admission limit binds, KV token-steps
+        ((s + n) tokens for n - 1 steps, `steady_state_load`'s measure), else, where the
+        batch the TBT limit allows binds (the slots limit), batch slot-steps (n - 1)."""
+        key = ("work", phase, group, cls.key)
+        if key not in self._rates:
+            g = self.ph.group(group)
+            whole = phase == "decode"
+            mix, mine = self._held(g.kv_cap_tokens, whole=whole), self._held(g.kv_cap_tokens, whole, cls.sample)
+            if phase == "prefill":
+                work = lambda w: self._prefill_moments(g.coef, w)[0]
+            elif self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)[0] > self.decode(group)[0]:   # KV binds
+                work = lambda w: float(((w.prompt_tokens + w.output_tokens) * w.decode_steps).mean())
+            else:
+                work = lambda w: float(w.decode_steps.mean())
+            base = work(mix) if mix is not None else 0.0
+            self._rates[key] = work(mine) / base if mine is not None and base > 0 else 1.0
+        return self._rates[key]
 
     def class_capacity(self, prefill_groups, decode_groups) -> float:
         """The rate at which a split plan's routing classes of long requests saturate the
@@ -704,9 +730,8 @@ class Scorer:
         each class at its cost there (`class_costs`: at least 1, so min(P, D) still bounds
         every routing, and a split within the rates that attains it is the optimum)."""
         for axis, caps, costs in zip((0, 1), (p_cap, d_cap), self.class_costs(pg, dg)):
-            carried = [part.sum(axis=1 - axis) for part in split]
-            load = sum(np.where(flow > 0, flow * costs[:, c], 0.0) for c, flow in enumerate(carried))
-            if (load > caps * (1.0 + 1e-9)).any():
+            load = sum(part.sum(axis=1 - axis) * costs[:, c] for c, part in enumerate(split))
+            if (load > np.asarray(caps) * (1.0 + 1e-9)).any():
                 return False
         return True
 
@@ -772,16 +797,8 @@ class Scorer:
         if not holding.classes:
             return [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]], ()
         p_cost, d_cost = self.class_costs(pg, dg)
-        arcs = []
-        for c, cls in enumerate(holding.classes):
-            mine = [(i, j) for i, j in pairs if cls.pairs[i, j]]
-            able = [(i, j) for i, j in mine if np.isfinite(p_cost[i, c]) and np.isfinite(d_cost[j, c])]
-            # a class no pair serves within its limits misses wherever it goes: costed as the
-            # mix (as before time-sharing), its misses left to the DES, rather than zeroing the plan
-            finite = lambda cost: cost if np.isfinite(cost) else 1.0
-            arcs += [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), finite(p_cost[i, c]),
-                         finite(d_cost[j, c])) for i, j in (able or mine)]
-        arcs.sort(key=lambda arc: (arc.i, arc.j, arc.c))   # pair by pair, as without classes
+        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), p_cost[i, c], d_cost[j, c])
+                for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
         return arcs, tuple(cls.share for cls in holding.classes)
 
 
