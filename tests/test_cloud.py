@@ -1022,7 +1022,7 @@ def test_a_class_no_replica_serves_within_its_limits_does_not_zero_the_plan(perf
     requests still take only their work there: a class costs at most its work over the
     mix's (`Scorer.class_costs`), and the DES judges whether the target allows the misses.
     Costed as infinite, the class took the plan to 0 and the search to a plan that
-    sustained 0.25 req/s (1.35 now)."""
+    sustained 0.25 req/s (2.02 now)."""
     trace = _long_prompt_trace(long=2)
     ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace, 1.0)
     a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
@@ -1033,9 +1033,9 @@ def test_a_class_no_replica_serves_within_its_limits_does_not_zero_the_plan(perf
     assert ctx.scorer.class_rate(a40, "prefill", long) > 0
     pre, dec = [st for st, ph in plan if ph == "prefill"], [st for st, ph in plan if ph == "decode"]
     assert all(np.isfinite(costs).all() and (costs >= 1).all() for costs in ctx.scorer.class_costs(pre, dec))
-    assert score(ctx.scorer, plan) > 0.5
+    assert score(ctx.scorer, plan) > 0.1   # 0.21: the long prompts costed at their work
     _, rps = search_plan(ctx)
-    assert rps > 0.5
+    assert rps > 0.1   # infinite costs: 0.025
 
 
 def test_a_decode_replica_is_rated_on_the_requests_it_holds(perf):

@@ -357,24 +357,26 @@ class Scorer:
         return costs
 
     def _work_ratio(self, group, phase, cls) -> float:
-        """A request of class `cls` over a request of the mix a replica holds, in the work
-        that bounds the replica on the mix: prefill seconds (the roofline's pass time,
-        `_prefill_moments`); decode, where its KV admission limit binds, KV token-steps
-        ((s + n) tokens for n - 1 steps, `steady_state_load`'s measure), else, where the
-        batch the TBT limit allows binds (the slots limit), batch slot-steps (n - 1)."""
+        """A request of class `cls` over a request of the mix a replica holds, in work:
+        prefill seconds (the roofline's pass time, `_prefill_moments`); decode, the larger
+        of the two ratios in the resources a decode uses, KV token-steps ((s + n) tokens
+        for n - 1 steps, `steady_state_load`'s measure) and step-seconds (n - 1 steps, each
+        lengthened by its context: `_decode_seconds`). A 100k-token prompt's decode holds
+        ~80 times a conversation request's KV token-steps and adds ~90 times its
+        step-seconds; counted in steps alone it would cost what an average request does."""
         key = ("work", phase, group, cls.key)
         if key not in self._rates:
             g = self.ph.group(group)
             whole = phase == "decode"
             mix, mine = self._held(g.kv_cap_tokens, whole=whole), self._held(g.kv_cap_tokens, whole, cls.sample)
-            if phase == "prefill":
-                work = lambda w: self._prefill_moments(g.coef, w)[0]
-            elif self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)[0] > self.decode(group)[0]:   # KV binds
-                work = lambda w: float(((w.prompt_tokens + w.output_tokens) * w.decode_steps).mean())
+            if mix is None or mine is None:
+                self._rates[key] = 1.0
+            elif phase == "prefill":
+                self._rates[key] = _ratio(self._prefill_moments(g.coef, mine)[0], self._prefill_moments(g.coef, mix)[0])
             else:
-                work = lambda w: float(w.decode_steps.mean())
-            base = work(mix) if mix is not None else 0.0
-            self._rates[key] = work(mine) / base if mine is not None and base > 0 else 1.0
+                token_steps = lambda w: float(((w.prompt_tokens + w.output_tokens) * w.decode_steps).mean())
+                self._rates[key] = max(_ratio(token_steps(mine), token_steps(mix)),
+                                       _ratio(_decode_seconds(g.coef, mine), _decode_seconds(g.coef, mix)))
         return self._rates[key]
 
     def class_capacity(self, prefill_groups, decode_groups) -> float:
@@ -819,6 +821,23 @@ class Arc(NamedTuple):
     def cost(self, axis) -> float:
         """Its cost on its prefill (axis 0) or decode (axis 1) replica."""
         return self.d_cost if axis else self.p_cost
+
+
+def _ratio(mine: float, base: float) -> float:
+    """mine / base, 1 where the base has no work (nothing to compare with)."""
+    return mine / base if base > 0 else 1.0
+
+
+def _decode_seconds(coef, w) -> float:
+    """Mean step-seconds a decode of `w` adds to the iterations it runs in: n - 1 steps, each
+    adding one sequence's roofline cost at its mean context s + n / 2 (memory-bound: its KV
+    read and write; compute-bound: its GEMM, head and attention), its all-reduce token and
+    per-sequence overhead."""
+    c = np.asarray(coef, dtype=float)
+    ctx = w.prompt_tokens + w.output_tokens / 2.0
+    compute = c[0] + c[1] + c[3] * ctx
+    memory = c[5] * (ctx + 1.0)
+    return float((w.decode_steps * (np.maximum(compute, memory) + c[7] + c[13])).mean())
 
 
 def _prefill_rate(es, es2, ttft_limit_s) -> float:
