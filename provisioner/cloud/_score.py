@@ -361,9 +361,10 @@ class Scorer:
         prefill seconds (the roofline's pass time, `_prefill_moments`); decode, the larger
         of the two ratios in the resources a decode uses, KV token-steps ((s + n) tokens
         for n - 1 steps, `steady_state_load`'s measure) and step-seconds (n - 1 steps, each
-        lengthened by its context: `_decode_seconds`). A 100k-token prompt's decode holds
-        ~80 times a conversation request's KV token-steps and adds ~90 times its
-        step-seconds; counted in steps alone it would cost what an average request does."""
+        lengthened by its context: `_decode_seconds`). On the A6000 pipeline, a 100k-token
+        prompt's decode holds 38 times the KV token-steps of the mix's mean request
+        (tests' long-prompt trace, 1% of them) and adds 28 times its step-seconds; counted
+        in steps alone it would cost what an average request does."""
         key = ("work", phase, group, cls.key)
         if key not in self._rates:
             g = self.ph.group(group)
