@@ -899,7 +899,7 @@ def _through(arcs, axis, k) -> list:
 def _weighted(arcs, x, axis, k) -> list:
     """The terms of replica k's load (axis 0: prefill, 1: decode) in requests of the mix it
     holds: each arc's requests/s at its class's cost there (`Arc.cost`)."""
-    return [x[m] if arcs[m].cost(axis) == 1.0 else x[m] * arcs[m].cost(axis) for m in _through(arcs, axis, k)]
+    return [x[m] * arcs[m].cost(axis) for m in _through(arcs, axis, k)]
 
 
 def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
