@@ -31,6 +31,21 @@ def _long_prompts(spacing_s=2.0, n=200, long=10) -> Trace:
     return Trace(np.arange(n) * spacing_s, prompt, rng.integers(20, 300, n), "long-prompts", n * spacing_s)
 
 
+def _long_outputs() -> Trace:
+    """200 requests, 10 of them 60k-token outputs (~61k tokens of KV for 60k decode steps)."""
+    rng = np.random.default_rng(1)
+    prompt, output = rng.integers(200, 2000, 200), rng.integers(20, 300, 200)
+    output[rng.choice(200, 10, replace=False)] = 60_000
+    return Trace(np.arange(200) * 2.0, prompt, output, "long-outputs", 400.0)
+
+
+def _csv(trace: Trace, path):
+    """`trace` written as a canonical CSV file at `path` (a replayed file, as a user passes it)."""
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{a},{s},{n}\n" for a, s, n in zip(trace.arrival_s, trace.prompt_tokens, trace.output_tokens)))
+    return path
+
+
 def _plan():
     return canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), A40)]
                  + [(st, "decode") for st in (A6000_PIPELINE, ((5, 2), (5, 2)), ((6, 4),))])
@@ -86,10 +101,7 @@ def test_a_short_window_does_not_pass_a_rate_its_servers_fall_behind_at(perf, tm
     assert simulate_plan(ctx, plan, fast, routed)["slo_attainment"]["all"] >= 0.99   # the window alone passes it
     assert plan_load(ctx, plan, 1.0, routed)["prefill"] > 1.2
     assert not meets_target(ctx, plan, fast, 1.0, 0.99)
-    path = tmp_path / "long.csv"
-    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
-        f"{a},{s},{n}\n" for a, s, n in zip(trace.arrival_s, trace.prompt_tokens, trace.output_tokens)))
-    traces = TraceGenerator(str(path), None, 0)
+    traces = TraceGenerator(str(_csv(trace, tmp_path / "long.csv")), None, 0)
     rate = sustained_rps(ctx, plan, traces, 1.0, 0.99)
     assert 0 < rate < 0.75
     assert plan_load(ctx, plan, rate, plan_routing(ctx, plan, rate))["prefill"] <= 1.0
@@ -112,13 +124,7 @@ def test_a_rate_is_judged_on_the_whole_mix_not_on_the_window_it_is_probed_on(per
     of them long, and the DES passes it; the mix's long outputs need more KV than the
     replicas that hold them have, so the rate is not sustained (the split plan sustained
     1.30 req/s on the window alone)."""
-    rng = np.random.default_rng(1)
-    prompt, output = rng.integers(200, 2000, 200), rng.integers(20, 300, 200)
-    output[rng.choice(200, 10, replace=False)] = 60_000
-    path = tmp_path / "long-outputs.csv"
-    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
-        f"{2.0 * k},{s},{n}\n" for k, (s, n) in enumerate(zip(prompt, output))))
-    traces = TraceGenerator(str(path), None, 0)
+    traces = TraceGenerator(str(_csv(_long_outputs(), tmp_path / "long-outputs.csv")), None, 0)
     ctx = _ctx(perf, traces.source)
     a6000_a40 = ((1, 4), (4, 8))   # the decode pipeline that holds the long outputs
     plan = canon([(((0, 2),), "prefill"), (((0, 2),), "prefill"), (a6000_a40, "decode")]
@@ -131,14 +137,6 @@ def test_a_rate_is_judged_on_the_whole_mix_not_on_the_window_it_is_probed_on(per
     assert not meets_target(ctx, plan, window, 0.067, 0.99)
     rate = sustained_rps(ctx, plan, traces, 0.24, 0.99)
     assert 0 < rate < 0.05 and plan_load(ctx, plan, rate, plan_routing(ctx, plan, rate))["kv"] <= 1.0
-
-
-def _long_outputs() -> Trace:
-    """200 requests, 10 of them 60k-token outputs (~61k tokens of KV for 60k decode steps)."""
-    rng = np.random.default_rng(1)
-    prompt, output = rng.integers(200, 2000, 200), rng.integers(20, 300, 200)
-    output[rng.choice(200, 10, replace=False)] = 60_000
-    return Trace(np.arange(200) * 2.0, prompt, output, "long-outputs", 400.0)
 
 
 @pytest.mark.parametrize("trace", [_long_prompts(), _long_prompts(long=2), _long_outputs()],
