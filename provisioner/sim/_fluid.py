@@ -989,6 +989,8 @@ def _percentiles_into(a, n_finite, n, out):
         frac = pos[j] - ranks[2 * j]
         if above == INF:
             out[j] = INF if (frac > 0 or below == INF) else below
+        elif frac >= 0.5:   # numpy's lerp: from the nearer end, so an end value comes out exact
+            out[j] = above - (above - below) * (1.0 - frac)
         else:
             out[j] = below + (above - below) * frac
 
