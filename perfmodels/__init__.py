@@ -41,8 +41,8 @@ from ._profile_eval import jit_profile_lookup, profile_iteration_s
 from ._profile_model import ProfileLatencyModel, load_profile_model
 from ._predict import PREDICTED_COLUMNS, predict_points
 from ._scalar import jit_scalar_iteration, roofline_terms_s, scalar_iteration_s
-from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, iteration_time_s,
-                        roofline_coefficients, time_from_coefficients)
+from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, decode_token_s, iteration_time_s,
+                        prompt_compute_s, roofline_coefficients, time_from_coefficients)
 from .errors import PerfModelError
 
 __all__ = [
@@ -56,6 +56,6 @@ __all__ = [
     "fits_in_memory", "HBM_UTILIZATION", "kv_transfer_time_s", "kv_wire_bytes_per_s",
     "LAYERWISE_MIN_PROMPT_TOKENS", "clock_fraction", "MIN_POWER_CAP", "HardwareArrays", "ModelShape",
     "iteration_time_s", "PerfModelError", "COEF_NAMES", "N_COEF",
-    "roofline_coefficients", "time_from_coefficients",
+    "roofline_coefficients", "time_from_coefficients", "prompt_compute_s", "decode_token_s",
     "ProfileLatencyModel", "load_profile_model", "read_profile", "Profile", "INTERPS", "profile_iteration_s", "jit_profile_lookup",
 ]

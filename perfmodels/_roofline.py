@@ -138,6 +138,42 @@ def time_from_coefficients(coef, prefill_tokens=0.0, prefill_sq_tokens=0.0, pref
     return np.maximum(compute, memory) + allreduce + overhead
 
 
+def _per_token_args(coef, tokens):
+    """(coefficients on the leading axis, each shaped to broadcast over `tokens`; tokens):
+    an array of coefficient vectors (..., N_COEF) against an array of token counts gives
+    results of shape (...) + tokens.shape."""
+    t = np.asarray(tokens, dtype=float)
+    c = np.asarray(coef, dtype=float)
+    c = np.moveaxis(c, -1, 0).reshape(c.shape[-1:] + c.shape[:-1] + (1,) * t.ndim)
+    return c, t
+
+
+def prompt_compute_s(coef, prompt_tokens) -> np.ndarray:
+    """Seconds of compute one prompt adds to the prefill pass it runs in: its GEMMs, LM
+    head, causal attention (s^2), the all-reduce of its tokens and its per-sequence
+    overhead. Not the weights' read nor a pass's fixed costs, which a batch shares. The
+    all-reduce is the prompt's alone (per-token cost rising past the knee). A pass takes at
+    least the sum of this over its prompts: its compute is their sum, and its all-reduce
+    is convex in its tokens. Shape coef.shape[:-1] + prompt_tokens.shape."""
+    c, s = _per_token_args(coef, prompt_tokens)
+    allreduce = c[7] * np.minimum(s, c[8]) + c[9] * np.maximum(s - c[8], 0.0)
+    return c[0] * s + c[1] + c[2] * s * s + allreduce + c[12]
+
+
+def decode_token_s(coef, context_tokens) -> np.ndarray:
+    """Seconds one decoding sequence at `context_tokens` of context adds to an iteration,
+    at most: the larger of its compute (GEMM, LM head, attention over its context) and its
+    memory traffic (its KV read and the new token's write), plus its all-reduce token and
+    per-sequence overhead. It adds the one of the two that binds the iteration (a memory-
+    bound step of a small batch, its KV traffic alone). Not the weights' read nor an
+    iteration's fixed costs, which the batch shares. Shape coef.shape[:-1] +
+    context_tokens.shape."""
+    c, ctx = _per_token_args(coef, context_tokens)
+    compute = c[0] + c[1] + c[3] * ctx
+    memory = c[5] * (ctx + 1.0)
+    return np.maximum(compute, memory) + c[7] + c[13]
+
+
 def iteration_time_s(
     m: ModelShape,
     hw: HardwareArrays,

@@ -29,7 +29,10 @@ from perfmodels import (
     kv_wire_bytes_per_s,
     load_calibration,
     max_decode_batch,
+    prompt_compute_s,
+    decode_token_s,
     shipped_profile,
+    time_from_coefficients,
     weight_bytes_per_gpu,
 )
 
@@ -90,6 +93,54 @@ def test_a_lower_power_cap_never_makes_prefill_faster(gpu, model, tp, s, b, cap)
     t = perf().prefill_time_s(model, gpu, tp, s, b, cap)
     assert np.all(np.diff(t) >= 0)
     assert np.all(np.diff(clock_fraction(cap)) <= 0)
+
+
+@PROPERTY
+@given(gpu=st.sampled_from(GPUS), model=st.sampled_from(MODELS), tp=st.sampled_from(TPS),
+       prompts=st.lists(tokens, min_size=1, max_size=4), b=st.integers(0, 64), ctx=tokens)
+def test_a_pass_takes_at_least_its_prompts_compute(gpu, model, tp, prompts, b, ctx):
+    """`prompt_compute_s` is a lower bound on each prompt's part of any pass it shares with
+    other prompts and decodes (the steady-state load's premise), and a lone compute-bound
+    prompt's pass is that plus the pass's fixed all-reduce and layer overheads."""
+    c = perf().coefficients(model, gpu, tp)
+    s = np.asarray(prompts, dtype=float)
+    total = float(time_from_coefficients(c, s.sum(), (s * s).sum(), len(s), b, b * ctx))
+    assert total >= float(prompt_compute_s(c, s).sum()) * (1 - 1e-12)
+    one = s[:1]
+    compute = c[0] * one[0] + c[1] + c[2] * one[0] ** 2
+    if compute >= c[4] + c[5] * one[0]:
+        alone = float(time_from_coefficients(c, one[0], one[0] ** 2, 1))
+        assert alone == pytest.approx(float(prompt_compute_s(c, one)[0]) + c[6] + c[10], rel=1e-12)
+
+
+@PROPERTY
+@given(gpu=st.sampled_from(GPUS), model=st.sampled_from(MODELS), tp=st.sampled_from(TPS),
+       b=st.integers(1, 256), ctx=tokens)
+def test_a_decoding_sequence_adds_at_most_its_token_cost(gpu, model, tp, b, ctx):
+    """One more sequence at context ctx lengthens an iteration below the all-reduce knee by
+    at most `decode_token_s` (the larger of its compute and its KV traffic, plus its
+    all-reduce token and overhead); by that much when the resource it needs more of binds
+    both iterations."""
+    c = perf().coefficients(model, gpu, tp)
+    if b + 1 > c[8]:
+        return
+    step = lambda k: float(time_from_coefficients(c, decode_batch=k, decode_context_tokens=k * ctx))
+    added, cost = step(b + 1) - step(b), float(decode_token_s(c, ctx))
+    assert added <= cost * (1 + 1e-9)
+    compute, memory = c[0] + c[1] + c[3] * ctx, c[5] * (ctx + 1)
+    memory_bound = [c[4] + memory * k >= compute * k for k in (b, b + 1)]
+    if (memory >= compute and all(memory_bound)) or (compute >= memory and not any(memory_bound)):
+        assert added == pytest.approx(cost, rel=1e-9)
+
+
+def test_per_token_costs_broadcast_designs_against_sizes():
+    """(designs, N_COEF) coefficients against (r,) sizes give (designs, r) costs."""
+    c = np.stack([perf().coefficients("llama-30b", gpu, 4) for gpu in ("a40", "a6000", "rtx3090ti")])
+    sizes = np.array([1.0, 500.0, 4000.0, 100_000.0])
+    for fn in (prompt_compute_s, decode_token_s):
+        table = fn(c, sizes)
+        assert table.shape == (3, 4)
+        assert np.allclose(table[1], [float(fn(c[1], x)) for x in sizes], rtol=1e-15)
 
 
 def test_power_cap_barely_changes_decode_of_bloom_on_h100():

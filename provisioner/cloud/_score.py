@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from perfmodels import time_from_coefficients
+from perfmodels import decode_token_s, time_from_coefficients
 
 from ._admission import KvAdmission
 
@@ -831,14 +831,8 @@ def _ratio(mine: float, base: float) -> float:
 
 def _decode_seconds(coef, w) -> float:
     """Mean step-seconds a decode of `w` adds to the iterations it runs in: n - 1 steps, each
-    adding one sequence's roofline cost at its mean context s + n / 2 (memory-bound: its KV
-    read and write; compute-bound: its GEMM, head and attention), its all-reduce token and
-    per-sequence overhead."""
-    c = np.asarray(coef, dtype=float)
-    ctx = w.prompt_tokens + w.output_tokens / 2.0
-    compute = c[0] + c[1] + c[3] * ctx
-    memory = c[5] * (ctx + 1.0)
-    return float((w.decode_steps * (np.maximum(compute, memory) + c[7] + c[13])).mean())
+    adding one sequence's cost at its mean context s + n / 2 (`perfmodels.decode_token_s`)."""
+    return float((w.decode_steps * decode_token_s(coef, w.prompt_tokens + w.output_tokens / 2.0)).mean())
 
 
 def _prefill_rate(es, es2, ttft_limit_s) -> float:

@@ -13,7 +13,7 @@ Two loads per plan, each a lower bound on what the engines' rules make a server 
 plan the check refuses could not keep up under any routing:
 
 - prefill: the seconds of compute a prompt adds to the passes that prefill it,
-  c_gemm s + c_head + c_attn s^2 + c_allreduce s + c_seq (`perfmodels.COEF_NAMES`;
+  c_gemm s + c_head + c_attn s^2 + its all-reduce + c_seq (`perfmodels.prompt_compute_s`;
   the weights' read and the fixed costs of a pass are shared by a batch, so left out);
 - KV: the token-seconds a request books in a decode budget, s + n tokens for at least
   n - 1 decode steps, each no shorter than one decode alone at context s.
@@ -28,12 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodels import roofline_terms_s
+from perfmodels import prompt_compute_s, roofline_terms_s
 
 from ..sim import plan_holds
-
-# COEF_NAMES positions of the per-prompt compute terms
-_GEMM, _HEAD, _ATTN_SQ, _AR_TOKEN, _AR_BEYOND, _PREFILL_SEQ = 0, 1, 2, 7, 9, 12
 
 
 def steady_state_load(sp, n_prefill: int, prompt_tokens, output_tokens, window_s: float) -> dict:
@@ -49,8 +46,7 @@ def steady_state_load(sp, n_prefill: int, prompt_tokens, output_tokens, window_s
     s, n, front_ok = s[held], n[held], front_ok[:, held]
     coef = np.asarray(sp.coef, dtype=float)
     front = coef[:n_prefill]
-    prefill_s = (front[:, _GEMM, None] * s + front[:, _HEAD, None] + front[:, _ATTN_SQ, None] * s * s
-                 + np.minimum(front[:, _AR_TOKEN], front[:, _AR_BEYOND])[:, None] * s + front[:, _PREFILL_SEQ, None])
+    prefill_s = prompt_compute_s(front, s)
     if back_ok.shape[0] == 0:   # non-split: the servers that prefill a request also decode it
         back, back_ok = front, front_ok
         kv_cap = np.asarray(sp.kv_cap_tokens, dtype=float)[:n_prefill]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import LatencyModel, kv_capacity_tokens
+from perfmodels import LatencyModel, kv_capacity_tokens, prompt_compute_s
 
 from ..errors import ProvisionerError
 
@@ -117,12 +117,8 @@ def machine_capacity(perf: LatencyModel, llm, demand: Demand, machine: str, powe
     gpu = cat.gpu(m.gpu)
     kv = float(kv_capacity_tokens(llm, gpu, tp))
     coef = perf.coefficients(llm, gpu, tp, power_cap)
-    c = coef
-    s = demand.prompt_tokens
-    # The all-reduce cost per token rises beyond a knee: convex in the batch's tokens,
-    # so a prompt batched with others costs at least what it costs alone.
-    allreduce = c[7] * np.minimum(s, c[8]) + c[9] * np.maximum(s - c[8], 0.0)
-    prompt = c[0] * s + c[1] + c[2] * s * s + allreduce + c[12]
+    # batched with others a prompt costs at least what it costs alone (`prompt_compute_s`)
+    prompt = prompt_compute_s(coef, demand.prompt_tokens)
     mean_need = demand.mean_prompt_tokens + demand.mean_output_tokens
     batch = max(1.0, np.floor(kv / mean_need)) if kv > 0 else 1.0
     ctx = demand.mean_decode_context_tokens
