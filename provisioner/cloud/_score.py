@@ -328,20 +328,27 @@ class Scorer:
         mix's (`_work_ratio`: a class served as the mix is, at the mix's margin): where
         the class's own rule allows it little or no rate (it misses its limits there at
         any load), its requests still take only their work, and the cost does not leap
-        from finite to infinite as that rate falls to 0. 1 where a replica carries one
-        class (its rate is that class's) or the sample lacks the class (no rate to judge it
-        by)."""
+        from finite to infinite as that rate falls to 0. A class the target lets miss whole
+        (`_missable`: two 100k-token prompts in 200 at 99%) has no limits to meet: it costs
+        the time its requests hold the replica (`_occupancy_s`) times that rate, within
+        the same bounds (at --slo-scale 1 the A6000 pipeline, which misses their limits
+        at any rate, was charged 37.5 requests of its mix for each, and a plan the DES
+        sustains at 1.4-2 req/s scored 0.21; now 1 and 0.89). 1 where a replica carries
+        one class (its rate is that class's) or the sample lacks the class (no rate to
+        judge it by)."""
         key = ("costs", tuple(pg), tuple(dg))
         if key not in self._rates:
             holding = self.holding(pg, dg)
+            missable = self._missable(holding)
             p_cap = [self.prefill(g)[0] for g in pg]
             d_cap = [self.decode(g)[0] for g in dg]
-            self._rates[key] = (self._side_costs(pg, "prefill", holding, p_cap),
-                                self._side_costs(dg, "decode", holding, d_cap))
+            self._rates[key] = (self._side_costs(pg, "prefill", holding, p_cap, missable),
+                                self._side_costs(dg, "decode", holding, d_cap, missable))
         return self._rates[key]
 
-    def _side_costs(self, groups, phase, holding, caps) -> np.ndarray:
-        """`class_costs` of one phase's replicas (rates on the mix `caps`)."""
+    def _side_costs(self, groups, phase, holding, caps, missable) -> np.ndarray:
+        """`class_costs` of one phase's replicas (rates on the mix `caps`; `missable`: the
+        classes the target lets miss whole, costed by the time they hold a replica)."""
         costs = np.ones((len(groups), len(holding.classes)))
         for k, (group, cap) in enumerate(zip(groups, caps)):
             carried = [c for c, cls in enumerate(holding.classes)
@@ -350,11 +357,45 @@ class Scorer:
                 continue
             for c in carried:
                 cls = holding.classes[c]
-                rate = self.class_rate(group, phase, cls.sample, cls.key) if cls.sample.any() else None
+                if not cls.sample.any():
+                    continue   # none in the sample: no rate or work to judge it by
+                work = self._work_ratio(group, phase, cls)
+                if c in missable:
+                    costs[k, c] = max(min(cap * self._occupancy_s(group, phase, cls), work), 1.0)
+                    continue
+                rate = self.class_rate(group, phase, cls.sample, cls.key)
                 if rate is not None:
                     own = cap / rate if rate > 0 else np.inf
-                    costs[k, c] = max(min(own, self._work_ratio(group, phase, cls)), 1.0)
+                    costs[k, c] = max(min(own, work), 1.0)
         return costs
+
+    def _missable(self, holding) -> set:
+        """Indices of the routing classes the target lets miss whole (`_unmissable`), among
+        those some usable pair does not hold (the one every pair holds is the mix)."""
+        if not holding.classes:
+            return set()
+        every = np.logical_or.reduce([cls.pairs for cls in holding.classes])
+        long = [k for k, cls in enumerate(holding.classes) if not (cls.pairs == every).all()]
+        kept = {id(cls) for cls in self._unmissable([holding.classes[k] for k in long], holding.unheld)}
+        return {k for k in long if id(holding.classes[k]) not in kept}
+
+    def _occupancy_s(self, group, phase, cls) -> float:
+        """Seconds of a replica a request of class `cls` holds, on average, when its limits do
+        not bind (a class the target lets miss): prefill, its pass; decode, the larger of
+        its step-seconds (`_decode_seconds`) and its KV token-steps over the budget at the
+        iteration of the replica's rate (the share of the budget it holds, for how long)."""
+        key = ("occupancy", phase, group, cls.key)
+        if key not in self._rates:
+            g = self.ph.group(group)
+            mine = self._held(g.kv_cap_tokens, whole=phase == "decode", among=cls.sample)
+            if mine is None:
+                self._rates[key] = 0.0
+            elif phase == "prefill":
+                self._rates[key] = self._prefill_moments(g.coef, mine)[0]
+            else:
+                kv_s = _token_steps(mine) * self.decode(group)[1] / g.kv_cap_tokens
+                self._rates[key] = max(_decode_seconds(g.coef, mine), kv_s)
+        return self._rates[key]
 
     def _work_ratio(self, group, phase, cls) -> float:
         """A request of class `cls` over a request of the mix a replica holds, in work:
@@ -375,8 +416,7 @@ class Scorer:
             elif phase == "prefill":
                 self._rates[key] = _ratio(self._prefill_moments(g.coef, mine)[0], self._prefill_moments(g.coef, mix)[0])
             else:
-                token_steps = lambda w: float(((w.prompt_tokens + w.output_tokens) * w.decode_steps).mean())
-                self._rates[key] = max(_ratio(token_steps(mine), token_steps(mix)),
+                self._rates[key] = max(_ratio(_token_steps(mine), _token_steps(mix)),
                                        _ratio(_decode_seconds(g.coef, mine), _decode_seconds(g.coef, mix)))
         return self._rates[key]
 
@@ -390,10 +430,10 @@ class Scorer:
         target lets miss whole (`_unmissable`) or that the sample lacks set no rate."""
         holding = self.holding(prefill_groups, decode_groups)
         every = np.logical_or.reduce([cls.pairs for cls in holding.classes]) if holding.classes else None
-        long = [cls for cls in holding.classes if not (cls.pairs == every).all()]   # the mix: every pair holds it
+        missable = self._missable(holding)
         out = np.inf
-        for cls in self._unmissable(long, holding.unheld):
-            if not cls.sample.any():
+        for c, cls in enumerate(holding.classes):
+            if (cls.pairs == every).all() or c in missable or not cls.sample.any():
                 continue   # none in the sample: no rate to judge it by
             side = lambda groups, phase, rows: sum(self.class_rate(g, phase, cls.sample) or 0.0
                                                    for g, used in zip(groups, rows) if used)
@@ -827,6 +867,11 @@ class Arc(NamedTuple):
 def _ratio(mine: float, base: float) -> float:
     """mine / base, 1 where the base has no work (nothing to compare with)."""
     return mine / base if base > 0 else 1.0
+
+
+def _token_steps(w) -> float:
+    """Mean KV token-steps a decode of `w` holds: s + n tokens for n - 1 steps."""
+    return float(((w.prompt_tokens + w.output_tokens) * w.decode_steps).mean())
 
 
 def _decode_seconds(coef, w) -> float:
