@@ -144,7 +144,11 @@ def rescoring_question(result: dict, family: str | None = None):
 def _family_entry(result: dict, family: str | None) -> dict:
     from .errors import ProvisionerError
 
-    best = [b for b in result.get("best") or [] if isinstance(b, dict) and isinstance(b.get("design"), dict)]
+    listed = result.get("best")
+    if not isinstance(listed, list):
+        raise ProvisionerError(f"the result's 'best' must be a list of designs (got {type(listed).__name__}); give "
+                               f"the output of `provision --json`")
+    best = [b for b in listed if isinstance(b, dict) and isinstance(b.get("design"), dict)]
     names = [str(b["design"].get("family")) for b in best]
     if family is None:
         winner = result.get("winner")

@@ -283,3 +283,9 @@ def test_predict_keeps_the_inputs_own_times_beside_the_prediction(tmp_path):
     assert list(out.columns) == [*CONTRACT_COLUMNS, "input_prompt_time_ms", "prompt_time_ms", "token_time_ms"]
     assert out.input_prompt_time_ms.iloc[0] == 5 and out.prompt_time_ms.iloc[0] != 5
     assert "kept as input_prompt_time_ms" in r.stdout
+    # with input_prompt_time_ms too, the renamed column would replace it: refused
+    (tmp_path / "p.csv").write_text("model,hardware,tensor_parallel,prompt_size,batch_size,input_prompt_time_ms,"
+                                    "prompt_time_ms\nllama2-70b,h100-80gb,8,512,1,3,5\n")
+    r = provision("perf", "predict", "--points", "p.csv", "--out", "o2.csv", cwd=tmp_path)
+    assert r.returncode == 2 and "rename one of the two columns" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "o2.csv").exists()

@@ -77,8 +77,23 @@ def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body
     ('[[nodes]]\ntype = "a40-8x"\nintra_link_gb_per_s = 1e-300\n', "nodes[1].intra_link_gb_per_s", 3, "GB/s"),
     # were accepted, then the search ran for hours (3000 nodes) or ran out of memory (10**6)
     ('[[nodes]]\ntype = "a40-8x"\ncount = 3000\n', "nodes[1].count", 3, "at most 128"),
-    ('[[nodes]]\ngpu = "a40"\ngpus = 100000000\n', "nodes[1].gpus", 3, "at most 128"),
+    ('[[nodes]]\ngpu = "a40"\ngpus = 16\ncount = 9\n', "nodes[1].count", 4, "at most 128"),
     ('[[nodes]]\ntype = "a40-8x"\navailable = 1000\n', "nodes[1].available", 3, "at most 128"),
+    # was "llama-30b fits in no group": no TP degree but 1 divides 3 GPUs, and TP 1 is too small
+    ('[[nodes]]\ngpu = "a40"\ngpus = 3\ncount = 2\n', "nodes[1].gpus", 3, "must be one of 1, 2, 4, 8, 16"),
+    ('[[nodes]]\ngpu = "a40"\ngpus = 100000000\n', "nodes[1].gpus", 3, "must be one of"),
+    # was accepted: the rental program's solver took it for infinite, and --goal cost rented every node
+    ('[[nodes]]\ntype = "a40-8x"\nprice_usd_per_h = 1e25\n', "nodes[1].price_usd_per_h", 3, "between 0 and 1e+06 $/h"),
+    # valid TOML headers with spaces or a comment: was the line of the first node's count
+    ('[[nodes]]  # big\ntype = "a40-8x"\ncount = 2\n\n[[ nodes ]] # small\ntype = "a6000-4x"\ncount = -3\n',
+     "nodes[2].count", 7, "whole number"),
+    ('[network] # x\ninter_node_gbps = 40\n\nnic_gbps = -1\n[[nodes]]\ntype = "a40-8x"\n', "network.nic_gbps", 4,
+     "between 0.001"),
+    # was blamed on the second entry's type
+    ('[[nodes]]\ntype = "a40-8x"\nname = "x"\n\n[[nodes]]\ntype = "a6000-4x"\nname = "x"\n', "nodes[2].name", 7,
+     "appears twice"),
+    # was a different one of the two, run to run (set order)
+    ('[[nodes]]\ntype = "a40-8x"\nprice = 1\ncnt = 3\n', "nodes[1].cnt", 4, "unknown field"),
 ])
 def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body, field, line, words):
     from provisioner import ProvisionerError

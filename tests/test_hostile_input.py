@@ -369,6 +369,24 @@ def test_report_never_overwrites_its_own_input(tmp_path):
     assert src.read_text() == before
 
 
+@pytest.mark.parametrize("args,shipped", [
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1"), ("hardware_catalog", "inventories/thunderserve-32gpu.toml")),
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1"), ("workloads", "code.csv")),
+    (("--goal", "cost", "--rps", "2"), ("hardware_catalog", "gpus/a100-80gb.toml")),
+])
+def test_a_report_never_replaces_the_shipped_data_a_name_stands_for(args, shipped):
+    """`--inventory thunderserve-32gpu` reads the package's TOML, `--workload coding` its
+    CSV, every command the catalog: none is an output, --force or not (was: HTML written
+    over the shipped inventory, and every later run failed on it)."""
+    from importlib import resources
+
+    package, name = shipped
+    path = Path(str(resources.files(package))) / "data" / name
+    before = path.read_bytes()
+    assert_one_line_error(*cli(*args, "--report", path, "--force"), "--report", "input")
+    assert path.read_bytes() == before
+
+
 def test_a_study_database_is_never_an_output(tmp_path):
     """Was: the search kept its work in the --study file, then the report replaced it (exit 0)."""
     line = assert_one_line_error(*cli("--goal", "cost", "--rps", "2", "--duration", "3", "--design", "baseline-a100",
@@ -503,6 +521,10 @@ def test_a_hand_edited_result_is_refused_in_one_line(tmp_path):
     edited.write_text(json.dumps(result))
     assert_one_line_error(*cli("simulate", "--from-result", edited), "result JSON design of splitwise-hh is invalid",
                           "prompt_machines must be 1-100,000 (got -4)")
+    result["best"] = 5   # was an internal error (TypeError: 'int' object is not iterable)
+    edited.write_text(json.dumps(result))
+    assert_one_line_error(*cli("simulate", "--from-result", edited, "--family", "splitwise-hh"),
+                          "'best' must be a list")
 
 
 def test_sweep_refuses_jobs_with_dask(tmp_path):

@@ -159,6 +159,10 @@ def _read_points(path: Path) -> _Points:
         frame[col] = frame[col].astype(np.int64)
     known = set(pos)
     # a column the output computes (e.g. measured times) is kept beside it, renamed input_<name>
+    for c in PREDICTED_COLUMNS:
+        if c in header and f"input_{c}" in header:   # the renamed column would replace the user's own
+            raise ProvisionerError(f"--points has both {c} and input_{c}: the output keeps your {c} as input_{c} "
+                                   f"beside its prediction; rename one of the two columns")
     extra = pd.DataFrame({(f"input_{c}" if c in PREDICTED_COLUMNS else c): [record[i].strip() for _, record in rows]
                           for i, c in enumerate(header) if c and c not in known}, index=frame.index)
     return _Points(frame, has_cap, extra)

@@ -36,6 +36,12 @@ _NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps", "nic_
 GBPS_RANGE = (1e-3, 1e5)              # inter-node links and NICs, Gbps
 LINK_GB_PER_S_RANGE = (1e-3, 1e5)     # intra-node links, GB/s per GPU
 LATENCY_MS_RANGE = (0.0, 1e4)
+# $/h per node: past a million an hour no node is rented (and the rental program's solver
+# takes prices from ~1e20 for infinite, so --goal cost would rent everything)
+PRICE_USD_PER_H_RANGE = (0.0, 1e6)
+# GPUs of an inline node: a node is cut into tensor-parallel groups of 1, 2, 4 or 8 GPUs
+# that divide it (real cloud nodes have 1, 2, 4, 8 or 16)
+NODE_GPUS = (1, 2, 4, 8, 16)
 # The tabu search's time grows ~5x per doubling of GPUs (2 cores: 64 GPUs ~15 s, 128 ~70 s,
 # 256 more than 12 minutes): an inventory is at most this many GPUs (counts, and `available`).
 MAX_GPUS = 128
@@ -184,6 +190,9 @@ def _syntax_error(where: str, text: str, exc: Exception) -> ProvisionerError:
     return ProvisionerError(f"{where}:{line}:{field} not valid TOML ({why}); fix the syntax")
 
 
+_NODES_HEADER = re.compile(r"^\s*\[\[\s*nodes\s*\]\]\s*(#.*)?$")   # `[[ nodes ]]  # big` too
+
+
 class _Locator:
     """File:line of a field: the line of `key =` in the k-th `[[nodes]]` (or `[network]`)."""
 
@@ -197,12 +206,11 @@ class _Locator:
     def _line(self, key: str, node: int | None, section: str | None) -> int:
         start, seen = 0, -1
         for i, text in enumerate(self.lines):
-            s = text.strip()
-            if node is not None and s == "[[nodes]]":
+            if node is not None and _NODES_HEADER.match(text):
                 seen += 1
                 if seen == node:
                     start = i
-            elif section is not None and s == f"[{section}]":
+            elif section is not None and re.match(rf"^\s*\[\s*{re.escape(section)}\s*\]\s*(#.*)?$", text):
                 start = i
         if node is not None and seen < node:
             start = 0
@@ -226,7 +234,7 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
     net = raw.get("network", {})
     if not isinstance(net, dict):
         raise loc.error("network", "must be a table [network]")
-    for key in set(net) - _NET_KEYS:
+    for key in sorted(set(net) - _NET_KEYS):
         raise loc.error(f"network.{key}", f"unknown field; use {', '.join(sorted(_NET_KEYS))}", section="network")
     nic = None if "nic_gbps" not in net else _number(net["nic_gbps"], "network.nic_gbps", loc, None, "network",
                                                        bounds=GBPS_RANGE, unit="Gbps")
@@ -247,7 +255,8 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         second = len(names) - 1 - names[::-1].index(dup)
-        raise loc.error(f"nodes[{second + 1}].type", f"'{dup}' appears twice: give one entry a different "
+        key = "name" if "name" in nodes[second] else "type" if "type" in nodes[second] else "gpu"
+        raise loc.error(f"nodes[{second + 1}].{key}", f"'{dup}' appears twice: give one entry a different "
                         f"name, or raise the first entry's count", node=second)
     gbps = _number(net.get("inter_node_gbps", 40.0), "network.inter_node_gbps", loc, None, "network",
                    bounds=GBPS_RANGE, unit="Gbps")
@@ -280,7 +289,7 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
     field = f"nodes[{k + 1}]"
     if not isinstance(entry, dict):
         raise loc.error(field, "must be a table [[nodes]]", node=k)
-    for key in set(entry) - _NODE_KEYS:
+    for key in sorted(set(entry) - _NODE_KEYS):
         raise loc.error(f"{field}.{key}", f"unknown field; use {', '.join(sorted(_NODE_KEYS))}", node=k)
     if "type" in entry:
         try:
@@ -297,6 +306,10 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
             raise loc.error(f"{field}.gpus", "missing: an inline node gives gpu and gpus (GPUs per node, a whole "
                             "number >= 1)", node=k)
         gpus = _integer(entry["gpus"], f"{field}.gpus", loc, k, low=1)
+        if gpus not in NODE_GPUS:
+            raise loc.error(f"{field}.gpus", f"must be one of {', '.join(map(str, NODE_GPUS))} (got {gpus}): a "
+                            f"node is cut into tensor-parallel groups of 1, 2, 4 or 8 GPUs that divide it; list "
+                            f"an odd node's GPUs as nodes of those sizes", node=k)
         price = None
     else:
         raise loc.error(f"{field}.type", "missing: give type (a catalog node such as a40-8x) or gpu + gpus",
@@ -312,7 +325,8 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
         if "price_usd_per_h" not in entry:
             price = gpu.price_usd_per_h * gpus if getattr(gpu, "price_usd_per_h", None) else None
         else:
-            price = _number(entry["price_usd_per_h"], f"{field}.price_usd_per_h", loc, k, allow_zero=True)
+            price = _number(entry["price_usd_per_h"], f"{field}.price_usd_per_h", loc, k, allow_zero=True,
+                            bounds=PRICE_USD_PER_H_RANGE, unit="$/h")
         if price is None:
             raise loc.error(f"{field}.price_usd_per_h", "missing: the catalog has no price for this GPU", node=k)
     available = None if "available" not in entry else _integer(entry["available"], f"{field}.available", loc, k,

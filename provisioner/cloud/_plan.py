@@ -129,7 +129,9 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     sc = ctx.scorer
     starts = [start] if start is not None else initial_starts(ctx, phases)
     if not starts[0]:
-        raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name}")
+        raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name} (a node's "
+                               f"tensor-parallel groups, or a pipeline of two): add nodes or larger ones, or plan "
+                               f"a smaller --model")
     best, best_rps, best_value = None, -1.0, -np.inf
     for first in starts:
         if moves is not None:
