@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from perfmodels import HBM_UTILIZATION, LatencyModel
 from provisioner.cli import get_app, run
-from provisioner.cloud import (canon, exhaustive, initial_plan, load_inventory, make_context, plan_routing, score,
-                               search_plan, simulate_plan, split_layers)
+from provisioner.cloud import (MAX_GROUPS, canon, exhaustive, initial_plan, load_inventory, make_context, neighbours,
+                               plan_routing, score, search_plan, simulate_plan, split_layers)
 from workloads import Trace, TraceGenerator
 
 SMALL = """name = "small"
@@ -1497,3 +1497,16 @@ def test_goal_cost_refusals_say_what_the_non_split_search_found(tmp_path, capsys
     assert run(["cloud", "--inventory", str(path), "--goal", "cost", "--rps", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "every [[nodes]] entry has `available` = 0" in err, err
+
+
+def test_a_small_model_on_many_gpus_is_planned_in_at_most_max_groups_replicas(perf):
+    """llama-7b fits one GPU: 128 GPUs cut into TP 1 groups made the search's neighbourhoods
+    and LPs so large that it ran past 400 s. The fine start cuts the nodes with the most
+    groups coarser until the plan has at most MAX_GROUPS, using every GPU, and no split
+    takes a plan past it."""
+    inv = load_inventory("thunderserve-32gpu", perf.catalog).with_counts([8, 8, 4, 8])
+    ctx = make_context(inv, perf.llm("llama-7b"), perf, _long_prompt_trace(long=0))
+    start = initial_plan(ctx.physics, ctx.scorer)
+    assert inv.n_gpus == 128 and len(start) == MAX_GROUPS
+    assert sum(tp for st, _ in start for _, tp in st) == 128
+    assert all(len(p) <= MAX_GROUPS for p in neighbours(start, ctx.physics))

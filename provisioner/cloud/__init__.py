@@ -20,7 +20,7 @@ from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import DEFAULT_SLO_SCALE, make_context, plan_routing, replicas_json, search_plan, size_sample
 from ._score import Routing, Scorer, Workload
-from ._search import canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
+from ._search import MAX_GROUPS, canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
 from ._simulate import plan_load, server_plan, shared_links, simulate_plan
 from ._steady import steady_state_load
 
@@ -28,7 +28,7 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
-           "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan",
+           "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan", "MAX_GROUPS",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text", "tp_text",
            "replica_cells", "replan_changes", "replan_event", "replan_rows", "REPLAN_METRICS", "rented_text",

@@ -16,6 +16,12 @@ from perfmodels import TP_DEGREES
 PHASES = ("prefill", "decode")
 MAX_PP = 2   # pipeline stages per group the search forms
 MAX_REGROUP_SLICES = 4   # slices two groups are dealt anew in (`_regroup`)
+# Replicas a plan has at most (the fine start cuts nodes coarser, and no split goes past it):
+# the search's time grows with the square of the groups (neighbours are pairs of them, and
+# each LP has a variable per prefill-decode pair). llama-7b in TP 1 groups on 128 GPUs ran
+# past 400 s; so capped, 79 s (on 64 GPUs 32 s instead of 46, the same plan of 29 groups).
+# At 32, llama-30b on 128 GPUs (45 groups) lost 8% of its throughput.
+MAX_GROUPS = 48
 
 
 # Scores to 1e-9 req/s. Many plans tie (interchangeable groups, LP optima that only a
@@ -117,15 +123,18 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
     """Each node cut into the smallest TP groups that hold the model (`coarse`: the largest,
     the whole node where its GPU count is a TP degree); a node too small for one group joins
     (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
-    groups, leftovers = [], []
+    groups, leftovers, tps = [], [], {}
     degrees = sorted(TP_DEGREES, reverse=coarse)
     for node, ti in enumerate(physics.node_type):
         gpus = physics.inv.types[ti].gpus
         tp = next((t for t in degrees if t <= gpus and gpus % t == 0 and physics.group(((node, t),))), None)
         if tp is None:
             leftovers.append(node)
-            continue
-        groups += [((node, tp),)] * (gpus // tp)
+        else:
+            tps[node] = tp
+    _coarsen(tps, physics, MAX_GROUPS - (len(leftovers) + 1) // 2)
+    for node, tp in tps.items():
+        groups += [((node, tp),)] * (physics.inv.types[physics.node_type[node]].gpus // tp)
     bw = physics.link_bytes_per_s
     while leftovers:
         a = leftovers.pop(0)
@@ -138,6 +147,18 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
             if physics.group(st):
                 groups.append(st)
     return groups
+
+
+def _coarsen(tps: dict, physics, most: int) -> None:
+    """Double the TP of the nodes cut into the most groups ({node: tp}, in place) until
+    they make at most `most` groups, or every node is one group."""
+    gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
+    while sum(gpus(n) // tp for n, tp in tps.items()) > most:
+        finer = [n for n, tp in tps.items() if 2 * tp in TP_DEGREES and gpus(n) % (2 * tp) == 0]
+        if not finer:
+            return
+        node = max(finer, key=lambda n: (gpus(n) // tps[n], -n))
+        tps[node] *= 2
 
 
 def initial_plan(physics, scorer, coarse=False) -> tuple:
@@ -172,7 +193,7 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
             for other in phases:
                 if other != ph:
                     out.add(_ordered(rest + [(st, other)]))
-        if "split" in moves:
+        if "split" in moves and n < MAX_GROUPS:
             for parts in _splits(st):
                 if all(physics.group(p) for p in parts):
                     out.add(_ordered(rest + [(p, ph) for p in parts]))
