@@ -11,9 +11,11 @@ library's parameter names by default, the CLI's flags (e.g. "--out", "--force") 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from .errors import ProvisionerError
@@ -33,11 +35,25 @@ def os_error_line(exc: OSError, path) -> str:
     return f"cannot write '{path}': {why}; {fix}"
 
 
+# packages whose `data` folder every command may read (the catalog, the latency constants,
+# the shipped traces and inventories)
+SHIPPED_DATA_PACKAGES = ("hardware_catalog", "perfmodels", "workloads")
+
+
+@functools.cache
+def shipped_data_folders() -> tuple[Path, ...]:
+    """The `data` folders of SHIPPED_DATA_PACKAGES, resolved (installed or in a checkout)."""
+    folders = (Path(str(resources.files(package))) / "data" for package in SHIPPED_DATA_PACKAGES)
+    return tuple(f.resolve() for f in folders if f.is_dir())
+
+
 def check_output_path(path, *, flag: str = "path", force: bool = False, force_hint: str = "force=True", inputs=(),
-                      parents: bool = False) -> Path:
+                      parents: bool = False, shipped_ok: bool = False) -> Path:
     """Refuse, before any work, an output that is a directory, exists without `force`,
     lies in a missing directory (created when `parents`) or in one where no file can be
-    created, or is one of the command's `inputs`.
+    created, is one of the command's `inputs`, or lies in the shipped data every command
+    reads (`shipped_data_folders`; `shipped_ok` for `perf calibrate`'s own constants):
+    an HTML report written there with --force broke every later run.
 
     >>> check_output_path("report.html").name
     'report.html'
@@ -45,6 +61,11 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     path = Path(path)
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
+    target = path.expanduser().resolve()
+    shipped = next((f for f in shipped_data_folders() if target.is_relative_to(f)), None)
+    if shipped is not None and not shipped_ok:
+        raise ProvisionerError(f"{flag} '{path}' is in the provisioner's shipped data ({shipped}), an input of every "
+                               f"command; write to another folder")
     for source in inputs:
         if source is not None and _same_file(path, Path(source)):
             raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")
@@ -86,14 +107,15 @@ def _probe_writable(path: Path) -> None:
 
 
 def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = False, force_hint: str = "force=True",
-                 inputs=(), parents: bool = False) -> Path:
+                 inputs=(), parents: bool = False, shipped_ok: bool = False) -> Path:
     """Write `data` to `path` through a temporary file in the same directory, then rename.
 
     A special file (`/dev/null`, `/dev/full`, a pipe) is written in place, since it
     cannot be renamed over; through a symbolic link, the link's target is replaced and the
     link kept. Errors are one-line `ProvisionerError`s.
     """
-    path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents)
+    path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents,
+                             shipped_ok=shipped_ok)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         if path.exists() and not _is_regular(path):

@@ -82,6 +82,9 @@ def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body
     # was "llama-30b fits in no group": no TP degree but 1 divides 3 GPUs, and TP 1 is too small
     ('[[nodes]]\ngpu = "a40"\ngpus = 3\ncount = 2\n', "nodes[1].gpus", 3, "must be one of 1, 2, 4, 8, 16"),
     ('[[nodes]]\ngpu = "a40"\ngpus = 100000000\n', "nodes[1].gpus", 3, "must be one of"),
+    ('[[nodes]]\ngpu = "a40"\ngpus = 0\n', "nodes[1].gpus", 3, "must be one of 1, 2, 4, 8, 16 (got 0)"),
+    # 128 one-GPU nodes: at least 64 replicas, and the search ran past 300 s
+    ('[[nodes]]\ngpu = "a100-80gb"\ngpus = 1\ncount = 97\n', "nodes[1].count", 4, "at most 96"),
     # was accepted: the rental program's solver took it for infinite, and --goal cost rented every node
     ('[[nodes]]\ntype = "a40-8x"\nprice_usd_per_h = 1e25\n', "nodes[1].price_usd_per_h", 3, "between 0 and 1e+06 $/h"),
     # valid TOML headers with spaces or a comment: was the line of the first node's count
@@ -1499,14 +1502,18 @@ def test_goal_cost_refusals_say_what_the_non_split_search_found(tmp_path, capsys
     assert err.count("\n") == 1 and "every [[nodes]] entry has `available` = 0" in err, err
 
 
-def test_a_small_model_on_many_gpus_is_planned_in_at_most_max_groups_replicas(perf):
+def test_a_small_model_on_many_gpus_is_planned_in_at_most_max_groups_replicas(perf, tmp_path):
     """llama-7b fits one GPU: 128 GPUs cut into TP 1 groups made the search's neighbourhoods
     and LPs so large that it ran past 400 s. The fine start cuts the nodes with the most
     groups coarser until the plan has at most MAX_GROUPS, using every GPU, and no split
-    takes a plan past it."""
-    inv = load_inventory("thunderserve-32gpu", perf.catalog).with_counts([8, 8, 4, 8])
-    ctx = make_context(inv, perf.llm("llama-7b"), perf, _long_prompt_trace(long=0))
-    start = initial_plan(ctx.physics, ctx.scorer)
-    assert inv.n_gpus == 128 and len(start) == MAX_GROUPS
-    assert sum(tp for st, _ in start for _, tp in st) == 128
-    assert all(len(p) <= MAX_GROUPS for p in neighbours(start, ctx.physics))
+    takes a plan past it; nodes of one group each pair into two-stage pipelines (96
+    one-GPU nodes: 48 pipelines)."""
+    one_gpu_nodes = tmp_path / "ones.toml"
+    one_gpu_nodes.write_text('[[nodes]]\ngpu = "a100-80gb"\ngpus = 1\ncount = 96\n')
+    for inv in (load_inventory("thunderserve-32gpu", perf.catalog).with_counts([8, 8, 4, 8]),
+                load_inventory(str(one_gpu_nodes), perf.catalog)):   # nodes of one group: paired in pipelines
+        ctx = make_context(inv, perf.llm("llama-7b"), perf, _long_prompt_trace(long=0))
+        for coarse in (False, True):
+            start = initial_plan(ctx.physics, ctx.scorer, coarse)
+            assert len(start) <= MAX_GROUPS and sum(tp for st, _ in start for _, tp in st) == inv.n_gpus
+            assert all(len(p) <= MAX_GROUPS for p in neighbours(start, ctx.physics))

@@ -164,14 +164,19 @@ def test_where_a_files_long_rows_sit_does_not_move_the_score(perf):
     rng = np.random.default_rng(3)
     prompt, output = rng.integers(200, 2000, 2500), rng.integers(20, 300, 2500)
     prompt[2000:2125] = 100_000
-    shuffled = rng.permutation(2500)
+    # the long rows last; every 20th row from row 2 (2,000 evenly spaced rows of 2,500 skip
+    # them all); shuffled
+    long_at = np.arange(2, 2500, 20)
+    every_20th = np.empty(2500, dtype=int)
+    every_20th[long_at] = np.arange(2000, 2125)
+    every_20th[np.setdiff1d(np.arange(2500), long_at)] = np.setdiff1d(np.arange(2500), np.arange(2000, 2125))
     rates = []
-    for order in (np.arange(2500), shuffled):
+    for order in (np.arange(2500), every_20th, rng.permutation(2500)):
         trace = Trace(np.arange(2500) * 0.2, prompt[order], output[order], "long-prompts", 500.0)
         ctx = _ctx(perf, trace)
         w = ctx.scorer.w
         assert w.ttft_limit_s == pytest.approx(float(w.ttft_p50_s.mean()))
-        assert (w.prompt_tokens == 100_000).sum() == pytest.approx(100, abs=5)
+        assert 80 <= (w.prompt_tokens == 100_000).sum() <= 120   # 2,000 of 2,500: about 100
         rates.append(score(ctx.scorer, _plan()))
-    assert rates[0] == pytest.approx(rates[1], rel=0.05)
-    assert rates[0] < 0.7
+    assert max(rates) == pytest.approx(min(rates), rel=0.05)
+    assert max(rates) < 0.7

@@ -370,21 +370,29 @@ def test_report_never_overwrites_its_own_input(tmp_path):
 
 
 @pytest.mark.parametrize("args,shipped", [
-    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1"), ("hardware_catalog", "inventories/thunderserve-32gpu.toml")),
-    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1"), ("workloads", "code.csv")),
-    (("--goal", "cost", "--rps", "2"), ("hardware_catalog", "gpus/a100-80gb.toml")),
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"),
+     ("hardware_catalog", "inventories/thunderserve-32gpu.toml")),
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"), ("workloads", "code.csv")),
+    (("--goal", "cost", "--rps", "2", "--report"), ("hardware_catalog", "gpus/a100-80gb.toml")),
+    # a new file there: the catalog loader reads every *.toml of the folder
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"), ("hardware_catalog", "gpus/zz.toml")),
+    (("perf", "predict", "--points", "POINTS", "--out"), ("hardware_catalog", "gpus/a40.toml")),
 ])
-def test_a_report_never_replaces_the_shipped_data_a_name_stands_for(args, shipped):
+def test_no_output_lands_in_the_shipped_data(tmp_path, args, shipped):
     """`--inventory thunderserve-32gpu` reads the package's TOML, `--workload coding` its
-    CSV, every command the catalog: none is an output, --force or not (was: HTML written
-    over the shipped inventory, and every later run failed on it)."""
+    CSV, every command the catalog: no output goes there, --force or not (was: HTML
+    written over the shipped inventory, or a new TOML in the catalog, and every later run
+    failed on it)."""
     from importlib import resources
 
+    points = tmp_path / "points.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nllama2-70b,h100-80gb,8,512,1\n")
+    args = tuple(points if a == "POINTS" else a for a in args)
     package, name = shipped
     path = Path(str(resources.files(package))) / "data" / name
-    before = path.read_bytes()
-    assert_one_line_error(*cli(*args, "--report", path, "--force"), "--report", "input")
-    assert path.read_bytes() == before
+    before = path.read_bytes() if path.exists() else None
+    assert_one_line_error(*cli(*args, path, "--force"), args[-1], "shipped data", "input")
+    assert (path.read_bytes() if path.exists() else None) == before
 
 
 def test_a_study_database_is_never_an_output(tmp_path):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
-from importlib import resources
 from pathlib import Path
 
 import typer
@@ -242,17 +240,7 @@ def check_study_path(study: str | None, outputs, flag: str) -> None:
 
 
 def input_files(*paths) -> tuple:
-    """The files this command reads: those among `paths` (flag values, some None or names)
-    and the shipped data every command may read (`shipped_data_files`: the catalog, the
-    latency constants, the traces and inventories its names stand for). A report must
-    never replace one of them: with --force, `--report` on the shipped inventory's own
-    file wrote HTML over it, and every later run failed on it."""
-    return tuple(p for p in paths if p and Path(str(p)).is_file()) + shipped_data_files()
-
-
-@functools.cache
-def shipped_data_files() -> tuple:
-    """Every file of the packages' data folders (hardware_catalog, perfmodels, workloads)."""
-    folders = [Path(str(resources.files(package))) / "data" for package in ("hardware_catalog", "perfmodels",
-                                                                              "workloads")]
-    return tuple(sorted(f for folder in folders if folder.is_dir() for f in folder.rglob("*") if f.is_file()))
+    """The files among `paths` (flag values, some None or names) this command reads: a
+    report must never replace one of them (nor the shipped data a name such as
+    `thunderserve-32gpu` stands for: `files.check_output_path`)."""
+    return tuple(p for p in paths if p and Path(str(p)).is_file())

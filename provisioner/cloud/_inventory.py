@@ -45,6 +45,9 @@ NODE_GPUS = (1, 2, 4, 8, 16)
 # The tabu search's time grows ~5x per doubling of GPUs (2 cores: 64 GPUs ~15 s, 128 ~70 s,
 # 256 more than 12 minutes): an inventory is at most this many GPUs (counts, and `available`).
 MAX_GPUS = 128
+# Nodes: the search plans at most 48 replicas, each at most a pipeline of two nodes
+# (`_search.MAX_GROUPS`, `MAX_PP`); 128 one-GPU nodes ran past 300 s.
+MAX_NODES = 96
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
                                                        bounds=GBPS_RANGE, unit="Gbps")
     types = tuple(_node(entry, k, loc, catalog, nic) for k, entry in enumerate(nodes))
     for what, per_type in (("count", lambda t: t.count), ("available", lambda t: t.available or 0)):
-        total = 0
+        total = nodes_so_far = 0
         for k, t in enumerate(types):
             total += t.gpus * per_type(t)
             if total > MAX_GPUS:
@@ -251,6 +254,12 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
                 raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory reaches {total} GPUs here; provision "
                                 f"cloud plans at most {MAX_GPUS} (the search's time grows ~5x per doubling): "
                                 f"{fix} or split the inventory", node=k)
+            nodes_so_far += per_type(t)
+            if nodes_so_far > MAX_NODES:
+                key = what if what in nodes[k] or what == "available" else "type"
+                raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory reaches {nodes_so_far} nodes here; provision "
+                                f"cloud plans at most {MAX_NODES} (48 replicas of at most two nodes each): use "
+                                f"fewer, larger nodes or split the inventory", node=k)
     names = [t.name for t in types]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
@@ -302,14 +311,16 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
             raise loc.error(f"{field}.gpu", "give either type (a catalog node) or gpu + gpus (inline)", node=k)
     elif "gpu" in entry:
         gpu_name, name = str(entry["gpu"]), entry.get("name", f"{entry['gpu']}-node")
+        allowed = ", ".join(map(str, NODE_GPUS))
         if "gpus" not in entry:
-            raise loc.error(f"{field}.gpus", "missing: an inline node gives gpu and gpus (GPUs per node, a whole "
-                            "number >= 1)", node=k)
-        gpus = _integer(entry["gpus"], f"{field}.gpus", loc, k, low=1)
-        if gpus not in NODE_GPUS:
-            raise loc.error(f"{field}.gpus", f"must be one of {', '.join(map(str, NODE_GPUS))} (got {gpus}): a "
-                            f"node is cut into tensor-parallel groups of 1, 2, 4 or 8 GPUs that divide it; list "
-                            f"an odd node's GPUs as nodes of those sizes", node=k)
+            raise loc.error(f"{field}.gpus", f"missing: an inline node gives gpu and gpus (GPUs per node: "
+                            f"{allowed})", node=k)
+        gpus = entry["gpus"]
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus not in NODE_GPUS:
+            raise loc.error(f"{field}.gpus", f"must be one of {allowed} (got {gpus!r}): a node is cut into "
+                            f"tensor-parallel groups of 1, 2, 4 or 8 GPUs that divide it; list an odd node's "
+                            f"GPUs as nodes of those sizes", node=k)
+        gpus = int(gpus)
         price = None
     else:
         raise loc.error(f"{field}.type", "missing: give type (a catalog node such as a40-8x) or gpu + gpus",

@@ -132,21 +132,37 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
             leftovers.append(node)
         else:
             tps[node] = tp
+    gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
     _coarsen(tps, physics, MAX_GROUPS - (len(leftovers) + 1) // 2)
+    # still too many groups (many nodes of one group each): pair such nodes into pipelines of
+    # two whole nodes, one group fewer per pair, the smallest nodes first
+    excess = sum(gpus(n) // tp for n, tp in tps.items()) + (len(leftovers) + 1) // 2 - MAX_GROUPS
+    whole = sorted((n for n, tp in tps.items() if tp == gpus(n)), key=lambda n: (gpus(n), n))[:2 * max(excess, 0)]
+    for node in whole:
+        del tps[node]
     for node, tp in tps.items():
-        groups += [((node, tp),)] * (physics.inv.types[physics.node_type[node]].gpus // tp)
-    bw = physics.link_bytes_per_s
-    while leftovers:
-        a = leftovers.pop(0)
-        gpus_a = physics.inv.types[physics.node_type[a]].gpus
-        order = [b for b in np.argsort(-bw[a]) if b != a]
-        partner = next((b for b in order if b in leftovers), None)
-        if partner is not None:
-            leftovers.remove(partner)
-            st = tuple(sorted(((a, gpus_a), (int(partner), physics.inv.types[physics.node_type[partner]].gpus))))
-            if physics.group(st):
-                groups.append(st)
-    return groups
+        groups += [((node, tp),)] * (gpus(node) // tp)
+    return groups + _pipelines(leftovers, physics) + _pipelines(whole, physics, keep_unpaired=True)
+
+
+def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
+    """Whole nodes paired into two-stage pipelines, each with its best-connected partner
+    among `nodes` (a clustering of the bandwidth matrix); pairs that cannot hold the
+    weights are dropped, and a node left without a partner too unless `keep_unpaired`."""
+    gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
+    bw, left, out = physics.link_bytes_per_s, list(nodes), []
+    while left:
+        a = left.pop(0)
+        partner = next((int(b) for b in np.argsort(-bw[a]) if b != a and b in left), None)
+        if partner is None:
+            if keep_unpaired:
+                out.append(((a, gpus(a)),))
+            continue
+        left.remove(partner)
+        st = tuple(sorted(((a, gpus(a)), (partner, gpus(partner)))))
+        if physics.group(st):
+            out.append(st)
+    return out
 
 
 def _coarsen(tps: dict, physics, most: int) -> None:
