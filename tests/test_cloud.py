@@ -949,10 +949,20 @@ def test_a_full_replan_does_no_worse_than_the_lightweight_one(perf):
     answer) kept 94.2% of requests within every limit against the light plan's 96.9%."""
     from provisioner.cloud import plan_cloud
 
+    from provisioner.search import Progress
+
+    class Stages(Progress):
+        labels: list = []
+
+        def start(self, label, total=None):
+            self.labels.append(label)
+
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     traces = TraceGenerator("conversation", 120.0, 0, arrival="poisson", rps=6.0)
     rp = plan_cloud(inv, perf.llm("llama-30b"), perf, traces, rps=6.0, without="a6000-4x-0",
-                    prefill_chunk_tokens=0)["replan"]
+                    prefill_chunk_tokens=0, progress=Stages())["replan"]
+    # the stages the CLI draws on a terminal, in order
+    assert [x.split(" ")[0] for x in Stages.labels] == ["searching", "simulating", "searching", "re-planning:"]
     assert rp["before"]["all"] >= 0.99
     assert rp["none"]["slo_attainment"]["all"] < rp["light"]["slo_attainment"]["all"]
     assert rp["full"]["slo_attainment"]["all"] >= rp["light"]["slo_attainment"]["all"]

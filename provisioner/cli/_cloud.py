@@ -8,7 +8,7 @@ import typer
 
 from ..errors import ProvisionerError
 from ..sim import ENGINES
-from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json, input_files,
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, RichProgress, echo_json, input_files,
                       latency_interp_option, latency_profile_option, load_latency_model, prefill_chunk_option,
                       refuse_idle_flags, refuse_on_demand_scheduler, replay_note, scheduler_option, trace_generator)
 
@@ -119,11 +119,12 @@ def cloud_command(
                                f"{traces.duration_s:.0f} to keep it whole")
     new_mix = None if replan_workload is None else _new_mix(replan_workload, arrival, rps, traces, seed, cv)
     llm = perf.llm(model)
-    answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
-                        seed=seed, without=without, target=target_attainment, engine=engine,
-                        rescore_engine=rescore_engine,
-                        prefill_chunk_tokens=(COMPARISON_CHUNK_TOKENS if prefill_chunk_tokens is None
-                                              else prefill_chunk_tokens), new_mix=new_mix)
+    with RichProgress(unit=None) as progress:
+        answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
+                            seed=seed, without=without, target=target_attainment, engine=engine,
+                            rescore_engine=rescore_engine,
+                            prefill_chunk_tokens=(COMPARISON_CHUNK_TOKENS if prefill_chunk_tokens is None
+                                                  else prefill_chunk_tokens), new_mix=new_mix, progress=progress)
     answer["workload"] = workload
     if report is not None:
         from reports import write_cloud_report

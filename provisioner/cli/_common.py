@@ -244,3 +244,42 @@ def input_files(*paths) -> tuple:
     report must never replace one of them (nor the shipped data a name such as
     `thunderserve-32gpu` stands for: `files.check_output_path`)."""
     return tuple(p for p in paths if p and Path(str(p)).is_file())
+
+
+class RichProgress:
+    """`provisioner.search.Progress` drawn with rich on stderr, gone when done (nothing when
+    stderr is not a terminal). unit : what a stage counts ("designs"); None: stages without
+    counts, each a spinner, its label and the time it has taken (`provision cloud`)."""
+
+    def __init__(self, unit: str | None = "designs"):
+        self.unit = unit
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
+            TimeElapsedColumn
+
+        console = Console(stderr=True)
+        counts = () if self.unit is None else (BarColumn(), MofNCompleteColumn(), TextColumn(self.unit))
+        self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), *counts, TimeElapsedColumn(),
+                             console=console, transient=True, disable=not console.is_terminal)
+        self._bar.__enter__()
+        self._task = None
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    def start(self, label: str, total: int | None = None) -> None:
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+        self._task = self._bar.add_task(label, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task, n)
+
+    def done(self) -> None:
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+            self._task = None

@@ -16,9 +16,9 @@ from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
-                      duplicate_weights_option, echo_json, input_files, latency_interp_option, latency_model_json,
-                      latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option,
-                      given, refuse_idle_flags, replay_note, scheduler_option, study_option,
+                      RichProgress, duplicate_weights_option, echo_json, input_files, latency_interp_option,
+                      latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
+                      prefill_chunk_option, given, refuse_idle_flags, replay_note, scheduler_option, study_option,
                       preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
                       check_study_path)
 from ._tables import render_result
@@ -124,7 +124,7 @@ def main_command(
         preemption=preemption, swap_space_gb=swap_space_gb)
     perf = load_latency_model(latency_profile, latency_interp)
     latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
-    with _RichProgress() as progress:
+    with RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf, study=study)
     _answer(result, request, latency, report, json_out, perf, input_files(workload, latency_profile))
 
@@ -212,37 +212,3 @@ def _cap_range(text: str) -> tuple[float, float]:
         raise ProvisionerError(f"--power-cap-range must be LOW,HIGH fractions of TDP such as 0.4,1.0 "
                                f"(got '{text}')") from None
     return lo, hi
-
-
-class _RichProgress:
-    """`provisioner.search.Progress` drawn with rich on stderr (nothing when stderr is not a terminal)."""
-
-    def __enter__(self):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
-            TimeElapsedColumn
-
-        console = Console(stderr=True)
-        self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                             MofNCompleteColumn(), TextColumn("designs"), TimeElapsedColumn(),
-                             console=console, transient=True, disable=not console.is_terminal)
-        self._bar.__enter__()
-        self._task = None
-        return self
-
-    def __exit__(self, *exc):
-        return self._bar.__exit__(*exc)
-
-    def start(self, label: str, total: int | None = None) -> None:
-        if self._task is not None:
-            self._bar.remove_task(self._task)
-        self._task = self._bar.add_task(label, total=total)
-
-    def advance(self, n: int = 1) -> None:
-        if self._task is not None:
-            self._bar.advance(self._task, n)
-
-    def done(self) -> None:
-        if self._task is not None:
-            self._bar.remove_task(self._task)
-            self._task = None

@@ -16,6 +16,7 @@ from workloads import Trace
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
+from ..search import Progress
 from ..workers import beside
 from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
                     size_sample, uncompressed)
@@ -52,7 +53,7 @@ _NO_LOAD = {"prefill": 0.0, "kv": 0.0}   # `steady_state_load` of a plan that se
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
                without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des",
-               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, new_mix=None) -> dict:
+               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, new_mix=None, progress=None) -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
@@ -68,9 +69,12 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         plan whose replicas run chunked prefill with this budget (default
         `COMPARISON_CHUNK_TOKENS`; None: the best of the chunked baseline families' budgets,
         `CHUNK_TOKEN_CHOICES`, four times the simulations; 0: not computed). The first,
-        `non_split`, prefills whole prompts (HexGen, ThunderServe's comparison)."""
+        `non_split`, prefills whole prompts (HexGen, ThunderServe's comparison).
+    progress : a `provisioner.search.Progress` told each stage as it starts (the CLI draws
+        them on a terminal: a 128-GPU plan takes a minute or more)."""
     validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
     t0 = time.perf_counter()
+    progress = progress or Progress()
     reference = inventory
     if goal == "cost" and inventory.bandwidth_gbps is not None:
         # with_counts() drops a per-node matrix: the links of nodes not yet chosen are unknown
@@ -79,6 +83,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                f"nodes; give network.inter_node_gbps (or --inter-node-gbps) instead")
     met_plan = None
     if goal == "cost":
+        progress.start("choosing what to rent (a search and a simulation per rental)")
         inventory, ns_rental, met_plan = _rentals(reference, llm, perf, traces, rps, kv_bits, slo_scale, seed,
                                                   target, rescore_engine, engine, prefill_chunk_tokens)
     sizes = size_sample(traces, rps)
@@ -97,12 +102,14 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     # plan was chosen, the answer came no sooner and the plan no faster.
     with beside(best_chunked_non_split, ctx, traces, target, seed, budgets, rescore_engine,
                 parallel=bool(budgets) and rescore_engine == "des") as chunked:
+        progress.start(f"searching split plans of {inventory.n_gpus} GPUs (tabu search)")
         ranked = finalist_plans(ctx, seed)
         if met_plan is not None and all(p != met_plan for p, _ in ranked):
             # --goal cost rented for the plan that met the target at rps in its check, a shorter
             # search's finalist: it competes too (the long-prompt trace at 0.5 req/s: the answer's
             # own finalists sustained at most 0.46 req/s, that plan 1.35)
             ranked.append((met_plan, score(ctx.scorer, met_plan)))
+        progress.start(f"simulating the {len(ranked)} best split plans for the rate each sustains")
         plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked)
         if met_plan is not None and plan != met_plan and sustained < rps and \
                 not meets_target(ctx, plan, trace_at(traces, rps), rps, target, engine=rescore_engine):
@@ -110,6 +117,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             plan, cap = met_plan, score(ctx.scorer, met_plan)
             sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine)
         plan_s = time.perf_counter() - t0
+        progress.start("searching and simulating non-split plans (the comparison)")
         ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
         ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
                                                     ranked=ns_finalists)
@@ -164,6 +172,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         out["sustained_rps"], out["non_split"]["sustained_rps"] = sustained, ns_sustained
         out["split_over_non_split_sustained"] = sustained / ns_sustained if ns_sustained > 0 and not no_split else None
         if budgets:
+            progress.start("the chunked-prefill non-split comparison")
             out["non_split_chunked"] = _chunked_comparison(ctx, chunked.result(), trace, budgets, engine)
             ch = out["non_split_chunked"]["sustained_rps"]
             out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 and not no_split else None
@@ -178,6 +187,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             if unrented:
                 out["replan_skipped"] = f"the chosen rental has no node {without}: re-planned for the new mix alone"
             mix = None if new_mix is None else (new_mix.label, trace_at(new_mix, rps), size_sample(new_mix, rps))
+            progress.start("re-planning: none, lightweight and full")
             out["replan"] = replan(ctx, plan, routed, sim["slo_attainment"], llm, perf, trace, rps, slo_scale, kv_bits,
                                    seed, engine, node=None if unrented else without, mix=mix)
         if goal == "cost":
@@ -188,6 +198,7 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                            f"under these SLOs (slo_scale {slo_scale:g}): loosen slo_scale or lower "
                                            f"the target attainment, or rent faster GPUs")
         out["elapsed_s"] = plan_s
+        progress.done()
         return out
 
 
