@@ -434,7 +434,7 @@ class Scorer:
         out = np.inf
         for c, cls in enumerate(holding.classes):
             if (cls.pairs == every).all() or c in missable or not cls.sample.any():
-                continue   # none in the sample: no rate to judge it by
+                continue   # the mix, a class that may miss, or none in the sample: no rate to set
             side = lambda groups, phase, rows: sum(self.class_rate(g, phase, cls.sample) or 0.0
                                                    for g, used in zip(groups, rows) if used)
             rate = min(side(prefill_groups, "prefill", cls.pairs.any(axis=1)),

@@ -122,7 +122,9 @@ def _relabelled(plan, perm, node_type):
 def initial_groups(physics, coarse=False) -> list[tuple]:
     """Each node cut into the smallest TP groups that hold the model (`coarse`: the largest,
     the whole node where its GPU count is a TP degree); a node too small for one group joins
-    (PP) its best-connected neighbour (a clustering of the bandwidth matrix)."""
+    (PP) its best-connected neighbour (a clustering of the bandwidth matrix). At most
+    MAX_GROUPS groups: the nodes cut into the most are cut coarser (`_coarsen`), then nodes
+    of one group each pair into pipelines (`_pipelines`)."""
     groups, leftovers, tps = [], [], {}
     degrees = sorted(TP_DEGREES, reverse=coarse)
     for node, ti in enumerate(physics.node_type):
@@ -147,8 +149,9 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
 
 def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
     """Whole nodes paired into two-stage pipelines, each with its best-connected partner
-    among `nodes` (a clustering of the bandwidth matrix); pairs that cannot hold the
-    weights are dropped, and a node left without a partner too unless `keep_unpaired`."""
+    among `nodes` (a clustering of the bandwidth matrix). Nodes too small alone: a pair
+    that cannot hold the weights is dropped, as is a node left without a partner. With
+    `keep_unpaired` (nodes that hold the model alone) such nodes stay groups of their own."""
     gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
     bw, left, out = physics.link_bytes_per_s, list(nodes), []
     while left:
@@ -162,6 +165,8 @@ def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
         st = tuple(sorted(((a, gpus(a)), (partner, gpus(partner)))))
         if physics.group(st):
             out.append(st)
+        elif keep_unpaired:
+            out += [((a, gpus(a)),), ((partner, gpus(partner)),)]
     return out
 
 
