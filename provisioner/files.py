@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import ProvisionerError
 
-__all__ = ["check_output_path", "write_output", "os_error_line"]
+__all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped"]
 
 
 def os_error_line(exc: OSError, path) -> str:
@@ -35,25 +35,35 @@ def os_error_line(exc: OSError, path) -> str:
     return f"cannot write '{path}': {why}; {fix}"
 
 
-# packages whose `data` folder every command may read (the catalog, the latency constants,
-# the shipped traces and inventories)
-SHIPPED_DATA_PACKAGES = ("hardware_catalog", "perfmodels", "workloads")
+# packages every command may read: their data (the catalog, the latency constants, the
+# shipped traces and inventories) and their code (the vendored plotly.js a report inlines)
+SHIPPED_PACKAGES = ("hardware_catalog", "perfmodels", "workloads", "reports", "provisioner")
 
 
 @functools.cache
-def shipped_data_folders() -> tuple[Path, ...]:
-    """The `data` folders of SHIPPED_DATA_PACKAGES, resolved (installed or in a checkout)."""
-    folders = (Path(str(resources.files(package))) / "data" for package in SHIPPED_DATA_PACKAGES)
+def shipped_folders() -> tuple[Path, ...]:
+    """The folders of SHIPPED_PACKAGES, resolved (installed or in a checkout)."""
+    folders = (Path(str(resources.files(package))) for package in SHIPPED_PACKAGES)
     return tuple(f.resolve() for f in folders if f.is_dir())
+
+
+def refuse_shipped(path, flag: str) -> None:
+    """Refuse an output inside the shipped packages (`shipped_folders`): an HTML report
+    written over the shipped inventory, or a new *.toml in the catalog folder, broke every
+    later run."""
+    target = Path(path).expanduser().resolve()
+    folder = next((f for f in shipped_folders() if target.is_relative_to(f)), None)
+    if folder is not None:
+        raise ProvisionerError(f"{flag} '{path}' is in the provisioner's shipped code and data ({folder}), an input "
+                               f"of every command; write to another folder")
 
 
 def check_output_path(path, *, flag: str = "path", force: bool = False, force_hint: str = "force=True", inputs=(),
                       parents: bool = False, shipped_ok: bool = False) -> Path:
     """Refuse, before any work, an output that is a directory, exists without `force`,
     lies in a missing directory (created when `parents`) or in one where no file can be
-    created, is one of the command's `inputs`, or lies in the shipped data every command
-    reads (`shipped_data_folders`; `shipped_ok` for `perf calibrate`'s own constants):
-    an HTML report written there with --force broke every later run.
+    created, is one of the command's `inputs`, or lies in the shipped packages every
+    command reads (`refuse_shipped`; `shipped_ok` for `perf calibrate`'s own constants).
 
     >>> check_output_path("report.html").name
     'report.html'
@@ -61,11 +71,8 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     path = Path(path)
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
-    target = path.expanduser().resolve()
-    shipped = next((f for f in shipped_data_folders() if target.is_relative_to(f)), None)
-    if shipped is not None and not shipped_ok:
-        raise ProvisionerError(f"{flag} '{path}' is in the provisioner's shipped data ({shipped}), an input of every "
-                               f"command; write to another folder")
+    if not shipped_ok:
+        refuse_shipped(path, flag)
     for source in inputs:
         if source is not None and _same_file(path, Path(source)):
             raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")

@@ -84,7 +84,9 @@ def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body
     ('[[nodes]]\ngpu = "a40"\ngpus = 100000000\n', "nodes[1].gpus", 3, "must be one of"),
     ('[[nodes]]\ngpu = "a40"\ngpus = 0\n', "nodes[1].gpus", 3, "must be one of 1, 2, 4, 8, 16 (got 0)"),
     # 128 one-GPU nodes: at least 64 replicas, and the search ran past 300 s
-    ('[[nodes]]\ngpu = "a100-80gb"\ngpus = 1\ncount = 97\n', "nodes[1].count", 4, "at most 96"),
+    ('[[nodes]]\ngpu = "a100-80gb"\ngpus = 1\ncount = 97\n', "nodes[1].count", 4, "at least 49 replicas"),
+    ('[[nodes]]\ngpu = "a100-80gb"\ngpus = 1\ncount = 94\n[[nodes]]\nname = "big"\ngpu = "a100-80gb"\ngpus = 16\n'
+     'count = 2\n', "nodes[2].count", 9, "at least 51 replicas"),
     # was accepted: the rental program's solver took it for infinite, and --goal cost rented every node
     ('[[nodes]]\ntype = "a40-8x"\nprice_usd_per_h = 1e25\n', "nodes[1].price_usd_per_h", 3, "between 0 and 1e+06 $/h"),
     # valid TOML headers with spaces or a comment: was the line of the first node's count
@@ -1518,12 +1520,17 @@ def test_a_small_model_on_many_gpus_is_planned_in_at_most_max_groups_replicas(pe
     groups coarser until the plan has at most MAX_GROUPS, using every GPU, and no split
     takes a plan past it; nodes of one group each pair into two-stage pipelines (96
     one-GPU nodes: 48 pipelines)."""
-    one_gpu_nodes = tmp_path / "ones.toml"
+    one_gpu_nodes, mixed = tmp_path / "ones.toml", tmp_path / "mixed.toml"
     one_gpu_nodes.write_text('[[nodes]]\ngpu = "a100-80gb"\ngpus = 1\ncount = 96\n')
+    # an 8x B200 and a 1-GPU A5000 make no pipeline (the slow stage gets no layer): both kept
+    mixed.write_text('[[nodes]]\ngpu = "a5000"\ngpus = 1\ncount = 95\n[[nodes]]\ngpu = "b200"\ngpus = 8\n')
     for inv in (load_inventory("thunderserve-32gpu", perf.catalog).with_counts([8, 8, 4, 8]),
-                load_inventory(str(one_gpu_nodes), perf.catalog)):   # nodes of one group: paired in pipelines
+                load_inventory(str(one_gpu_nodes), perf.catalog),   # nodes of one group: paired in pipelines
+                load_inventory(str(mixed), perf.catalog)):
         ctx = make_context(inv, perf.llm("llama-7b"), perf, _long_prompt_trace(long=0))
+        # the cap, but for a node of each type that can pipeline with no node left over
+        most = MAX_GROUPS + (len(inv.types) - 1)
         for coarse in (False, True):
             start = initial_plan(ctx.physics, ctx.scorer, coarse)
-            assert len(start) <= MAX_GROUPS and sum(tp for st, _ in start for _, tp in st) == inv.n_gpus
-            assert all(len(p) <= MAX_GROUPS for p in neighbours(start, ctx.physics))
+            assert len(start) <= most and sum(tp for st, _ in start for _, tp in st) == inv.n_gpus
+            assert all(len(p) <= most for p in neighbours(start, ctx.physics))

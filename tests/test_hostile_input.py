@@ -371,28 +371,35 @@ def test_report_never_overwrites_its_own_input(tmp_path):
 
 @pytest.mark.parametrize("args,shipped", [
     (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"),
-     ("hardware_catalog", "inventories/thunderserve-32gpu.toml")),
-    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"), ("workloads", "code.csv")),
-    (("--goal", "cost", "--rps", "2", "--report"), ("hardware_catalog", "gpus/a100-80gb.toml")),
+     ("hardware_catalog", "data/inventories/thunderserve-32gpu.toml")),
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"), ("workloads", "data/code.csv")),
+    (("--goal", "cost", "--rps", "2", "--report"), ("hardware_catalog", "data/gpus/a100-80gb.toml")),
     # a new file there: the catalog loader reads every *.toml of the folder
-    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"), ("hardware_catalog", "gpus/zz.toml")),
-    (("perf", "predict", "--points", "POINTS", "--out"), ("hardware_catalog", "gpus/a40.toml")),
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"), ("hardware_catalog", "data/gpus/zz.toml")),
+    (("perf", "predict", "--points", "POINTS", "--out"), ("hardware_catalog", "data/gpus/a40.toml")),
+    (("--goal", "cost", "--rps", "2", "--duration", "3", "--design", "baseline-a100", "--no-verify",
+      "--max-machines", "4", "--study"), ("hardware_catalog", "data/gpus/s.toml")),
+    (("sweep", "SPEC", "--out"), ("workloads", "data/sweep")),   # was refused only after the sweep ran
+    # the plotly.js every report inlines
+    (("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--report"),
+     ("reports", "_vendor/plotly-cartesian.min.js")),
 ])
-def test_no_output_lands_in_the_shipped_data(tmp_path, args, shipped):
+def test_no_output_lands_in_the_shipped_packages(tmp_path, args, shipped):
     """`--inventory thunderserve-32gpu` reads the package's TOML, `--workload coding` its
-    CSV, every command the catalog: no output goes there, --force or not (was: HTML
-    written over the shipped inventory, or a new TOML in the catalog, and every later run
-    failed on it)."""
+    CSV, every command the catalog, every report the vendored plotly.js: no output goes
+    into the shipped packages, --force or not (was: HTML written over the shipped
+    inventory, or a new TOML in the catalog folder, and every later run failed on it)."""
     from importlib import resources
 
-    points = tmp_path / "points.csv"
+    points, spec = tmp_path / "points.csv", tmp_path / "s.toml"
     points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nllama2-70b,h100-80gb,8,512,1\n")
-    args = tuple(points if a == "POINTS" else a for a in args)
+    spec.write_text('rps = [2]\nfamilies = ["baseline-a100"]\nduration_s = 3\nverify = false\nmax_machines = 4\n')
+    args = tuple({"POINTS": points, "SPEC": spec}.get(a, a) for a in args)
     package, name = shipped
-    path = Path(str(resources.files(package))) / "data" / name
-    before = path.read_bytes() if path.exists() else None
-    assert_one_line_error(*cli(*args, path, "--force"), args[-1], "shipped data", "input")
-    assert (path.read_bytes() if path.exists() else None) == before
+    path = Path(str(resources.files(package))) / name
+    before = path.read_bytes() if path.is_file() else None
+    assert_one_line_error(*cli(*args, path, "--force"), args[-1], "shipped code and data", "input")
+    assert (path.read_bytes() if path.is_file() else None) == before and (before is not None or not path.exists())
 
 
 def test_a_study_database_is_never_an_output(tmp_path):

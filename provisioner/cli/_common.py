@@ -13,6 +13,7 @@ from workloads import TraceGenerator, default_arrival
 
 from .._validation import shown
 from ..errors import ProvisionerError
+from ..files import refuse_shipped
 from ..results import json_safe
 from ..store import refuse_foreign_study, sqlite_file
 
@@ -232,6 +233,7 @@ def check_study_path(study: str | None, outputs, flag: str) -> None:
     path = sqlite_file(study) if study else None
     if path is None:
         return
+    refuse_shipped(path, "--study")
     refuse_foreign_study(study)
     db = path.resolve()
     for out in outputs:

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
-from ..files import check_output_path, write_output
+from ..files import check_output_path, refuse_shipped, write_output
 from ._common import (given, input_files, preemption_option, check_study_path, scheduler_option, study_option,
                       swap_space_option)
 
@@ -87,8 +87,11 @@ def _write(table, paths: list[Path], force: bool, spec: Path, inputs: tuple) -> 
 
 
 def _check_creatable(out: Path) -> None:
-    """Refuse, before any work, a --out directory that could not be created."""
+    """Refuse, before any work, a --out directory that could not be created, or one in the
+    shipped packages (`refuse_shipped`)."""
     import os
+
+    refuse_shipped(out, "--out")
 
     base = out.absolute()
     while not base.exists():

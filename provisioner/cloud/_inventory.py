@@ -45,9 +45,10 @@ NODE_GPUS = (1, 2, 4, 8, 16)
 # The tabu search's time grows ~5x per doubling of GPUs (2 cores: 64 GPUs ~15 s, 128 ~70 s,
 # 256 more than 12 minutes): an inventory is at most this many GPUs (counts, and `available`).
 MAX_GPUS = 128
-# Nodes: the search plans at most 48 replicas, each at most a pipeline of two nodes
-# (`_search.MAX_GROUPS`, `MAX_PP`); 128 one-GPU nodes ran past 300 s.
-MAX_NODES = 96
+# The fewest replicas an inventory's nodes make (two nodes of up to 8 GPUs in a pipeline, a
+# 16-GPU node two TP-8 replicas) is at most the search's `_search.MAX_GROUPS`: 128 one-GPU
+# nodes, at least 64 replicas, ran past 300 s.
+MAX_FEWEST_REPLICAS = 48
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
                                                        bounds=GBPS_RANGE, unit="Gbps")
     types = tuple(_node(entry, k, loc, catalog, nic) for k, entry in enumerate(nodes))
     for what, per_type in (("count", lambda t: t.count), ("available", lambda t: t.available or 0)):
-        total = nodes_so_far = 0
+        total = small = big = 0
         for k, t in enumerate(types):
             total += t.gpus * per_type(t)
             if total > MAX_GPUS:
@@ -254,12 +255,15 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
                 raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory reaches {total} GPUs here; provision "
                                 f"cloud plans at most {MAX_GPUS} (the search's time grows ~5x per doubling): "
                                 f"{fix} or split the inventory", node=k)
-            nodes_so_far += per_type(t)
-            if nodes_so_far > MAX_NODES:
-                key = what if what in nodes[k] or what == "available" else "type"
-                raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory reaches {nodes_so_far} nodes here; provision "
-                                f"cloud plans at most {MAX_NODES} (48 replicas of at most two nodes each): use "
-                                f"fewer, larger nodes or split the inventory", node=k)
+            small, big = (small, big + per_type(t)) if t.gpus > 8 else (small + per_type(t), big)
+            fewest = (small + 1) // 2 + 2 * big
+            if fewest > MAX_FEWEST_REPLICAS:
+                key = what if what in nodes[k] or what == "available" else ("gpus" if "gpus" in nodes[k] else "type")
+                fix = f"lower {key}" if key != "type" else "list fewer nodes"
+                raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory's nodes make at least {fewest} replicas here "
+                                f"(two nodes of up to 8 GPUs in a pipeline, a 16-GPU node two); provision cloud plans "
+                                f"at most {MAX_FEWEST_REPLICAS}: {fix}, use larger nodes, or split the inventory",
+                                node=k)
     names = [t.name for t in types]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:

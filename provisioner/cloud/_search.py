@@ -124,7 +124,8 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
     the whole node where its GPU count is a TP degree); a node too small for one group joins
     (PP) its best-connected neighbour (a clustering of the bandwidth matrix). At most
     MAX_GROUPS groups: the nodes cut into the most are cut coarser (`_coarsen`), then nodes
-    of one group each pair into pipelines (`_pipelines`)."""
+    of one group each pair into pipelines (`_pipelines`; a node that can form none with
+    those left stays on its own, past the cap)."""
     groups, leftovers, tps = [], [], {}
     degrees = sorted(TP_DEGREES, reverse=coarse)
     for node, ti in enumerate(physics.node_type):
@@ -151,22 +152,26 @@ def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
     """Whole nodes paired into two-stage pipelines, each with its best-connected partner
     among `nodes` (a clustering of the bandwidth matrix). Nodes too small alone: a pair
     that cannot hold the weights is dropped, as is a node left without a partner. With
-    `keep_unpaired` (nodes that hold the model alone) such nodes stay groups of their own."""
+    `keep_unpaired` (nodes that hold the model alone): a partner of the node's own type
+    first, then the best-connected with which the pipeline holds (a 1-GPU A5000 and an 8x
+    B200 do not: the split gives the slow stage no layer); none, a group of its own."""
     gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
+    pipeline = lambda a, b: tuple(sorted(((a, gpus(a)), (b, gpus(b)))))
     bw, left, out = physics.link_bytes_per_s, list(nodes), []
     while left:
         a = left.pop(0)
-        partner = next((int(b) for b in np.argsort(-bw[a]) if b != a and b in left), None)
+        if keep_unpaired:   # a node of its own type first (such a pair always holds), then any that holds
+            order = sorted((b for b in left), key=lambda b: (physics.node_type[b] != physics.node_type[a], -bw[a, b], b))
+            partner = next((b for b in order if physics.group(pipeline(a, b))), None)
+        else:
+            partner = next((int(b) for b in np.argsort(-bw[a]) if b != a and b in left), None)
         if partner is None:
             if keep_unpaired:
                 out.append(((a, gpus(a)),))
             continue
         left.remove(partner)
-        st = tuple(sorted(((a, gpus(a)), (partner, gpus(partner)))))
-        if physics.group(st):
-            out.append(st)
-        elif keep_unpaired:
-            out += [((a, gpus(a)),), ((partner, gpus(partner)),)]
+        if physics.group(pipeline(a, partner)):
+            out.append(pipeline(a, partner))
     return out
 
 
