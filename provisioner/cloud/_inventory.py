@@ -257,9 +257,9 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
                                 f"{fix} or split the inventory", node=k)
             small, big = (small, big + per_type(t)) if t.gpus > 8 else (small + per_type(t), big)
             fewest = (small + 1) // 2 + 2 * big
-            if fewest > MAX_FEWEST_REPLICAS:
-                key = what if what in nodes[k] or what == "available" else ("gpus" if "gpus" in nodes[k] else "type")
-                fix = f"lower {key}" if key != "type" else "list fewer nodes"
+            if fewest > MAX_FEWEST_REPLICAS:   # a node too many: its count, else the entry (a default count of 1)
+                key = what if what in nodes[k] or what == "available" else ("gpu" if "gpu" in nodes[k] else "type")
+                fix = f"lower {key}" if key in ("count", "available") else "list fewer nodes"
                 raise loc.error(f"nodes[{k + 1}].{key}", f"the inventory's nodes make at least {fewest} replicas here "
                                 f"(two nodes of up to 8 GPUs in a pipeline, a 16-GPU node two); provision cloud plans "
                                 f"at most {MAX_FEWEST_REPLICAS}: {fix}, use larger nodes, or split the inventory",
