@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import errno
 import functools
+import importlib.util
 import os
 import stat
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 from .errors import ProvisionerError
@@ -42,8 +42,10 @@ SHIPPED_PACKAGES = ("hardware_catalog", "perfmodels", "workloads", "reports", "p
 
 @functools.cache
 def shipped_folders() -> tuple[Path, ...]:
-    """The folders of SHIPPED_PACKAGES, resolved (installed or in a checkout)."""
-    folders = (Path(str(resources.files(package))) for package in SHIPPED_PACKAGES)
+    """The folders of SHIPPED_PACKAGES, resolved (installed or in a checkout), found
+    without importing them (`reports` would import plotly)."""
+    specs = (importlib.util.find_spec(package) for package in SHIPPED_PACKAGES)
+    folders = (Path(f) for spec in specs if spec is not None for f in spec.submodule_search_locations or ())
     return tuple(f.resolve() for f in folders if f.is_dir())
 
 
