@@ -369,56 +369,64 @@ class Scorer:
                     costs[k, c] = max(min(own, work), 1.0)
         return costs
 
-    def _missable(self, holding) -> set:
-        """Indices of the routing classes the target lets miss whole (`_unmissable`), among
-        those some usable pair does not hold (the one every pair holds is the mix)."""
+    def _long_classes(self, holding) -> list:
+        """Indices of the routing classes some usable pair does not hold (the class every
+        pair holds is the mix itself)."""
         if not holding.classes:
-            return set()
+            return []
         every = np.logical_or.reduce([cls.pairs for cls in holding.classes])
-        long = [k for k, cls in enumerate(holding.classes) if not (cls.pairs == every).all()]
-        kept = {id(cls) for cls in self._unmissable([holding.classes[k] for k in long], holding.unheld)}
-        return {k for k in long if id(holding.classes[k]) not in kept}
+        return [k for k, cls in enumerate(holding.classes) if not (cls.pairs == every).all()]
+
+    def _missable(self, holding) -> set:
+        """Indices of the long routing classes (`_long_classes`) the target lets miss whole:
+        the smallest, while together with the unheld requests they are at most 1 - target
+        of the requests (2 of 200 100k-token prompts may both miss at 99%)."""
+        left = 1.0 - self.w.target - holding.unheld
+        out = set()
+        for k in sorted(self._long_classes(holding), key=lambda k: holding.classes[k].share):
+            left -= holding.classes[k].share * (1.0 - holding.unheld)
+            if left < -1e-12:
+                break
+            out.add(k)
+        return out
+
+    def _resource_use(self, group, phase, among=None) -> tuple | None:
+        """What a request of those a replica holds (of those `among`, a bool mask, when
+        given) takes of it on average, per resource: prefill (its pass, s,); decode (its KV
+        token-steps, (s + n) tokens for n - 1 steps: `steady_state_load`'s measure; its
+        step-seconds, n - 1 steps each lengthened by its context: `_decode_seconds`).
+        None when it holds none."""
+        key = ("use", phase, group, None if among is None else among.tobytes())
+        if key not in self._rates:
+            g = self.ph.group(group)
+            w = self._held(g.kv_cap_tokens, whole=phase == "decode", among=among)
+            self._rates[key] = (None if w is None else (self._prefill_moments(g.coef, w)[0],) if phase == "prefill"
+                                else (_token_steps(w), _decode_seconds(g.coef, w)))
+        return self._rates[key]
 
     def _occupancy_s(self, group, phase, cls) -> float:
         """Seconds of a replica a request of class `cls` holds, on average, when its limits do
         not bind (a class the target lets miss): prefill, its pass; decode, the larger of
-        its step-seconds (`_decode_seconds`) and its KV token-steps over the budget at the
-        iteration of the replica's rate (the share of the budget it holds, for how long)."""
-        key = ("occupancy", phase, group, cls.key)
-        if key not in self._rates:
-            g = self.ph.group(group)
-            mine = self._held(g.kv_cap_tokens, whole=phase == "decode", among=cls.sample)
-            if mine is None:
-                self._rates[key] = 0.0
-            elif phase == "prefill":
-                self._rates[key] = self._prefill_moments(g.coef, mine)[0]
-            else:
-                kv_s = _token_steps(mine) * self.decode(group)[1] / g.kv_cap_tokens
-                self._rates[key] = max(_decode_seconds(g.coef, mine), kv_s)
-        return self._rates[key]
+        its step-seconds and its KV token-steps over the budget at the iteration of the
+        replica's rate (the share of the budget it holds, for how long)."""
+        use = self._resource_use(group, phase, cls.sample)
+        if use is None:
+            return 0.0
+        if phase == "prefill":
+            return use[0]
+        token_steps, step_s = use
+        return max(step_s, token_steps * self.decode(group)[1] / self.ph.group(group).kv_cap_tokens)
 
     def _work_ratio(self, group, phase, cls) -> float:
-        """A request of class `cls` over a request of the mix a replica holds, in work:
-        prefill seconds (the roofline's pass time, `_prefill_moments`); decode, the larger
-        of the two ratios in the resources a decode uses, KV token-steps ((s + n) tokens
-        for n - 1 steps, `steady_state_load`'s measure) and step-seconds (n - 1 steps, each
-        lengthened by its context: `_decode_seconds`). On the A6000 pipeline, a 100k-token
-        prompt's decode holds 38 times the KV token-steps of the mix's mean request
-        (tests' long-prompt trace, 1% of them) and adds 28 times its step-seconds; counted
-        in steps alone it would cost what an average request does."""
-        key = ("work", phase, group, cls.key)
-        if key not in self._rates:
-            g = self.ph.group(group)
-            whole = phase == "decode"
-            mix, mine = self._held(g.kv_cap_tokens, whole=whole), self._held(g.kv_cap_tokens, whole, cls.sample)
-            if mix is None or mine is None:
-                self._rates[key] = 1.0
-            elif phase == "prefill":
-                self._rates[key] = _ratio(self._prefill_moments(g.coef, mine)[0], self._prefill_moments(g.coef, mix)[0])
-            else:
-                self._rates[key] = max(_ratio(_token_steps(mine), _token_steps(mix)),
-                                       _ratio(_decode_seconds(g.coef, mine), _decode_seconds(g.coef, mix)))
-        return self._rates[key]
+        """A request of class `cls` over a request of the mix a replica holds, in work: the
+        largest ratio over the resources it uses (`_resource_use`). On the A6000 pipeline, a
+        100k-token prompt's decode holds 38 times the KV token-steps of the mix's mean
+        request (tests' long-prompt trace, 1% of them) and adds 28 times its step-seconds;
+        counted in steps alone it would cost what an average request does."""
+        mix, mine = self._resource_use(group, phase), self._resource_use(group, phase, cls.sample)
+        if mix is None or mine is None:
+            return 1.0
+        return max(_ratio(a, b) for a, b in zip(mine, mix))
 
     def class_capacity(self, prefill_groups, decode_groups) -> float:
         """The rate at which a split plan's routing classes of long requests saturate the
@@ -427,32 +435,20 @@ class Scorer:
         the requests; inf without such classes. Not the score, which time-shares each
         replica among its classes (`class_costs`): a tie-break among plans that score alike
         (`tie_break`). A class every usable pair holds is the mix itself, and classes the
-        target lets miss whole (`_unmissable`) or that the sample lacks set no rate."""
+        target lets miss whole (`_missable`) or that the sample lacks set no rate."""
         holding = self.holding(prefill_groups, decode_groups)
-        every = np.logical_or.reduce([cls.pairs for cls in holding.classes]) if holding.classes else None
         missable = self._missable(holding)
         out = np.inf
-        for c, cls in enumerate(holding.classes):
-            if (cls.pairs == every).all() or c in missable or not cls.sample.any():
-                continue   # the mix, a class that may miss, or none in the sample: no rate to set
+        for c in self._long_classes(holding):
+            cls = holding.classes[c]
+            if c in missable or not cls.sample.any():
+                continue   # a class that may miss, or none in the sample: no rate to set
             side = lambda groups, phase, rows: sum(self.class_rate(g, phase, cls.sample) or 0.0
                                                    for g, used in zip(groups, rows) if used)
             rate = min(side(prefill_groups, "prefill", cls.pairs.any(axis=1)),
                        side(decode_groups, "decode", cls.pairs.any(axis=0)))
             out = min(out, rate / (cls.share * (1.0 - holding.unheld)))
         return out
-
-    def _unmissable(self, classes, unheld) -> list:
-        """`classes` less those the target lets miss whole: the smallest, while together with
-        the unheld requests they are at most 1 - target of the requests (2 of 200 100k-token
-        prompts may both miss at 99%)."""
-        left = 1.0 - self.w.target - unheld
-        ordered = sorted(classes, key=lambda cls: cls.share)
-        for k, cls in enumerate(ordered):
-            left -= cls.share * (1.0 - unheld)
-            if left < -1e-12:
-                return ordered[k:]
-        return []
 
     def _held(self, kv_cap, whole=True, among=None) -> Workload | None:
         """The requests of the sample (of those `among`, a bool mask, when given) a replica
