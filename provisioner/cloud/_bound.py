@@ -26,7 +26,7 @@ def candidate_groups(physics) -> list[tuple]:
         per_node = {}
         for node, tp in g:
             per_node[node] = per_node.get(node, 0) + tp
-        if all(n <= physics.inv.types[physics.node_type[node]].gpus for node, n in per_node.items()) \
+        if all(n <= physics.node_gpus(node) for node, n in per_node.items()) \
                 and physics.group(g):
             out.append(g)
     return out

@@ -61,6 +61,10 @@ class Physics:
         # move apart share most pairs, and enumerating them was half the search's time
         self.regroupings: dict = {}
 
+    def node_gpus(self, node: int) -> int:
+        """GPUs of node `node` (an index into `inventory.nodes`)."""
+        return self.inv.types[self.node_type[node]].gpus
+
     @functools.cached_property
     def relabellings(self) -> list[np.ndarray] | None:
         """Every permutation of the nodes that maps each node to one of its type (arrays: new

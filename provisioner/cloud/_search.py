@@ -128,24 +128,29 @@ def initial_groups(physics, coarse=False) -> list[tuple]:
     those left stays on its own, past the cap)."""
     groups, leftovers, tps = [], [], {}
     degrees = sorted(TP_DEGREES, reverse=coarse)
-    for node, ti in enumerate(physics.node_type):
-        gpus = physics.inv.types[ti].gpus
-        tp = next((t for t in degrees if t <= gpus and gpus % t == 0 and physics.group(((node, t),))), None)
+    gpus = physics.node_gpus
+    for node in range(len(physics.node_type)):
+        tp = next((t for t in degrees if t <= gpus(node) and gpus(node) % t == 0 and physics.group(((node, t),))),
+                  None)
         if tp is None:
             leftovers.append(node)
         else:
             tps[node] = tp
-    gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
     _coarsen(tps, physics, MAX_GROUPS - (len(leftovers) + 1) // 2)
     # still too many groups (many nodes of one group each): pair such nodes into pipelines of
     # two whole nodes, one group fewer per pair, the smallest nodes first
-    excess = sum(gpus(n) // tp for n, tp in tps.items()) + (len(leftovers) + 1) // 2 - MAX_GROUPS
+    excess = _groups_of(tps, physics) + (len(leftovers) + 1) // 2 - MAX_GROUPS
     whole = sorted((n for n, tp in tps.items() if tp == gpus(n)), key=lambda n: (gpus(n), n))[:2 * max(excess, 0)]
     for node in whole:
         del tps[node]
     for node, tp in tps.items():
         groups += [((node, tp),)] * (gpus(node) // tp)
     return groups + _pipelines(leftovers, physics) + _pipelines(whole, physics, keep_unpaired=True)
+
+
+def _groups_of(tps: dict, physics) -> int:
+    """Groups the nodes {node: tp} are cut into."""
+    return sum(physics.node_gpus(n) // tp for n, tp in tps.items())
 
 
 def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
@@ -155,7 +160,7 @@ def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
     `keep_unpaired` (nodes that hold the model alone): a partner of the node's own type
     first, then the best-connected with which the pipeline holds (a 1-GPU A5000 and an 8x
     B200 do not: the split gives the slow stage no layer); none, a group of its own."""
-    gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
+    gpus = physics.node_gpus
     pipeline = lambda a, b: tuple(sorted(((a, gpus(a)), (b, gpus(b)))))
     bw, left, out = physics.link_bytes_per_s, list(nodes), []
     while left:
@@ -178,8 +183,8 @@ def _pipelines(nodes: list, physics, keep_unpaired=False) -> list[tuple]:
 def _coarsen(tps: dict, physics, most: int) -> None:
     """Double the TP of the nodes cut into the most groups ({node: tp}, in place) until
     they make at most `most` groups, or every node is one group."""
-    gpus = lambda node: physics.inv.types[physics.node_type[node]].gpus
-    while sum(gpus(n) // tp for n, tp in tps.items()) > most:
+    gpus = physics.node_gpus
+    while _groups_of(tps, physics) > most:
         finer = [n for n, tp in tps.items() if 2 * tp in TP_DEGREES and gpus(n) % (2 * tp) == 0]
         if not finer:
             return
