@@ -194,7 +194,11 @@ def _syntax_error(where: str, text: str, exc: Exception) -> ProvisionerError:
     return ProvisionerError(f"{where}:{line}:{field} not valid TOML ({why}); fix the syntax")
 
 
-_NODES_HEADER = re.compile(r"^\s*\[\[\s*nodes\s*\]\]\s*(#.*)?$")   # `[[ nodes ]]  # big` too
+def _is_header(line: str, name: str, array: bool = False) -> bool:
+    """Whether `line` opens the table `[name]` (`[[name]]` with `array`); spaces inside the
+    brackets and a trailing comment are valid TOML (`[[ nodes ]]  # big`)."""
+    opening, closing = (r"\[\[", r"\]\]") if array else (r"\[", r"\]")
+    return re.match(rf"^\s*{opening}\s*{re.escape(name)}\s*{closing}\s*(#.*)?$", line) is not None
 
 
 class _Locator:
@@ -210,11 +214,11 @@ class _Locator:
     def _line(self, key: str, node: int | None, section: str | None) -> int:
         start, seen = 0, -1
         for i, text in enumerate(self.lines):
-            if node is not None and _NODES_HEADER.match(text):
+            if node is not None and _is_header(text, "nodes", array=True):
                 seen += 1
                 if seen == node:
                     start = i
-            elif section is not None and re.match(rf"^\s*\[\s*{re.escape(section)}\s*\]\s*(#.*)?$", text):
+            elif section is not None and _is_header(text, section):
                 start = i
         if node is not None and seen < node:
             start = 0
