@@ -999,6 +999,16 @@ def test_requests_that_fit_in_no_replica_are_misses_and_named(tmp_path, capsys):
     assert "the largest decode replica" in lines[0] and "prefill replica" in lines[0], lines
 
 
+A40, A6000_PIPELINE = ((4, 8),), ((0, 4), (1, 4))   # groups of thunderserve-32gpu that hold a 100k-token prompt
+
+
+def _long_prompt_plan():
+    """A split plan of thunderserve-32gpu whose only replicas that hold 100k-token prompts are
+    the 8x A40 (prefill) and the A6000 pipeline (decode)."""
+    return canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), A40)]
+                 + [(st, "decode") for st in (A6000_PIPELINE, ((5, 2), (5, 2)), ((6, 4),))])
+
+
 def _long_prompt_trace(spacing_s=2.0, long=10):
     """200 requests, `long` of them with 100k-token prompts (160 GB of KV for llama-30b): on
     thunderserve-32gpu only groups of 8 A40s, or pipelines of a 4x node with another, hold them."""
@@ -1055,9 +1065,7 @@ def test_a_class_no_replica_serves_within_its_limits_does_not_zero_the_plan(perf
     sustained 0.25 req/s (2.02 now)."""
     trace = _long_prompt_trace(long=2)
     ctx = make_context(load_inventory("thunderserve-32gpu", perf.catalog), perf.llm("llama-30b"), perf, trace, 1.0)
-    a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
-    plan = canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), a40)]
-                 + [(st, "decode") for st in (a6000_pipeline, ((5, 2), (5, 2)), ((6, 4),))])
+    a40, a6000_pipeline, plan = A40, A6000_PIPELINE, _long_prompt_plan()
     long = trace.prompt_tokens > 50_000
     assert ctx.scorer.class_rate(a6000_pipeline, "decode", long) == 0.0
     assert ctx.scorer.class_rate(a40, "prefill", long) > 0
@@ -1076,9 +1084,7 @@ def test_requests_the_target_lets_miss_cost_the_time_they_hold_a_replica(perf):
     request of its mix, where their work over the mix's charged 37.5 and the plan scored
     0.21 req/s (the DES sustains over 1). Three such prompts (1.5%) may not all miss: costed
     as before."""
-    a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
-    plan = canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), a40)]
-                 + [(st, "decode") for st in (a6000_pipeline, ((5, 2), (5, 2)), ((6, 4),))])
+    a40, a6000_pipeline, plan = A40, A6000_PIPELINE, _long_prompt_plan()
     pre, dec = [st for st, ph in plan if ph == "prefill"], [st for st, ph in plan if ph == "decode"]
     scores, costs = {}, {}
     for long in (2, 3):
@@ -1154,9 +1160,7 @@ def test_the_long_requests_move_their_own_kv(perf):
     trace's long prompts: with them all past the 2,000-request sample, the plan scores the
     same."""
     trace = _long_prompt_trace()
-    a40, a6000_pipeline = ((4, 8),), ((0, 4), (1, 4))
-    plan = canon([(st, "prefill") for st in (((2, 4),), ((3, 2), (3, 2)), a40)]
-                 + [(st, "decode") for st in (a6000_pipeline, ((5, 2), (5, 2)), ((6, 4),))])
+    a40, a6000_pipeline, plan = A40, A6000_PIPELINE, _long_prompt_plan()
     long = trace.prompt_tokens > 50_000
     long_bytes_per_link = perf.llm("llama-30b").kv_bytes_per_token * 100_000 / 2   # half the layers a node
     rates, link_bounds = {}, {}
