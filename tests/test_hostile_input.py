@@ -842,3 +842,20 @@ def test_the_library_refuses_an_integer_too_large_for_a_float():
     from provisioner.errors import ProvisionerError
     with pytest.raises(ProvisionerError, match="rps must be a finite number > 0 \\(got a 401-digit integer\\)"):
         ProvisionRequest(goal="cost", rps=10 ** 400)
+
+
+@pytest.mark.parametrize("column", ["model", "hardware"])
+def test_a_profile_with_an_empty_name_cell_is_named_by_line_and_column(tmp_path, column):
+    """pandas reads an empty cell as NaN: calibrate and plot failed with IndexError (exit 1)."""
+    import perfmodels
+    lines = (Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv").read_text().splitlines()
+    col = lines[0].split(",").index(column)
+    fields = lines[2].split(",")
+    fields[col] = ""
+    lines[2] = ",".join(fields)
+    profile = tmp_path / "p.csv"
+    profile.write_text("\n".join(lines) + "\n")
+    needles = ("--profile", "p.csv", f"line 3, column {column}: empty cell")
+    assert_one_line_error(*cli("perf", "calibrate", "--profile", profile, "--out", tmp_path / "c.toml"), *needles)
+    assert_one_line_error(*cli("perf", "plot", "--profile", profile, "--out", tmp_path / "p.html"), *needles)
+    assert not (tmp_path / "c.toml").exists() and not (tmp_path / "p.html").exists()

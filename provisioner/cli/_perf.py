@@ -233,7 +233,7 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
         what = "is a directory" if profile.is_dir() else "no such file"
         raise ProvisionerError(f"{where}: {what}; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
     try:
-        df = pd.read_csv(profile)
+        df = pd.read_csv(profile, dtype={"model": str, "hardware": str})   # names as written, e.g. "5"
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ProvisionerError(f"{where}: not a readable CSV ({' '.join(str(exc).split())})") from None
     missing = [c for c in PROFILE_COLUMNS if c not in df.columns]
@@ -257,6 +257,12 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
                                f"(got {df.tensor_parallel.iloc[i]:g})")
     cat = load_catalog()
     for col, lookup in (("model", cat.model), ("hardware", cat.gpu)):
+        empty = df[col].isna()   # pandas reads an empty cell as NaN, which no lookup can name
+        if empty.any():
+            i = int(np.flatnonzero(empty.to_numpy())[0])
+            what, known = ("model", cat.models) if col == "model" else ("GPU", cat.gpus)
+            raise ProvisionerError(f"{where}: line {i + 2}, column {col}: empty cell; give a {what} name "
+                                   f"(known: {', '.join(sorted(known))})")
         for name in df[col].unique():
             try:
                 lookup(name)
