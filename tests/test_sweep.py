@@ -102,6 +102,11 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('goals = ["cost"]\n', ["key 'rps'"]),
     ('rps = [5]\n[price_lists]\nspot = { dgx-h10 = 3.0 }\n', ["key 'price_lists.spot.dgx-h10'", "dgx-h100"]),
     ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 0 }\n', ["key 'price_lists.spot.dgx-h100'", "> 0"]),
+    # were an OverflowError (exit 1), and a run with solver errors writing cost inf as feasible
+    ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 1' + '0' * 400 + ' }\n',
+     ["key 'price_lists.spot.dgx-h100'", "at most 1e+06", "a 401-digit integer"]),
+    ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 1e308 }\n', ["key 'price_lists.spot.dgx-h100'", "at most 1e+06"]),
+    ('rps = [5]\n[price_lists]\nspot = { dgx-h100 = 1.5e6 }\n', ["key 'price_lists.spot.dgx-h100'", "at most 1e+06"]),
     ('rps = [5\n', ["not valid TOML"]),
     # keys no question reads: were accepted and changed nothing
     ('goals = ["throughput"]\nrps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'rps'", "goals cost and power"]),

@@ -34,12 +34,18 @@ from pathlib import Path
 from hardware_catalog import CatalogError, load_catalog
 from workloads import WorkloadError, default_arrival
 
+from .._validation import shown
+from ..cloud._inventory import PRICE_USD_PER_H_RANGE
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..search import ProvisionRequest
 
 __all__ = ["SweepSpec", "Question", "load_sweep_spec", "price_catalog"]
+
+# $/machine-hour of a price list, at most the cloud inventories' cap: past it no machine is
+# rented, and the search's solver overflows or takes the price for infinite (cost inf, feasible)
+MAX_PRICE_USD_PER_H = PRICE_USD_PER_H_RANGE[1]
 
 GRID_KEYS = ("goals", "models", "workloads", "rps", "power_budget_kw", "cost_budget_usd_per_h", "families",
              "seeds")
@@ -252,15 +258,26 @@ def _price_lists(path: Path, raw) -> dict[str, dict]:
                     catalog.machine(machine)
                 except CatalogError as exc:
                     raise ProvisionerError(f"{path}: key '{key}.{machine}': {exc}") from None
-                if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price < float("inf"):
-                    raise ProvisionerError(f"{path}: key '{key}.{machine}' must be a price > 0 in $/machine-hour "
-                                           f"(got {price!r})")
+                if not 0 < _as_price(price) <= MAX_PRICE_USD_PER_H:
+                    raise ProvisionerError(f"{path}: key '{key}.{machine}' must be a price > 0 and at most "
+                                           f"{MAX_PRICE_USD_PER_H:g} in $/machine-hour (got {shown(price)})")
                 prices[machine] = float(price)
         else:
             raise ProvisionerError(f"{path}: key '{key}' must be a table of machine = $/h or the name of a cost "
                                    f"option (got {entry!r})")
         out[str(name)] = prices
     return out
+
+
+def _as_price(value) -> float:
+    """A TOML number as a float; NaN (refused by every comparison) for a boolean, a string,
+    or an integer past a float's range (TOML integers are unbounded)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("nan")
 
 
 def price_catalog(prices: dict):
