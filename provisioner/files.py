@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import ProvisionerError
 
-__all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped"]
+__all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped", "resolved"]
 
 
 def os_error_line(exc: OSError, path) -> str:
@@ -49,11 +49,29 @@ def shipped_folders() -> tuple[Path, ...]:
     return tuple(f.resolve() for f in folders if f.is_dir())
 
 
+def resolved(path, flag: str, params: tuple[str, ...] = ()) -> Path:
+    """`path` expanded and resolved, or one line naming `flag` when it cannot be: a loop of
+    symbolic links (`ln -s b a; ln -s a b`) raised RuntimeError out of `Path.resolve`
+    (OSError ELOOP from Python 3.13).
+
+    >>> resolved("/", "--out")
+    PosixPath('/')
+    """
+    try:
+        return Path(path).expanduser().resolve()
+    except RuntimeError:
+        why = "leads into a loop of symbolic links"
+    except OSError as exc:
+        why = ("leads into a loop of symbolic links" if exc.errno == errno.ELOOP
+               else f"cannot be resolved ({exc.strerror or exc})")
+    raise ProvisionerError(f"{flag} '{path}' {why}; remove or fix the link, or give another path", params=params)
+
+
 def refuse_shipped(path, flag: str) -> None:
     """Refuse an output inside the shipped packages (`shipped_folders`): an HTML report
     written over the shipped inventory, or a new *.toml in the catalog folder, broke every
     later run."""
-    target = Path(path).expanduser().resolve()
+    target = resolved(path, flag)
     folder = next((f for f in shipped_folders() if target.is_relative_to(f)), None)
     if folder is not None:
         raise ProvisionerError(f"{flag} '{path}' is in the provisioner's shipped code and data ({folder}), an input "
@@ -71,6 +89,7 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     'report.html'
     """
     path = Path(path)
+    resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
     if not shipped_ok:

@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import ProvisionerError
+from .files import resolved
 
 __all__ = ["ResultStore", "open_store", "refuse_foreign_study", "code_version", "digest", "trace_digest", "latency_model_digest"]
 
@@ -84,7 +85,7 @@ def _url(location: str) -> str:
     if not path.parent.is_dir():
         raise ProvisionerError(f"study '{text}': directory '{path.parent}' does not exist; create it first",
                                params=("study",))
-    return f"sqlite:///{path.resolve()}"
+    return f"sqlite:///{resolved(path, 'study', params=('study',))}"
 
 
 def _sqlite_url(url: str) -> str:

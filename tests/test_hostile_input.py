@@ -859,3 +859,32 @@ def test_a_profile_with_an_empty_name_cell_is_named_by_line_and_column(tmp_path,
     assert_one_line_error(*cli("perf", "calibrate", "--profile", profile, "--out", tmp_path / "c.toml"), *needles)
     assert_one_line_error(*cli("perf", "plot", "--profile", profile, "--out", tmp_path / "p.html"), *needles)
     assert not (tmp_path / "c.toml").exists() and not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["perf", "predict", "--points", "q.csv", "--out", "loop1"], "--out"),
+    (["perf", "calibrate", "--out", "loop1"], "--out"),
+    (["perf", "plot", "--out", "loop1/p.html"], "--out"),
+    (["--goal", "cost", "--rps", "5", "--report", "loop1"], "--report"),
+    (["--goal", "cost", "--rps", "5", "--study", "loop1"], "--study"),
+    (["sweep", "s.toml", "--out", "loop1"], "--out"),
+    (["sweep", "s.toml", "--out", "o", "--study", "loop1"], "--study"),
+])
+def test_a_path_that_is_a_loop_of_symbolic_links_is_one_line(tmp_path, args, flag):
+    """Path.resolve() raised RuntimeError ('Symlink loop'): an internal error (exit 1)."""
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "q.csv").write_text("model,hardware,tensor_parallel,prompt_size,batch_size\n"
+                                    "llama2-70b,a100-80gb,2,512,1\n")
+    (tmp_path / "s.toml").write_text('rps = [5]\nfamilies = ["baseline-a100"]\nduration_s = 3\nverify = false\n')
+    assert_one_line_error(*cli(*args, cwd=tmp_path), f"{flag} 'loop1", "loop of symbolic links")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_study_that_is_a_loop_of_symbolic_links_is_refused_by_the_library(tmp_path):
+    from provisioner.errors import ProvisionerError
+    from provisioner.store import open_store
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    with pytest.raises(ProvisionerError, match="study '.*loop1' leads into a loop of symbolic links"):
+        open_store(str(tmp_path / "loop1"))

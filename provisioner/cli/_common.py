@@ -13,7 +13,7 @@ from workloads import TraceGenerator, default_arrival
 
 from .._validation import shown
 from ..errors import ProvisionerError
-from ..files import refuse_shipped
+from ..files import refuse_shipped, resolved
 from ..results import json_safe
 from ..store import refuse_foreign_study, sqlite_file
 
@@ -235,9 +235,9 @@ def check_study_path(study: str | None, outputs, flag: str) -> None:
         return
     refuse_shipped(path, "--study")
     refuse_foreign_study(study)
-    db = path.resolve()
+    db = resolved(path, "--study")
     for out in outputs:
-        if out is not None and Path(out).expanduser().resolve() == db:
+        if out is not None and resolved(out, flag) == db:
             raise ProvisionerError(f"{flag} '{out}' is also the --study database; give them different paths")
 
 

@@ -30,7 +30,7 @@ from perfmodels import (MAX_MEASURED, MIN_POWER_CAP, PROFILE_COLUMNS, TP_DEGREES
                         PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
-from ..files import check_output_path, write_output
+from ..files import check_output_path, resolved, write_output
 from ._common import check_seed
 from ._common import console as make_console
 from ..errors import ProvisionerError
@@ -320,7 +320,8 @@ def calibrate_command(
         raise ProvisionerError(f"--max-mape must be a percentage > 0, e.g. 8 (got {max_mape:g})")
     default = perfmodels.DEFAULT_CALIBRATION_PATH
     target = default if out is None else out
-    if target.resolve() != default:
+    is_default = resolved(target, "--out") == default
+    if not is_default:
         _check_out(target, force, "--out", inputs=(profile,))
     report = run_calibration(_read_profile(profile), holdout, seed)
     table = mape_table(report)
@@ -346,14 +347,14 @@ def calibrate_command(
                 f"held-out MAPE of {worst.gpu} {worst.phase} is {worst['held-out_mape_pct']:.2f}% > --max-mape "
                 f"{max_mape:g}%; constants not saved")
     cal = report.calibration
-    if target.resolve() == default and target.exists():
+    if is_default and target.exists():
         # The default file serves every GPU: a profile of some GPUs must not drop the others.
         cal, kept = merge_calibration(cal, load_calibration(target))
         if kept:
             console.print(f"kept the constants of {', '.join(kept)} from the previous {target.name} "
                           f"(not in the profile)", highlight=False, soft_wrap=True)
     write_output(target, dump_calibration(cal), flag="--out", force=True, inputs=(profile,),
-                 shipped_ok=target.resolve() == default)
+                 shipped_ok=is_default)
     console.print(f"saved constants to {target}", highlight=False, soft_wrap=True)
 
 
