@@ -888,3 +888,15 @@ def test_a_study_that_is_a_loop_of_symbolic_links_is_refused_by_the_library(tmp_
     (tmp_path / "loop2").symlink_to("loop1")
     with pytest.raises(ProvisionerError, match="study '.*loop1' leads into a loop of symbolic links"):
         open_store(str(tmp_path / "loop1"))
+
+
+def test_a_rate_profile_whose_end_overflows_is_named_by_file_and_column(tmp_path):
+    """0 then 1e308 s: the last step (as long as the gap before it) ended at inf, with numpy
+    overflow warnings and then an error naming no file or column."""
+    import warnings
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n1e308,2\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a printed RuntimeWarning fails the test
+        result = cli("autoscale", "--profile", profile, "--design", "baseline-a100")
+    assert_one_line_error(*result, "rate.csv:3: column 1 (time_s)", "--duration")

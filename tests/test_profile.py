@@ -33,6 +33,7 @@ def test_csv_steps_and_last_step_as_long_as_the_gap_before_it(tmp_path):
     ("time_s,rps\n0,1\n10\n", ":3: 1 fields"),
     ("time_s,rps\n0,0\n10,0\n", "column 2 (rps) is 0 on every row"),
     ("time_s,rps\n0,4\n", "one row has no length"),
+    ("time_s,rps\n0,1\n1e308,2\n", ":3: column 1 (time_s)"),   # its last step's end overflowed (numpy warnings)
     ("", "empty file"),
 ])
 def test_bad_csv_is_one_line_naming_file_line_and_column(tmp_path, text, where):

@@ -186,7 +186,11 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     elif len(start) < 2:
         raise ProfileFormatError(f"{name}: one row has no length; add a row or give --duration")
     else:
-        end = start[-1] + (start[-1] - start[-2])
+        end = float(start[-1]) + float(start[-1] - start[-2])   # Python floats: inf past the range, no warning
+        if not math.isfinite(end):
+            raise ProfileFormatError(f"{name}:{lines[-1][0]}: column 1 (time_s): the last step lasts as long as the "
+                                     f"gap before it, so it would end at {start[-1]:g} + {start[-1] - start[-2]:g} s, "
+                                     f"past a float's range; give smaller times, or --duration")
     keep = start < end   # a duration shorter than the file cuts its last steps
     if not any(r > 0 for r, k in zip(rates, keep) if k):
         raise ProfileFormatError(f"{name}: column 2 (rps) is 0 on every row in the profile's "
