@@ -900,3 +900,15 @@ def test_a_rate_profile_whose_end_overflows_is_named_by_file_and_column(tmp_path
         warnings.simplefilter("error")   # a printed RuntimeWarning fails the test
         result = cli("autoscale", "--profile", profile, "--design", "baseline-a100")
     assert_one_line_error(*result, "rate.csv:3: column 1 (time_s)", "--duration")
+
+
+@pytest.mark.parametrize("toml, where", [
+    ('[[nodes]]\ntype = "a40-8x"\nname = "a\\nb"\n', "inv.toml:3: nodes[1].name"),
+    ('[[nodes]]\ngpu = "a100-80gb"\ngpus = 8\nname = "n\\u202e1"\n', "inv.toml:4: nodes[1].name"),
+    ('name = "my\\tcloud"\n[[nodes]]\ntype = "a40-8x"\n', "inv.toml:1: name"),
+])
+def test_an_inventory_name_with_a_control_character_is_refused(tmp_path, toml, where):
+    """A newline in a node's name was accepted, and broke the tables and errors printing it."""
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text(toml)
+    assert_one_line_error(*cli("cloud", "--inventory", inventory, "--rps", "1"), where, "control characters")

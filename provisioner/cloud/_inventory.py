@@ -19,6 +19,7 @@ import itertools
 import math
 import re
 import tomllib
+import unicodedata
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -238,7 +239,7 @@ def _parse(raw: dict, loc: _Locator, catalog, default_name: str) -> Inventory:
     if not isinstance(nodes, list) or not nodes:
         raise loc.error("nodes", "no [[nodes]] entries: list at least one node type")
     if "name" in raw and not _is_name(raw["name"]):
-        raise loc.error("name", f"must be a non-empty string (got {raw['name']!r})")
+        raise loc.error("name", f"must be a non-empty string without control characters (got {raw['name']!r})")
     net = raw.get("network", {})
     if not isinstance(net, dict):
         raise loc.error("network", "must be a table [network]")
@@ -299,7 +300,10 @@ def _gbps(gbps, param: str) -> float:
 
 
 def _is_name(value) -> bool:
-    return isinstance(value, str) and value.strip() != ""
+    """A non-empty string of one line: no control or format characters (a newline, a tab, a
+    right-to-left override) to break or disguise the tables and errors that print it."""
+    return (isinstance(value, str) and value.strip() != ""
+            and not any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in value))
 
 
 def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None) -> NodeType:
@@ -334,8 +338,8 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
         raise loc.error(f"{field}.type", "missing: give type (a catalog node such as a40-8x) or gpu + gpus",
                         node=k)
     if not _is_name(name):
-        raise loc.error(f"{field}.name", f"must be a non-empty string, the node's name in --without and the "
-                        f"answer (got {name!r})", node=k)
+        raise loc.error(f"{field}.name", f"must be a non-empty string without control characters, the node's "
+                        f"name in --without and the answer (got {name!r})", node=k)
     try:
         gpu = catalog.gpu(gpu_name)
     except Exception as exc:
