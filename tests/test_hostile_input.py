@@ -912,3 +912,24 @@ def test_an_inventory_name_with_a_control_character_is_refused(tmp_path, toml, w
     inventory = tmp_path / "inv.toml"
     inventory.write_text(toml)
     assert_one_line_error(*cli("cloud", "--inventory", inventory, "--rps", "1"), where, "control characters")
+
+
+# --------------------------------------------------------------------------- a review of 2026-11-29
+def test_a_rate_no_design_can_hold_is_refused_before_the_search():
+    """The count bound derived from --rps had no ceiling: 1e6 req/s searched for 10 minutes and
+    answered 648,079 machines, where `simulate` refuses over 100,000 per pool."""
+    code, out, err, seconds, _ = run_measured(["--goal", "cost", "--rps", "1e6", "--duration", "0.0002",
+                                               "--design", "baseline-a100", "--no-verify"], timeout_s=60)
+    line = assert_one_line_error(code, out, err, "--rps 1e+06 gives baseline-a100 a count bound over 100,000 "
+                                                 "machines", "give --rps of at most about")
+    fits = float(line.rsplit("at most about ", 1)[1].split()[0].replace(",", ""))
+    assert 1e3 < fits < 1e6
+
+
+def test_a_replay_whose_own_rate_no_design_can_hold_names_its_rate(tmp_path):
+    """Arrivals 1e-300 s apart: the solver's infinite coefficients, then an OverflowError."""
+    trace = _trace(tmp_path, [(0, 100, 10), (1e-300, 100, 10), (2e-300, 100, 10)])
+    line = assert_one_line_error(*cli("--goal", "cost", "--workload", trace, "--design", "baseline-a100",
+                                      "--no-verify"), f"the replayed trace '{trace}' at its own rate",
+                                 "give --rps of at most about")
+    assert "internal error" not in line

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..designs import DesignBatch
+from ..designs import MAX_DESIGN_MACHINES, DesignBatch
 from ..results import json_number
 from ._bayes import BayesOutcome, bayes_search
 from ._enumerate import Staircase, exhaustive_search, staircase_search
@@ -100,13 +100,13 @@ def _grid_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, boun
     """The frontier search of a count grid, its bounds grown while its largest design fails."""
     req = problem.req
     for _ in range(MAX_EXPANSIONS + 1):
-        corner = space.designs([space.prompt.max_machines],
-                               [space.token.max_machines if space.token is not None else 0])
+        top = (space.prompt.max_machines, space.token.max_machines if space.token is not None else 0)
+        corner = space.designs([top[0]], [top[1]])
         corner_row = ev(corner).iloc[0]
-        if corner_row["slo_met"] or req.max_machines is not None:
+        grown = tuple(min(2 * n, MAX_DESIGN_MACHINES) for n in top)   # no design has more
+        if corner_row["slo_met"] or req.max_machines is not None or grown == top:
             break
-        space = space.with_bounds(2 * space.prompt.max_machines,
-                                  2 * space.token.max_machines if space.token is not None else None)
+        space = space.with_bounds(*grown)
     if not corner_row["slo_met"]:
         return _Found(None, space, closest=corner)
     if req.searcher == "exhaustive":

@@ -4,6 +4,7 @@ bounds, the search trace, SLO reachability)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import replace
 
@@ -12,7 +13,7 @@ import pandas as pd
 
 from perfmodels import LatencyModel
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DesignBatch
+from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, MAX_DESIGN_MACHINES, DesignBatch
 from ..errors import ProvisionerError
 from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
@@ -22,7 +23,7 @@ from ._evaluate import Evaluator, engine_for, preemption_key, stored_rows
 from ._ilp import CapacityBound, capacity_bound, pool_options
 from ._progress import Progress
 from ._request import ProvisionRequest
-from ._space import FamilySpace, count_bound, family_space
+from ._space import BOUND_FACTOR, FamilySpace, count_bound, family_space, most_machines_needed
 from ._verify import DesPool
 
 ILP_CAP_STEPS = 7               # power-cap grid of the integer program for a cap range
@@ -193,27 +194,49 @@ class SearchProblem:
             return self.budget_bounds(sp)
         # Enough of the slowest option for BOUND_FACTOR x the bare work, in either pool
         # (machines of either pool serve both phases when lent).
-        worst = 0.0
+        work = 0.0
         for pool in (sp.prompt, sp.token):
             if pool is None:
                 continue
             for m in pool.machines:
                 c = self.capacity(m, pool.power_cap[0])
                 if c.kv_capacity_tokens > 0:
-                    worst = max(worst, req.rps * c.work_s_per_request)
-        n = count_bound(worst)
+                    work = max(work, c.work_s_per_request)
+        self.refuse_unsimulable_rate(sp, work)
+        n = count_bound(req.rps * work)
         return n, n
+
+    def refuse_unsimulable_rate(self, sp: FamilySpace, work_s_per_request: float) -> None:
+        """Refuse a load whose count bound (`count_bound`) passes `MAX_DESIGN_MACHINES`, the
+        most machines per pool a design may have: the search would simulate designs no
+        other command accepts, for as long as it takes (or overflow), instead of answering."""
+        rps = float(self.req.rps)
+        most = most_machines_needed(MAX_DESIGN_MACHINES)
+        needed = rps * work_s_per_request
+        if needed <= most:   # also False for an infinite or NaN need
+            return
+        fits = most / work_s_per_request
+        e = math.floor(math.log10(fits)) - 2
+        fits = math.floor(fits / 10 ** e) * 10 ** e    # three significant digits, rounded down
+        replay = self.req.arrival == "replay" and rps == self.scaled.native_rps
+        load = (f"the replayed trace '{self.scaled.label}' at its own rate, {rps:.3g} req/s," if replay
+                else f"rps {rps:g}")
+        raise ProvisionerError(
+            f"{load} gives {sp.family} a count bound over {MAX_DESIGN_MACHINES:,} machines per pool ({BOUND_FACTOR:g}x "
+            f"the machines its bare work needs), more than a design may have; give rps of at most about "
+            f"{fits:,.{max(0, -e)}f} req/s{' to time-scale the trace' if replay else ''}", params=("rps",))
 
     def hardware_bounds(self, space: FamilySpace, hw: dict, rps: float) -> tuple[int, int]:
         """Count bounds of one hardware choice: BOUND_FACTOR x the machines its work needs."""
         if self.req.max_machines is not None:
             return self.req.max_machines, self.req.max_machines
+        most = most_machines_needed(MAX_DESIGN_MACHINES)   # no design has more (`count_bounds` refused more)
         cp = self.capacity(hw["prompt_machine"], hw["prompt_power_cap"], hw.get("prompt_tp", 0))
-        n_p = count_bound(rps * cp.work_s_per_request)
+        n_p = count_bound(min(rps * cp.work_s_per_request, most))
         if space.token is None:
             return n_p, 1
         ct = self.capacity(hw["token_machine"], hw["token_power_cap"], hw.get("token_tp", 0))
-        return n_p, count_bound(rps * ct.work_s_per_request)
+        return n_p, count_bound(min(rps * ct.work_s_per_request, most))
 
     # -- budgets and objectives ------------------------------------------------------------
     def budget_bounds(self, sp: FamilySpace) -> tuple[int, int]:

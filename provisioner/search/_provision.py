@@ -48,6 +48,10 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
     unreachable = {f: problem.unservable(f) or problem.unreachable_slo(f) for f in request.families}
     if all(unreachable.values()):
         raise ProvisionerError(next(iter(unreachable.values())), params=("slo_scale",))
+    if request.goal != "throughput":
+        for family in request.families:   # refuses a load no design can hold before any search runs
+            if not unreachable[family]:
+                problem.space(family)
     if request.verify:
         problem.des_pool.start()
     # Goals cost and power: a family's discrete-event re-check runs in the background while

@@ -221,3 +221,8 @@ def _only(tp, machines) -> tuple:
 def count_bound(machines_needed: float) -> int:
     """Upper count bound from the machines the work needs (see module docstring)."""
     return max(MIN_BOUND, int(math.ceil(BOUND_FACTOR * machines_needed)) + 2)
+
+
+def most_machines_needed(bound: int) -> float:
+    """The most machines the work may need for `count_bound` to stay within `bound` (its inverse)."""
+    return (bound - 2) / BOUND_FACTOR
