@@ -933,3 +933,14 @@ def test_a_replay_whose_own_rate_no_design_can_hold_names_its_rate(tmp_path):
                                       "--no-verify"), f"the replayed trace '{trace}' at its own rate",
                                  "give --rps of at most about")
     assert "internal error" not in line
+
+
+@pytest.mark.parametrize("designs", [["baseline-custom"], ["splitwiser-custom", "baseline-custom", "splitwise-hh"]])
+def test_token_machine_types_without_splitwise_custom_are_refused(designs):
+    """Only splitwise-custom has a token pool: the other custom families ignored the flag (exit 0)."""
+    args = [a for d in designs for a in ("--design", d)]
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--duration", "10", "--no-verify", *args,
+                               "--token-machine-types", "a40-8x", "--trials", "1"),
+                          "--token-machine-types sets the token pool of splitwise-custom; "
+                          f"{' and '.join(d for d in designs if d != 'splitwise-hh')} ha",
+                          "add --design splitwise-custom, or drop --token-machine-types")

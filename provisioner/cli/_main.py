@@ -111,6 +111,12 @@ def main_command(
     if (ptypes or ttypes) and not any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
                                       for f in (families or ())):
         families = (*(families or ()), CUSTOM_SPLIT)
+    if ttypes and CUSTOM_SPLIT not in families:   # then a one-pool custom family was named
+        pooled = [f for f in families if f in (CUSTOM_BASELINE, CUSTOM_COLOCATED)]
+        raise ProvisionerError(f"--token-machine-types sets the token pool of {CUSTOM_SPLIT}; "
+                               f"{' and '.join(pooled)} {'has' if len(pooled) == 1 else 'have'} one pool of "
+                               f"--prompt-machine-types machines: add --design {CUSTOM_SPLIT}, or drop "
+                               f"--token-machine-types")
     _refuse_idle_search_flags(ctx, families or FAMILIES, searcher)
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
