@@ -944,3 +944,31 @@ def test_token_machine_types_without_splitwise_custom_are_refused(designs):
                           "--token-machine-types sets the token pool of splitwise-custom; "
                           f"{' and '.join(d for d in designs if d != 'splitwise-hh')} ha",
                           "add --design splitwise-custom, or drop --token-machine-types")
+
+
+def test_a_trial_budget_past_any_use_is_refused():
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--duration", "20", "--design", "splitwise-hh",
+                               "--searcher", "optuna", "--trials", "10000000", "--no-verify"),
+                          "--trials must be an integer in [1, 10000] (got 10000000)")
+
+
+def test_optuna_stops_once_every_hardware_choice_has_had_a_trial():
+    """--trials 10000 on a space of one hardware choice ran for minutes, asking it again and again;
+    the answer is the one a budget of one batch gives."""
+    args = ["--goal", "cost", "--rps", "5", "--duration", "20", "--design", "splitwise-hh", "--searcher", "optuna",
+            "--no-verify", "--json"]
+    code, out, err, _, _ = run_measured([*args, "--trials", "10000"], timeout_s=60)
+    assert code == 0, err
+    code, one_batch, err = cli(*args, "--trials", "6")
+    assert code == 0, err
+    assert json.loads(out)["winner"]["design"] == json.loads(one_batch)["winner"]["design"]
+
+
+def test_optuna_stops_once_every_power_cap_of_a_custom_space_has_had_a_trial():
+    from provisioner.search import ProvisionRequest, provision
+    request = ProvisionRequest(goal="cost", rps=5, duration_s=20, families=("baseline-custom",), verify=False,
+                               prompt_machine_types=("dgx-h100",), power_cap_range=(0.96, 1.0), search_tp=False,
+                               n_trials=120)
+    bayes = provision(request).family("baseline-custom").bayes
+    assert bayes.n_trials < 120 and sorted(bayes.trials["prompt_power_cap"].round(2).unique()) == \
+        [0.96, 0.97, 0.98, 0.99, 1.0]

@@ -56,7 +56,8 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
     evaluate : designs -> scored frame (the evaluator; the one evaluation path).
     objective_fn : fixed-hardware FamilySpace -> ((p, t) -> objective).
     bounds : hardware dict -> (max prompt count, max token count) for its count grid.
-    n_trials : hardware trials, warm starts included.
+    n_trials : hardware trials, warm starts included; fewer once every hardware choice of
+        `space` has had one (`hardware_points`: more would only repeat them).
     batch : trials per ask/tell round.
     seed : the TPE sampler's seed (its only randomness).
     warm_starts : hardware dicts enqueued first (e.g. the integer program's choice).
@@ -76,10 +77,12 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
     best = float("inf")
     rows, runs = [], {}
     asked = 0
-    while asked < n_trials:
+    points, seen = hardware_points(space), set()
+    while asked < n_trials and len(seen) < points:   # stop once every hardware choice has had a trial
         k = min(batch, n_trials - asked)
         trials = [study.ask() for _ in range(k)]
         hws = [hardware_of(space, t) for t in trials]
+        seen.update(_point(space, hw) for hw in hws)
         batch_runs = []
         for hw in hws:
             fixed = fixed_space(space, hw, *bounds(hw))
@@ -109,6 +112,28 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
         if on_batch is not None:
             on_batch(k)
     return BayesOutcome(pd.DataFrame(rows), runs, asked)
+
+
+def hardware_points(space: FamilySpace) -> int:
+    """How many hardware choices `hardware_of` can sample (power caps on its `CAP_STEP` grid)."""
+    n = len(space.prompt_batch_caps) * len(space.prefill_chunks) * len(space.mps_shares)
+    for _, pool in _pools(space):
+        n *= len(pool.choices) * _cap_steps(pool)
+    return n
+
+
+def _cap_steps(pool: PoolSpace) -> int:
+    lo, hi = pool.power_cap
+    return int(np.floor((hi - lo) / CAP_STEP + 1e-9)) + 1
+
+
+def _point(space: FamilySpace, hw: dict) -> tuple:
+    """A hardware choice as a key: each power cap as its step on the pool's grid (from the low end)."""
+    key = dict(hw)
+    for name, pool in _pools(space):
+        step = int(round((float(hw[f"{name}_power_cap"]) - pool.power_cap[0]) / CAP_STEP))
+        key[f"{name}_power_cap"] = min(max(step, 0), _cap_steps(pool) - 1)
+    return tuple(sorted(key.items()))
 
 
 def _box_has_unknown(run: StaircaseRun) -> bool:

@@ -22,6 +22,7 @@ CUSTOM_FAMILIES = (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
 # this many other seeds (seed + 1, seed + 2, ...). Two seeds run side by side on two cores.
 DEFAULT_VERIFY_FACTOR = 2.0
 DEFAULT_VERIFY_SEEDS = 2
+MAX_TRIALS = 10_000   # optuna trials, each a count search of its own (48 by default)
 _POSITIVE = Interval(Real, 0, None, closed="neither")
 _COUNT = Interval(Integral, 1, None, closed="left")
 _CONSTRAINTS = {
@@ -39,7 +40,7 @@ _CONSTRAINTS = {
     "verify": [bool],
     "verify_duration_s": [None, _POSITIVE],
     "max_machines": [None, Interval(Integral, 1, MAX_DESIGN_MACHINES, closed="both")],
-    "n_trials": [_COUNT],
+    "n_trials": [Interval(Integral, 1, MAX_TRIALS, closed="both")],
     "trial_batch": [_COUNT],
     "sampler_seed": [None, Interval(Integral, 0, None, closed="left")],
     "prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT,
@@ -96,7 +97,8 @@ class ProvisionRequest:
     swap_space_gb : with swap, the host memory each GPU swaps into, GiB (vLLM's
         `--swap-space`, default 4), capped by the machine's DRAM per replica.
     max_machines : count bound per pool (default: derived from the capacity model).
-    n_trials, trial_batch : optuna budget (hardware trials, each with its own count search)
+    n_trials, trial_batch : optuna budget (hardware trials, each with its own count search, at
+        most `MAX_TRIALS`; the search stops sooner once every hardware choice has had one)
         and trials per batched ask/tell.
     sampler_seed : seed of optuna's TPE sampler (default: `seed`).
     search_tp : custom families also choose the tensor-parallel degree per pool among those
