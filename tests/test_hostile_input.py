@@ -972,3 +972,14 @@ def test_optuna_stops_once_every_power_cap_of_a_custom_space_has_had_a_trial():
     bayes = provision(request).family("baseline-custom").bayes
     assert bayes.n_trials < 120 and sorted(bayes.trials["prompt_power_cap"].round(2).unique()) == \
         [0.96, 0.97, 0.98, 0.99, 1.0]
+
+
+@pytest.mark.parametrize("window, needle", [
+    ("1e-9", "which rounds to none; give a --verify-duration of at least 0.2 s"),
+    ("1e12", "more than a trace holds (10,000,000); give a --verify-duration of at most 2,000,000 s"),
+])
+def test_a_verification_window_no_trace_can_be_made_of_is_refused_before_the_search(window, needle):
+    """It failed after the search, naming --rps and --duration."""
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--duration", "5", "--design", "baseline-a100",
+                               "--verify-duration", window), f"--verify-duration {float(window):g} at 5 req/s",
+                          needle)

@@ -102,6 +102,7 @@ def _cheapest_scored(cand: DesignBatch, objective: np.ndarray, ev: Evaluator) ->
 def verification_traces(problem: SearchProblem, rps: float) -> list:
     """The traces of the discrete-event re-check at `rps` (one per verification seed)."""
     req = problem.req
+    req.check_verification_window(rps)   # goal throughput: the load found (the others were checked up front)
     return [req.traces(req.verification_duration_s, s).at(rps) for s in req.verification_seeds]
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from workloads import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
+from workloads import ARRIVAL_PROCESSES, MAX_TRACE_REQUESTS, TraceGenerator, default_arrival
 
 from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, family_spec)
@@ -162,6 +163,8 @@ class ProvisionRequest:
             if self.rps is not None:
                 raise ProvisionerError("goal throughput finds the highest sustainable load itself; drop rps",
                                        params=("goal", "rps"))
+        if self.goal in ("cost", "power"):   # before the search, not after it
+            self.check_verification_window(self.rps)
         if not self.families:
             raise ProvisionerError("no design family to search: give families", params=("families",))
         fams = tuple(dict.fromkeys(self.families))
@@ -214,6 +217,25 @@ class ProvisionRequest:
     def verification_duration_s(self) -> float:
         factor = 1.0 if self.arrival == "replay" else DEFAULT_VERIFY_FACTOR
         return float(self.verify_duration_s or factor * self.duration_s)
+
+    def check_verification_window(self, rps: float) -> None:
+        """Refuse a `verify_duration_s` whose verification traces at `rps` hold no request
+        (a replay holds one at least) or more than a trace holds."""
+        if not self.verify or self.verify_duration_s is None:
+            return
+        window = float(self.verify_duration_s)
+        at, params = f"at {rps:g} req/s", ("verify_duration_s",)
+        expected = rps * window
+        if expected > MAX_TRACE_REQUESTS:   # an infinite product too
+            most = MAX_TRACE_REQUESTS / rps
+            most = f"{math.floor(most):,}" if most >= 1 else f"{most:.3g}"
+            raise ProvisionerError(f"verify_duration_s {window:g} {at} is {expected:.3g} requests per verification "
+                                   f"trace, more than a trace holds ({MAX_TRACE_REQUESTS:,}); give a "
+                                   f"verify_duration_s of at most {most} s", params=params)
+        if self.arrival != "replay" and round(expected) < 1:
+            raise ProvisionerError(f"verify_duration_s {window:g} {at} is {expected:.3g} requests per verification "
+                                   f"trace, which rounds to none; give a verify_duration_s of at least "
+                                   f"{1 / rps:.3g} s (the default is twice the search trace's)", params=params)
 
     @property
     def verification_seeds(self) -> tuple[int, ...]:
