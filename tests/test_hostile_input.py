@@ -219,6 +219,54 @@ def test_perf_calibrate_to_a_full_disk_is_one_line():
     assert_one_line_error(*cli("perf", "calibrate", "--out", "/dev/full"), "No space left")
 
 
+SIMULATE = ("simulate", "--design", "baseline-h100", "--machines", "2", "--rps", "1", "--duration", "5")
+
+
+@pytest.mark.parametrize("args", [("catalog",), (), SIMULATE, (*SIMULATE, "--json")],
+                         ids=["catalog", "help", "simulate", "simulate-json"])
+def test_a_pipe_whose_reader_left_exits_0_quietly(args):
+    """`provision ... | true` under `set -o pipefail`: rich's and typer's broken-pipe handling
+    raise SystemExit(1); the reader had all it wanted, so exit 0 and nothing on stderr. The read
+    end is closed before the command starts: its first write fails, every time."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([PROVISION, *args], stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr.replace("compiling the simulator (first run only)\n", "")) == (0, "")
+
+
+@pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_SETPIPE_SZ"), reason="needs Linux's F_SETPIPE_SZ")
+def test_head_after_one_line_exits_0_quietly():
+    """`provision catalog | head -1`: a one-page pipe holds less than the catalog's 7 kB, so
+    the command is still writing when the reader closes after the first line."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    p = subprocess.Popen([PROVISION, "catalog"], stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.PIPE,
+                         text=True)
+    os.close(write_end)
+    first = b""
+    while not first.endswith(b"\n"):
+        chunk = os.read(read_end, 1)
+        assert chunk, "provision catalog wrote nothing"
+        first += chunk
+    os.close(read_end)
+    _, err = p.communicate(timeout=120)
+    assert first == b"GPUs\n" and (p.returncode, err) == (0, "")
+
+
+def test_a_closed_stdout_is_one_line():
+    """`provision catalog >&-`: Python starts with sys.stdout None (was an internal error)."""
+    r = subprocess.run([PROVISION, "catalog"], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=120, preexec_fn=lambda: os.close(1))
+    assert_one_line_error(r.returncode, "", r.stderr, "standard output is closed", "redirect it")
+    assert "internal error" not in r.stderr
+
+
 def test_a_read_only_directory_is_one_line(tmp_path, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()

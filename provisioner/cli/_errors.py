@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import sys
@@ -66,6 +67,9 @@ def one_line(message) -> str:
 
 def run_guarded(command) -> int:
     """Call `command()` (a typer app in non-standalone mode); map every outcome to an exit code."""
+    closed = sys.stdout is None   # `provision catalog >&-`: Python starts with no sys.stdout
+    if closed:
+        sys.stdout = _ClosedStdout()
     try:
         code = command()
         sys.stdout.flush()   # a full disk or closed pipe on stdout shows up here
@@ -82,6 +86,9 @@ def run_guarded(command) -> int:
         return _say(cli_message(exc), EXIT_USER_ERROR)
     except BaseException as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         return _unexpected(exc)
+    finally:
+        if closed:
+            sys.stdout = None
     if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into Exit(130)
         stop_workers()
         _echo_err("interrupted (Ctrl-C); stopped")
@@ -105,6 +112,9 @@ def _other_commands_with(exc) -> str:
 
 
 def _unexpected(exc: BaseException) -> int:
+    if _broken_pipe(exc):   # `provision catalog | head`: the reader has all it wants
+        _silence_stdout()
+        return EXIT_OK
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, int) else EXIT_USER_ERROR
     cause = _root_cause(exc)
@@ -115,21 +125,32 @@ def _unexpected(exc: BaseException) -> int:
     if isinstance(cause, MemoryError):
         return _say("out of memory while simulating; shorten --duration, lower --rps or --max-machines, "
                     "or set PROVISIONER_MEMORY_BUDGET_GB lower so the planner refuses earlier", EXIT_USER_ERROR)
-    if isinstance(cause, OSError) and cause.errno == errno.EPIPE:   # `provision catalog | head`
-        _silence_stdout()
-        return EXIT_OK
     if isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM) and cause.filename:
         # A file we were not allowed to open: it may be an input, so do not say "write".
         return _say(f"cannot open '{cause.filename}': {cause.strerror or cause}; check its permissions "
                     f"or choose another path", EXIT_USER_ERROR)
+    if isinstance(cause, OSError) and cause.errno == errno.EBADF:   # `provision catalog >&-`
+        _silence_stdout()
+        return _say(f"cannot write the output: {cause.strerror or cause}; redirect it to a file or "
+                    f"/dev/null instead of closing it", EXIT_USER_ERROR)
     if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS,
-                                                      errno.EACCES, errno.EBADF):
+                                                      errno.EACCES):
         _silence_stdout()
         return _say(f"cannot write the output: {cause.strerror or cause}; free some space or redirect "
                     f"it elsewhere", EXIT_USER_ERROR)
     saved = save_traceback(exc)
     return _say(f"internal error ({type(exc).__name__}: {one_line(exc)[:200]}); this is a bug: the full "
                 f"traceback is in {saved}", EXIT_INTERNAL)
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """A write found the pipe's reader gone (EPIPE). typer turns the BrokenPipeError into
+    SystemExit(1), and so does rich's `Console.on_broken_pipe`: both raise it while handling
+    the error, which is then the exit's context."""
+    if isinstance(exc, SystemExit):
+        exc = exc.__context__
+    cause = _root_cause(exc) if exc is not None else None
+    return isinstance(cause, OSError) and cause.errno == errno.EPIPE
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -166,8 +187,23 @@ def _echo_err(line: str) -> None:
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):   # stderr closed too (`2>&-`)
         pass
+
+
+class _ClosedStdout(io.TextIOBase):
+    """sys.stdout while file descriptor 1 is closed: Python leaves sys.stdout None and rich and
+    typer drop what they write; here the first write fails as a write to a closed descriptor does."""
+
+    encoding, errors = "utf-8", "strict"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        if not text:
+            return 0
+        raise OSError(errno.EBADF, "standard output is closed")
 
 
 def _silence_stdout() -> None:
