@@ -20,7 +20,9 @@
 
 The grid is goals x models x workloads x (rates or budgets) x price lists x seeds; each
 point is one `ProvisionRequest`, validated when the spec is read (every error: one line
-naming the file, the key and the fix).
+naming the file, the key and the fix). `load_sweep_spec` also takes scheduler,
+preemption, swap_space_gb, arrival and cv (the CLI's flags) for every question: a spec
+key of the same name must agree with them, or the spec is refused.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware_catalog import CatalogError, load_catalog
-from workloads import WorkloadError, default_arrival
+from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival
 
-from .._validation import shown
+from .._validation import Interval, Options, Real, shown, validate_params
 from ..cloud._inventory import PRICE_USD_PER_H_RANGE
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
@@ -55,6 +57,9 @@ SETTINGS = {"duration_s": "duration_s", "arrival": "arrival", "cv": "cv", "slo_s
             "max_machines": "max_machines", "trials": "n_trials", "scheduler": "scheduler",
             "preemption": "preemption", "swap_space_gb": "swap_space_gb"}
 DEFAULT_PRICE_LIST = "catalog"
+# The settings `load_sweep_spec` also takes as parameters (the CLI's flags), checked as
+# `ProvisionRequest` checks them.
+_OVERRIDES = {"arrival": [None, Options(ARRIVAL_PROCESSES)], "cv": [None, Interval(Real, 0, None, closed="neither")]}
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,10 @@ class Question:
         if r.preemption != "recompute":        # and so does a recompute one
             cols["preemption"] = r.preemption
             cols["swap_space_gb"] = float(r.swap_space_gb)
+        if r.arrival != _default_arrival(r.workload):   # and one on each workload's own arrivals
+            cols["arrival"] = r.arrival
+            if r.arrival == "gamma":
+                cols["cv"] = float(r.cv)
         return cols
 
 
@@ -87,11 +96,14 @@ class SweepSpec:
 
 
 def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None = None,
-                    swap_space_gb: float | None = None) -> SweepSpec:
+                    swap_space_gb: float | None = None, arrival: str | None = None,
+                    cv: float | None = None) -> SweepSpec:
     """Read and validate a sweep spec; `ProvisionerError` (file, key, fix) on any problem.
     `scheduler` (None: the spec's own `scheduler` key, else least-work), `preemption`
-    (None: the spec's, else recompute) and `swap_space_gb` (None: the spec's, else 4) apply
-    to every question; a spec that names another one is refused."""
+    (None: the spec's, else recompute), `swap_space_gb` (None: the spec's, else 4),
+    `arrival` (None: the spec's, else each workload's default) and `cv` (None: the spec's,
+    else 2) apply to every question; a spec that names another value is refused."""
+    validate_params({"arrival": arrival, "cv": cv}, _OVERRIDES)   # named as parameters, not spec keys
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
@@ -112,13 +124,18 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
             raise ProvisionerError(f"{path}: unknown key '{key}'; {hint}")
     grid = {k: _list(path, k, raw[k]) for k in GRID_KEYS if k in raw}
     settings = {SETTINGS[k]: raw[k] for k in SETTINGS if k in raw}
-    for key, value in (("scheduler", scheduler), ("preemption", preemption), ("swap_space_gb", swap_space_gb)):
+    for key, value in (("scheduler", scheduler), ("preemption", preemption), ("swap_space_gb", swap_space_gb),
+                       ("arrival", arrival), ("cv", cv)):
         if value is None:
             continue
         if settings.get(key, value) != value:
             raise ProvisionerError(f"{path}: the spec asks for '{settings[key]}' and {key} '{value}' was given; "
                                    f"give it in one place", params=(key,))
         settings[key] = value
+    if cv is not None and settings.get("arrival") != "gamma":
+        # the CLI's rule for --cv: it sets gamma arrivals' burstiness only (the spec's own key: below)
+        raise ProvisionerError(f"{path}: cv sets the burstiness of gamma arrivals: give arrival gamma, or drop cv",
+                               params=("cv", "arrival"))
     if "swap_space_gb" in settings and settings.get("preemption", "recompute") != "swap":
         # the same rule as the CLI's --swap-space-gb: it sizes swap preemption's host memory only
         if swap_space_gb is None:   # the spec's own key: name it, and nothing for the CLI to rename
