@@ -6,13 +6,19 @@ one machine; joblib's dask backend on a `distributed` cluster. Each worker proce
 limits numba's threads to its machine's cores / the workers on that machine, so the
 workers together never oversubscribe the cores.
 
+A sweep may run on a measured latency model (`perf`, e.g. a fitted
+`perfmodels.ProfileLatencyModel`): each question then runs on a copy of it with the
+question's price list, sent to the workers whole (a Dask worker need not see the file).
+
 With a store (`--study`), each answered question's rows are stored under the content
-hash of the question (request, prices, code version): a sweep run again skips what was
-answered and re-runs the rest, whose searches re-use their stored simulations.
+hash of the question (request, prices, latency model, code version): a sweep run again
+skips what was answered and re-runs the rest, whose searches re-use their stored
+simulations; another latency model never re-uses them.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 
@@ -21,7 +27,7 @@ import pandas as pd
 
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
-from ..store import code_version, digest, open_store
+from ..store import code_version, digest, latency_model_digest, open_store
 from ._spec import Question, price_catalog
 
 __all__ = ["run_sweep", "answer_question", "SWEEP_COLUMNS"]
@@ -36,13 +42,16 @@ SWEEP_COLUMNS = (
     "lower_bound", "gap_to_bound_pct", "searcher", "evaluations", "verified", "reason")
 
 
-def answer_question(question: Question, study=None, threads: int | None = None) -> list[dict]:
+def answer_question(question: Question, study=None, threads: int | None = None, perf=None) -> list[dict]:
     """The sweep rows (one per family) of one question; a joblib task (module level: it pickles).
 
     threads : numba threads for this process (None: leave as is; "per-host": the cores of
-        this machine / the Dask workers on it)."""
+        this machine / the Dask workers on it).
+    perf : the sweep's latency model (None: the roofline), run with the question's prices."""
     store = open_store(study)
-    key = digest("sweep-question", repr(question.request), question.prices, code_version())
+    perf = question_latency_model(question, perf)
+    key = digest("sweep-question", repr(question.request), question.prices, latency_model_digest(perf),
+                 code_version())
     if store is not None:
         done = store.get(key)
         if done is not None:
@@ -51,15 +60,34 @@ def answer_question(question: Question, study=None, threads: int | None = None) 
         threads = _dask_host_threads()
     if threads is not None:
         _limit_numba_threads(int(threads))
-    from perfmodels import LatencyModel
-
     from ..search import provision
-    perf = LatencyModel(catalog=price_catalog(question.prices))
     result = provision(question.request, perf=perf, study=store)
-    rows = _rows(question, result)
+    rows = _rows(question, result, perf)
     if store is not None:
         store.put_many("sweep-question", {key: rows})
     return rows
+
+
+def question_latency_model(question: Question, perf=None):
+    """The latency model one question runs on: `perf` (None: the calibrated roofline) with
+    the machines of the question's price list. A copy: `perf` itself is not changed; a
+    fitted model keeps its tables (they do not depend on prices)."""
+    catalog = price_catalog(question.prices)
+    if perf is None:
+        from perfmodels import LatencyModel
+        return LatencyModel(catalog=catalog)
+    model = copy.copy(perf)
+    model.catalog = catalog
+    return model
+
+
+def latency_columns(perf) -> dict:
+    """The sweep table's columns naming a measured latency model (none for the roofline)."""
+    described = perf.describe() if hasattr(perf, "describe") else None
+    if not described or described.get("kind") != "profile":
+        return {}
+    return {"latency_profile": described["profile"], "latency_profile_sha256": described["sha256"],
+            "latency_interp": described["interp"]}
 
 
 def _limit_numba_threads(threads: int) -> None:
@@ -74,12 +102,13 @@ def _limit_numba_threads(threads: int) -> None:
     numba.config.NUMBA_NUM_THREADS = n
 
 
-def _rows(question: Question, result) -> list[dict]:
+def _rows(question: Question, result, perf=None) -> list[dict]:
     best = result.best
     rows = []
-    columns = SWEEP_COLUMNS + tuple(c for c in question.columns() if c not in SWEEP_COLUMNS)   # scheduler
+    extra = {**question.columns(), **latency_columns(perf)}
+    columns = SWEEP_COLUMNS + tuple(c for c in extra if c not in SWEEP_COLUMNS)   # scheduler, latency model
     for rec in best.to_dict("records"):
-        row = {**question.columns(), **{c: rec.get(c) for c in SWEEP_COLUMNS if c in rec}}
+        row = {**extra, **{c: rec.get(c) for c in SWEEP_COLUMNS if c in rec}}
         row["winner"] = rec["family"] == result.winner_family
         row["machines"] = _total(rec.get("prompt_machines"), rec.get("token_machines"))
         served = rec.get("sustainable_rps") if question.request.goal == "throughput" else question.request.rps
@@ -123,7 +152,8 @@ def local_threads(n_workers: int) -> int:
 
 
 def run_sweep(questions, *, study=None, n_jobs: int | None = None, backend: str = "loky",
-              threads: int | None = None, on_answer: Callable[[Question], None] | None = None) -> pd.DataFrame:
+              threads: int | None = None, on_answer: Callable[[Question], None] | None = None,
+              perf=None) -> pd.DataFrame:
     """Answer every question; the tidy table (`SWEEP_COLUMNS`, one row per question x family).
 
     n_jobs : parallel questions (default: the cores, at most the questions); 1 runs them
@@ -132,6 +162,9 @@ def run_sweep(questions, *, study=None, n_jobs: int | None = None, backend: str 
         `distributed.Client`'s cluster).
     threads : numba threads per task (default: cores / n_jobs for loky, as is otherwise).
     on_answer : called with each question as its answer arrives (progress).
+    perf : a latency model every question runs on, with its own price list (None: the
+        roofline); a measured profile adds the columns `latency_profile`,
+        `latency_profile_sha256` and `latency_interp`.
     """
     questions = list(questions)
     if not questions:
@@ -143,16 +176,16 @@ def run_sweep(questions, *, study=None, n_jobs: int | None = None, backend: str 
     by_index = {}
     if n_jobs == 1 and backend == "loky":
         for q in questions:
-            by_index[q.index] = answer_question(q, location, threads)
+            by_index[q.index] = answer_question(q, location, threads, perf)
             if on_answer is not None:
                 on_answer(q)
     else:
-        by_index = _parallel(questions, location, n_jobs, backend, threads, on_answer)
+        by_index = _parallel(questions, location, n_jobs, backend, threads, on_answer, perf)
     rows = [row for q in questions for row in by_index[q.index]]
     return table_of(rows)
 
 
-def _parallel(questions, location, n_jobs: int, backend: str, threads, on_answer) -> dict:
+def _parallel(questions, location, n_jobs: int, backend: str, threads, on_answer, perf) -> dict:
     from joblib import Parallel, delayed, parallel_config
 
     from ..workers import start_workers_deaf_to_ctrl_c
@@ -166,7 +199,7 @@ def _parallel(questions, location, n_jobs: int, backend: str, threads, on_answer
     with parallel_config(backend=backend, n_jobs=n_jobs):
         with Parallel(return_as="generator_unordered", batch_size=1) as parallel:
             start_workers_deaf_to_ctrl_c(parallel, n_jobs)
-            tasks = (delayed(_indexed)(q, location, threads) for q in ordered)
+            tasks = (delayed(_indexed)(q, location, threads, perf) for q in ordered)
             by_index = {q.index: q for q in questions}
             for index, rows in parallel(tasks):
                 out[index] = rows
@@ -182,8 +215,8 @@ def _work_estimate(question: Question) -> float:
     return float("inf") if r.rps is None else float(r.rps) * float(r.duration_s) * len(r.families)
 
 
-def _indexed(question: Question, location, threads):
-    return question.index, answer_question(question, location, threads)
+def _indexed(question: Question, location, threads, perf):
+    return question.index, answer_question(question, location, threads, perf)
 
 
 def table_of(rows: list[dict]) -> pd.DataFrame:
