@@ -2,8 +2,9 @@
 
 A tiny grid (10-s traces, two families, no DES re-check) so each sweep takes seconds:
 the table's rows and columns, the price lists, the summary page, the overwrite rule,
-spec errors (one line naming the file and the key, exit 2), and the same table on a
-`distributed.LocalCluster` as on the local backend.
+spec errors (one line naming the file and the key, exit 2), the same table on a
+`distributed.LocalCluster` as on the local backend, and the main command's `--arrival`,
+`--cv`, `--latency-profile` and `--latency-interp` applied to every question.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import perfmodels
 import pytest
 
 from provisioner.sweep import SWEEP_COLUMNS
@@ -183,3 +185,131 @@ def test_spec_grid_and_trace_files_relative_to_the_spec(tmp_path):
     assert all(r.arrival == "poisson" and r.duration_s == 120.0 for r in drawn)
     table_v = next(q for q in questions if q.price_list == "b").prices
     assert table_v["dgx-h100"] == 41.36   # the catalog's sw-table-v option
+
+
+# -- the main command's trace and latency-model flags (CONTRACTS.md item 6) --------------
+SHARED_PROFILE = Path("/work/shared/data/profiles/llama2-70b_dgx.csv")   # SplitwiseSim's measurements
+PROFILE = (SHARED_PROFILE if SHARED_PROFILE.is_file()   # else the shipped copy of it
+           else Path(perfmodels.__file__).parent / "data" / SHARED_PROFILE.name)
+# one question where the measured profile and the roofline disagree (seconds of work)
+PROFILED = ('models = ["llama2-70b"]\nrps = [5]\nfamilies = ["baseline-h100"]\nduration_s = 10\n'
+            'verify = false\n')
+ASKED = ("--goal", "cost", "--rps", "5", "--model", "llama2-70b", "--design", "baseline-h100", "--duration", "10",
+         "--no-verify")
+
+
+def _only_row(out: Path) -> dict:
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == 1, table
+    return table.iloc[0].to_dict()
+
+
+def _provision_best(*args) -> dict:
+    import json
+    proc = provision(*ASKED, *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["best"][0]
+
+
+def test_sweep_latency_profile_answers_as_provision_does_and_never_reuses_another_models_answers(tmp_path):
+    """`--latency-profile` runs every question on the measured model: the sweep's answer is
+    `provision`'s with the same profile (here 3 DGX-H100 where the roofline takes 4), the
+    table names the profile, and one --study never hands a question's answer from one
+    latency model (roofline, grid, splitwisesim) to another."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(PROFILED)
+    study = tmp_path / "study.db"
+    runs = {"roofline": (), "grid": ("--latency-profile", PROFILE),
+            "splitwisesim": ("--latency-profile", PROFILE, "--latency-interp", "splitwisesim")}
+    rows = {}
+    for name, flags in runs.items():   # the roofline first: its stored answer must not come back
+        proc = provision("sweep", spec, "--out", tmp_path / name, "--jobs", "1", "--study", study, *flags)
+        assert proc.returncode == 0, proc.stderr
+        rows[name] = _only_row(tmp_path / name)
+    assert "latency_profile" not in rows["roofline"]
+    for interp in ("grid", "splitwisesim"):
+        assert rows[interp]["latency_profile"] == str(PROFILE) and rows[interp]["latency_interp"] == interp
+        assert len(rows[interp]["latency_profile_sha256"]) == 64
+    best = _provision_best("--latency-profile", PROFILE)
+    row = rows["grid"]
+    assert (row["prompt_machines"], row["token_machines"]) == (best["design"]["prompt_machines"],
+                                                              best["design"]["token_machines"])
+    assert row["cost_usd_per_h"] == pytest.approx(best["cost_usd_per_h"])
+    assert row["slowdown_ttft_p99"] == pytest.approx(best["slo"]["slowdown"]["ttft"]["p99"])
+    assert row["machines"] == 3 and rows["roofline"]["machines"] == 4 and rows["splitwisesim"]["machines"] == 4
+    # the same sweep again, its question sent to a Dask worker (the fitted model pickled with
+    # it), finds its own stored answer under the same key: the same row
+    proc = provision("sweep", spec, "--out", tmp_path / "again", "--study", study, "--latency-profile", PROFILE,
+                     "--dask-local", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "again" / "results.csv").read_bytes() == (tmp_path / "grid" / "results.csv").read_bytes()
+    from provisioner.store import ResultStore
+    assert ResultStore(study).count("sweep-question") == 3   # one answer per latency model
+
+
+def test_sweep_arrival_gamma_is_the_main_commands(tmp_path):
+    """`--arrival gamma --cv 3` draws every question's trace from the gamma process: the
+    answer differs from the Poisson one, equals `provision --arrival gamma --cv 3`'s, and
+    the table records the arrival process and its cv."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(PROFILED.replace("llama2-70b", "bloom-176b"))
+    poisson = provision("sweep", spec, "--out", tmp_path / "poisson", "--jobs", "1")
+    gamma = provision("sweep", spec, "--out", tmp_path / "gamma", "--jobs", "1", "--arrival", "gamma", "--cv", "3")
+    assert poisson.returncode == 0 and gamma.returncode == 0, poisson.stderr + gamma.stderr
+    drawn, bursty = _only_row(tmp_path / "poisson"), _only_row(tmp_path / "gamma")
+    assert "arrival" not in drawn and (bursty["arrival"], bursty["cv"]) == ("gamma", 3.0)
+    slowdowns = [c for c in drawn if c.startswith("slowdown_")]
+    assert [drawn[c] for c in slowdowns] != pytest.approx([bursty[c] for c in slowdowns])
+    best = _provision_best("--model", "bloom-176b", "--arrival", "gamma", "--cv", "3")
+    assert bursty["machines"] == best["design"]["prompt_machines"] + best["design"]["token_machines"]
+    assert bursty["slowdown_e2e_p99"] == pytest.approx(best["slo"]["slowdown"]["e2e"]["p99"])
+
+
+@pytest.mark.parametrize("spec_lines, flags, needles", [
+    ("", ["--latency-profile", "missing.csv"], ["--latency-profile 'missing.csv'", "cannot read"]),
+    ("", ["--latency-profile", "bad.csv"], ["bad.csv, line 1", "missing column"]),
+    ("", ["--latency-interp", "splitwisesim"], ["--latency-interp needs --latency-profile"]),
+    ("", ["--latency-profile", PROFILE, "--latency-interp", "linear"], ["--latency-interp", "grid, splitwisesim"]),
+    ("", ["--arrival", "bursty"], ["--arrival must be one of replay, poisson, gamma", "'bursty'"]),
+    ("", ["--arrival", "gamma", "--cv", "-1"], ["--cv must be a finite number > 0"]),
+    ("", ["--cv", "3"], ["--cv sets the burstiness of gamma arrivals", "--arrival gamma"]),
+    ('arrival = "poisson"\n', ["--arrival", "gamma"], ["the spec asks for 'poisson'", "--arrival 'gamma'",
+                                                       "in one place"]),
+    ('arrival = "gamma"\ncv = 2\n', ["--cv", "3"], ["the spec asks for '2'", "--cv '3.0'"]),
+])
+def test_sweep_trace_and_latency_flags_refused_before_any_question(tmp_path, capsys, monkeypatch, spec_lines, flags,
+                                                                  needles):
+    """A bad --latency-profile (missing, malformed), an idle or bad flag, or a flag the spec
+    contradicts (as with --scheduler: given in two places, the values must agree): one line,
+    exit 2, before any question runs or any output is made."""
+    from provisioner.cli import run
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\n' + SMALL + spec_lines)
+    (tmp_path / "bad.csv").write_text("model,hardware\nllama2-70b,h100-80gb\n")
+    monkeypatch.chdir(tmp_path)   # the profile paths are relative
+    code = run(["sweep", str(spec), "--out", str(tmp_path / "out"), *map(str, flags)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_takes_cv_with_the_specs_gamma_and_never_overwrites_the_profile(tmp_path, capsys):
+    """--cv with a spec's `arrival = "gamma"` is taken (the spec reads it as its own); the
+    profile is an input: an output over it is refused, --force or not."""
+    from provisioner.sweep import load_sweep_spec
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\narrival = "gamma"\n' + SMALL)
+    request = load_sweep_spec(spec, arrival="gamma", cv=3.0).questions[0].request
+    assert (request.arrival, request.cv) == ("gamma", 3.0)
+    from provisioner.cli import run
+    out = tmp_path / "out"
+    out.mkdir()
+    profile = out / "results.csv"
+    profile.write_bytes(PROFILE.read_bytes())
+    before = profile.read_bytes()
+    code = run(["sweep", str(spec), "--out", str(out), "--force", "--cv", "3", "--latency-profile", str(profile)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--out" in err and "input" in err, err
+    assert profile.read_bytes() == before

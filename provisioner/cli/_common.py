@@ -191,6 +191,17 @@ def load_latency_model(profile, interp: str | None):
     return load_profile_model(profile, interp or "grid")
 
 
+def family_pools(request, catalog) -> list[tuple[str, int]]:
+    """(gpu, tp) of every pool a search of `request` may simulate (whole-machine TP)."""
+    from ..designs import FAMILY_SPECS
+    machines = []
+    for f in request.families:
+        spec = FAMILY_SPECS.get(f)
+        machines += [spec.prompt_machine, spec.token_machine] if spec else []
+    machines += list(request.prompt_machine_types or ()) + list(request.token_machine_types or ())
+    return [(catalog.machine(m).gpu, catalog.machine(m).gpus_per_machine) for m in dict.fromkeys(machines)]
+
+
 def latency_model_json(perf, model: str, pools, prompt_tokens=None) -> dict:
     """Warn (stderr, one line each) where the run leaves the profile; return the JSON's
     `latency_model` object."""

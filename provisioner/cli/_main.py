@@ -20,7 +20,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, 
                       latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
                       prefill_chunk_option, given, refuse_idle_flags, replay_note, scheduler_option, study_option,
                       preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
-                      check_study_path)
+                      check_study_path, family_pools)
 from ._tables import render_result
 
 MAX_VERIFY_SEEDS = 32   # each seed is a discrete-event run of every family's answer
@@ -129,7 +129,7 @@ def main_command(
         mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler,
         preemption=preemption, swap_space_gb=swap_space_gb)
     perf = load_latency_model(latency_profile, latency_interp)
-    latency = None if perf is None else latency_model_json(perf, model, _family_pools(request, perf))
+    latency = None if perf is None else latency_model_json(perf, model, family_pools(request, perf.catalog))
     with RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf, study=study)
     _answer(result, request, latency, report, json_out, perf, input_files(workload, latency_profile))
@@ -179,18 +179,6 @@ def _all_defaults(ctx: typer.Context) -> bool:
 def _replays(workload: str, arrival: str | None) -> bool:
     from workloads import default_arrival
     return (arrival or default_arrival(workload)) == "replay"
-
-
-def _family_pools(request, perf) -> list[tuple[str, int]]:
-    """(gpu, tp) of every pool the search may simulate (whole-machine TP)."""
-    from ..designs import FAMILY_SPECS
-    machines = []
-    for f in request.families:
-        spec = FAMILY_SPECS.get(f)
-        machines += [spec.prompt_machine, spec.token_machine] if spec else []
-    machines += list(request.prompt_machine_types or ()) + list(request.token_machine_types or ())
-    cat = perf.catalog
-    return [(cat.machine(m).gpu, cat.machine(m).gpus_per_machine) for m in dict.fromkeys(machines)]
 
 
 def _names(text: str | None, flag: str) -> tuple[str, ...] | None:

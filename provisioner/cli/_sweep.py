@@ -3,7 +3,9 @@
 Reads the spec (`provisioner.sweep.load_sweep_spec`), answers every question through
 `provisioner.search.provision` in parallel (joblib: local processes, or Dask with
 `--dask-scheduler` / `--dask-local`), and writes DIR/results.parquet, DIR/results.csv
-(one row per question x family) and DIR/summary.html.
+(one row per question x family) and DIR/summary.html. `--arrival`, `--cv`,
+`--latency-profile` and `--latency-interp` are the main command's (CONTRACTS.md item 6),
+applied to every question.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, refuse_shipped, write_output
-from ._common import (given, input_files, preemption_option, check_study_path, scheduler_option, study_option,
-                      swap_space_option)
+from ._common import (ARRIVAL_HELP, CV_HELP, family_pools, given, input_files, latency_interp_option,
+                      latency_model_json, latency_profile_option, load_latency_model, preemption_option,
+                      check_study_path, scheduler_option, study_option, swap_space_option)
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
+IN_SPEC_TOO = " Applies to every question; a spec whose '{key}' key says otherwise is refused (as --scheduler)."
 
 
 def sweep_command(
@@ -38,6 +42,10 @@ def sweep_command(
     scheduler: str = scheduler_option(),
     preemption: str = preemption_option(),
     swap_space_gb: float = swap_space_option(),
+    arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP + IN_SPEC_TOO.format(key="arrival")),
+    cv: float = typer.Option(2.0, "--cv", help=CV_HELP + IN_SPEC_TOO.format(key="cv")),
+    latency_profile: str = latency_profile_option(),
+    latency_interp: str = latency_interp_option(),
 ) -> None:
     if out is None:
         raise ProvisionerError("--out DIR is required: the directory for results.parquet, results.csv and "
@@ -56,21 +64,36 @@ def sweep_command(
 
     questions = load_sweep_spec(spec, scheduler if given(ctx, "scheduler") else None,
                                 preemption if given(ctx, "preemption") else None,
-                                swap_space_gb if given(ctx, "swap_space_gb") else None).questions
+                                swap_space_gb if given(ctx, "swap_space_gb") else None,
+                                arrival, cv if given(ctx, "cv") else None).questions
+    perf = load_latency_model(latency_profile, latency_interp)   # a bad file: one line, before any question
     check_study_path(study, [out / name for name in OUTPUTS], "--out")
-    # the spec and the trace files it names: an answer must never replace one of them
-    inputs = (spec, *input_files(*{str(q.request.workload) for q in questions}))
+    # the spec, the trace files it names and the profile: an answer must never replace one of them
+    inputs = (spec, *input_files(*{str(q.request.workload) for q in questions}, latency_profile))
     if out.is_dir():
         paths = [check_output_path(out / name, flag="--out", force=force, force_hint="--force", inputs=inputs)
                  for name in OUTPUTS]
     else:   # created when the answers are written: a failed or interrupted sweep leaves no empty directory
         _check_creatable(out)
         paths = [out / name for name in OUTPUTS]
+    if perf is not None:
+        _warn_fallbacks(questions, perf)
     with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:
         backend, n_jobs, threads = cluster if cluster is not None else ("loky", jobs, None)
         table = run_sweep(questions, study=study, n_jobs=n_jobs, backend=backend, threads=threads,
-                          on_answer=progress.advance)
+                          on_answer=progress.advance, perf=perf)
     _write(table, paths, force, spec, inputs)
+
+
+def _warn_fallbacks(questions, perf) -> None:
+    """Where the questions leave the measured profile: one `warning:` line each (stderr),
+    once per model and set of pools, as `provision` warns for its one question."""
+    seen = set()
+    for q in questions:
+        pools = tuple(family_pools(q.request, perf.catalog))
+        if (q.request.model, pools) not in seen:
+            seen.add((q.request.model, pools))
+            latency_model_json(perf, q.request.model, pools)
 
 
 def _write(table, paths: list[Path], force: bool, spec: Path, inputs: tuple) -> None:
