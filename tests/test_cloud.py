@@ -937,6 +937,35 @@ def test_finalists_are_distinct_up_to_interchangeable_nodes(perf, tmp_path):
     assert symmetry_key(lopsided.physics, plan) != symmetry_key(lopsided.physics, mirror)
 
 
+def test_mirrors_are_one_finalist_past_the_relabellings_listed(perf, tmp_path):
+    """96 one-GPU A6000 nodes, llama-7b: the start is MAX_GROUPS two-node pipelines. Their
+    96! relabellings are too many to list, and the key was the plan itself: the five
+    finalists were one plan and four mirrors (the same 92.66 req/s), each bisected in the
+    DES (`provision cloud` planned in 218-359 s). The groups' shapes make mirrors one key
+    and keep plans of other phases apart."""
+    from provisioner.cloud import symmetry_key
+
+    path = tmp_path / "big96.toml"
+    path.write_text('name = "big96"\n[network]\ninter_node_gbps = 10\n[[nodes]]\ngpu = "a6000"\ngpus = 1\n'
+                    'count = 96\n')
+    ctx = make_context(load_inventory(path, perf.catalog), perf.llm("llama-7b"), perf,
+                       TraceGenerator("coding", 30.0, 0, arrival="poisson", rps=2.0).at(2.0))
+    start = initial_plan(ctx.physics, ctx.scorer)
+    assert len(start) == MAX_GROUPS and all(len(st) == 2 for st, _ in start)
+    pre = next(g for g in start if g[1] == "prefill")
+    dec = next(g for g in start if g[1] == "decode")
+    rest = [g for g in start if g not in (pre, dec)]
+    mirror = canon(rest + [(pre[0], "decode"), (dec[0], "prefill")])   # the two pipelines' roles swapped
+    key = symmetry_key(ctx.physics, start)
+    assert mirror != start and symmetry_key(ctx.physics, mirror) == key
+    assert score(ctx.scorer, mirror) == score(ctx.scorer, start)
+    flipped = canon(rest + [(pre[0], "decode"), (dec[0], "decode")])   # one prefill replica fewer
+    assert symmetry_key(ctx.physics, flipped) != key
+    (a, _), (b, _) = pre[0]
+    apart = canon(rest + [(((a, 1),), "prefill"), (((b, 1),), "prefill"), dec])   # the pipeline's nodes alone
+    assert symmetry_key(ctx.physics, apart) != key
+
+
 def test_plans_are_scored_on_the_same_sizes_whatever_the_rate(perf, tmp_path):
     """The analytic score averages over at least 2000 requests' sizes, the same ones at any
     asked rate below that (one size stream per seed): the plan does not hinge on the first

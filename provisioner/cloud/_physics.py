@@ -66,12 +66,17 @@ class Physics:
         return self.inv.types[self.node_type[node]].gpus
 
     @functools.cached_property
+    def interchangeable(self) -> bool:
+        """Whether the nodes of one type are interchangeable (`_interchangeable`)."""
+        return _interchangeable(self.node_type, self.link_bytes_per_s)
+
+    @functools.cached_property
     def relabellings(self) -> list[np.ndarray] | None:
         """Every permutation of the nodes that maps each node to one of its type (arrays: new
         index per node), the identity included; None when the nodes of a type are not
         interchangeable (a bandwidth matrix tells them apart) or there are more than
         MAX_RELABELLINGS. Computed when first asked (only the finalists' dedup does)."""
-        if not _interchangeable(self.node_type, self.link_bytes_per_s):
+        if not self.interchangeable:
             return None
         blocks = [np.flatnonzero(self.node_type == t) for t in np.unique(self.node_type)]
         if math.prod(math.factorial(len(b)) for b in blocks) > MAX_RELABELLINGS:

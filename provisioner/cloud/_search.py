@@ -99,11 +99,33 @@ def symmetry_key(physics, plan):
     of the plan over the relabellings of nodes within each type (`Physics.relabellings`)
     that keep every group's stages in order (a group's stages run in node order, so a
     relabelling that would reorder stages of different TP is a different group). Exact:
-    plans with one key are the same plan. Without such relabellings the key is the plan."""
+    plans with one key are the same plan. Past MAX_RELABELLINGS (96 one-GPU nodes), where no
+    node holds slices of two groups, the key is the plan's shapes (`_shape_key`); else, or
+    where no nodes are interchangeable, it is the plan."""
     if physics.relabellings is None:
-        return plan
+        return _shape_key(physics, plan) if physics.interchangeable else plan
     images = (_relabelled(plan, perm, physics.node_type) for perm in physics.relabellings)
     return min(image for image in images if image is not None)   # the identity's image is the plan
+
+
+def _shape_key(physics, plan):
+    """`symmetry_key` of a plan in which no node holds slices of two groups, without listing
+    relabellings: the multiset of its groups' shapes, a shape the phase and per stage its
+    node's type, its TP and which of the group's nodes it is on (first, second). Exact:
+    two such plans of equal shapes map onto each other by sending the k-th node of each
+    group to the k-th node of its twin (of the same type, in the same order, so the stages
+    keep their order) and unused nodes to unused ones; a relabelling keeps both the shapes
+    and that no node is shared. A plan that shares a node keeps itself as its key."""
+    owner: dict = {}
+    for k, (st, _) in enumerate(plan):
+        for node, _tp in st:
+            if owner.setdefault(node, k) != k:
+                return plan
+    shapes = []
+    for st, ph in plan:
+        nodes = sorted({node for node, _ in st})
+        shapes.append((ph, tuple((int(physics.node_type[node]), tp, nodes.index(node)) for node, tp in st)))
+    return ("shapes", tuple(sorted(shapes)))
 
 
 def _relabelled(plan, perm, node_type):
