@@ -273,10 +273,13 @@ def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=P
 
 
 def _n_flips(p, q) -> int:
-    """Groups whose phase differs between two plans of the same groups (else a large number)."""
-    if sorted(st for st, _ in p) != sorted(st for st, _ in q):
+    """Groups whose phase differs between two plans of the same groups (else a large number).
+    Both in canonical order (`canon`), which sorts by the groups first, so plans of the same
+    groups list them in the same order: compared in place, not sorted again (sorting both for
+    each of a 48-group plan's thousands of neighbours took 13% of its search's time)."""
+    if len(p) != len(q) or any(a[0] != b[0] for a, b in zip(p, q)):
         return 99
-    return sum(a != b for a, b in zip(p, q))
+    return sum(a[1] != b[1] for a, b in zip(p, q))
 
 
 def valid_plan(plan) -> bool:
