@@ -15,9 +15,8 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
   left by the two replicas and at most 1 - target of its requests miss a p99 deadline for
   their transfer alone (it counts in the TBT: a short output cannot absorb a slow one);
   each shared inter-node link (a directed node pair's, a node's NIC per direction:
-  `Physics.links`) carries each pair's KV bytes in units of the busy fraction at which
-  the waits behind other transfers keep those misses within 1 - target
-  (`Scorer.network_limit`);
+  `Physics.links`) carries KV bytes up to the busy fraction at which the waits behind
+  other transfers keep those misses within 1 - target (`Scorer.network_limit`);
 - requests that only some pairs hold (long ones: `Holding`) are routed as classes, each
   its share of the requests on its own pairs, with its own mean prompt of KV.
 """
@@ -892,16 +891,18 @@ class Scorer:
                      for part, c in zip(split, holding.classes)]
         else:
             parts = [(flow, lambda a, b: self.pair(a, b)[2], None)]
-        busy: dict = {}   # link -> its share of each arc's limit used (`Arc.limits`), summed
+        busy: dict = {}   # link -> seconds of KV transfer per second
+        users: dict = {}   # link -> (i, j, class's requests) crossing it (every pair routed: the LP's arcs)
         for part, traffic_of, among in parts:
             for i, j in zip(*np.nonzero(part > 0)):
                 for link, by in traffic_of(pg[i], dg[j]).items():
-                    limit = self.network_limit(pg[i], dg[j], _senders(pg, link), among)
-                    if limit <= 0:
-                        return None   # the LP's arcs leave this one out
-                    busy[link] = busy.get(link, 0.0) + part[i, j] * by / self.ph.capacity_bytes_per_s(link) / limit
-        # a margin below 1: a link at its limit is the LP's to judge
-        return rate if all(v < 1.0 - _LINK_MARGIN for v in busy.values()) else None
+                    busy[link] = busy.get(link, 0.0) + part[i, j] * by / self.ph.capacity_bytes_per_s(link)
+                    users.setdefault(link, []).append((i, j, among))
+        for link, arcs in users.items():   # `link_limits`
+            limit = min(self.network_limit(pg[i], dg[j], _senders(pg, link), among) for i, j, among in arcs)
+            if busy[link] >= limit * (1.0 - _LINK_MARGIN):
+                return None   # a link at its limit is the LP's to judge
+        return rate
 
     def _time_shared(self, pg, dg, split, p_cap, d_cap) -> bool:
         """Whether every replica carries the classes' flows (`Holding.split`) within its rate,
@@ -940,14 +941,16 @@ class Scorer:
         p_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in p_cap]
         d_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in d_cap]
         objective = solver.Objective()
-        x = []
+        x, links = [], {}
         for arc in arcs:
             v = solver.NumVar(0.0, solver.infinity(), "")
             p_rows[arc.i].SetCoefficient(v, arc.p_cost)
             d_rows[arc.j].SetCoefficient(v, arc.d_cost)
             objective.SetCoefficient(v, 1.0)
+            for link, by in arc.traffic.items():
+                links.setdefault(link, []).append((v, by))
             x.append(v)
-        _limit_links(solver, arcs, x, self.ph, 1.0)
+        _limit_links(solver, links, self.ph, 1.0, self.link_limits(pg, dg, arcs))
         _class_shares(solver, arcs, x, shares)
         objective.SetMaximization()
         self.lp_solves += 1
@@ -971,27 +974,37 @@ class Scorer:
         pairs = [(i, j) for i, a in enumerate(pg) for j, b in enumerate(dg)
                  if p_cap[i] > 0 and d_cap[j] > 0 and self.pair(a, b)[0]]
         if not holding.classes:
-            arcs = [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]]
-        else:
-            p_cost, d_cost = self.class_costs(pg, dg)
-            arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), p_cost[i, c], d_cost[j, c])
-                    for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
-        arcs = [arc._replace(limits=self._arc_limits(pg, dg, arc, holding)) for arc in arcs]
-        return [arc for arc in arcs if all(v > 0 for v in arc.limits.values())], \
-            tuple(cls.share for cls in holding.classes)
+            return [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]], ()
+        p_cost, d_cost = self.class_costs(pg, dg)
+        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), p_cost[i, c], d_cost[j, c])
+                for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
+        return arcs, tuple(cls.share for cls in holding.classes)
 
-    def _arc_limits(self, pg, dg, arc, holding) -> dict:
-        """{shared link the arc crosses: the busy fraction its transfers may find there}
-        (`network_limit`, over its routing class's requests, the link's senders `_senders`)."""
-        among = holding.classes[arc.c].sample if holding.classes else None
-        return {link: self.network_limit(pg[arc.i], dg[arc.j], _senders(pg, link), among) for link in arc.traffic}
+    def link_limits(self, pg, dg, arcs) -> dict:
+        """{shared link: the busy fraction it may reach}: the least `network_limit` of the
+        arcs that cross it, each over its routing class's requests (every arc's transfers'
+        waits on it within the miss budget). Each class as if alone on the link, its misses
+        counted among all the requests (the attainment's share): the LP keeps the long
+        requests' transfers on the pairs that hold them. Judged among the mix a pair holds,
+        the 100k-token prompts' 40-s transfers at 16 Gbps limited their link to a fifth of
+        its bandwidth for the mix's short requests' sake, though the DES sent none of those
+        over it; counted among their own class (5% of the requests), to two fifths; on
+        Poisson arrivals the DES met 99% at the link's full bandwidth."""
+        classes = self.holding(pg, dg).classes
+        out: dict = {}
+        for arc in arcs:
+            among = classes[arc.c].sample if classes else None
+            for link in arc.traffic:
+                limit = self.network_limit(pg[arc.i], dg[arc.j], _senders(pg, link), among)
+                out[link] = min(out.get(link, 1.0), limit)
+        return out
 
 
 def _senders(pg, link) -> int:
     """The prefill replicas that may send over `link` (`Physics.links`): those with a stage on
     its sending node, or for a node's incoming card on any other node. Whether they are
     routed over it or not: the count may not grow as pairs become usable (a faster network
-    would lower the arcs' limits), and more senders only assume more waiting."""
+    would lower the link's limit), and more senders only assume more waiting."""
     kind, *ends = link
     if kind == "in":
         return sum(any(node != ends[0] for node, _ in g) for g in pg)
@@ -1001,9 +1014,8 @@ def _senders(pg, link) -> int:
 class Arc(NamedTuple):
     """A routing LP variable: requests/s of routing class c (`Holding.classes`; 0 without
     classes) through prefill replica i then decode replica j, loading each shared link with
-    `traffic` bytes a request and waiting `transfer_s` for its KV, each link up to the busy
-    fraction `limits` gives (`Scorer._arc_limits`). A request takes `p_cost` and `d_cost`
-    of a request of the mix on its replicas (`Scorer.class_costs`)."""
+    `traffic` bytes a request and waiting `transfer_s` for its KV. A request takes `p_cost`
+    and `d_cost` of a request of the mix on its replicas (`Scorer.class_costs`)."""
 
     i: int
     j: int
@@ -1012,7 +1024,6 @@ class Arc(NamedTuple):
     transfer_s: float
     p_cost: float = 1.0
     d_cost: float = 1.0
-    limits: dict | None = None   # {shared link: the busy fraction its transfers may find there}
 
     def cost(self, axis) -> float:
         """Its cost on its prefill (axis 0) or decode (axis 1) replica."""
@@ -1049,28 +1060,20 @@ def _mean_ttft_s(es, es2, rho):
     return es + rho * es2 / (2.0 * (1.0 - rho) * es)
 
 
-def _limit_links(solver, arcs, x, physics, bound) -> None:
-    """Each shared link's KV busy time, each arc's in units of the busy fraction its
-    transfers may find there (`Arc.limits`), at most `bound` (1; a variable: the utilization
-    all share), `x` the arcs' requests/s. Per arc, not the least limit of the arcs that
-    cross a link: a pair made usable by a faster network, its transfers near their miss
-    budget alone (limit ~0), then capped the whole link, and the plan scored less at 22
-    Gbps than at 21 (1.07 -> 0.74 req/s); an arc adds a variable, never a tighter row.
-    Written in link-seconds per second (bytes over bandwidth), coefficients of ~1: in bytes
-    (~1e9 a request) beside requests/s (~1) GLOP gave up (MPSOLVER_ABNORMAL) on a
-    balancing stage."""
-    links: dict = {}
-    for arc, v in zip(arcs, x):
-        for link, by in arc.traffic.items():
-            links.setdefault(link, []).append((v, by / arc.limits[link]))
+def _limit_links(solver, links, physics, bound, limits) -> None:
+    """Each shared link's KV busy time at most `bound` (1: the link's limit; a variable: the
+    utilization all share) times its limit (`Scorer.link_limits`: the busy fraction its
+    transfers' waits allow): {link: [(requests/s variable, bytes a request)]}. Written in
+    link-seconds per second (bytes over bandwidth), coefficients of ~1: in bytes (~1e9 a
+    request) beside requests/s (~1) GLOP gave up (MPSOLVER_ABNORMAL) on a balancing stage."""
     fixed = isinstance(bound, (int, float))
     for key, terms in links.items():
         cap = physics.capacity_bytes_per_s(key)
-        row = solver.Constraint(-solver.infinity(), float(bound) if fixed else 0.0)
+        row = solver.Constraint(-solver.infinity(), float(bound) * limits[key] if fixed else 0.0)
         for v, by in terms:
             row.SetCoefficient(v, by / cap)
         if not fixed:
-            row.SetCoefficient(bound, -1.0)
+            row.SetCoefficient(bound, -limits[key])
 
 
 def _class_shares(solver, arcs, x, shares) -> None:
@@ -1124,7 +1127,11 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
     arcs, shares = scorer.arcs(prefill_groups, decode_groups, p_cap, d_cap)
     solver = pywraplp.Solver.CreateSolver("GLOP")
     u = solver.NumVar(0.0, solver.infinity(), "u")
-    x = [solver.NumVar(0.0, solver.infinity(), "") for _ in arcs]
+    x, links = [], {}
+    for arc in arcs:
+        x.append(solver.NumVar(0.0, solver.infinity(), ""))
+        for link, by in arc.traffic.items():
+            links.setdefault(link, []).append((x[-1], by))
     solver.Add(solver.Sum(x) == rate)
     _class_shares(solver, arcs, x, shares)
     for axis, caps in enumerate((p_cap, d_cap)):
@@ -1132,7 +1139,7 @@ def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routi
             terms = _weighted(arcs, x, axis, k)
             if terms:
                 solver.Add(solver.Sum(terms) <= u * float(cap))
-    _limit_links(solver, arcs, x, scorer.ph, u)
+    _limit_links(solver, links, scorer.ph, u, scorer.link_limits(prefill_groups, decode_groups, arcs))
     solver.Minimize(u)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return best
