@@ -739,10 +739,10 @@ class Scorer:
         (`_transfer_room`) or by its wait on a link over which `senders` prefill replicas
         send, each link judged as busy as the busiest the pair crosses (its transfers'
         link-seconds there: on the safe side for the others); 1 for an in-node pair, 0
-        where the transfers alone miss more.
-        The whole miss budget, as each replica's rule spends it on its own (the finalists'
-        DES judges them together): with half of it, coding at 20 Gbps predicted 4.85 req/s
-        and sustained 5.27, with all of it 5.25 and 5.73. A transfer waits for what it finds on the link:
+        where the transfers alone miss more. The whole miss budget, as each replica's rule
+        spends it on its own (the finalists' DES judges them together): with half of it,
+        coding at 20 Gbps predicted 4.85 req/s and sustained 5.27, with all of it 5.25 and
+        5.73. A transfer waits for what it finds on the link:
         the other senders' transfers, and its own replica's past the prefills that space
         them (`TransferRoom.overrun`: a transfer no longer than its prefill has left the link
         before the next one is ready), with probability rho times that share of the busy
