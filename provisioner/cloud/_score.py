@@ -892,17 +892,16 @@ class Scorer:
         else:
             parts = [(flow, lambda a, b: self.pair(a, b)[2], None)]
         busy: dict = {}   # link -> seconds of KV transfer per second
-        users: dict = {}   # link -> (i, j, class's requests) crossing it (every pair routed: the LP's arcs)
+        crossings = []   # (i, j, class's requests, links): every pair is routed, as in the LP's arcs
         for part, traffic_of, among in parts:
             for i, j in zip(*np.nonzero(part > 0)):
-                for link, by in traffic_of(pg[i], dg[j]).items():
+                traffic = traffic_of(pg[i], dg[j])
+                for link, by in traffic.items():
                     busy[link] = busy.get(link, 0.0) + part[i, j] * by / self.ph.capacity_bytes_per_s(link)
-                    users.setdefault(link, []).append((i, j, among))
-        for link, arcs in users.items():   # `link_limits`
-            limit = min(self.network_limit(pg[i], dg[j], _senders(pg, link), among) for i, j, among in arcs)
-            if busy[link] >= limit * (1.0 - _LINK_MARGIN):
-                return None   # a link at its limit is the LP's to judge
-        return rate
+                crossings.append((i, j, among, traffic))
+        limits = self._least_limits(pg, dg, crossings)
+        # a margin below the limit: a link at its limit is the LP's to judge
+        return rate if all(v < limits[link] * (1.0 - _LINK_MARGIN) for link, v in busy.items()) else None
 
     def _time_shared(self, pg, dg, split, p_cap, d_cap) -> bool:
         """Whether every replica carries the classes' flows (`Holding.split`) within its rate,
@@ -991,12 +990,17 @@ class Scorer:
         over it; counted among their own class (5% of the requests), to two fifths; on
         Poisson arrivals the DES met 99% at the link's full bandwidth."""
         classes = self.holding(pg, dg).classes
+        return self._least_limits(pg, dg, ((arc.i, arc.j, classes[arc.c].sample if classes else None, arc.traffic)
+                                           for arc in arcs))
+
+    def _least_limits(self, pg, dg, crossings) -> dict:
+        """{shared link: the least `network_limit` of the crossings (prefill i, decode j, the
+        class's requests or None, the links they cross) that cross it}: `link_limits` of the
+        LP's arcs, and of the proportional routing's pairs (`_proportional_bound`)."""
         out: dict = {}
-        for arc in arcs:
-            among = classes[arc.c].sample if classes else None
-            for link in arc.traffic:
-                limit = self.network_limit(pg[arc.i], dg[arc.j], _senders(pg, link), among)
-                out[link] = min(out.get(link, 1.0), limit)
+        for i, j, among, links in crossings:
+            for link in links:
+                out[link] = min(out.get(link, 1.0), self.network_limit(pg[i], dg[j], _senders(pg, link), among))
         return out
 
 
