@@ -98,6 +98,22 @@ def validate_params(params: dict, constraints: dict) -> None:
         raise ProvisionerError(f"{name} must be {accepted} (got {shown(value)})", params=(name,))
 
 
+def toml_float(value) -> float | None:
+    """A finite float of a TOML number, or None (a boolean, a string, inf, nan, or an integer
+    past a float's range: TOML integers are unbounded).
+
+    >>> toml_float(2), toml_float(10 ** 400), toml_float(True), toml_float(float("inf"))
+    (2.0, None, None, None)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def shown(value, digits: int = 20) -> str:
     """`repr(value)`, but an integer longer than `digits` digits as its size, so that an
     error quoting it stays one short line.

@@ -16,7 +16,6 @@ names the file, the line and the field.
 from __future__ import annotations
 
 import itertools
-import math
 import re
 import tomllib
 import unicodedata
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import toml_float
 from ..errors import ProvisionerError
 
 SHIPPED = ("thunderserve-32gpu", "cloud-prices")
@@ -367,7 +367,7 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
 
 
 def _number(value, field, loc, node, section=None, allow_zero=False, bounds=None, unit="") -> float:
-    number = _as_float(value)
+    number = toml_float(value)
     if number is None or number < 0 or (number == 0 and not allow_zero):
         bound = f"between {bounds[0]:g} and {bounds[1]:g} {unit}" if bounds else ">= 0" if allow_zero else "> 0"
         raise loc.error(field, f"must be a finite number {bound} (got {_shown(value)})", node=node, section=section)
@@ -375,18 +375,6 @@ def _number(value, field, loc, node, section=None, allow_zero=False, bounds=None
         raise loc.error(field, f"must be between {bounds[0]:g} and {bounds[1]:g} {unit} (got {_shown(value)})",
                         node=node, section=section)
     return number
-
-
-def _as_float(value) -> float | None:
-    """A finite float of a TOML number, or None (a boolean, a string, inf, nan, or an integer
-    past a float's range: TOML integers are unbounded)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _shown(value) -> str:

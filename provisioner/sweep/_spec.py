@@ -36,7 +36,7 @@ from pathlib import Path
 from hardware_catalog import CatalogError, load_catalog
 from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival
 
-from .._validation import Interval, Options, Real, shown, validate_params
+from .._validation import Interval, Options, Real, shown, toml_float, validate_params
 from ..cloud._inventory import PRICE_USD_PER_H_RANGE
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
@@ -275,26 +275,16 @@ def _price_lists(path: Path, raw) -> dict[str, dict]:
                     catalog.machine(machine)
                 except CatalogError as exc:
                     raise ProvisionerError(f"{path}: key '{key}.{machine}': {exc}") from None
-                if not 0 < _as_price(price) <= MAX_PRICE_USD_PER_H:
+                number = toml_float(price)
+                if number is None or not 0 < number <= MAX_PRICE_USD_PER_H:
                     raise ProvisionerError(f"{path}: key '{key}.{machine}' must be a price > 0 and at most "
                                            f"{MAX_PRICE_USD_PER_H:g} in $/machine-hour (got {shown(price)})")
-                prices[machine] = float(price)
+                prices[machine] = number
         else:
             raise ProvisionerError(f"{path}: key '{key}' must be a table of machine = $/h or the name of a cost "
                                    f"option (got {entry!r})")
         out[str(name)] = prices
     return out
-
-
-def _as_price(value) -> float:
-    """A TOML number as a float; NaN (refused by every comparison) for a boolean, a string,
-    or an integer past a float's range (TOML integers are unbounded)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return float("nan")
-    try:
-        return float(value)
-    except OverflowError:
-        return float("nan")
 
 
 def price_catalog(prices: dict):
