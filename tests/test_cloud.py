@@ -545,6 +545,20 @@ def test_goal_cost_rents_the_cheapest_rental_that_passes(tmp_path, perf):
     assert "both meet 99% attainment; Table VI percentile checks: non-split " in res.output
 
 
+def test_goal_cost_never_rents_cheaper_for_a_heavier_load():
+    """cloud-prices, coding: 4 req/s rented 7.43 $/h and 4.5 req/s 6.79. The six cheaper
+    rentals checked after the program's pass were the six cheapest, near misses all (1.06-1.14x
+    headroom at their analytic rates); the 6.79 one (1.33x) was ninth. The walk now spends
+    half its checks on the rentals with the most headroom."""
+    def cost(rps):
+        res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "cloud-prices", "--workload", "coding",
+                                             "--goal", "cost", "--rps", str(rps), "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)["cost_usd_per_h"]
+
+    assert cost(4) <= cost(4.5)
+
+
 def test_goal_cost_answers_with_the_plan_its_rental_was_chosen_for(tmp_path, perf, monkeypatch):
     """--goal cost rents for a plan its check saw meet the target at --rps (a shorter
     search's finalist). The answer's own search may not find it: the plan then competes

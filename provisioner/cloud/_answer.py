@@ -40,6 +40,7 @@ COMPARISON_CHUNK_TOKENS = 512
 CEILING_RAISES = 8
 SPLIT_PHASES, NON_SPLIT_PHASES = ("prefill", "decode"), ("both",)
 CHEAPER_RENTAL_CHECKS = 6   # --goal cost: cheaper rentals checked by simulation after the program's pass
+MAX_CHEAPER_RENTALS = 2000   # of which the cheapest are ranked by headroom (`_cheaper_pass`)
 MAX_RENTALS_LISTED = 100_000   # count vectors a price list may have for them to be listed
 # --goal cost refuses at once a rate above this many times what every available node carries
 # at its single-node rates (the DES sustains 1.0-1.3x the analytic rate on the shipped
@@ -577,8 +578,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     of that plan (at most 3x), then is bisected between the largest miss and the cheapest pass.
     The single-node rates rank the node types, and may rank them wrongly: `also` lists more
     rentals (counts per type) to check (the cheapest non-split rental, say, may serve the
-    rate split too), and the CHEAPER_RENTAL_CHECKS cheapest rentals under the best pass are
-    checked, whose rates could carry rps; the cheapest passing one of all is chosen.
+    rate split too), and up to CHEAPER_RENTAL_CHECKS rentals under the best pass whose rates
+    could carry rps are checked (`_cheaper_pass`); the cheapest passing one of all is chosen.
     rounds=0 checks the rentals `also` lists, only."""
     if rps is None:
         raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
@@ -640,8 +641,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         # simulation's TBT misses what the mean-based rate predicts); so the next cheaper
         # rentals whose rates could carry rps are checked too, cheapest first.
         cheaper = [c for c in _rentals_by_cost(price_list, limits, rates, rps, _cost(price_list, best[0]))
-                   if c not in verdicts]
-        best = _first_cheaper_pass(cheaper[:CHEAPER_RENTAL_CHECKS], question, record, engine) or best
+                   if c not in verdicts][:MAX_CHEAPER_RENTALS]
+        best = _cheaper_pass(cheaper, rates, verdicts, question, record, engine) or best
     if best is None and everything in no_split:
         raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
                                f"can hold a prefill and a decode replica")
@@ -672,22 +673,47 @@ def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bi
     return (met is not None, realised, met), None
 
 
-def _first_cheaper_pass(candidates, question, record, engine) -> tuple | None:
-    """(counts, None) of the first of `candidates` (cheapest first) that passes
-    `check_rental`, or None. Two at a time: the next one in a worker beside this process's
-    (`beside`; the DES only, as `plan_cloud`'s chunked comparison), its verdict used only
-    when this one fails, so the choice is the one-by-one walk's. Most of these checks fail
-    (they are cheaper than a rental that passed), and each is a search and up to five
-    simulations: where they all fail, they take about half the wall time."""
-    for k in range(0, len(candidates), 2):
-        here, ahead = candidates[k], (candidates[k + 1] if k + 1 < len(candidates) else None)
+def _cheaper_pass(candidates, rates, verdicts, question, record, engine) -> tuple | None:
+    """(counts, None) of the cheapest of `candidates` (cheapest first) that passed
+    `check_rental`, or None, after at most CHEAPER_RENTAL_CHECKS checks. Two walks share
+    them, a check of each at a time: the cheapest candidate left, in this process, and the
+    one whose nodes carry the most at their single-node rates (`_most_carried`), in a worker
+    beside it (`beside`; the DES only, as `plan_cloud`'s chunked comparison). The analytic
+    rates overrate most rentals (the DES sustains 0.84-1.0 of them on cloud-prices), so
+    the candidates with the most headroom are the likeliest to pass; the cheapest-first walk
+    alone spent its checks on near misses (coding at 4 req/s: six rentals with 1.06-1.14x
+    headroom failed, and the 6.79 $/h one with 1.33x, ninth cheapest, went unchecked; at
+    4.5 req/s it was rented: a dearer answer for a lighter load). A pass drops every dearer
+    candidate; a failure drops the candidates it holds node for node (fewer nodes of every
+    type serve no more). The choice is a function of the verdicts alone: the same one-
+    process or two."""
+    price_list = question[0]
+    headroom = dict(zip(candidates, _most_carried(candidates, rates))) if candidates else {}
+    failed = [c for c, (ok, _, _) in verdicts.items() if not ok]
+    found, checks = None, 0
+
+    def worth_checking(c, below) -> bool:
+        return _cost(price_list, c) < below and not any(all(a <= b for a, b in zip(c, f)) for f in failed)
+
+    left = [c for c in candidates if worth_checking(c, math.inf)]
+    while left and checks < CHEAPER_RENTAL_CHECKS:
+        here = left[0]
+        ahead = max(left[1:], key=headroom.get) if len(left) > 1 and checks + 1 < CHEAPER_RENTAL_CHECKS else None
         with beside(check_rental, ahead, *question, parallel=ahead is not None and engine == "des") as next_one:
+            checks += 1
             if record(here, check_rental(here, *question))[0]:
-                next_one.abandon()   # its verdict is not needed: stop it rather than wait for it
+                next_one.abandon()   # every candidate left is dearer: its verdict is not needed
                 return here, None
-            if ahead is not None and record(ahead, next_one.result())[0]:
-                return ahead, None
-    return None
+            failed.append(here)
+            if ahead is not None:
+                checks += 1
+                if record(ahead, next_one.result())[0]:
+                    found = ahead
+                else:
+                    failed.append(ahead)
+        below = _cost(price_list, found) if found is not None else math.inf
+        left = [c for c in left if c not in (here, ahead) and worth_checking(c, below)]
+    return (found, None) if found is not None else None
 
 
 def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, target) -> tuple[float, ...]:
@@ -716,47 +742,51 @@ def _cost(price_list, counts) -> float:
     return sum(n * t.price_usd_per_h for n, t in zip(counts, price_list.types))
 
 
-def _most_carried(counts, rates) -> float:
-    """The highest rate `counts` nodes carry at `rates` by `_carries` (bisection)."""
-    lo, hi = 0.0, float(np.asarray(counts, dtype=float) @ np.asarray(rates, dtype=float).max(axis=1))
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _carries(counts, rates, mid) else (lo, mid)
-    return lo
+def _most_carried(counts, rates) -> np.ndarray:
+    """The highest rate in every phase that node counts (one row per rental, or one vector)
+    carry at `rates` (per type, per phase) when each node may give fractions of itself to
+    the phases: an upper bound on the split a plan makes. Two phases: every node starts in
+    decode; moving nodes to prefill in the order of prefill rate gained per decode rate
+    given up traces the best (prefill, decode) frontier, and the answer is where it
+    crosses prefill = decode (exact; a fractional knapsack)."""
+    n = np.atleast_2d(np.asarray(counts, dtype=float))
+    rates = np.asarray(rates, dtype=float)
+    if rates.shape[1] == 1:
+        return _as_given(n @ rates[:, 0], counts)
+    p, d = rates[:, 0], rates[:, 1]
+    order = sorted(range(len(p)), key=lambda k: -p[k] / d[k] if d[k] > 0 else -np.inf)
+    gain, loss = n[:, order] * p[order], n[:, order] * d[order]
+    zero = np.zeros((len(n), 1))
+    prefill = np.hstack([zero, np.cumsum(gain, axis=1)])                  # at each breakpoint
+    decode = (n @ d)[:, None] - np.hstack([zero, np.cumsum(loss, axis=1)])
+    cross = np.argmax(prefill >= decode, axis=1)   # the first breakpoint past the crossing
+    rows = np.arange(len(n))
+    before = np.maximum(cross - 1, 0)
+    p0, d0 = prefill[rows, before], decode[rows, before]
+    step_p, step_d = prefill[rows, cross] - p0, d0 - decode[rows, cross]
+    t = np.where(step_p + step_d > 0, (d0 - p0) / np.where(step_p + step_d > 0, step_p + step_d, 1), 0.0)
+    most = np.where(cross == 0, np.minimum(prefill[:, 0], decode[:, 0]), p0 + t * step_p)
+    return _as_given(most, counts)
+
+
+def _as_given(per_row, counts):
+    """A float for one count vector, else the array (one per row)."""
+    return float(per_row[0]) if np.ndim(counts) == 1 else per_row
 
 
 def _rentals_by_cost(price_list, limits, rates, rps, below) -> list[tuple]:
     """Node counts within `limits` costing less than `below`, cheapest first, whose nodes
-    could carry `rps` in every phase at their single-node `rates` (each node's share of
-    phases fractional, `_carries`); none when the price list has more than
-    MAX_RENTALS_LISTED count vectors. Necessary at the analytic rates only: the DES can
-    sustain more than they say (on cloud-prices, coding at 4 req/s non-split, the 6.79 $/h
-    rental passes with rates summing to 3.88), so a rental left out here may pass."""
+    could carry `rps` in every phase at their single-node `rates` (`_most_carried`); none
+    when the price list has more than MAX_RENTALS_LISTED count vectors. Necessary at the
+    analytic rates only: the DES can sustain more than they say (on cloud-prices, coding at
+    4 req/s non-split, the 6.79 $/h rental passes with rates summing to 3.88), so a rental
+    left out here may pass."""
     if math.prod(a + 1 for a in limits) > MAX_RENTALS_LISTED:
         return []
-    priced = [(_cost(price_list, c), c) for c in itertools.product(*(range(a + 1) for a in limits)) if any(c)]
-    return [c for cost, c in sorted(priced) if cost < below and _carries(c, rates, rps)]
-
-
-def _carries(counts, rates, rps) -> bool:
-    """Whether `counts` nodes at `rates` (per type, per phase) carry `rps` in every phase when
-    each node may give fractions of itself to the phases (an upper bound on the split a
-    plan makes). Two phases: the most prefill rate with `rps` of decode left is a
-    fractional knapsack, nodes in the order of prefill rate per decode rate given up."""
-    rates = np.asarray(rates, dtype=float)
-    n = np.asarray(counts, dtype=float)
-    if rates.shape[1] == 1:
-        return float(n @ rates[:, 0]) >= rps
-    p, d = rates[:, 0], rates[:, 1]
-    spare_decode = float(n @ d) - rps
-    if spare_decode < 0:
-        return False
-    prefill = 0.0
-    for k in sorted(range(len(n)), key=lambda k: -p[k] / d[k] if d[k] > 0 else -np.inf):
-        take = n[k] if d[k] <= 0 else min(n[k], spare_decode / d[k])
-        prefill += take * p[k]
-        spare_decode -= take * d[k]
-    return prefill >= rps
+    counts = np.array(list(itertools.product(*(range(a + 1) for a in limits)))[1:], dtype=int)   # all but none
+    cost = sum(counts[:, k] * t.price_usd_per_h for k, t in enumerate(price_list.types))   # as `_cost` adds
+    keep = (cost < below) & (_most_carried(counts, rates) >= rps)
+    return [tuple(int(x) for x in counts[i]) for i in np.flatnonzero(keep)[np.argsort(cost[keep], kind="stable")]]
 
 
 def _cheapest_counts(price_list, limits, rates, need) -> tuple | None:
