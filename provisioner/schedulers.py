@@ -130,8 +130,10 @@ def scheduler_applies_to(scheduler: str, family: str) -> bool:
 
 
 def refuse_scheduler_families(scheduler: str, families) -> None:
-    """A search under `splitwisesim` cannot take a Splitwiser family (one line)."""
+    """A search under `splitwisesim` cannot take a Splitwiser family (one line naming the
+    parameters, `params`: the CLI says --scheduler and --design, a sweep spec its keys)."""
     bad = [f for f in families if not scheduler_applies_to(scheduler, f)]
     if bad:
-        raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
-                               f"(SplitwiseSim has no co-located Splitwiser), not {bad[0]}: leave it out")
+        raise ProvisionerError(f"scheduler splitwisesim applies to the baseline and splitwise designs "
+                               f"(SplitwiseSim has no co-located Splitwiser): drop {bad[0]} from families",
+                               params=("scheduler", "families"))

@@ -122,11 +122,54 @@ def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     spec.write_text(body)
     assert run(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {spec}: "), lines
+    assert len(lines) == 1 and lines[0].startswith(f"error: '{spec}': "), lines
     for needle in needles:
         assert needle in lines[0]
     assert not (tmp_path / "out").exists()   # refused before any work or output
 
+
+JSQ = 'scheduler = "jsq"\n'
+
+
+@pytest.mark.parametrize("name, body, flags, message", [
+    # a value given as a flag: the flag, not a spec key it never came from (was "key 'preemption'")
+    ("s", JSQ, ["--preemption", "bogus"], "--preemption must be one of recompute, swap (got 'bogus')"),
+    ("s", JSQ, ["--preemption", "swap", "--swap-space-gb", "-1"], "--swap-space-gb must be a finite number > 0"),
+    ("s", JSQ, ["--preemption", "swap", "--swap-space-gb", "nan"],   # was an internal error (KeyError)
+     "--swap-space-gb must be a finite number > 0 (got nan)"),
+    ("s", "", ["--scheduler", "bogus"], "--scheduler must be one of least-work, jsq"),
+    ("s", "", ["--preemption", "swap"], "--preemption swap sets how the on-demand schedulers preempt; --scheduler "
+                                        "least-work does not preempt"),
+    ("s", 'families = ["splitwiser-h100"]\n', ["--scheduler", "splitwisesim"],
+     "'{spec}': key 'families': --scheduler splitwisesim applies to the baseline and splitwise designs"),
+    # a value in the spec: its key, after the file's quoted path
+    ("s", JSQ + 'preemption = "bogus"\n', [], "'{spec}': key 'preemption': preemption must be one of"),
+    ("s", JSQ + 'preemption = "swap"\nswap_space_gb = -1\n', [],
+     "'{spec}': key 'swap_space_gb': swap_space_gb must be a finite number > 0"),
+    ("s", 'preemption = "swap"\n', [], "'{spec}': key 'preemption': preemption swap sets how the on-demand"),
+    ("s", 'scheduler = "splitwisesim"\nfamilies = ["splitwiser-h100"]\n', [],   # was "--scheduler splitwisesim"
+     "'{spec}': key 'scheduler': scheduler splitwisesim applies to the baseline and splitwise designs"),
+    # one value from each place: each named where it was given
+    ("s", 'swap_space_gb = 3\n', ["--preemption", "recompute"],
+     "'{spec}': key 'swap_space_gb' sets the host memory of KV swapping, which --preemption recompute does not use"),
+    ("s", 'preemption = "recompute"\n', ["--swap-space-gb", "3"],
+     "'{spec}': key 'preemption' is 'recompute', and --swap-space-gb sets the host memory of KV swapping"),
+    # a quoted path is the user's text: a spec named cv.toml stays cv.toml (was --cv.toml)
+    ("cv", 'arrival = "poisson"\n', ["--cv", "3"],
+     "'{spec}': key 'arrival' is 'poisson', and --cv sets the burstiness of gamma arrivals"),
+])
+def test_sweep_errors_name_the_flag_or_the_spec_key(tmp_path, capsys, name, body, flags, message):
+    """An error about a value names where it came from: the flag when given on the command
+    line, the spec's key (after the file's quoted path) when given in the spec."""
+    from provisioner.cli import run
+    spec = tmp_path / f"{name}.toml"
+    spec.write_text('rps = [2]\nduration_s = 3\nverify = false\n' + body)
+    code = run(["sweep", str(spec), "--out", str(tmp_path / "out"), *flags])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert message.format(spec=spec) in lines[0]
+    assert ("key '" in lines[0]) == ("'{spec}'" in message), lines[0]   # a flag's error names no spec key
+    assert not (tmp_path / "out").exists()
 
 def test_a_failed_sweep_leaves_no_empty_out_directory(tmp_path, capsys):
     """Was: --out was created before the run, so a sweep that failed (here: no Dask scheduler

@@ -22,7 +22,9 @@ The grid is goals x models x workloads x (rates or budgets) x price lists x seed
 point is one `ProvisionRequest`, validated when the spec is read (every error: one line
 naming the file, the key and the fix). `load_sweep_spec` also takes scheduler,
 preemption, swap_space_gb, arrival and cv (the CLI's flags) for every question: a spec
-key of the same name must agree with them, or the spec is refused.
+key of the same name must agree with them, or the spec is refused. An error names where
+its values came from: the spec's keys after the file's quoted path, a value given as a
+parameter by that parameter's name (`params` on the error: the CLI prints its flag).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .._validation import Interval, Options, Real, shown, toml_float, validate_p
 from ..cloud._inventory import PRICE_USD_PER_H_RANGE
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
-from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
+from ..schedulers import DEFAULT_SCHEDULER, PREEMPTION_MODES, SCHEDULERS, scheduler_applies_to
 from ..search import ProvisionRequest
 
 __all__ = ["SweepSpec", "Question", "load_sweep_spec", "price_catalog"]
@@ -58,8 +60,12 @@ SETTINGS = {"duration_s": "duration_s", "arrival": "arrival", "cv": "cv", "slo_s
             "preemption": "preemption", "swap_space_gb": "swap_space_gb"}
 DEFAULT_PRICE_LIST = "catalog"
 # The settings `load_sweep_spec` also takes as parameters (the CLI's flags), checked as
-# `ProvisionRequest` checks them.
-_OVERRIDES = {"arrival": [None, Options(ARRIVAL_PROCESSES)], "cv": [None, Interval(Real, 0, None, closed="neither")]}
+# `ProvisionRequest` checks them, before the spec: an error names the parameter (the flag),
+# not a spec key the value never came from.
+_POSITIVE = Interval(Real, 0, None, closed="neither")
+_OVERRIDES = {"scheduler": [None, Options(SCHEDULERS)], "preemption": [None, Options(PREEMPTION_MODES)],
+              "swap_space_gb": [None, _POSITIVE], "arrival": [None, Options(ARRIVAL_PROCESSES)],
+              "cv": [None, _POSITIVE]}
 
 
 @dataclass(frozen=True)
@@ -103,59 +109,82 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
     (None: the spec's, else recompute), `swap_space_gb` (None: the spec's, else 4),
     `arrival` (None: the spec's, else each workload's default) and `cv` (None: the spec's,
     else 2) apply to every question; a spec that names another value is refused."""
-    validate_params({"arrival": arrival, "cv": cv}, _OVERRIDES)   # named as parameters, not spec keys
+    overrides = {"scheduler": scheduler, "preemption": preemption, "swap_space_gb": swap_space_gb,
+                 "arrival": arrival, "cv": cv}
+    validate_params(overrides, _OVERRIDES)   # named as parameters, not spec keys
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
-        raise ProvisionerError(f"{path}: no such sweep spec; give a TOML file (see provision sweep --help)") from None
+        raise ProvisionerError(f"'{path}': no such sweep spec; give a TOML file (see provision sweep --help)") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ProvisionerError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        raise ProvisionerError(f"'{path}': cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ProvisionerError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+        raise ProvisionerError(f"'{path}': not valid TOML ({exc}); fix the syntax") from None
     except ValueError:   # Python refuses to read an integer of over 4,300 digits
-        raise ProvisionerError(f"{path}: a number has over 4,300 digits; give a real value") from None
+        raise ProvisionerError(f"'{path}': a number has over 4,300 digits; give a real value") from None
     known = set(GRID_KEYS) | set(SETTINGS) | {"price_lists"}
     for key in raw:
         if key not in known:
             from hardware_catalog.errors import close_matches
             near = close_matches(key, known)
             hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known))}"
-            raise ProvisionerError(f"{path}: unknown key '{key}'; {hint}")
+            raise ProvisionerError(f"'{path}': unknown key '{key}'; {hint}")
     grid = {k: _list(path, k, raw[k]) for k in GRID_KEYS if k in raw}
     settings = {SETTINGS[k]: raw[k] for k in SETTINGS if k in raw}
-    for key, value in (("scheduler", scheduler), ("preemption", preemption), ("swap_space_gb", swap_space_gb),
-                       ("arrival", arrival), ("cv", cv)):
+    for key, value in overrides.items():
         if value is None:
             continue
-        if settings.get(key, value) != value:
-            raise ProvisionerError(f"{path}: the spec asks for '{settings[key]}' and {key} '{value}' was given; "
+        if key in settings and settings[key] != value:
+            raise ProvisionerError(f"'{path}': the spec asks for '{settings[key]}' and {key} '{value}' was given; "
                                    f"give it in one place", params=(key,))
         settings[key] = value
-    if cv is not None and settings.get("arrival") != "gamma":
+    # the values given as parameters only (a spec key that agrees is the spec's: errors name the key)
+    passed = {key for key, value in overrides.items() if value is not None and key not in raw}
+    if "cv" in passed and settings.get("arrival") != "gamma":
         # the CLI's rule for --cv: it sets gamma arrivals' burstiness only (the spec's own key: below)
-        raise ProvisionerError(f"{path}: cv sets the burstiness of gamma arrivals: give arrival gamma, or drop cv",
+        if "arrival" in raw:
+            raise ProvisionerError(f"'{path}': key 'arrival' is {shown(raw['arrival'])}, and cv sets the burstiness "
+                                   f"of gamma arrivals: set arrival = \"gamma\" in the spec, or drop cv",
+                                   params=("cv",))
+        raise ProvisionerError("cv sets the burstiness of gamma arrivals: give arrival gamma, or drop cv",
                                params=("cv", "arrival"))
     if "swap_space_gb" in settings and settings.get("preemption", "recompute") != "swap":
         # the same rule as the CLI's --swap-space-gb: it sizes swap preemption's host memory only
-        if swap_space_gb is None:   # the spec's own key: name it, and nothing for the CLI to rename
-            raise ProvisionerError(f"{path}: swap_space_gb sets the host memory of KV swapping: set "
-                                   f"preemption = \"swap\" in the spec, or drop swap_space_gb")
-        raise ProvisionerError(f"{path}: swap_space_gb sets the host memory of KV swapping: give preemption "
-                               f"swap, or drop swap_space_gb", params=("swap_space_gb", "preemption"))
+        _refuse_idle_swap_space(path, settings, passed)
     prices = _price_lists(path, raw.get("price_lists", {DEFAULT_PRICE_LIST: {}}))
-    questions = _questions(path, grid, settings, prices)
+    questions = _questions(path, grid, settings, prices, (passed, set(raw)))
     return SweepSpec(path, tuple(questions))
+
+
+def _refuse_idle_swap_space(path: Path, settings: dict, passed: set) -> None:
+    """swap_space_gb without preemption swap, in one line naming each value where it was
+    given: a spec key, or a parameter (`params`: the CLI says its flag)."""
+    what = "sets the host memory of KV swapping"
+    if "swap_space_gb" not in passed:
+        if "preemption" in passed:
+            raise ProvisionerError(f"'{path}': key 'swap_space_gb' {what}, which preemption {settings['preemption']} "
+                                   f"does not use: give preemption swap, or drop swap_space_gb from the spec",
+                                   params=("preemption",))
+        raise ProvisionerError(f"'{path}': swap_space_gb {what}: set preemption = \"swap\" in the spec, or drop "
+                               f"swap_space_gb")
+    if "preemption" in settings and "preemption" not in passed:
+        raise ProvisionerError(f"'{path}': key 'preemption' is {shown(settings['preemption'])}, and swap_space_gb "
+                               f"{what}: set preemption = \"swap\" in the spec, or drop swap_space_gb",
+                               params=("swap_space_gb",))
+    raise ProvisionerError(f"swap_space_gb {what}: give preemption swap, or drop swap_space_gb",
+                           params=("swap_space_gb", "preemption"))
 
 
 def _list(path: Path, key: str, value) -> list:
     values = value if isinstance(value, list) else [value]
     if not values:
-        raise ProvisionerError(f"{path}: key '{key}' is an empty list; give at least one value or drop the key")
+        raise ProvisionerError(f"'{path}': key '{key}' is an empty list; give at least one value or drop the key")
     return values
 
 
-def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Question]:
+def _questions(path: Path, grid: dict, settings: dict, prices: dict, origin: tuple[set, set]) -> list[Question]:
+    """The grid's questions; origin: (the settings given as parameters, the spec's keys)."""
     goals = grid.get("goals", ["cost"])
     scheduler = settings.get("scheduler", DEFAULT_SCHEDULER)
     default = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))   # the families it applies to
@@ -171,15 +200,15 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict) -> list[Que
             loads = [{"power_budget_kw": b} for b in grid.get("power_budget_kw", [])]
             loads += [{"cost_budget_usd_per_h": b} for b in grid.get("cost_budget_usd_per_h", [])]
             if not loads:
-                raise ProvisionerError(f"{path}: goal throughput needs key 'power_budget_kw' or "
+                raise ProvisionerError(f"'{path}': goal throughput needs key 'power_budget_kw' or "
                                        f"'cost_budget_usd_per_h' (a list of budgets)")
         else:
-            raise ProvisionerError(f"{path}: key 'goals': unknown goal '{goal}'; use cost, power or throughput")
+            raise ProvisionerError(f"'{path}': key 'goals': unknown goal '{goal}'; use cost, power or throughput")
         combos = itertools.product(grid.get("models", ["bloom-176b"]), grid.get("workloads", ["coding"]), loads,
                                    prices.items(), grid.get("seeds", [0]))
         for model, workload, load, (pname, plist), seed in combos:
             request = _request(path, dict(goal=goal, model=model, workload=_workload(path, workload), seed=seed,
-                                          families=families, **load, **settings))
+                                          families=families, **load, **settings), origin)
             out.append(Question(len(out), request, pname, plist))
     return out
 
@@ -188,36 +217,36 @@ def _refuse_idle_keys(path: Path, goals: list, grid: dict, settings: dict) -> No
     """A key that no question reads would change nothing: refused, as the CLI refuses such flags."""
     for goal in goals:
         if goal not in ("cost", "power", "throughput"):
-            raise ProvisionerError(f"{path}: key 'goals': unknown goal '{goal}'; use cost, power or throughput")
+            raise ProvisionerError(f"'{path}': key 'goals': unknown goal '{goal}'; use cost, power or throughput")
     listed = ", ".join(map(str, goals))
     if "rps" in grid and not any(g in ("cost", "power") for g in goals):
-        raise ProvisionerError(f"{path}: key 'rps' is read by goals cost and power only (goals: {listed}); add "
+        raise ProvisionerError(f"'{path}': key 'rps' is read by goals cost and power only (goals: {listed}); add "
                                f"one of them to 'goals', or drop 'rps'")
     for key in ("power_budget_kw", "cost_budget_usd_per_h"):
         if key in grid and "throughput" not in goals:
-            raise ProvisionerError(f"{path}: key '{key}' is a budget of goal throughput only (goals: {listed}); "
+            raise ProvisionerError(f"'{path}': key '{key}' is a budget of goal throughput only (goals: {listed}); "
                                    f"add throughput to 'goals', or drop '{key}'")
     if "cv" in settings and settings.get("arrival") != "gamma":
-        raise ProvisionerError(f"{path}: key 'cv' sets the burstiness of gamma arrivals: set arrival = \"gamma\", "
+        raise ProvisionerError(f"'{path}': key 'cv' sets the burstiness of gamma arrivals: set arrival = \"gamma\", "
                                f"or drop 'cv'")
     if "verify_duration_s" in settings and settings.get("verify") is False:
-        raise ProvisionerError(f"{path}: key 'verify_duration_s' sets the discrete-event re-check, which "
+        raise ProvisionerError(f"'{path}': key 'verify_duration_s' sets the discrete-event re-check, which "
                                f"verify = false turns off: drop one of them")
 
 
 def _check_names(path: Path, key: str, names, lookup) -> None:
     for name in names:
         if not isinstance(name, str):
-            raise ProvisionerError(f"{path}: key '{key}' must list names (strings); got {name!r}")
+            raise ProvisionerError(f"'{path}': key '{key}' must list names (strings); got {name!r}")
         try:
             lookup(name)
         except (ProvisionerError, CatalogError) as exc:
-            raise ProvisionerError(f"{path}: key '{key}': {exc}") from None
+            raise ProvisionerError(f"'{path}': key '{key}': {exc}") from None
 
 
 def _needed(path: Path, grid: dict, key: str, goal: str) -> list:
     if key not in grid:
-        raise ProvisionerError(f"{path}: goal {goal} needs key '{key}' (a list of request rates, requests/s)")
+        raise ProvisionerError(f"'{path}': goal {goal} needs key '{key}' (a list of request rates, requests/s)")
     return grid[key]
 
 
@@ -228,7 +257,7 @@ def _workload(path: Path, workload):
     return workload
 
 
-def _request(path: Path, kwargs: dict) -> ProvisionRequest:
+def _request(path: Path, kwargs: dict, origin: tuple[set, set]) -> ProvisionRequest:
     if "duration_s" not in kwargs:   # as `provision`: a replayed file runs whole, drawn arrivals 120 s
         replay = (kwargs.get("arrival") or _default_arrival(kwargs["workload"])) == "replay"
         kwargs["duration_s"] = None if replay else 120.0
@@ -236,9 +265,26 @@ def _request(path: Path, kwargs: dict) -> ProvisionRequest:
         return ProvisionRequest(**kwargs)
     except (ProvisionerError, CatalogError, WorkloadError, TypeError, ValueError) as exc:
         params = getattr(exc, "params", ()) or (("workload",) if isinstance(exc, WorkloadError) else ())
-        key = next((k for k, v in {**SETTINGS, **_GRID_FIELDS}.items() if v in params), None)
-        where = f"key '{key}'" if key else "a question"
-        raise ProvisionerError(f"{path}: {where}: {str(exc).splitlines()[0]}") from None
+        raise _located(path, str(exc).splitlines()[0], params, *origin) from None
+
+
+def _located(path: Path, message: str, params, passed: set, written: set) -> ProvisionerError:
+    """A request's error (`message`, naming the Python parameters `params`) said where its
+    values came from: a spec key (`written`, or a grid key's default) after the file's
+    quoted path; a value given as a parameter (`passed`: the CLI's flag) by its name, kept
+    in `params` so that the CLI says the flag. A parameter-only setting left at its default
+    is named as the parameter too when no spec key is at fault: a flag is then as good a
+    fix as a key."""
+    fields = {**SETTINGS, **_GRID_FIELDS}
+    keys = [k for k, v in fields.items()
+            if v in params and v not in passed and (k in written or v not in _OVERRIDES)]
+    flags = tuple(p for p in params if p in passed)
+    if keys:
+        return ProvisionerError(f"'{path}': key '{keys[0]}': {message}", params=flags)
+    if flags:
+        return ProvisionerError(message, params=tuple(p for p in params if p in _OVERRIDES))
+    key = next((k for k, v in fields.items() if v in params), None)
+    return ProvisionerError(f"'{path}': {f'key {key!r}' if key else 'a question'}: {message}")
 
 
 _GRID_FIELDS = {"goals": "goal", "models": "model", "workloads": "workload", "rps": "rps",
@@ -256,7 +302,7 @@ def _default_arrival(workload) -> str | None:
 def _price_lists(path: Path, raw) -> dict[str, dict]:
     """name -> {machine: $/h}; every machine name and price checked against the catalog."""
     if not isinstance(raw, dict) or not raw:
-        raise ProvisionerError(f"{path}: key 'price_lists' must be a table of named price lists, e.g. "
+        raise ProvisionerError(f"'{path}': key 'price_lists' must be a table of named price lists, e.g. "
                                f"[price_lists] spot = {{ dgx-h100 = 20.0 }}")
     catalog = load_catalog()
     out = {}
@@ -266,7 +312,7 @@ def _price_lists(path: Path, raw) -> dict[str, dict]:
             prices = {m: v.cost_options_usd_per_h[entry] for m, v in catalog.machines.items()
                       if entry in v.cost_options_usd_per_h}
             if not prices:
-                raise ProvisionerError(f"{path}: key '{key}': no machine of the catalog has cost option "
+                raise ProvisionerError(f"'{path}': key '{key}': no machine of the catalog has cost option "
                                        f"'{entry}'; give a table of machine = $/h instead")
         elif isinstance(entry, dict):
             prices = {}
@@ -274,14 +320,14 @@ def _price_lists(path: Path, raw) -> dict[str, dict]:
                 try:
                     catalog.machine(machine)
                 except CatalogError as exc:
-                    raise ProvisionerError(f"{path}: key '{key}.{machine}': {exc}") from None
+                    raise ProvisionerError(f"'{path}': key '{key}.{machine}': {exc}") from None
                 number = toml_float(price)
                 if number is None or not 0 < number <= MAX_PRICE_USD_PER_H:
-                    raise ProvisionerError(f"{path}: key '{key}.{machine}' must be a price > 0 and at most "
+                    raise ProvisionerError(f"'{path}': key '{key}.{machine}' must be a price > 0 and at most "
                                            f"{MAX_PRICE_USD_PER_H:g} in $/machine-hour (got {shown(price)})")
                 prices[machine] = number
         else:
-            raise ProvisionerError(f"{path}: key '{key}' must be a table of machine = $/h or the name of a cost "
+            raise ProvisionerError(f"'{path}': key '{key}' must be a table of machine = $/h or the name of a cost "
                                    f"option (got {entry!r})")
         out[str(name)] = prices
     return out
