@@ -58,7 +58,12 @@ def resolved(path, flag: str, params: tuple[str, ...] = ()) -> Path:
     PosixPath('/')
     """
     try:
-        return Path(path).expanduser().resolve()
+        expanded = Path(path).expanduser()
+    except RuntimeError:   # `~name` of no user (or no home at all)
+        raise ProvisionerError(f"{flag} '{path}' starts with the home folder (~name) of an unknown user; give "
+                               f"the full path", params=params) from None
+    try:
+        return expanded.resolve()
     except RuntimeError:
         why = "leads into a loop of symbolic links"
     except OSError as exc:

@@ -9,6 +9,7 @@ spec errors (one line naming the file and the key, exit 2), the same table on a
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -229,6 +230,46 @@ def test_spec_grid_and_trace_files_relative_to_the_spec(tmp_path):
     table_v = next(q for q in questions if q.price_list == "b").prices
     assert table_v["dgx-h100"] == 41.36   # the catalog's sw-table-v option
 
+
+def test_spec_trace_paths_resolve_as_every_path_does(tmp_path):
+    """A spec's trace path is read as `--out` and `--study` are (`provisioner.files`): `~`
+    expanded (was read as a folder named ~ beside the spec), a symbolic link followed, a
+    path beside the spec found whatever the case of its .CSV (was read relative to the
+    working directory), each recorded as the file it reads."""
+    home, specs = tmp_path / "home", tmp_path / "specs"
+    (home / "traces").mkdir(parents=True)
+    specs.mkdir()
+    rows = "\n".join(f"{i * 0.5},{100 + i},{5 + i % 3}" for i in range(20))
+    trace = home / "traces" / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+    (specs / "link.csv").symlink_to(trace)
+    (specs / "UPPER.CSV").write_text(trace.read_text())
+    (specs / "s.toml").write_text('rps = [2]\nworkloads = ["~/traces/t.csv", "link.csv", "UPPER.CSV"]\n'
+                                  'families = ["baseline-a100"]\nmax_machines = 4\nverify = false\n')
+    env = {**os.environ, "HOME": str(home),   # the simulator's compiled cache stays where it is
+           "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))}
+    proc = subprocess.run([PROVISION, "sweep", "specs/s.toml", "--out", "out", "--jobs", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    workloads = list(pd.read_csv(tmp_path / "out" / "results.csv").workload)
+    assert workloads == [str(trace.resolve())] * 2 + [str((specs / "UPPER.CSV").resolve())]
+
+
+@pytest.mark.parametrize("workload, message", [
+    ("loop.csv", "leads into a loop of symbolic links"),   # was an internal error (RuntimeError)
+    ("~no-such-user-here/t.csv", "home folder (~name) of an unknown user"),
+])
+def test_spec_trace_path_that_cannot_resolve_is_one_line(tmp_path, capsys, workload, message):
+    from provisioner.cli import run
+    (tmp_path / "loop.csv").symlink_to(tmp_path / "loop2.csv")
+    (tmp_path / "loop2.csv").symlink_to(tmp_path / "loop.csv")
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'rps = [2]\nworkloads = ["{workload}"]\n' + SMALL)
+    assert run(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: '{spec}': key 'workloads': "), lines
+    assert message in lines[0]
+    assert not (tmp_path / "out").exists()
 
 # -- the main command's trace and latency-model flags (CONTRACTS.md item 6) --------------
 SHARED_PROFILE = Path("/work/shared/data/profiles/llama2-70b_dgx.csv")   # SplitwiseSim's measurements

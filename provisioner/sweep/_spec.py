@@ -2,7 +2,7 @@
 
     goals = ["cost"]                   # cost | power (take `rps`), throughput (takes a budget)
     models = ["bloom-176b"]
-    workloads = ["coding", "conversation"]     # or CSV trace paths (relative to the spec)
+    workloads = ["coding", "conversation"]     # or CSV trace paths (relative to the spec; ~ expanded)
     rps = [20, 40, 70]                 # goals cost and power
     power_budget_kw = [455]            # goal throughput, iso-power (or cost_budget_usd_per_h)
     families = ["splitwise-hh", "baseline-h100"]   # every question searches all of them
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from .._validation import Interval, Options, Real, shown, toml_float, validate_p
 from ..cloud._inventory import PRICE_USD_PER_H_RANGE
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
+from ..files import resolved
 from ..schedulers import DEFAULT_SCHEDULER, PREEMPTION_MODES, SCHEDULERS, scheduler_applies_to
 from ..search import ProvisionRequest
 
@@ -251,10 +253,19 @@ def _needed(path: Path, grid: dict, key: str, goal: str) -> list:
 
 
 def _workload(path: Path, workload):
-    """A shipped name, or a CSV path relative to the spec's directory."""
-    if isinstance(workload, str) and workload.endswith(".csv") and not Path(workload).is_absolute():
-        return str((path.parent / workload).resolve())
-    return workload
+    """A shipped name as it is; a trace path (it ends in .csv, any case, names a folder or
+    `~`, or is a file beside the spec) relative to the spec's directory, `~` expanded and
+    resolved by `files.resolved` as every path the provisioner reads or writes: a loop of
+    symbolic links is one line naming the key. Anything else is left for the request's
+    check, which names the nearest shipped name."""
+    if not isinstance(workload, str) or _default_arrival(workload) != "replay":
+        return workload
+    looks_like_path = (workload.lower().endswith(".csv") or "/" in workload or os.sep in workload
+                       or workload.startswith("~") or (path.parent / workload).exists())
+    if not looks_like_path:
+        return workload
+    target = Path(workload) if workload.startswith("~") else path.parent / workload   # an absolute path stays
+    return str(resolved(target, f"'{path}': key 'workloads':"))
 
 
 def _request(path: Path, kwargs: dict, origin: tuple[set, set]) -> ProvisionRequest:
