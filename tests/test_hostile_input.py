@@ -909,6 +909,25 @@ def test_a_profile_with_an_empty_name_cell_is_named_by_line_and_column(tmp_path,
     assert not (tmp_path / "c.toml").exists() and not (tmp_path / "p.html").exists()
 
 
+@pytest.mark.parametrize("bad_row, needle", [
+    ("llama2-70b,a100-80gb,3,512,1,128,100,50,6500", "column tensor_parallel: must be 1, 2, 4 or 8 (got 3)"),
+    ("llama2-70b,a100-80gb,2,512,1,128,-1,50,6500", "column prompt_time_ms: must be a positive number"),
+    ("llama2-70b,no-such-gpu,2,512,1,128,100,50,6500", "column hardware: unknown gpu 'no-such-gpu'"),
+    (",a100-80gb,2,512,1,128,100,50,6500", "column model: empty cell"),
+])
+def test_a_profile_error_names_the_files_own_line_past_blank_lines(tmp_path, bad_row, needle):
+    """pandas skips blank lines, so its row index + 2 was not the file's line: a bad row
+    after blank lines was named lines too early (line 11 for line 13)."""
+    import perfmodels
+    lines = (Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv").read_text().splitlines()
+    text = [lines[0], "", *lines[1:10], "   ", bad_row, *lines[10:20]]   # the bad row is line 13
+    profile = tmp_path / "p.csv"
+    profile.write_text("\n".join(text) + "\n")
+    for command, out in (("calibrate", "c.toml"), ("plot", "p.html")):
+        assert_one_line_error(*cli("perf", command, "--profile", profile, "--out", tmp_path / out),
+                              "--profile", f"line 13, {needle}")
+        assert not (tmp_path / out).exists()
+
 @pytest.mark.parametrize("args, flag", [
     (["perf", "predict", "--points", "q.csv", "--out", "loop1"], "--out"),
     (["perf", "calibrate", "--out", "loop1"], "--out"),

@@ -90,21 +90,7 @@ def _read_points(path: Path) -> _Points:
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "no such file"
         raise ProvisionerError(f"{where}: {what}; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header, rows = None, []
-            for record in reader:
-                if not any(cell.strip() for cell in record):
-                    continue  # blank line; keep counting lines as an editor does
-                if header is None:
-                    header = [c.strip() for c in record]
-                    continue
-                rows.append((reader.line_num, record))
-    except UnicodeDecodeError:
-        raise ProvisionerError(f"{where}: not a UTF-8 text CSV file") from None
-    except csv.Error as exc:
-        raise ProvisionerError(f"{where}: not a valid CSV file ({exc})") from None
+    header, rows = _csv_records(path, where)
     required = ", ".join(POINT_INPUT_COLUMNS)
     if header is None:
         raise ProvisionerError(f"{where}: file is empty; the header must name the columns {required}")
@@ -166,6 +152,30 @@ def _read_points(path: Path) -> _Points:
     extra = pd.DataFrame({(f"input_{c}" if c in PREDICTED_COLUMNS else c): [record[i].strip() for _, record in rows]
                           for i, c in enumerate(header) if c and c not in known}, index=frame.index)
     return _Points(frame, has_cap, extra)
+
+
+def _csv_records(path: Path, where: str) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
+    """(header with its names stripped, [(line, fields)] of each data row) of a CSV file, or
+    (None, []) when it holds nothing. Blank lines are skipped but counted, so `line` is the
+    one an editor shows where the row starts (the header is line 1 when it comes first):
+    pandas skips them too, and its row index + 2 named the wrong line after one."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header, rows, start = None, [], 1
+            for record in reader:
+                line, start = start, reader.line_num + 1   # a quoted field may span lines
+                if not any(cell.strip() for cell in record):
+                    continue
+                if header is None:
+                    header = [c.strip() for c in record]
+                    continue
+                rows.append((line, record))
+    except UnicodeDecodeError:
+        raise ProvisionerError(f"{where}: not a UTF-8 text CSV file") from None
+    except csv.Error as exc:
+        raise ProvisionerError(f"{where}: not a valid CSV file ({exc})") from None
+    return header, rows
 
 
 def _resolve_hardware(cat, name: str, at: str):
@@ -232,43 +242,51 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
     if not profile.is_file():
         what = "is a directory" if profile.is_dir() else "no such file"
         raise ProvisionerError(f"{where}: {what}; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
-    try:
-        df = pd.read_csv(profile, dtype={"model": str, "hardware": str})   # names as written, e.g. "5"
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ProvisionerError(f"{where}: not a readable CSV ({' '.join(str(exc).split())})") from None
-    missing = [c for c in PROFILE_COLUMNS if c not in df.columns]
+    header, rows = _csv_records(profile, where)
+    required = ", ".join(PROFILE_COLUMNS)
+    if header is None:
+        raise ProvisionerError(f"{where}: file is empty; the header must name the columns {required}")
+    missing = [c for c in PROFILE_COLUMNS if c not in header]
     if missing:
         raise ProvisionerError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                               f"(required: {', '.join(PROFILE_COLUMNS)})")
-    if df.empty:
+                               f"(required: {required})")
+    if not rows:
         raise ProvisionerError(f"{where}: no data rows after the header")
+    for line, record in rows:
+        if len(record) > len(header):   # a short row's missing cells are empty, as pandas reads them
+            raise ProvisionerError(f"{where}: line {line} has {len(record)} fields but the header has "
+                                   f"{len(header)}; fix the commas on that line")
+    lines = [line for line, _ in rows]
+    # the columns the fit reads, as text (names as written, e.g. "5"); numbers converted below
+    df = pd.DataFrame({c: [r[header.index(c)].strip() if header.index(c) < len(r) else "" for _, r in rows]
+                       for c in PROFILE_COLUMNS})
     for col in PROFILE_COLUMNS[2:]:
         values = pd.to_numeric(df[col], errors="coerce")
         bad = ~((values > 0) & (values <= MAX_MEASURED))   # past it the fits overflow: no measurement is so large
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ProvisionerError(f"{where}: line {i + 2}, column {col}: must be a positive number at most "
-                                   f"{MAX_MEASURED:g} (got '{df[col].iloc[i]}')")
+            raise ProvisionerError(f"{where}: line {lines[i]}, column {col}: must be a positive number at most "
+                                   f"{MAX_MEASURED:g} (got {df[col].iloc[i]!r})")
         df[col] = values
     bad_tp = ~df.tensor_parallel.isin(TP_DEGREES)
     if bad_tp.any():
         i = int(np.flatnonzero(bad_tp.to_numpy())[0])
-        raise ProvisionerError(f"{where}: line {i + 2}, column tensor_parallel: must be 1, 2, 4 or 8 "
+        raise ProvisionerError(f"{where}: line {lines[i]}, column tensor_parallel: must be 1, 2, 4 or 8 "
                                f"(got {df.tensor_parallel.iloc[i]:g})")
     cat = load_catalog()
     for col, lookup in (("model", cat.model), ("hardware", cat.gpu)):
-        empty = df[col].isna()   # pandas reads an empty cell as NaN, which no lookup can name
+        empty = df[col] == ""
         if empty.any():
             i = int(np.flatnonzero(empty.to_numpy())[0])
             what, known = ("model", cat.models) if col == "model" else ("GPU", cat.gpus)
-            raise ProvisionerError(f"{where}: line {i + 2}, column {col}: empty cell; give a {what} name "
+            raise ProvisionerError(f"{where}: line {lines[i]}, column {col}: empty cell; give a {what} name "
                                    f"(known: {', '.join(sorted(known))})")
         for name in df[col].unique():
             try:
                 lookup(name)
             except UnknownNameError as exc:
                 i = int(np.flatnonzero((df[col] == name).to_numpy())[0])
-                raise ProvisionerError(f"{where}: line {i + 2}, column {col}: {exc}") from None
+                raise ProvisionerError(f"{where}: line {lines[i]}, column {col}: {exc}") from None
     return df
 
 
