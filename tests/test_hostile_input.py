@@ -928,6 +928,30 @@ def test_a_profile_error_names_the_files_own_line_past_blank_lines(tmp_path, bad
                               "--profile", f"line 13, {needle}")
         assert not (tmp_path / out).exists()
 
+@pytest.mark.parametrize("header, rows, needle", [
+    ("model,hardware,tensor_parallel,prompt_size,batch_size,", ["", ",7"], "column 6 has no name in the header, "
+                                                                          "but line 3 holds '7'"),
+    ("model,,hardware,tensor_parallel,prompt_size,batch_size", None, "column 2 has no name in the header, but "
+                                                                     "line 2 holds 'measured'"),
+])
+def test_predict_refuses_data_in_a_column_with_no_name(tmp_path, header, rows, needle):
+    """The output keeps the input's named columns only: data under an empty header cell
+    was dropped without a word."""
+    point = "llama2-70b,a100-80gb,2,512,{b}"
+    if rows is None:   # the unnamed column is the second
+        lines = ["llama2-70b,measured,a100-80gb,2,512,1"]
+    else:
+        lines = [point.format(b=1) + rows[0], point.format(b=2) + rows[1]]
+    (tmp_path / "q.csv").write_text("\n".join([header, *lines]) + "\n")
+    assert_one_line_error(*cli("perf", "predict", "--points", "q.csv", "--out", "o.csv", cwd=tmp_path),
+                          "--points q.csv", needle, "name the column in the header")
+    assert not (tmp_path / "o.csv").exists()
+    # a trailing comma on every line (an empty column) is no data: taken
+    (tmp_path / "q.csv").write_text("model,hardware,tensor_parallel,prompt_size,batch_size,\n" + point.format(b=1)
+                                    + ",\n")
+    code, out, err = cli("perf", "predict", "--points", "q.csv", "--out", "o.csv", cwd=tmp_path)
+    assert code == 0 and "wrote 1 rows" in out, err
+
 @pytest.mark.parametrize("args, flag", [
     (["perf", "predict", "--points", "q.csv", "--out", "loop1"], "--out"),
     (["perf", "calibrate", "--out", "loop1"], "--out"),

@@ -103,6 +103,12 @@ def _read_points(path: Path) -> _Points:
                                f"{', '.join(missing)} (required: {required}; optional: power_cap)")
     if not rows:
         raise ProvisionerError(f"{where}: no data rows after the header")
+    # a column with no name is dropped from the output: refused if it holds data (a trailing comma is fine)
+    for i in (i for i, c in enumerate(header) if not c):
+        line, cell = next(((line, r[i]) for line, r in rows if i < len(r) and r[i].strip()), (None, None))
+        if line is not None:
+            raise ProvisionerError(f"{where}: column {i + 1} has no name in the header, but line {line} holds "
+                                   f"{cell.strip()!r} in it; name the column in the header, or delete its values")
     pos = {c: header.index(c) for c in (*POINT_INPUT_COLUMNS, *OPTIONAL_INPUT_COLUMNS) if c in header}
     has_cap = "power_cap" in pos
     cat = load_catalog()
