@@ -928,6 +928,20 @@ def test_a_profile_error_names_the_files_own_line_past_blank_lines(tmp_path, bad
                               "--profile", f"line 13, {needle}")
         assert not (tmp_path / out).exists()
 
+@pytest.mark.parametrize("column", ["prompt_time_ms", "model"])
+def test_a_profile_with_a_repeated_column_is_refused(tmp_path, column):
+    """pandas reads a repeated name as name.1: calibrate and plot fitted the first column
+    and ignored the second without a word."""
+    import perfmodels
+    lines = (Path(perfmodels.__file__).parent / "data" / "llama2-70b_dgx.csv").read_text().splitlines()
+    assert lines[0].endswith(",e2e_time_ms")
+    profile = tmp_path / "p.csv"
+    profile.write_text("\n".join([lines[0].replace("e2e_time_ms", column), *lines[1:40]]) + "\n")
+    for command, out in (("calibrate", "c.toml"), ("plot", "p.html")):
+        assert_one_line_error(*cli("perf", command, "--profile", profile, "--out", tmp_path / out),
+                              "--profile", f"column '{column}' appears twice in the header")
+        assert not (tmp_path / out).exists()
+
 @pytest.mark.parametrize("header, rows, needle", [
     ("model,hardware,tensor_parallel,prompt_size,batch_size,", ["", ",7"], "column 6 has no name in the header, "
                                                                           "but line 3 holds '7'"),

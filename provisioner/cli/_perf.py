@@ -252,6 +252,9 @@ def _read_profile(profile: Path | None) -> pd.DataFrame | None:
     required = ", ".join(PROFILE_COLUMNS)
     if header is None:
         raise ProvisionerError(f"{where}: file is empty; the header must name the columns {required}")
+    repeated = next((c for i, c in enumerate(header) if c and c in header[:i]), None)
+    if repeated is not None:   # pandas read the second as 'name.1', and the fit the first alone
+        raise ProvisionerError(f"{where}: column '{repeated}' appears twice in the header; rename or delete one")
     missing = [c for c in PROFILE_COLUMNS if c not in header]
     if missing:
         raise ProvisionerError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
