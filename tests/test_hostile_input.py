@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import signal
 import subprocess
@@ -1088,3 +1089,24 @@ def test_a_verification_window_no_trace_can_be_made_of_is_refused_before_the_sea
     assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--duration", "5", "--design", "baseline-a100",
                                "--verify-duration", window), f"--verify-duration {float(window):g} at 5 req/s",
                           needle)
+
+
+def test_cloud_never_reports_a_negative_zero_rate():
+    """At --slo-scale 0.6 (the cloud default is 2) no plan sustains a rate: the tabu search's
+    best plan held every request (search value minus a shortfall of 0, i.e. -0.0) and the
+    JSON said "throughput_rps": -0.0, the table "split: -0.00 req/s"."""
+    args = ("cloud", "--inventory", "thunderserve-32gpu", "--rps", "5", "--slo-scale", "0.6")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+
+    def negative_zeros(node, where="") -> list[str]:
+        if isinstance(node, dict):
+            return [w for k, v in node.items() for w in negative_zeros(v, f"{where}.{k}")]
+        if isinstance(node, list):
+            return [w for i, v in enumerate(node) for w in negative_zeros(v, f"{where}[{i}]")]
+        return [where] if isinstance(node, float) and node == 0 and math.copysign(1.0, node) < 0 else []
+
+    answer = json.loads(out)
+    assert answer["throughput_rps"] == 0.0 and negative_zeros(answer) == []
+    code, out, err = cli(*args)
+    assert code == 0 and "split: 0.00 req/s" in out and "-0.0" not in out, out

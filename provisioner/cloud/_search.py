@@ -53,7 +53,15 @@ def score(scorer, plan) -> float:
     if served <= 0:
         return 0.0
     rate = sum(scorer.both(st) for st in groups[0]) if len(groups) == 1 else scorer.throughput_rps(*groups)
-    return round(float(rate) * served, SCORE_DECIMALS)
+    return _rate(round(float(rate) * served, SCORE_DECIMALS))
+
+
+def _rate(value: float) -> float:
+    """A search value as the rate (req/s) it stands for: itself when positive, else 0.0.
+    Never -0.0: a plan that holds every request but sustains nothing has value -0.0
+    (`search_value`: minus a shortfall of 0), and an LP's round-off below zero rounds to
+    -0.0, which JSON and the tables printed as "-0.0" req/s."""
+    return value if value > 0 else 0.0
 
 
 def search_value(scorer, plan) -> float:
@@ -366,7 +374,7 @@ def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, r
         vals = [search_value(scorer, p) for p in sorted(cands)]
         scored += len(cands)
         if seen is not None:
-            seen.update((p, max(v, 0.0)) for p, v in zip(sorted(cands), vals))
+            seen.update((p, _rate(v)) for p, v in zip(sorted(cands), vals))
         k = int(np.argmax(vals))
         cur = sorted(cands)[k]
         tabu = (tabu + [cur])[-memory:]
@@ -376,7 +384,7 @@ def tabu_search(scorer, start, *, steps=100, sample=10, memory=5, patience=20, r
             stale += 1
             if stale >= patience:
                 break
-    return best, max(best_s, 0.0), scored
+    return best, _rate(best_s), scored
 
 
 def exhaustive(scorer, phases=PHASES):
