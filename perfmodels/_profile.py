@@ -64,15 +64,27 @@ def read_profile(path, catalog) -> Profile:
     except UnicodeDecodeError:
         raise PerfModelError(f"{path}: not a UTF-8 text CSV file") from None
     reader = csv.reader(text.splitlines())
-    header = [ALIASES.get(h.strip(), h.strip()) for h in next(reader, [])]
+    cells = next(reader, None)
+    while cells is not None and not any(c.strip() for c in cells):   # blank lines above the header
+        cells = next(reader, None)
+    header_line = reader.line_num
+    header = [ALIASES.get(h.strip(), h.strip()) for h in cells or []]
     missing = [c for c in REQUIRED if c not in header]
     if missing:
-        raise PerfModelError(f"{path}, line 1: missing column '{missing[0]}' (a profile needs "
+        raise PerfModelError(f"{path}, line {max(header_line, 1)}: missing column '{missing[0]}' (a profile needs "
                              f"{', '.join(REQUIRED)})")
+    repeated = next((c for c in REQUIRED if header.count(c) > 1), None)
+    if repeated is not None:   # which of the two holds the measurement is anyone's guess
+        first, second = [cells[i].strip() for i, h in enumerate(header) if h == repeated][:2]
+        twice = (f"column '{first}' appears twice in the header" if first == second else
+                 f"columns '{first}' and '{second}' both give '{repeated}'")
+        raise PerfModelError(f"{path}, line {header_line}: {twice}: keep one")
     col = {c: header.index(c) for c in REQUIRED}
     gpus, models = set(catalog.gpus), set(catalog.models)
     out = {c: [] for c in REQUIRED}
-    for line, fields in enumerate(reader, start=2):
+    ends = reader.line_num
+    for fields in reader:
+        line, ends = ends + 1, reader.line_num   # the line the row starts on (a quoted field may span lines)
         if not fields or all(not f.strip() for f in fields):
             continue
         if len(fields) < len(header):

@@ -942,6 +942,10 @@ def test_a_profile_with_a_repeated_column_is_refused(tmp_path, column):
         assert_one_line_error(*cli("perf", command, "--profile", profile, "--out", tmp_path / out),
                               "--profile", f"column '{column}' appears twice in the header")
         assert not (tmp_path / out).exists()
+    # the simulator's own reader took the first copy without a word
+    assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2", "--rps", "1",
+                               "--duration", "10", "--model", "llama2-70b", "--latency-profile", profile),
+                          "line 1", f"column '{column}' appears twice in the header: keep one")
 
 @pytest.mark.parametrize("header, rows, needle", [
     ("model,hardware,tensor_parallel,prompt_size,batch_size,", ["", ",7"], "column 6 has no name in the header, "

@@ -150,6 +150,13 @@ def test_engines_agree_and_the_roofline_fallback_is_exact(sws):
     (GOOD.replace("h100-80gb,8,1024", "h900,8,1024"), ["line 3", "'hardware'", "unknown 'h900'"]),
     (GOOD.replace("77.9", "fast"), ["line 3", "'prompt_time_ms'", "must be a number"]),
     (GOOD.replace("llama2-70b,h100-80gb,8,512", "llama2-70b,h100-80gb,3,512"), ["line 2", "'tensor_parallel'"]),
+    # blank lines above the header: the file's own line numbers (the header was read as empty)
+    ("\n \n" + GOOD.replace("29.7", "-3"), ["line 5", "'token_time_ms'", "positive"]),
+    # a repeated column: the first was read and the second ignored without a word
+    (GOOD.replace("\n", ",prompt_time_ms\n", 1).replace("5\n", "5,9\n"), ["line 1", "column 'prompt_time_ms' "
+                                                                                   "appears twice"]),
+    (GOOD.replace("\n", ",prompt_time\n", 1).replace("5\n", "5,9\n"), ["columns 'prompt_time_ms' and "
+                                                                                "'prompt_time' both give"]),
 ])
 def test_malformed_profiles_are_refused(tmp_path, text, needles):
     path = tmp_path / "bad.csv"
