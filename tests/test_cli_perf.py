@@ -172,9 +172,9 @@ def test_calibrate_bad_profile_is_a_one_line_error(tmp_path, points_csv):
 def test_a_directory_given_as_input_is_called_one(tmp_path):
     (tmp_path / "in.csv").mkdir()   # was "no such file"
     assert_user_error(provision("perf", "predict", "--points", "in.csv", "--out", "o.csv", cwd=tmp_path),
-                      "--points in.csv: is a directory")
+                      "--points 'in.csv': is a directory")
     assert_user_error(provision("perf", "calibrate", "--profile", "in.csv", "--out", "c.toml", cwd=tmp_path),
-                      "--profile in.csv: is a directory")
+                      "--profile 'in.csv': is a directory")
 
 
 @pytest.mark.parametrize("command", ["calibrate", "plot"])

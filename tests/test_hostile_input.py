@@ -963,7 +963,7 @@ def test_predict_refuses_data_in_a_column_with_no_name(tmp_path, header, rows, n
         lines = [point.format(b=1) + rows[0], point.format(b=2) + rows[1]]
     (tmp_path / "q.csv").write_text("\n".join([header, *lines]) + "\n")
     assert_one_line_error(*cli("perf", "predict", "--points", "q.csv", "--out", "o.csv", cwd=tmp_path),
-                          "--points q.csv", needle, "name the column in the header")
+                          "--points 'q.csv'", needle, "name the column in the header")
     assert not (tmp_path / "o.csv").exists()
     # a trailing comma on every line (an empty column) is no data: taken
     (tmp_path / "q.csv").write_text("model,hardware,tensor_parallel,prompt_size,batch_size,\n" + point.format(b=1)

@@ -86,7 +86,7 @@ def predict_command(
 
 def _read_points(path: Path) -> _Points:
     """Parse and validate `--points`; every error names the line (header = line 1) and column."""
-    where = f"--points {path}"
+    where = f"--points '{path}'"
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "no such file"
         raise ProvisionerError(f"{where}: {what}; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
@@ -244,7 +244,7 @@ def _check_out(out: Path, force: bool, flag: str, inputs=()) -> None:
 def _read_profile(profile: Path | None) -> pd.DataFrame | None:
     if profile is None:
         return None
-    where = f"--profile {profile}"
+    where = f"--profile '{profile}'"
     if not profile.is_file():
         what = "is a directory" if profile.is_dir() else "no such file"
         raise ProvisionerError(f"{where}: {what}; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
