@@ -248,9 +248,13 @@ def test_fluid_engine_declines_in_one_line():
 
 # -- the command ----------------------------------------------------------------------
 def cli(args):
+    """`provision autoscale` with a design and a model unless `args` gives its own (an option
+    is given once)."""
+    defaults = [x for flag, value in (("--design", "baseline-a100"), ("--model", MODEL)) if flag not in args
+                for x in (flag, value)]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = run(["autoscale", "--design", "baseline-a100", "--model", MODEL, *args])
+        code = run(["autoscale", *defaults, *args])
     return code, out.getvalue(), err.getvalue()
 
 

@@ -79,12 +79,12 @@ def test_cli_bad_chunk_budget_is_one_line(capsys, bad):
     assert "\n" not in err and f"--prefill-chunk-tokens must be an integer in [0, 10000000] (got {bad})" in err
 
 
-def _cloud_json(*extra):
+def _cloud_json(*extra, duration_s: int = 60):
     from typer.testing import CliRunner
 
     from provisioner.cli import get_app
     res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding",
-                                         "--rps", "2", "--duration", "60", "--json", *extra])
+                                         "--rps", "2", "--duration", str(duration_s), "--json", *extra])
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 
@@ -110,9 +110,9 @@ def test_the_chunked_comparison_is_the_same_computed_beside_the_split_plan_or_af
     same answer, to the last digit, as computed in this process after it."""
     from provisioner.workers import beside
 
-    in_worker = _cloud_json("--duration", "30")
+    in_worker = _cloud_json(duration_s=30)
     monkeypatch.setattr("provisioner.cloud._answer.beside",
                         lambda fn, *args, parallel=True: beside(fn, *args, parallel=False))
-    here = _cloud_json("--duration", "30")
+    here = _cloud_json(duration_s=30)
     in_worker.pop("elapsed_s"), here.pop("elapsed_s")
     assert in_worker == here

@@ -278,8 +278,7 @@ PROFILE = (SHARED_PROFILE if SHARED_PROFILE.is_file()   # else the shipped copy 
 # one question where the measured profile and the roofline disagree (seconds of work)
 PROFILED = ('models = ["llama2-70b"]\nrps = [5]\nfamilies = ["baseline-h100"]\nduration_s = 10\n'
             'verify = false\n')
-ASKED = ("--goal", "cost", "--rps", "5", "--model", "llama2-70b", "--design", "baseline-h100", "--duration", "10",
-         "--no-verify")
+ASKED = ("--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--duration", "10", "--no-verify")
 
 
 def _only_row(out: Path) -> dict:
@@ -288,9 +287,9 @@ def _only_row(out: Path) -> dict:
     return table.iloc[0].to_dict()
 
 
-def _provision_best(*args) -> dict:
+def _provision_best(*args, model: str = "llama2-70b") -> dict:
     import json
-    proc = provision(*ASKED, *args, "--json")
+    proc = provision(*ASKED, "--model", model, *args, "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["best"][0]
 
@@ -344,7 +343,7 @@ def test_sweep_arrival_gamma_is_the_main_commands(tmp_path):
     assert "arrival" not in drawn and (bursty["arrival"], bursty["cv"]) == ("gamma", 3.0)
     slowdowns = [c for c in drawn if c.startswith("slowdown_")]
     assert [drawn[c] for c in slowdowns] != pytest.approx([bursty[c] for c in slowdowns])
-    best = _provision_best("--model", "bloom-176b", "--arrival", "gamma", "--cv", "3")
+    best = _provision_best("--arrival", "gamma", "--cv", "3", model="bloom-176b")
     assert bursty["machines"] == best["design"]["prompt_machines"] + best["design"]["token_machines"]
     assert bursty["slowdown_e2e_p99"] == pytest.approx(best["slo"]["slowdown"]["e2e"]["p99"])
 
