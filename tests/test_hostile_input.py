@@ -398,6 +398,41 @@ def _live_processes_of_group(pgid: int) -> list[int]:
     return alive
 
 
+# --------------------------------------------------------------------------- options given twice
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "70", "--rps", "80"], "--rps is given twice ('70', then '80')"),
+    (["--goal", "cost", "--rps=70", "--rps", "80"], "--rps is given twice ('70', then '80')"),
+    (["--goal", "cost", "--rps", "70", "--verify", "--no-verify"], "--verify and --no-verify are both given"),
+    (["--goal", "cost", "--rps", "70", "--json", "--json"], "--json is given twice"),
+    (["simulate", "--design", "baseline-a100", "--machines", "2", "--machines", "3"], "--machines is given twice"),
+    (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--inventory", "cloud-prices"],
+     "--inventory is given twice"),
+    (["autoscale", "--design", "baseline-a100", "--profile", "diurnal", "--design", "baseline-h100"],
+     "--design is given twice"),   # one family here, unlike `provision --design`
+    (["sweep", "spec.toml", "--jobs", "1", "--out", "o", "--jobs=2"], "--jobs is given twice ('1', then '2')"),
+    (["perf", "predict", "--points", "a.csv", "--out", "o.csv", "--out", "p.csv"], "--out is given twice"),
+])
+def test_an_option_given_twice_is_refused(args, needle):
+    """click kept the last value without a word: `--rps 70 --rps 80` planned for 80 req/s."""
+    assert_one_line_error(*cli(*args), needle, "give")
+
+
+def test_an_option_given_twice_is_refused_as_typed():
+    r = subprocess.run([PROVISION, "--goal", "cost", "--rps", "70", "--rps", "80"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert_one_line_error(r.returncode, r.stdout, r.stderr, "--rps is given twice", "give it once")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--goal", "cost", "--rps", "0", "--design", "baseline-a100", "--design", "baseline-h100"], "--rps must be"),
+    (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--without", "a40-8x-0", "--without",
+      "a6000-4x-0"], "--without takes one node"),   # its own rule, not this one
+])
+def test_repeatable_options_may_repeat(args, needle):
+    line = assert_one_line_error(*cli(*args), needle)
+    assert "given twice" not in line
+
+
 # --------------------------------------------------------------------------- ignored flags, lost data
 @pytest.mark.parametrize("args, needle", [
     (["simulate", "--design", "baseline-a100", "--prompt-machines", "5", "--token-machines", "3"], "--machines N"),

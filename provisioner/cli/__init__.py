@@ -1,9 +1,10 @@
 """The `provision` command: a thin typer layer over the Python API.
 
 Each command lives in its own module and only parses flags, calls the API and renders
-the answer. `run()` is the one error path (`_errors.py`): a user error at any depth is
-one line and exit 2, Ctrl-C one line and exit 130, anything else one line naming the
-saved traceback and exit 1. Never a traceback on the terminal.
+the answer. `run()` is the one error path (`_errors.py`): a user error at any depth (an
+option given twice too, `_repeats.py`) is one line and exit 2, Ctrl-C one line and exit
+130, anything else one line naming the saved traceback and exit 1. Never a traceback on
+the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 
 from ..workers import quiet_resource_tracker
 from ._errors import run_guarded
+from ._repeats import refuse_repeated_options
 
 __all__ = ["app", "get_app", "main", "run"]
 
@@ -53,7 +55,12 @@ def run(argv: list[str] | None = None) -> int:
     """Run the command line `argv`; returns the exit code (0, 1, 2 or 130), never raises."""
     _register()
     quiet_resource_tracker()   # Ctrl-C: one line, not a worker-cleanup warning after it
-    return run_guarded(lambda: app(args=argv, prog_name="provision", standalone_mode=False))
+    args = sys.argv[1:] if argv is None else list(argv)
+
+    def command():
+        refuse_repeated_options(typer.main.get_command(app), args)   # before click keeps the last
+        return app(args=args, prog_name="provision", standalone_mode=False)
+    return run_guarded(command)
 
 
 def get_app() -> typer.Typer:
