@@ -56,3 +56,30 @@ def test_no_compiling_message_when_the_cache_holds_the_kernel(tiny_trace_for_fir
     simulate(make_design("splitwise-hh", 2, 1), tiny_trace_for_first_run, "bloom-176b")
     env = dict(os.environ)
     assert _announce_stderr(env) == ""
+
+
+@pytest.mark.parametrize("env_name", ["PROVISIONER_JIT_CACHE", "NUMBA_CACHE_DIR"])
+def test_a_cache_variable_naming_a_file_warns_and_uses_the_default(tmp_path, env_name):
+    """`PROVISIONER_JIT_CACHE=some-file`: numba found no cache directory there and fell back,
+    without a word, to `__pycache__` inside the installed package (what the per-user cache
+    exists to avoid). Now one warning line names the variable, the file is left alone and
+    the default cache is used."""
+    from pathlib import Path
+
+    import provisioner
+
+    not_a_dir = tmp_path / "cache.txt"
+    not_a_dir.write_text("mine")
+    package = Path(provisioner.__file__).parent
+    before = {p: p.stat().st_mtime_ns for p in package.rglob("*.nbi")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PROVISIONER_JIT_CACHE", "NUMBA_CACHE_DIR")}
+    env[env_name] = str(not_a_dir)
+    r = subprocess.run([str(Path(sys.executable).with_name("provision")), "simulate", "--design", "baseline-a100",
+                        "--machines", "2", "--rps", "1", "--duration", "5", "--json"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and env_name in warnings[0] and "is a file" in warnings[0], r.stderr
+    assert not_a_dir.read_text() == "mine"
+    assert {p: p.stat().st_mtime_ns for p in package.rglob("*.nbi")} == before   # nothing cached in the package

@@ -9,33 +9,78 @@ keeps installs, upgrades and uninstalls clean and lets a read-only install cache
 Resolution order: `PROVISIONER_JIT_CACHE`, then numba's own `NUMBA_CACHE_DIR` (a user
 who set it chose), then `$XDG_CACHE_HOME/provisioner/numba` (`~/.cache/...`), then a
 per-user directory under the system temp dir when the home directory is not writable.
+A variable naming a file, or a directory that cannot be created or written, is passed
+over with a one-line warning on stderr: numba would otherwise fall back, without a word,
+to `__pycache__` inside the package (the very directory this module keeps it out of).
 Import this module before any `@njit(cache=True)` runs its decorator.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 CACHE_ENV = "PROVISIONER_JIT_CACHE"
+CHOSEN_ENVS = (CACHE_ENV, "NUMBA_CACHE_DIR")   # the user's choices, first wins
 
 
-def _writable(path: Path) -> bool:
+def _unusable(path: Path) -> str | None:
+    """Why numba could not keep its cache in `path` (None: it can). numba's own test:
+    create the directory, then a file in it."""
+    if path.exists() and not path.is_dir():
+        return "is a file, not a directory"
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", delete=True)
         probe.close()
-        return True
-    except OSError:
-        return False
+        return None
+    except OSError as exc:
+        return f"cannot be used as a directory ({exc.strerror or exc})"
+
+
+def _writable(path: Path) -> bool:
+    return _unusable(path) is None
+
+
+def _warn(line: str) -> None:
+    try:
+        sys.stderr.write(f"warning: {line}\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):   # stderr closed (`2>&-`)
+        pass
 
 
 def jit_cache_dir() -> Path:
-    """The directory numba writes compiled kernels to (created on first use)."""
-    chosen = os.environ.get(CACHE_ENV) or os.environ.get("NUMBA_CACHE_DIR")
-    if chosen:
-        return Path(chosen).expanduser()
+    """The directory numba writes compiled kernels to (created on first use).
+
+    A chosen directory (`CHOSEN_ENVS`) that cannot hold the cache is passed over with a
+    one-line warning naming the directory used instead, and its variable is dropped from
+    this process's environment, so that worker processes, which inherit it, do not warn
+    again.
+    """
+    passed_over = []
+    path = None
+    for env in CHOSEN_ENVS:
+        chosen = os.environ.get(env)
+        if not chosen:
+            continue
+        why = _unusable(Path(chosen).expanduser())
+        if why is None:
+            path = Path(chosen).expanduser()
+            break
+        os.environ.pop(env)
+        passed_over.append((env, chosen, why))
+    if path is None:
+        path = _default_dir()
+    for env, chosen, why in passed_over:
+        _warn(f"{env} '{chosen}' {why}; caching the compiled simulator in {path} instead (set {env} to a "
+              f"writable directory, or unset it)")
+    return path
+
+
+def _default_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     default = Path(base).expanduser() / "provisioner" / "numba"
     if _writable(default):
