@@ -89,6 +89,9 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     lies in a missing directory (created when `parents`) or in one where no file can be
     created, is one of the command's `inputs`, or lies in the shipped packages every
     command reads (`refuse_shipped`; `shipped_ok` for `perf calibrate`'s own constants).
+    A special file (a named pipe, a device, a socket) needs `force` too: writing to a pipe
+    nobody reads blocks forever, and to a device reaches hardware; `/dev/null` and this
+    process's own standard output and error (`/dev/stdout` on a terminal or a pipe) do not.
 
     >>> check_output_path("report.html").name
     'report.html'
@@ -104,6 +107,9 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
             raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")
     if path.exists() and not force and _is_regular(path):
         raise ProvisionerError(f"{flag} '{path}' already exists; pass {force_hint} to overwrite it")
+    special = _special_kind(path)
+    if special is not None and not force and not _exempt_special(path):
+        raise ProvisionerError(f"{flag} '{path}' is {special}, not a regular file; pass {force_hint} to write to it")
     if parents and not path.parent.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,6 +176,39 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
     except OSError as exc:
         raise ProvisionerError(os_error_line(exc, path)) from None
     return path
+
+
+SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _special_kind(path: Path) -> str | None:
+    """What special file `path` is ("a named pipe (FIFO)", ...), or None (a regular file, a
+    directory, nothing)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return next((kind for test, kind in SPECIAL_KINDS if test(mode)), None)
+
+
+def _exempt_special(path: Path) -> bool:
+    """`/dev/null`, or the very file this process's standard output or error is (a
+    terminal or a pipe: `--report /dev/stdout | less`): written on purpose, never by a slip."""
+    try:
+        target = path.stat()
+    except OSError:
+        return False
+    if _same_file(path, Path(os.devnull)):
+        return True
+    for fd in (1, 2):
+        try:
+            own = os.fstat(fd)
+        except OSError:   # closed
+            continue
+        if (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
 
 
 def _is_regular(path: Path) -> bool:

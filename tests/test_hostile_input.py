@@ -217,7 +217,57 @@ def test_a_full_disk_is_one_line(tmp_path):
 
 
 def test_perf_calibrate_to_a_full_disk_is_one_line():
-    assert_one_line_error(*cli("perf", "calibrate", "--out", "/dev/full"), "No space left")
+    assert_one_line_error(*cli("perf", "calibrate", "--out", "/dev/full", "--force"), "No space left")
+
+
+def _points(tmp_path: Path) -> Path:
+    points = tmp_path / "p.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nbloom-176b,h100-80gb,8,512,1\n")
+    return points
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "socket"])
+def test_a_special_file_as_output_needs_force(tmp_path, kind):
+    """`--out` a named pipe nobody read blocked the command forever (after the work), a
+    device got the bytes, a socket failed only after the run: now refused first, unless
+    --force says it is meant."""
+    import socket
+    import threading
+
+    if kind == "fifo":
+        out, what = tmp_path / "pipe", "is a named pipe (FIFO)"
+        os.mkfifo(out)
+    elif kind == "device":
+        out, what = Path("/dev/zero"), "is a character device"
+        if not out.exists():
+            pytest.skip("needs /dev/zero")
+    else:
+        out, what = tmp_path / "s", "is a socket"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(out))
+        sock.close()
+    points = _points(tmp_path)
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", out), what, "pass --force")
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--report", out), what, "pass --force")
+    if kind == "fifo":   # with --force it is written, in place
+        got = []
+        reader = threading.Thread(target=lambda: got.append(out.read_text()))
+        reader.start()
+        code, _, err = cli("perf", "predict", "--points", points, "--out", out, "--force")
+        reader.join(timeout=60)
+        assert code == 0, err
+        assert got and got[0].startswith("model,hardware") and out.is_fifo()
+
+
+def test_dev_null_and_the_commands_own_stdout_need_no_force(tmp_path):
+    points = _points(tmp_path)
+    code, _, err = cli("perf", "predict", "--points", points, "--out", os.devnull)
+    assert code == 0, err
+    for stream in ("stdout", "stderr"):   # a pipe here; a terminal when typed
+        r = subprocess.run([PROVISION, "perf", "predict", "--points", points, "--out", f"/dev/{stream}"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert getattr(r, stream).startswith("model,hardware,tensor_parallel"), r
 
 
 SIMULATE = ("simulate", "--design", "baseline-h100", "--machines", "2", "--rps", "1", "--duration", "5")
