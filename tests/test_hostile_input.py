@@ -684,6 +684,18 @@ def test_sweep_refuses_jobs_with_dask(tmp_path):
                           "--jobs sets local worker processes")
 
 
+@pytest.mark.parametrize("flag", ["--jobs", "--dask-local"])
+def test_sweep_refuses_more_processes_than_4x_the_cpus(tmp_path, flag):
+    """`--dask-local 100000` started that many worker processes (and `--jobs` as many as the
+    grid has questions) before the first answer: at most 4x the CPUs, said in one line."""
+    spec = tmp_path / "one.toml"
+    spec.write_text('goals = ["cost"]\nmodels = ["bloom-176b"]\nworkloads = ["coding"]\nrps = [5]\n')
+    limit = 4 * (os.cpu_count() or 1)
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "out", flag, limit + 1),
+                          flag, f"at most {limit}", f"got {limit + 1}")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("prompt,output", [(5_000_000, 100), (100, 10_000_000)], ids=["prompts", "outputs"])
 def test_a_cloud_trace_no_replica_can_hold_is_answered_not_simulated_for_minutes(tmp_path, prompt, output):
     """Every request needs more KV than any replica holds: each is a miss, so the sustained-rate

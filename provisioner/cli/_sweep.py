@@ -11,6 +11,7 @@ applied to every question.
 from __future__ import annotations
 
 import io
+import os
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from ._common import (ARRIVAL_HELP, CV_HELP, family_pools, given, input_files, l
                       check_study_path, scheduler_option, study_option, swap_space_option)
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
+# --jobs / --dask-local: processes per CPU at most. Each is a whole Python process (numba, a
+# search's arrays); past the cores they only contend for them, and a mistyped --dask-local 1000
+# (or --jobs 1000 over a large grid) started a thousand of them before the first question.
+MAX_PROCESSES_PER_CPU = 4
 IN_SPEC_TOO = " Applies to every question; a spec whose '{key}' key says otherwise is refused (as --scheduler)."
 
 
@@ -55,9 +60,14 @@ def sweep_command(
     if jobs is not None and (dask_scheduler is not None or dask_local is not None):
         raise ProvisionerError("--jobs sets local worker processes, which a Dask run does not use; drop it "
                                "(a Dask run uses every worker of its cluster)")
+    cpus = os.cpu_count() or 1
     for name, value in (("--jobs", jobs), ("--dask-local", dask_local)):
         if value is not None and value < 1:
             raise ProvisionerError(f"{name} must be >= 1 (got {value})")
+        if value is not None and value > MAX_PROCESSES_PER_CPU * cpus:
+            raise ProvisionerError(f"{name} must be at most {MAX_PROCESSES_PER_CPU * cpus} ({MAX_PROCESSES_PER_CPU}x "
+                                   f"this machine's {cpus} CPUs; got {value}): each is a whole process; leave "
+                                   f"it out for one per CPU")
     if out.exists() and not out.is_dir():
         raise ProvisionerError(f"--out '{out}' is a file; give a directory")
     from ..sweep import load_sweep_spec, run_sweep
@@ -112,8 +122,6 @@ def _write(table, paths: list[Path], force: bool, spec: Path, inputs: tuple) -> 
 def _check_creatable(out: Path) -> None:
     """Refuse, before any work, a --out directory that could not be created, or one in the
     shipped packages (`refuse_shipped`)."""
-    import os
-
     refuse_shipped(out, "--out")
 
     base = out.absolute()
