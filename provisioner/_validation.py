@@ -21,6 +21,12 @@ from .errors import ProvisionerError
 
 __all__ = ["Interval", "Options", "validate_params", "Integral", "Real"]
 
+# $/h per node or machine, in a cloud inventory or a sweep's price list: past a million an
+# hour no node is rented (and the rental program's solver takes prices from ~1e20 for
+# infinite, so --goal cost would rent everything). Here, not in `cloud`, because both
+# `cloud` and `sweep` read it.
+PRICE_USD_PER_H_RANGE = (0.0, 1e6)
+
 
 class Interval:
     """Numbers of `type_` (Real or Integral, never bool) between `left` and `right`

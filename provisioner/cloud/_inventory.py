@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import toml_float
+from .._validation import PRICE_USD_PER_H_RANGE, toml_float
 from ..errors import ProvisionerError
 
 SHIPPED = ("thunderserve-32gpu", "cloud-prices")
@@ -37,9 +37,6 @@ _NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps", "nic_
 GBPS_RANGE = (1e-3, 1e5)              # inter-node links and NICs, Gbps
 LINK_GB_PER_S_RANGE = (1e-3, 1e5)     # intra-node links, GB/s per GPU
 LATENCY_MS_RANGE = (0.0, 1e4)
-# $/h per node: past a million an hour no node is rented (and the rental program's solver
-# takes prices from ~1e20 for infinite, so --goal cost would rent everything)
-PRICE_USD_PER_H_RANGE = (0.0, 1e6)
 # GPUs of an inline node: a node is cut into tensor-parallel groups of 1, 2, 4 or 8 GPUs
 # that divide it (real cloud nodes have 1, 2, 4, 8 or 16)
 NODE_GPUS = (1, 2, 4, 8, 16)

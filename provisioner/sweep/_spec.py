@@ -39,8 +39,7 @@ from pathlib import Path
 from hardware_catalog import CatalogError, load_catalog
 from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival
 
-from .._validation import Interval, Options, Real, shown, toml_float, validate_params
-from ..cloud._inventory import PRICE_USD_PER_H_RANGE
+from .._validation import PRICE_USD_PER_H_RANGE, Interval, Options, Real, shown, toml_float, validate_params
 from ..designs import FAMILIES, family_spec
 from ..errors import ProvisionerError
 from ..files import resolved
