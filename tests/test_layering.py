@@ -1,5 +1,5 @@
-"""One-way dependencies between the packages (README, "How it works"), and public names only
-from outside a package.
+"""One-way dependencies between the packages (README, "How it works"), public names only
+from outside a package, and no package reaching into another's `_private` modules.
 
 Layers, lowest first; a module may import its own package and the layers below it, never
 one above (lazy imports inside functions included: the scan reads every import statement
@@ -83,6 +83,74 @@ def private_imports(root: Path = ROOT) -> list[str]:
                 if private:
                     bad.append(f"{path.relative_to(root)}:{line} imports {target} {names}")
     return bad
+
+
+# Imports of another package's private module that predate the rule below, each with why it
+# stays (importer, private module). Make the name public in the package's __init__ and drop
+# its line here, rather than add one.
+KNOWN_PRIVATE_IMPORTS = {
+    # the sizing loop keys its designs as the search's cached Evaluator does
+    ("provisioner.autoscale._run", "provisioner.search._evaluate"),
+    # a cloud plan runs the fluid kernel on its own inputs, past `sim.simulate`'s design batch
+    ("provisioner.cloud._simulate", "provisioner.sim._fluid"),
+    # a DES worker imports the engine on start-up, before its first task
+    ("provisioner.search._verify", "provisioner.sim._des"),
+}
+
+
+def _is_package(module: str, root: Path) -> bool:
+    return (root / module.replace(".", "/") / "__init__.py").exists()
+
+
+def cross_package_private_imports(root: Path = ROOT) -> set[tuple[str, str, str]]:
+    """(importer, private module or name, where) of every import, inside the shipped packages,
+    of a `_private` module or name of a package the importer is not part of. A private
+    module's package is the one holding it (`provisioner.sim` for `provisioner.sim._fluid`),
+    and its sub-packages are part of it (`provisioner.sweep` may import `provisioner._validation`)."""
+    found = set()
+    for top in LAYERS[:-1]:
+        for path in sorted((root / top).rglob("*.py")):
+            here = module_name(path, root)
+            for line, target, names in imports(path, root):
+                if layer_of(target) is None:
+                    continue
+                parts = target.split(".")
+                private = next((k for k, part in enumerate(parts) if part.startswith("_")), None)
+                if private is not None:
+                    reached = [(".".join(parts[:private]), ".".join(parts[:private + 1]))]
+                else:
+                    owner = target if _is_package(target, root) else target.rpartition(".")[0]
+                    reached = [(owner, f"{target}.{n}") for n in names if n.startswith("_") and not n.startswith("__")]
+                for owner, what in reached:
+                    if here != owner and not here.startswith(owner + "."):
+                        found.add((here, what, f"{path.relative_to(root)}:{line}"))
+    return found
+
+
+def test_no_package_imports_another_packages_private_module():
+    """`provisioner.sweep` read the price cap from `provisioner.cloud._inventory`: a private
+    module is its package's to change. What several packages share lives in the public
+    `__init__` of its package or in a module of a package above them (`provisioner._validation`)."""
+    found = cross_package_private_imports()
+    bad = sorted(f"{where}: {here} imports {what}" for here, what, where in found
+                 if (here, what) not in KNOWN_PRIVATE_IMPORTS)
+    assert not bad, "private modules of another package:\n" + "\n".join(bad)
+    gone = KNOWN_PRIVATE_IMPORTS - {(here, what) for here, what, _ in found}
+    assert not gone, f"no longer imported, drop from KNOWN_PRIVATE_IMPORTS: {sorted(gone)}"
+
+
+def test_the_private_import_scan_sees_modules_and_names(tmp_path):
+    for package in ("provisioner", "provisioner/sim", "provisioner/sweep"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "provisioner/_validation.py").write_text("")
+    (tmp_path / "provisioner/sim/_fluid.py").write_text("from .._validation import X\n")
+    (tmp_path / "provisioner/sweep/_spec.py").write_text("from .._validation import X\nfrom ..sim._fluid import f\n"
+                                                          "from ..sim import _fluid, simulate\n")
+    for top in ("hardware_catalog", "workloads", "perfmodels", "reports"):
+        (tmp_path / top).mkdir()
+    found = {(here, what) for here, what, _ in cross_package_private_imports(tmp_path)}
+    assert found == {("provisioner.sweep._spec", "provisioner.sim._fluid")}
 
 
 def test_no_package_imports_a_higher_layer():
