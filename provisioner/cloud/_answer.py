@@ -674,8 +674,8 @@ def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bi
 
 
 def _cheaper_pass(candidates, rates, verdicts, question, record, engine) -> tuple | None:
-    """(counts, None) of the cheapest of `candidates` (cheapest first) that passed
-    `check_rental`, or None, after at most CHEAPER_RENTAL_CHECKS checks. Two walks share
+    """(counts, None) of the cheapest of `candidates` (cheapest first) seen to pass
+    `check_rental` in at most CHEAPER_RENTAL_CHECKS checks, or None. Two walks share
     them, a check of each at a time: the cheapest candidate left, in this process, and the
     one whose nodes carry the most at their single-node rates (`_most_carried`), in a worker
     beside it (`beside`; the DES only, as `plan_cloud`'s chunked comparison). The analytic
