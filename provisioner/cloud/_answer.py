@@ -18,8 +18,8 @@ from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
 from ..search import Progress
 from ..workers import beside
-from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, plan_routing, replicas_json, search_plan,
-                    size_sample, uncompressed)
+from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, node_local_starts, plan_routing,
+                    replicas_json, search_plan, size_sample, uncompressed)
 from ._score import TARGET_ATTAINMENT
 from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
@@ -282,7 +282,9 @@ def _refuse_kv_misfits(ctx, plan, trace, target) -> None:
 def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS, keep=None, start=None,
                    moves=None, steps=SEARCH_STEPS) -> list:
     """[(plan, predicted rps)]: the tabu search's `finalists` best plans by the analytic score
-    (none when the inventory has no plan of `phases`: `no_split_plan_reason`);
+    (none when the inventory has no plan of `phases`: `no_split_plan_reason`), and where
+    the network limits the best of them, with the `finalists` best of a search from
+    `node_local_starts` (best first, as `_best_first` ranks);
     `keep(plan)`, when given, admits only the plans it accepts (e.g. a shape to compare with);
     `start`, `moves` and `steps` as `search_plan`'s (a re-plan's search; its start is a
     candidate too)."""
@@ -294,15 +296,17 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
     best, best_rps = search_plan(ctx, seed=seed, phases=phases, start=start, moves=moves, steps=steps, seen=seen)
     if best is not None:
         seen[best] = best_rps
-    kept = [(p, r) for p, r in seen.items() if valid_plan(p) and (keep is None or keep(p))]
-    ranked, keys = [], set()
-    for p, r in _best_first(ctx.scorer, kept):   # one of each plan up to node relabelling
-        key = symmetry_key(ctx.physics, p)
-        if key not in keys:
-            keys.add(key)
-            ranked.append((p, r))
-            if len(ranked) == finalists:
-                break
+    ranked, keys = _finalists(ctx, seen, keep, finalists, set())
+    if best is not None and start is None and moves is None:
+        # Where the network limits the best plan, the search from node-local starts too: its
+        # finalists beside the others, not instead of them (the score can overrate its plans:
+        # coding at 10 Gbps, a plan with 47% of its KV across nodes predicted 2.78 req/s and
+        # sustained 2.10, where one of the clustering's finalists sustains 2.93).
+        local = node_local_starts(ctx, best, phases)
+        if local:
+            seen_local: dict = {}
+            search_plan(ctx, seed=seed, phases=phases, steps=steps, seen=seen_local, starts=local)
+            ranked = list(_best_first(ctx.scorer, ranked + _finalists(ctx, seen_local, keep, finalists, keys)[0]))
     if ctx.kv_bits < 16 and phases != ("both",):
         # The uncompressed search's finalists stay feasible with compressed (shorter)
         # transfers; tabu search is local, and alone the compressed one can miss them
@@ -311,6 +315,21 @@ def finalist_plans(ctx, seed, phases=("prefill", "decode"), finalists=FINALISTS,
                                                                         start, moves, steps)
                    if symmetry_key(ctx.physics, p) not in keys]
     return ranked
+
+
+def _finalists(ctx, seen, keep, finalists, keys) -> tuple[list, set]:
+    """([(plan, rps)] the `finalists` best of `seen` that `keep` admits, one of each plan up
+    to node relabelling and none whose key is in `keys`; `keys` with theirs added)."""
+    kept = [(p, r) for p, r in seen.items() if valid_plan(p) and (keep is None or keep(p))]
+    ranked = []
+    for p, r in _best_first(ctx.scorer, kept):
+        key = symmetry_key(ctx.physics, p)
+        if key not in keys:
+            keys.add(key)
+            ranked.append((p, r))
+            if len(ranked) == finalists:
+                break
+    return ranked, keys
 
 
 def _best_first(scorer, scored):

@@ -22,7 +22,7 @@ from ..slo import SLO
 from ._bound import candidate_groups, upper_bound_rps
 from ._physics import Physics
 from ._score import TARGET_ATTAINMENT, Scorer, Workload, balanced_routing
-from ._search import canon, initial_groups, initial_plan, search_value, tabu_search, valid_plan
+from ._search import canon, initial_groups, initial_plan, node_local_plan, search_value, tabu_search, valid_plan
 
 DEFAULT_SLO_SCALE = 2.0
 SIZE_SAMPLE = 2000     # requests whose sizes the analytic score averages over
@@ -123,14 +123,15 @@ def reference_latencies(physics, prompt_tokens, output_tokens):
 
 
 def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, moves=None, steps=SEARCH_STEPS,
-                sample=40, seen: dict | None = None):
+                sample=40, seen: dict | None = None, starts: list | None = None):
     """(plan, rps): tabu search from `start` (default: from each of `initial_starts`, the
-    best plan of all by `search_value`; ties go to the first start's); `seen` collects every plan scored,
-    with its rps. (None, 0.0) when it finds no plan of `phases` (`valid_plan`): a split plan
+    best plan of all by `search_value`; ties go to the first start's; `starts`: these
+    instead, e.g. `node_local_starts`); `seen` collects every plan scored, with its rps.
+    (None, 0.0) when it finds no plan of `phases` (`valid_plan`): a split plan
     needs a prefill and a decode group, which an inventory with room for one replica of the
     model does not have (`no_split_plan_reason`)."""
     sc = ctx.scorer
-    starts = [start] if start is not None else initial_starts(ctx, phases)
+    starts = [start] if start is not None else starts or initial_starts(ctx, phases)
     if not starts[0]:
         raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name} (a node's "
                                f"tensor-parallel groups, or a pipeline of two): add nodes or larger ones, or plan "
@@ -172,6 +173,35 @@ def initial_starts(ctx: Context, phases=("prefill", "decode")) -> list[tuple]:
         if first not in starts:
             starts.append(first)
     return starts
+
+
+def node_local_starts(ctx: Context, plan, phases=("prefill", "decode")) -> list[tuple]:
+    """More starts for a split search whose best `plan` the network limits
+    (`_network_binds`): each node's groups, fine and coarse, given both phases inside the
+    node (`node_local_plan`); none otherwise. The search is local, and from the bandwidth
+    clustering's starts it may not reach plans that pair the phases inside nodes:
+    conversation at 12 Gbps sustained 5.40 req/s, and 6.99 with these starts' finalists
+    beside (`finalist_plans`)."""
+    if phases == ("both",) or not _network_binds(ctx.scorer, plan):
+        return []
+    plans = [node_local_plan(ctx.physics, ctx.scorer, coarse) for coarse in (False, True)]
+    return [p for i, p in enumerate(plans) if p is not None and p not in plans[:i]]
+
+
+def _network_binds(scorer, plan) -> bool:
+    """Whether the network limits the plan: a pair of its prefill and decode groups on
+    different nodes is unusable for its transfers, or may load a shared link less than
+    fully (`Scorer.pair`, `Scorer.network_limit`). At 40 Gbps on thunderserve-32gpu no
+    pair of the best plans is limited."""
+    pg = [g for g, ph in plan if ph == "prefill"]
+    dg = [g for g, ph in plan if ph == "decode"]
+    for src in pg:
+        for dst in dg:
+            if {n for n, _ in src} == {n for n, _ in dst}:
+                continue   # the same node(s): no shared link
+            if not scorer.pair(src, dst)[0] or scorer.network_limit(src, dst, len(pg)) < 1.0:
+                return True
+    return False
 
 
 def no_split_plan_reason(ctx: Context, where: str | None = None) -> str:

@@ -237,6 +237,34 @@ def initial_plan(physics, scorer, coarse=False) -> tuple:
     return canon([(groups[i], "prefill" if r < best_k else "decode") for r, i in enumerate(order)])
 
 
+def node_local_plan(physics, scorer, coarse=False) -> tuple:
+    """Phases node by node: every node's groups (`initial_groups`; a pipeline counts on its
+    first node) sorted by prefill/decode rate, the same share of each node's groups to
+    prefill (a node of two groups or more keeps one of each phase, so its KV need not leave
+    it), the share that scores best (`search_value`). `initial_plan` balances the phases
+    over the whole inventory and leaves it to the search to pair them inside nodes, which a
+    local search on a slow network may not reach: conversation at 12 Gbps scored 5.01
+    req/s from the clustering's starts and 5.64 from this one."""
+    groups = initial_groups(physics, coarse)
+    ratio = [scorer.prefill(g)[0] / max(scorer.decode(g)[0], 1e-9) for g in groups]
+    by_node: dict = {}
+    for i, g in enumerate(groups):
+        by_node.setdefault(g[0][0], []).append(i)
+    best, best_plan = -np.inf, None
+    for share in np.linspace(0.1, 0.9, 17):
+        phase = {}
+        for members in by_node.values():
+            members = sorted(members, key=lambda i: (-ratio[i], i))
+            k = int(round(share * len(members)))
+            k = min(max(k, 1), len(members) - 1) if len(members) > 1 else k
+            phase.update((i, "prefill" if r < k else "decode") for r, i in enumerate(members))
+        plan = canon([(g, phase[i]) for i, g in enumerate(groups)])
+        value = search_value(scorer, plan) if valid_plan(plan) else -np.inf
+        if value > best:
+            best, best_plan = value, plan
+    return best_plan
+
+
 def neighbours(plan, physics, moves=("flip", "split", "merge", "move"), phases=PHASES,
                merged_any_phase=False) -> list[tuple]:
     """Every plan one move away (flip a phase, split a group, merge two, move a stage);
