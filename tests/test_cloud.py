@@ -410,8 +410,8 @@ def test_where_the_network_binds_the_search_also_starts_node_local(perf):
     """The tabu search is local: from the bandwidth clustering's starts, conversation at 12
     Gbps ended on plans with 93% of their KV across nodes and sustained 5.40 req/s (7.00 at
     10 Gbps). Where the network limits the best plan, a search from starts that give each
-    node both phases adds its finalists: 6.99. At 40 Gbps nothing limits the best plan, and
-    the search is the one it was."""
+    node both phases adds its finalists: 6.99. At 40 Gbps nothing limits this trace's best
+    plan, and the search is the one it was."""
     from provisioner.cloud import node_local_starts
 
     inv = load_inventory("thunderserve-32gpu", perf.catalog)

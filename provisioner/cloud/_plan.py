@@ -191,8 +191,8 @@ def node_local_starts(ctx: Context, plan, phases=("prefill", "decode")) -> list[
 def _network_binds(scorer, plan) -> bool:
     """Whether the network limits the plan: a pair of its prefill and decode groups on
     different nodes is unusable for its transfers, or may load a shared link less than
-    fully (`Scorer.pair`, `Scorer.network_limit`). At 40 Gbps on thunderserve-32gpu no
-    pair of the best plans is limited."""
+    fully (`Scorer.pair`, `Scorer.network_limit`). At 40 Gbps on thunderserve-32gpu
+    coding's best plan has no such pair; conversation's may (a link limit of 0.99)."""
     pg = [g for g, ph in plan if ph == "prefill"]
     dg = [g for g, ph in plan if ph == "decode"]
     for src in pg:
