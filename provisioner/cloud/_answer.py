@@ -761,7 +761,7 @@ def _cost(price_list, counts) -> float:
     return sum(n * t.price_usd_per_h for n, t in zip(counts, price_list.types))
 
 
-def _most_carried(counts, rates) -> np.ndarray:
+def _most_carried(counts, rates) -> float | np.ndarray:
     """The highest rate in every phase that node counts (one row per rental, or one vector)
     carry at `rates` (per type, per phase) when each node may give fractions of itself to
     the phases: an upper bound on the split a plan makes. Two phases: every node starts in
