@@ -40,7 +40,7 @@ COMPARISON_CHUNK_TOKENS = 512
 CEILING_RAISES = 8
 SPLIT_PHASES, NON_SPLIT_PHASES = ("prefill", "decode"), ("both",)
 CHEAPER_RENTAL_CHECKS = 6   # --goal cost: cheaper rentals checked by simulation after the program's pass
-MAX_CHEAPER_RENTALS = 2000   # of which the cheapest are ranked by headroom (`_cheaper_pass`)
+MAX_CHEAPER_RENTALS = 2000   # the cheapest of them `_cheaper_pass` weighs (its pruning is plain Python)
 MAX_RENTALS_LISTED = 100_000   # count vectors a price list may have for them to be listed
 # --goal cost refuses at once a rate above this many times what every available node carries
 # at its single-node rates (the DES sustains 1.0-1.3x the analytic rate on the shipped
@@ -657,8 +657,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     if best is not None and rounds > 0:
         # The single-node rates are the analytic model's, which can rank node types wrongly (a
         # 4x3090 Ti decode node holds 13k KV tokens: two long coding prompts fill it, and the
-        # simulation's TBT misses what the mean-based rate predicts); so the next cheaper
-        # rentals whose rates could carry rps are checked too, cheapest first.
+        # simulation's TBT misses what the mean-based rate predicts); so cheaper rentals
+        # whose rates could carry rps are checked too, the cheapest and the likeliest to pass.
         cheaper = [c for c in _rentals_by_cost(price_list, limits, rates, rps, _cost(price_list, best[0]))
                    if c not in verdicts][:MAX_CHEAPER_RENTALS]
         best = _cheaper_pass(cheaper, rates, verdicts, question, record, engine) or best
