@@ -833,6 +833,16 @@ def cloud_rows(inputs: SimInputs, idx: np.ndarray):
     return wide_coef, wide_kv, table
 
 
+def _writable(a):
+    """`a` as the kernel's one specialisation takes it: an array C-contiguous and writable
+    (a copy of a read-only one, e.g. a `Trace`'s frozen arrival times), anything else as is.
+    numba types an array's read-only flag, so each kind of caller used to compile the whole
+    kernel once more (~30 s of a first run)."""
+    if isinstance(a, np.ndarray) and not (a.flags.c_contiguous and a.flags.writeable):
+        return np.array(a, order="C")
+    return a
+
+
 from . import COMPILING_MESSAGE  # noqa: E402  (the package's constant; the package never imports this module eagerly)
 _announced = set()
 
@@ -869,9 +879,10 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     finish = np.empty((kept, R))
     stats = np.zeros((D, N_STATS))
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
-    args = (n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
-            overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
-            stats, pct, window, drained, plan)
+    args = tuple(_writable(a) for a in (
+        n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
+        overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
+        stats, pct, window, drained, plan))
     n_threads = max(1, min(numba.get_num_threads(), D))
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
     if n_threads == 1:
