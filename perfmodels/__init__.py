@@ -20,7 +20,9 @@ Public surface:
 - KV transfer: `kv_transfer_time_s`, `kv_wire_bytes_per_s`.
 - power: `clock_fraction`, `MIN_POWER_CAP` (the lowest cap that leaves a clock to run at).
 - measured profiles: `load_profile_model` / `ProfileLatencyModel` (a `LatencyModel` that
-  interpolates measured times, roofline where unmeasured), `read_profile`, `INTERPS`;
+  interpolates measured times, roofline where unmeasured), `read_profile(path, catalog,
+  where=None)` (the one reader and checker of a profile CSV; `Profile.frame()` gives the
+  rows `calibrate` fits), `INTERPS`;
   `profile_iteration_s` (the table lookup both engines share) and `jit_profile_lookup`
   (the same, registered with numba by the fluid kernel: `import perfmodels` stays
   numba-free).

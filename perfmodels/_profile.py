@@ -5,25 +5,40 @@ The file layout is SplitwiseSim's `perf_model.csv` (and `../data/profiles/*.csv`
 token_time_ms[,e2e_time_ms]`, one row per measurement; repeated rows are combined
 (averaged for the `grid` tables, their median for `splitwisesim`, as SplitwiseSim does).
 SplitwiseSim's own header names the times `prompt_time` / `token_time` (ms): accepted too.
+
+`read_profile(path, catalog, where=None)` is the one reader of such a file, for the
+measured-profile model (`--latency-profile`) and for the fit (`provision perf calibrate
+--profile`, through `Profile.frame()`): one set of checks, every error one line naming
+the file (as `where` says, e.g. the flag that gave it), the line, the column and the fix.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from hardware_catalog import UnknownNameError
+
+from ._calibrate import REQUIRED_COLUMNS
+from ._model import TP_DEGREES
 from ._profile_eval import KIND_GRID, KIND_SPLITWISESIM
 from .errors import PerfModelError
 
-REQUIRED = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size",
-            "prompt_time_ms", "token_time_ms")
+REQUIRED = tuple(REQUIRED_COLUMNS)   # the columns the fit reads are the ones a profile must have
 ALIASES = {"prompt_time": "prompt_time_ms", "token_time": "token_time_ms", "e2e_time": "e2e_time_ms"}
 INTERPS = ("grid", "splitwisesim")
-TP_DEGREES = (1, 2, 4, 8)
+MAX_MEASURED = 1e9   # the largest number a profile field may hold: 11.6 days in ms, a billion tokens
+# what a numeric cell holds, for the fix of its error
+MEANING = {"tensor_parallel": "the tensor-parallel degree: 1, 2, 4 or 8", "prompt_size": "the tokens per prompt",
+           "batch_size": "the requests per batch", "token_size": "the output tokens per request",
+           "prompt_time_ms": "the measured time in ms", "token_time_ms": "the measured time in ms"}
+WHOLE = ("tensor_parallel", "prompt_size", "batch_size", "token_size")
 
 
 @dataclass(frozen=True)
@@ -48,61 +63,42 @@ class Profile:
     def rows(self, model: str, gpu: str, tp: int) -> np.ndarray:
         return np.flatnonzero((self.model == model) & (self.gpu == gpu) & (self.tp == tp))
 
+    def frame(self) -> pd.DataFrame:
+        """The rows as `calibrate` and `reports.perf_plot_data` take them, in file order: the
+        columns `PROFILE_COLUMNS`, names as text, TP and sizes as integers (as `pd.read_csv`
+        reads the shipped profile), times (ms) as floats."""
+        return pd.DataFrame({
+            "model": self.model.astype(object), "hardware": self.gpu.astype(object), "tensor_parallel": self.tp,
+            "prompt_size": self.prompt_tokens.astype(np.int64), "batch_size": self.batch_size.astype(np.int64),
+            "token_size": self.token_size.astype(np.int64), "prompt_time_ms": self.prompt_time_ms,
+            "token_time_ms": self.token_time_ms})
 
-def read_profile(path, catalog) -> Profile:
-    """Read and validate a profile CSV; errors name the file, line and field.
+
+def read_profile(path, catalog, where: str | None = None) -> Profile:
+    """Read and validate a profile CSV; every error is one line naming the file, line, column and fix.
 
     catalog : a `hardware_catalog.Catalog`; every model and GPU must be in it.
+    where : how errors name the file, e.g. "--profile 'p.csv'" (a CLI names its flag);
+        default: the path. `Profile.source` is the path either way.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PerfModelError(f"--latency-profile '{path}': cannot read it ({exc.strerror})") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise PerfModelError(f"{path}: not a UTF-8 text CSV file") from None
-    reader = csv.reader(text.splitlines())
-    cells = next(reader, None)
-    while cells is not None and not any(c.strip() for c in cells):   # blank lines above the header
-        cells = next(reader, None)
-    header_line = reader.line_num
-    header = [ALIASES.get(h.strip(), h.strip()) for h in cells or []]
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise PerfModelError(f"{path}, line {max(header_line, 1)}: missing column '{missing[0]}' (a profile needs "
-                             f"{', '.join(REQUIRED)})")
-    repeated = next((c for c in REQUIRED if header.count(c) > 1), None)
-    if repeated is not None:   # which of the two holds the measurement is anyone's guess
-        first, second = [cells[i].strip() for i, h in enumerate(header) if h == repeated][:2]
-        twice = (f"column '{first}' appears twice in the header" if first == second else
-                 f"columns '{first}' and '{second}' both give '{repeated}'")
-        raise PerfModelError(f"{path}, line {header_line}: {twice}: keep one")
+    where = str(path) if where is None else where
+    raw = _read_bytes(path, where)
+    header_line, cells, rows = _records(raw, where)
+    header = _header(where, header_line, cells)
     col = {c: header.index(c) for c in REQUIRED}
-    gpus, models = set(catalog.gpus), set(catalog.models)
     out = {c: [] for c in REQUIRED}
-    ends = reader.line_num
-    for fields in reader:
-        line, ends = ends + 1, reader.line_num   # the line the row starts on (a quoted field may span lines)
-        if not fields or all(not f.strip() for f in fields):
-            continue
-        if len(fields) < len(header):
-            raise PerfModelError(f"{path}, line {line}: {len(fields)} fields, the header has {len(header)}")
-        row = {c: fields[i].strip() for c, i in col.items()}
-        _check_name(path, line, "model", row["model"], models)
-        _check_name(path, line, "hardware", row["hardware"], gpus)
-        out["model"].append(row["model"])
-        out["hardware"].append(row["hardware"])
-        tp = _number(path, line, "tensor_parallel", row["tensor_parallel"], integer=True)
-        if tp not in TP_DEGREES:
-            raise PerfModelError(f"{path}, line {line}: field 'tensor_parallel' must be 1, 2, 4 or 8 "
-                                 f"(got {row['tensor_parallel']})")
-        out["tensor_parallel"].append(tp)
-        for c in REQUIRED[3:]:
-            out[c].append(_number(path, line, c, row[c], integer=c in ("prompt_size", "batch_size", "token_size")))
+    for line, fields in rows:
+        if len(fields) != len(header):   # a cell lost or a comma too many: which column moved is a guess
+            raise PerfModelError(f"{where}, line {line}: {len(fields)} fields but the header has {len(header)}; "
+                                 f"fix the commas on that line")
+        for c, i in col.items():
+            try:
+                out[c].append(_cell(catalog, c, fields[i].strip()))
+            except _BadCell as exc:
+                raise PerfModelError(f"{where}, line {line}, column {c}: {exc}") from None
     if not out["model"]:
-        raise PerfModelError(f"{path}: no measurement rows after the header")
+        raise PerfModelError(f"{where}: no measurement rows after the header; add one row per measurement")
     return Profile(
         source=str(path), sha256=hashlib.sha256(raw).hexdigest(), model=np.array(out["model"]),
         gpu=np.array(out["hardware"]), tp=np.array(out["tensor_parallel"], dtype=np.int64),
@@ -112,30 +108,96 @@ def read_profile(path, catalog) -> Profile:
         token_time_ms=np.array(out["token_time_ms"], dtype=float))
 
 
-MAX_MEASURED = 1e9   # the largest number a profile field may hold: 11.6 days in ms, a billion tokens
+def _read_bytes(path: Path, where: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise PerfModelError(f"{where}: is a directory; give a profile CSV with columns {','.join(REQUIRED)}") from None
+    except OSError as exc:
+        raise PerfModelError(f"{where}: cannot read it ({exc.strerror})") from None
 
 
-def _check_name(path, line, field, value, known) -> None:
-    if value not in known:
-        raise PerfModelError(f"{path}, line {line}: field '{field}' names unknown '{value}' "
-                             f"(known: {', '.join(sorted(known))})")
+def _records(raw: bytes, where: str) -> tuple[int, list[str] | None, list[tuple[int, list[str]]]]:
+    """(line of the header, its cells or None, [(line, fields)] of each data row). Blank lines
+    are skipped but counted, so a line is the one an editor shows where the row starts."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise PerfModelError(f"{where}: not a UTF-8 text CSV file") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header, header_line, rows, start = None, 1, [], 1
+    try:
+        for fields in reader:
+            line, start = start, reader.line_num + 1   # a quoted field may span lines
+            if not any(f.strip() for f in fields):
+                continue
+            if header is None:
+                header, header_line = fields, line
+            else:
+                rows.append((line, fields))
+    except csv.Error as exc:
+        raise PerfModelError(f"{where}: not a valid CSV file ({exc})") from None
+    return header_line, header, rows
 
 
-def _number(path, line, field, text, integer=False):
+def _header(where: str, line: int, cells: list[str] | None) -> list[str]:
+    """The column names, SplitwiseSim's aliases read as ours; refused if one is repeated or missing."""
+    if cells is None:
+        raise PerfModelError(f"{where}: file is empty; the header must name the columns {', '.join(REQUIRED)}")
+    names = [c.strip() for c in cells]
+    header = [ALIASES.get(h, h) for h in names]
+    repeated = next((h for i, h in enumerate(header) if h and h in header[:i]), None)
+    if repeated is not None:   # which of the two holds the measurement is anyone's guess
+        first, second = [names[i] for i, h in enumerate(header) if h == repeated][:2]
+        twice = (f"column '{first}' appears twice in the header" if first == second else
+                 f"columns '{first}' and '{second}' both give '{repeated}'")
+        raise PerfModelError(f"{where}, line {line}: {twice}: keep one")
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise PerfModelError(f"{where}, line {line}: missing column{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(repr(c) for c in missing)} (a profile needs {', '.join(REQUIRED)}; "
+                             f"SplitwiseSim's prompt_time, token_time are taken too)")
+    return header
+
+
+class _BadCell(ValueError):
+    """What is wrong with one cell and the fix; `read_profile` adds where it is."""
+
+
+def _cell(catalog, column: str, text: str):
+    """The value of one cell of `column`: a catalog name, or a positive number (whole for TP and sizes)."""
+    if column in ("model", "hardware"):
+        return _name(catalog, column, text)
+    if not text:
+        raise _BadCell(f"empty cell; give {MEANING[column]}")
     try:
         value = float(text)
     except ValueError:
-        raise PerfModelError(f"{path}, line {line}: field '{field}' must be a number (got '{text}')") from None
-    if not np.isfinite(value) or value <= 0:
-        raise PerfModelError(f"{path}, line {line}: field '{field}' must be positive (got '{text}')")
-    if value > MAX_MEASURED:   # the tables' interpolation and fits would overflow, and no measurement is so large
-        raise PerfModelError(f"{path}, line {line}: field '{field}' must be at most {MAX_MEASURED:g} (got '{text}'); "
-                             f"give the measured value (times in ms)")
-    if integer:
+        value = float("nan")
+    if column == "tensor_parallel":
+        if value not in TP_DEGREES:
+            raise _BadCell(f"must be 1, 2, 4 or 8 (got {text})")
+        return int(value)
+    if not 0 < value <= MAX_MEASURED:   # NaN fails too; past the bound the fits overflow, and no measurement is so large
+        raise _BadCell(f"must be a positive number at most {MAX_MEASURED:g} (got '{text}'); give {MEANING[column]}")
+    if column in WHOLE:
         if value != int(value):
-            raise PerfModelError(f"{path}, line {line}: field '{field}' must be a whole number (got '{text}')")
+            raise _BadCell(f"must be a whole number (got '{text}'); give {MEANING[column]}")
         return int(value)
     return value
+
+
+def _name(catalog, column: str, text: str) -> str:
+    """A model or GPU name of the catalog; an unknown one is told with the close matches."""
+    kind, lookup, known = (("model", catalog.model, catalog.models) if column == "model" else
+                           ("GPU", catalog.gpu, catalog.gpus))
+    if not text:
+        raise _BadCell(f"empty cell; give a {kind} name (known: {', '.join(sorted(known))})")
+    try:
+        lookup(text)
+    except UnknownNameError as exc:
+        raise _BadCell(str(exc)) from None
+    return text
 
 
 # ---------------------------------------------------------------- tables

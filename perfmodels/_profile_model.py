@@ -159,7 +159,9 @@ class ProfileLatencyModel(LatencyModel):
         return notes
 
 
-def load_profile_model(path, interp: str = "grid", calibration=None, catalog=None) -> ProfileLatencyModel:
-    """Read a profile CSV and fit a `ProfileLatencyModel` on it (errors name file, line, field)."""
+def load_profile_model(path, interp: str = "grid", calibration=None, catalog=None,
+                       where: str | None = None) -> ProfileLatencyModel:
+    """Read a profile CSV and fit a `ProfileLatencyModel` on it (errors name file, line, column;
+    `where` says how they name the file, as in `read_profile`)."""
     model = ProfileLatencyModel(interp, calibration, catalog)
-    return model.fit(read_profile(path, model.catalog))
+    return model.fit(read_profile(path, model.catalog, where))

@@ -145,13 +145,16 @@ def test_engines_agree_and_the_roofline_fallback_is_exact(sws):
 # -- malformed profiles --------------------------------------------------------------------
 @pytest.mark.parametrize("text, needles", [
     (GOOD.replace(",token_time_ms", ""), ["line 1", "missing column 'token_time_ms'"]),
-    (GOOD.replace("53.8", "0"), ["line 2", "'prompt_time_ms'", "positive"]),
-    (GOOD.replace("29.7", "-3"), ["line 3", "'token_time_ms'", "positive"]),
-    (GOOD.replace("h100-80gb,8,1024", "h900,8,1024"), ["line 3", "'hardware'", "unknown 'h900'"]),
-    (GOOD.replace("77.9", "fast"), ["line 3", "'prompt_time_ms'", "must be a number"]),
-    (GOOD.replace("llama2-70b,h100-80gb,8,512", "llama2-70b,h100-80gb,3,512"), ["line 2", "'tensor_parallel'"]),
+    (GOOD.replace("53.8", "0"), ["line 2, column prompt_time_ms", "positive"]),
+    (GOOD.replace("29.7", "-3"), ["line 3, column token_time_ms", "positive"]),
+    (GOOD.replace("h100-80gb,8,1024", "h900,8,1024"), ["line 3, column hardware", "unknown gpu 'h900'"]),
+    (GOOD.replace("77.9", "fast"), ["line 3, column prompt_time_ms", "must be a positive number"]),
+    (GOOD.replace("llama2-70b,h100-80gb,8,512", "llama2-70b,h100-80gb,3,512"), ["line 2, column tensor_parallel",
+                                                                                 "must be 1, 2, 4 or 8"]),
+    # a short row was refused, a long one (a comma too many) read as if the extra field were not there
+    (GOOD.replace("29.7", "29,7"), ["line 3: 9 fields but the header has 8; fix the commas"]),
     # blank lines above the header: the file's own line numbers (the header was read as empty)
-    ("\n \n" + GOOD.replace("29.7", "-3"), ["line 5", "'token_time_ms'", "positive"]),
+    ("\n \n" + GOOD.replace("29.7", "-3"), ["line 5, column token_time_ms", "positive"]),
     # a repeated column: the first was read and the second ignored without a word
     (GOOD.replace("\n", ",prompt_time_ms\n", 1).replace("5\n", "5,9\n"), ["line 1", "column 'prompt_time_ms' "
                                                                                    "appears twice"]),
@@ -165,6 +168,7 @@ def test_malformed_profiles_are_refused(tmp_path, text, needles):
         load_profile_model(path)
     for needle in needles + [str(path)]:
         assert needle in str(err.value)
+    assert str(err.value).startswith(f"{path}, ")   # a Python caller is told the path, not a flag
 
 
 def _provision(*args, cwd):
@@ -183,6 +187,18 @@ def test_cli_refuses_a_malformed_profile_with_one_line(tmp_path):
     r = _provision("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1",
                    "--latency-interp", "splitwisesim", cwd=tmp_path)
     assert r.returncode == 2 and "--latency-interp needs --latency-profile" in r.stderr
+
+
+def test_provision_refuses_a_long_profile_row_naming_the_flag(tmp_path, capsys, monkeypatch):
+    """A comma too many was read as if the extra field were not there (`perf calibrate`
+    refused it): one reader now, and its errors name the flag that gave the file."""
+    from provisioner.cli import run
+    (tmp_path / "long.csv").write_text(GOOD.replace("77.9", "77,9"))
+    monkeypatch.chdir(tmp_path)
+    code = run(["--goal", "cost", "--rps", "5", "--latency-profile", "long.csv"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == ("error: --latency-profile 'long.csv', line 3: 9 fields but the header has "
+                                         "8; fix the commas on that line"), err
 
 
 def test_cli_simulate_with_a_profile_says_where_it_falls_back(tmp_path):

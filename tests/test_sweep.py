@@ -350,7 +350,7 @@ def test_sweep_arrival_gamma_is_the_main_commands(tmp_path):
 
 @pytest.mark.parametrize("spec_lines, flags, needles", [
     ("", ["--latency-profile", "missing.csv"], ["--latency-profile 'missing.csv'", "cannot read"]),
-    ("", ["--latency-profile", "bad.csv"], ["bad.csv, line 1", "missing column"]),
+    ("", ["--latency-profile", "bad.csv"], ["--latency-profile 'bad.csv', line 1", "missing columns"]),
     ("", ["--latency-interp", "splitwisesim"], ["--latency-interp needs --latency-profile"]),
     ("", ["--latency-profile", PROFILE, "--latency-interp", "linear"], ["--latency-interp", "grid, splitwisesim"]),
     ("", ["--arrival", "bursty"], ["--arrival must be one of replay, poisson, gamma", "'bursty'"]),

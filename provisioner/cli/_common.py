@@ -188,7 +188,7 @@ def load_latency_model(profile, interp: str | None):
                                    "interpolate)")
         return None
     from perfmodels import load_profile_model
-    return load_profile_model(profile, interp or "grid")
+    return load_profile_model(profile, interp or "grid", where=f"--latency-profile '{profile}'")
 
 
 def family_pools(request, catalog) -> list[tuple[str, int]]:
