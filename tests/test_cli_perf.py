@@ -169,6 +169,39 @@ def test_calibrate_bad_profile_is_a_one_line_error(tmp_path, points_csv):
     assert_user_error(r, "--profile", "missing columns", "token_time_ms")
 
 
+PROFILE_HEADER = "model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\n"
+TWO_POINTS = "llama2-70b,h100-80gb,8,512,1,128,53.8,30.5\nllama2-70b,h100-80gb,8,1024,1,128,77.9,29.7\n"
+
+
+def _run_in_process(capsys, monkeypatch, tmp_path, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `provision ARGS` in this process (no interpreter start-up)."""
+    from provisioner.cli import run
+    monkeypatch.chdir(tmp_path)
+    code = run([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_calibrate_refuses_a_short_profile_row_naming_the_flag(tmp_path, capsys, monkeypatch):
+    # was padded with an empty cell and fitted; --latency-profile refused it: one reader now
+    (tmp_path / "p.csv").write_text(PROFILE_HEADER + TWO_POINTS.replace(",53.8,", ","))
+    code, _, err = _run_in_process(capsys, monkeypatch, tmp_path, "perf", "calibrate", "--profile", "p.csv",
+                                   "--out", "x.toml")
+    assert code == 2 and err.strip() == ("error: --profile 'p.csv', line 2: 7 fields but the header has 8; "
+                                         "fix the commas on that line"), err
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_calibrate_takes_splitwisesims_header(tmp_path, capsys, monkeypatch):
+    # prompt_time / token_time: --latency-profile took them, --profile said "missing columns"
+    header = PROFILE_HEADER.replace("prompt_time_ms,token_time_ms", "prompt_time,token_time")
+    (tmp_path / "p.csv").write_text(header + TWO_POINTS)
+    code, out, err = _run_in_process(capsys, monkeypatch, tmp_path, "perf", "calibrate", "--profile", "p.csv",
+                                     "--holdout", "0.5", "--out", "x.toml")
+    assert code == 0, err
+    assert "MAPE h100-80gb prompt_time: held-out" in out and (tmp_path / "x.toml").exists()
+
+
 def test_a_directory_given_as_input_is_called_one(tmp_path):
     (tmp_path / "in.csv").mkdir()   # was "no such file"
     assert_user_error(provision("perf", "predict", "--points", "in.csv", "--out", "o.csv", cwd=tmp_path),

@@ -25,9 +25,9 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, load_catalog
-from perfmodels import (MAX_MEASURED, MIN_POWER_CAP, PROFILE_COLUMNS, TP_DEGREES, CalibrationReport, LatencyModel,
-                        calibrate, dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
-                        PREDICTED_COLUMNS)
+from perfmodels import (MIN_POWER_CAP, TP_DEGREES, CalibrationReport, LatencyModel, Profile, calibrate,
+                        dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
+                        read_profile, PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
 from ..files import check_output_path, resolved, write_output
@@ -241,62 +241,16 @@ def _check_out(out: Path, force: bool, flag: str, inputs=()) -> None:
 # --- calibrate -------------------------------------------------------------------------
 
 
-def _read_profile(profile: Path | None) -> pd.DataFrame | None:
+def _read_profile(profile: Path | None) -> Profile | None:
+    """`--profile`, read and checked by `perfmodels.read_profile` (None: the shipped profile)."""
     if profile is None:
         return None
-    where = f"--profile '{profile}'"
-    if not profile.is_file():
-        what = "is a directory" if profile.is_dir() else "no such file"
-        raise ProvisionerError(f"{where}: {what}; give a profile CSV with columns {','.join(PROFILE_COLUMNS)}")
-    header, rows = _csv_records(profile, where)
-    required = ", ".join(PROFILE_COLUMNS)
-    if header is None:
-        raise ProvisionerError(f"{where}: file is empty; the header must name the columns {required}")
-    repeated = next((c for i, c in enumerate(header) if c and c in header[:i]), None)
-    if repeated is not None:   # pandas read the second as 'name.1', and the fit the first alone
-        raise ProvisionerError(f"{where}: column '{repeated}' appears twice in the header; rename or delete one")
-    missing = [c for c in PROFILE_COLUMNS if c not in header]
-    if missing:
-        raise ProvisionerError(f"{where}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                               f"(required: {required})")
-    if not rows:
-        raise ProvisionerError(f"{where}: no data rows after the header")
-    for line, record in rows:
-        if len(record) > len(header):   # a short row's missing cells are empty, as pandas reads them
-            raise ProvisionerError(f"{where}: line {line} has {len(record)} fields but the header has "
-                                   f"{len(header)}; fix the commas on that line")
-    lines = [line for line, _ in rows]
-    # the columns the fit reads, as text (names as written, e.g. "5"); numbers converted below
-    df = pd.DataFrame({c: [r[header.index(c)].strip() if header.index(c) < len(r) else "" for _, r in rows]
-                       for c in PROFILE_COLUMNS})
-    for col in PROFILE_COLUMNS[2:]:
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = ~((values > 0) & (values <= MAX_MEASURED))   # past it the fits overflow: no measurement is so large
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ProvisionerError(f"{where}: line {lines[i]}, column {col}: must be a positive number at most "
-                                   f"{MAX_MEASURED:g} (got {df[col].iloc[i]!r})")
-        df[col] = values
-    bad_tp = ~df.tensor_parallel.isin(TP_DEGREES)
-    if bad_tp.any():
-        i = int(np.flatnonzero(bad_tp.to_numpy())[0])
-        raise ProvisionerError(f"{where}: line {lines[i]}, column tensor_parallel: must be 1, 2, 4 or 8 "
-                               f"(got {df.tensor_parallel.iloc[i]:g})")
-    cat = load_catalog()
-    for col, lookup in (("model", cat.model), ("hardware", cat.gpu)):
-        empty = df[col] == ""
-        if empty.any():
-            i = int(np.flatnonzero(empty.to_numpy())[0])
-            what, known = ("model", cat.models) if col == "model" else ("GPU", cat.gpus)
-            raise ProvisionerError(f"{where}: line {lines[i]}, column {col}: empty cell; give a {what} name "
-                                   f"(known: {', '.join(sorted(known))})")
-        for name in df[col].unique():
-            try:
-                lookup(name)
-            except UnknownNameError as exc:
-                i = int(np.flatnonzero((df[col] == name).to_numpy())[0])
-                raise ProvisionerError(f"{where}: line {lines[i]}, column {col}: {exc}") from None
-    return df
+    return read_profile(profile, load_catalog(), where=f"--profile '{profile}'")
+
+
+def _frame(measured: Profile | None) -> pd.DataFrame | None:
+    """The rows `calibrate` fits and `perf_plot_data` draws (None: the shipped ones)."""
+    return None if measured is None else measured.frame()
 
 
 def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> CalibrationReport:
@@ -350,7 +304,7 @@ def calibrate_command(
     is_default = resolved(target, "--out") == default
     if not is_default:
         _check_out(target, force, "--out", inputs=(profile,))
-    report = run_calibration(_read_profile(profile), holdout, seed)
+    report = run_calibration(_frame(_read_profile(profile)), holdout, seed)
     table = mape_table(report)
 
     console = Console(width=max(Console().width, 100)) if Console().is_terminal else make_console()
@@ -404,14 +358,17 @@ def plot_command(
     if out.suffix.lower() not in (".html", ".htm"):
         raise ProvisionerError(f"--out {out}: the plot is an HTML page; give a path ending in .html")
     _check_out(out, force, "--out")
-    df = _read_profile(profile)
+    measured = _read_profile(profile)
+    df = _frame(measured)
     report = run_calibration(df, holdout, seed)
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
     if latency_interp is not None:
-        from perfmodels import load_profile_model
+        from perfmodels import ProfileLatencyModel, load_profile_model
         from reports import profile_curves
-        path = profile or Path(perfmodels.__file__).resolve().parent / "data" / "llama2-70b_dgx.csv"
-        data = profile_curves(data, load_profile_model(path, latency_interp))
+        shipped = Path(perfmodels.__file__).resolve().parent / "data" / "llama2-70b_dgx.csv"
+        model = (load_profile_model(shipped, latency_interp) if measured is None else
+                 ProfileLatencyModel(latency_interp).fit(measured))   # the file read once
+        data = profile_curves(data, model)
     fig = perf_figure(data)
     if latency_interp is not None:
         fig.update_layout(title=f"Measured-profile model (--latency-interp {latency_interp}, lines) vs measured "
