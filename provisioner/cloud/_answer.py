@@ -634,13 +634,13 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
             no_split[counts] = why
         return verdicts[counts]
 
-    def passes(counts, realised=False):
-        return verdicts[counts] if counts in verdicts else record(counts, check_rental(counts, *question, realised))
+    def passes(counts, measure_miss=False):
+        return verdicts[counts] if counts in verdicts else record(counts, check_rental(counts, *question, measure_miss))
 
     lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
     for _ in range(rounds):
         counts = _cheapest_counts(price_list, limits, rates, need) or everything
-        ok, realised, _ = passes(counts, realised=best is None)   # the next `need` reads it until a pass
+        ok, realised, _ = passes(counts, measure_miss=best is None)   # the next `need` reads it until a pass
         if ok:
             best = (counts, need)
             if need <= max(lo, rps) * 1.05:
@@ -672,14 +672,14 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
 
 
 def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine,
-                 phases, chunk_budgets, realised=True) -> tuple:
+                 phases, chunk_budgets, measure_miss=True) -> tuple:
     """`choose_rental`'s check of one rental (`counts` nodes per type of `price_list`): its
     shorter search's finalists simulated at `rps` on `trace`. Returns ((passes, sustained /
     predicted rate, (plan, chunk budget) that met the target or None), why the rental has
     no plan of `phases` or None). The sustained rate of a failing rental takes a bisection
-    of DES runs; with `realised` False it is not measured (nan): only `choose_rental`'s
-    steps before its first pass read it (a third of a --goal cost answer's time went to
-    rates nothing read)."""
+    of DES runs; with `measure_miss` False it is not measured (nan): only `choose_rental`'s
+    steps before its first pass read it (coding on cloud-prices at 4 req/s: a third of the
+    answer's DES runs measured rates nothing read)."""
     split = phases != NON_SPLIT_PHASES
     ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits, reference=price_list,
                        target=target)
@@ -689,7 +689,7 @@ def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bi
     met = next(((plan, c) for plan, _ in ranked for c in chunk_budgets
                 if meets_target(ctx, plan, trace, rps, target, split, engine, c)), None)
     plan, cap = ranked[0]
-    if met is None and not realised:
+    if met is None and not measure_miss:
         return (False, math.nan, None), None
     realised = 1.0 if met is not None else (
         sustained_rps(ctx, plan, traces, cap, target, split=split, engine=engine,

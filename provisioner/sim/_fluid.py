@@ -836,8 +836,8 @@ def cloud_rows(inputs: SimInputs, idx: np.ndarray):
 def _writable(a):
     """`a` as the kernel's one specialisation takes it: an array C-contiguous and writable
     (a copy of a read-only one, e.g. a `Trace`'s frozen arrival times), anything else as is.
-    numba types an array's read-only flag, so each kind of caller used to compile the whole
-    kernel once more (~30 s of a first run)."""
+    numba types an array's read-only flag: callers of both kinds compiled the whole kernel
+    twice (~30 s each on a 2-core machine; three specialisations after the test suite)."""
     if isinstance(a, np.ndarray) and not (a.flags.c_contiguous and a.flags.writeable):
         return np.array(a, order="C")
     return a
