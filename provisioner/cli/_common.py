@@ -180,15 +180,16 @@ def latency_interp_option():
                              "size) or splitwisesim (SplitwiseSim's own rule, to reproduce its numbers).")
 
 
-def load_latency_model(profile, interp: str | None):
-    """The LatencyModel of a command: the roofline (None) or a fitted profile model."""
+def load_latency_model(profile, interp: str | None, where: str | None = None):
+    """The LatencyModel of a command: the roofline (None) or a fitted profile model.
+    where : how the profile's errors name it (default: the --latency-profile flag)."""
     if profile is None:
         if interp is not None:
             raise ProvisionerError("--latency-interp needs --latency-profile PATH.csv (the measurements to "
                                    "interpolate)")
         return None
     from perfmodels import load_profile_model
-    return load_profile_model(profile, interp or "grid", where=f"--latency-profile '{profile}'")
+    return load_profile_model(profile, interp or "grid", where=where or f"--latency-profile '{profile}'")
 
 
 def family_pools(request, catalog) -> list[tuple[str, int]]:

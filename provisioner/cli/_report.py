@@ -24,7 +24,8 @@ def report_command(
     check_output_path(out, flag="--out", force=force, force_hint="--force", inputs=(result_json,))
     result = load_result(result_json)
     profile, interp = recorded_profile(result)   # the answer's own latency model, for its curves
-    perf = load_latency_model(profile, interp if profile is not None else None)
+    perf = load_latency_model(profile, interp if profile is not None else None,
+                              where=f"{result_json}: its latency profile '{profile}'")   # not typed as a flag here
     path = write_report(result, out, force=force, baseline=baseline, perf=perf,
                         inputs=(result_json,) + ((profile,) if profile else ()))
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -76,6 +76,7 @@ def simulate_command(
     engine = _engine_for(ctx, engine, scheduler)
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
+    profile_where = None   # how a --latency-profile error names the file (default: the flag)
     if from_result is not None:
         given = [p for p in QUESTION_FLAGS if ctx.get_parameter_source(p).name not in ("DEFAULT", "DEFAULT_MAP")]
         if given:
@@ -87,6 +88,7 @@ def simulate_command(
         workload = traces.to_json()["workload"]
         if latency_profile is None:
             latency_profile, latency_interp = recorded_profile(result, latency_interp)
+            profile_where = f"{from_result}: its latency profile '{latency_profile}'"   # not typed as a flag
     else:
         if family is not None:
             raise ProvisionerError("--family goes with --from-result; to score a design give --design FAMILY")
@@ -103,7 +105,7 @@ def simulate_command(
         slo = SLO().scaled(slo_scale)
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
-    perf = load_latency_model(latency_profile, latency_interp)
+    perf = load_latency_model(latency_profile, latency_interp, profile_where)
     if high_priority_fraction and d.scheduler == DEFAULT_SCHEDULER:   # it would change nothing
         raise ProvisionerError("--high-priority-fraction sets the priorities of the on-demand schedulers: add "
                                "--scheduler jsq, llumnix-dispatch or llumnix, or drop it")
