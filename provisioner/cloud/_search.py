@@ -250,11 +250,11 @@ def node_local_plan(physics, scorer, coarse=False) -> tuple:
     by_node: dict = {}
     for i, g in enumerate(groups):
         by_node.setdefault(g[0][0], []).append(i)
+    ranked_nodes = [sorted(members, key=lambda i: (-ratio[i], i)) for members in by_node.values()]
     best, best_plan = -np.inf, None
     for share in np.linspace(0.1, 0.9, 17):
         phase = {}
-        for members in by_node.values():
-            members = sorted(members, key=lambda i: (-ratio[i], i))
+        for members in ranked_nodes:
             k = int(round(share * len(members)))
             k = min(max(k, 1), len(members) - 1) if len(members) > 1 else k
             phase.update((i, "prefill" if r < k else "decode") for r, i in enumerate(members))
