@@ -30,6 +30,8 @@ SPLITWISESIM = "splitwisesim"
 DEFAULT_SCHEDULER = "least-work"
 # The policies that allocate KV on demand and preempt (vLLM): `_des_llumnix.OnDemandMachine`.
 ON_DEMAND_SCHEDULERS = ("jsq", "llumnix-dispatch", "llumnix", "jsq-migration")
+# The policies that live-migrate decoding requests (`_migration.py`).
+MIGRATING_SCHEDULERS = ("llumnix", "jsq-migration")
 # How an on-demand scheduler preempts: recompute the victim's KV, or swap it to host memory.
 PREEMPTION_MODES = ("recompute", "swap")
 # Swap preemption's host memory per GPU, GiB: vLLM's `--swap-space` default (4 GiB per GPU).

@@ -118,11 +118,14 @@ def test_sweep_with_a_scheduler_records_it(tmp_path):
 
 def test_cloud_and_autoscale_take_the_scheduler_option():
     """CONTRACTS.md item 9: --scheduler on every command that simulates; autoscale runs an
-    on-demand policy in the DES, cloud refuses one in a line saying why."""
+    on-demand policy in the DES; cloud runs one too (tests/test_cloud_scheduler.py) and
+    refuses SplitwiseSim's replay, or the fluid engine with an on-demand policy, in a line."""
     cloud = ("cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "20")
     autoscale = ("autoscale", "--profile", "diurnal", "--rps", "2", "--duration", "900", "--design",
                  "baseline-h100", "--workload", "conversation", "--json")
-    assert_user_error(run(*cloud, "--scheduler", "llumnix"), "--scheduler llumnix", "routing LP")
+    assert_user_error(run(*cloud, "--scheduler", "splitwisesim"), "--scheduler splitwisesim", "not for cloud plans")
+    assert_user_error(run(*cloud, "--scheduler", "llumnix", "--rescore-engine", "fluid"),
+                      "--rescore-engine fluid does not model --scheduler llumnix", "use --rescore-engine des")
     for command in (cloud, autoscale):
         assert_user_error(run(*command, "--scheduler", "fifo"), "--scheduler must be one of")
     for policy, engine in (("least-work", "fluid"), ("llumnix", "des")):

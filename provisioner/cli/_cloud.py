@@ -10,7 +10,7 @@ from ..errors import ProvisionerError
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, RichProgress, echo_json, input_files,
                       latency_interp_option, latency_profile_option, load_latency_model, prefill_chunk_option,
-                      refuse_idle_flags, refuse_on_demand_scheduler, replay_note, scheduler_option, trace_generator)
+                      refuse_idle_flags, replay_note, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
 # A replay with no --duration is taken whole; planning simulates that window at every rate
@@ -60,9 +60,12 @@ def cloud_command(
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
-    scheduler: str = scheduler_option("least-work only (the default): a cloud plan's router sends each request "
-                                      "to the least-loaded replica within its routing LP's shares; the other "
-                                      "policies are modelled for the baseline and Splitwise families."),
+    scheduler: str = scheduler_option("least-work (default: KV reserved per request, the least-loaded replica "
+                                      "within the routing LP's shares), jsq, llumnix-dispatch, llumnix or "
+                                      "jsq-migration (KV on demand with vLLM preemption; llumnix* dispatch by "
+                                      "freeness among the routed replicas; llumnix and jsq-migration migrate "
+                                      "decoding requests over the replicas' own links). The on-demand policies "
+                                      "run in the DES; the search's analytic score is least-work's."),
     prefill_chunk_tokens: int = prefill_chunk_option(
         "Cloud: the budget of the second non-split comparison (non_split_chunked); the split plan's "
         "prefill replicas batch no decodes and never chunk. Default: 512 (of 256-2048 on "
@@ -70,10 +73,6 @@ def cloud_command(
         "benchmarks/results/cloud.md)."),
 ) -> None:
     refuse_idle_flags(ctx, workload, arrival)
-    refuse_on_demand_scheduler(scheduler, "a cloud plan routes requests within its routing LP's shares "
-                                          "(least queued work), and the other policies (the on-demand "
-                                          "schedulers, SplitwiseSim's replay) are modelled for the baseline and "
-                                          "Splitwise families, not for cloud plans")
     if without and len(without) > 1:   # typer would keep the last one and drop the others silently
         raise ProvisionerError(f"--without takes one node (given {len(without)} times: {', '.join(without)}); "
                                f"re-plan without one node at a time")
@@ -124,7 +123,8 @@ def cloud_command(
                             seed=seed, without=without, target=target_attainment, engine=engine,
                             rescore_engine=rescore_engine,
                             prefill_chunk_tokens=(COMPARISON_CHUNK_TOKENS if prefill_chunk_tokens is None
-                                                  else prefill_chunk_tokens), new_mix=new_mix, progress=progress)
+                                                  else prefill_chunk_tokens), new_mix=new_mix, scheduler=scheduler,
+                            progress=progress)
     answer["workload"] = workload
     if report is not None:
         from reports import write_cloud_report
@@ -189,6 +189,11 @@ def _render(a: dict) -> None:
                   f"tbt {att['tbt']:.1%} e2e {att['e2e']:.1%}; non-split {ns_att}")
     con.print(f"busiest server's steady-state load at {a['rps']:g} req/s (at least; over 100%: falls behind): "
               f"{load_text(a)}")
+    stats = a.get("scheduler_stats")
+    if stats is not None:   # an on-demand --scheduler: the plan's counts at the rate
+        con.print(f"--scheduler {a['scheduler']} at {a['rps']:g} req/s: {stats['preemptions']:.0f} preemptions "
+                  f"({stats['recomputed_tokens']:,.0f} tokens recomputed), {stats['migrations']:.0f} migrations "
+                  f"({stats['migration_downtime_s']:.3f} s downtime)")
     if a.get("no_plan_meets_target"):
         con.print(f"[bold]{a['no_plan_meets_target'].replace('slo_scale', '--slo-scale')}[/bold]", highlight=False)
     if a.get("unservable_requests"):

@@ -159,15 +159,6 @@ def check_preemption(preemption: str, scheduler: str) -> None:
     check(preemption, scheduler)
 
 
-def refuse_on_demand_scheduler(scheduler: str, why: str) -> None:
-    """A command whose cluster model has no on-demand scheduler yet takes `--scheduler
-    least-work` only: another known policy is refused in one line saying why."""
-    from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
-    scheduler_code(scheduler)   # an unknown name: one line listing the policies
-    if scheduler != DEFAULT_SCHEDULER:
-        raise ProvisionerError(f"--scheduler {scheduler}: {why}; use --scheduler {DEFAULT_SCHEDULER} (the default)")
-
-
 def high_priority_option():
     return typer.Option(0.0, "--high-priority-fraction", metavar="F",
                         help="Share of requests marked high priority (on-demand schedulers: admitted and kept "

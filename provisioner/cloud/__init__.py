@@ -18,7 +18,7 @@ from ._format import (REPLAN_CASES, REPLAN_METRICS, REPLICA_COLUMNS, checks_text
                       replica_cells, tp_text)
 from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
-from ._plan import (DEFAULT_SLO_SCALE, make_context, node_local_starts, plan_routing, replicas_json, search_plan,
+from ._plan import (DEFAULT_SLO_SCALE, check_cloud_scheduler, make_context, node_local_starts, plan_routing, replicas_json, search_plan,
                     size_sample)
 from ._score import Routing, Scorer, Workload
 from ._search import MAX_GROUPS, canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
@@ -34,4 +34,4 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text", "tp_text",
            "replica_cells", "replan_changes", "replan_event", "replan_rows", "REPLAN_METRICS", "rented_text",
            "prompts_text", "checks_text", "KvAdmission", "KV_UNITS", "plan_load", "steady_state_load", "load_text",
-           "meets_target", "node_local_starts"]
+           "meets_target", "node_local_starts", "check_cloud_scheduler"]

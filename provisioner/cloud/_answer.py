@@ -16,10 +16,11 @@ from workloads import Trace
 from .._validation import validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER
 from ..search import Progress
 from ..workers import beside
-from ._plan import (SEARCH_STEPS, bounds, make_context, no_split_plan_reason, node_local_starts, plan_routing,
-                    replicas_json, search_plan, size_sample, uncompressed)
+from ._plan import (SEARCH_STEPS, bounds, check_cloud_scheduler, make_context, no_split_plan_reason,
+                    node_local_starts, plan_routing, replicas_json, search_plan, size_sample, uncompressed)
 from ._score import TARGET_ATTAINMENT
 from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
@@ -54,7 +55,8 @@ _NO_LOAD = {"prefill": 0.0, "kv": 0.0}   # `steady_state_load` of a plan that se
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
                without=None, target=TARGET_ATTAINMENT, engine="des", rescore_engine="des",
-               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, new_mix=None, progress=None) -> dict:
+               prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, new_mix=None, scheduler=DEFAULT_SCHEDULER,
+               progress=None) -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
@@ -71,9 +73,13 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         `COMPARISON_CHUNK_TOKENS`; None: the best of the chunked baseline families' budgets,
         `CHUNK_TOKEN_CHOICES`, four times the simulations; 0: not computed). The first,
         `non_split`, prefills whole prompts (HexGen, ThunderServe's comparison).
+    scheduler : the policy every simulation of a plan runs under (least-work, or an on-demand
+        one: SEMANTICS.md, "Cloud plans under an on-demand scheduler"; the discrete-event
+        engine only). The search's analytic score is least-work's either way.
     progress : a `provisioner.search.Progress` told each stage as it starts (the CLI draws
         them on a terminal: a 128-GPU plan takes a minute or more)."""
     validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
+    _refuse_fluid_on_demand(scheduler, engine, rescore_engine)
     t0 = time.perf_counter()
     progress = progress or Progress()
     reference = inventory
@@ -86,9 +92,10 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     if goal == "cost":
         progress.start("choosing what to rent (a search and a simulation per rental)")
         inventory, ns_rental, met_plan = _rentals(reference, llm, perf, traces, rps, kv_bits, slo_scale, seed,
-                                                  target, rescore_engine, engine, prefill_chunk_tokens)
+                                                  target, rescore_engine, engine, prefill_chunk_tokens, scheduler)
     sizes = size_sample(traces, rps)
-    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target)
+    ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target,
+                       scheduler=scheduler)
     budgets = _chunk_budgets(prefill_chunk_tokens)
     # a long simulation of a plan far past its capacity would only say that little is served
     crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
@@ -161,7 +168,9 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                "throughput_rps": cap, "upper_bound_rps": split_bound,
                "gap": 1.0 - cap / split_bound if split_bound > 0 else 0.0,
                "slo_scale": slo_scale, "target_attainment": target, "engine": engine,
-               "rescore_engine": rescore_engine}
+               "rescore_engine": rescore_engine, "scheduler": scheduler}
+        if "scheduler_stats" in sim:
+            out["scheduler_stats"] = sim["scheduler_stats"]
         out.update(slo_attainment=sim["slo_attainment"], slo=sim["slo"], requests=sim["requests"],
                    unservable_requests=sim["unservable_requests"],
                    steady_state_load=plan_load(ctx, plan, rps, routed) if not no_split else _NO_LOAD)
@@ -203,6 +212,15 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         return out
 
 
+def _refuse_fluid_on_demand(scheduler, engine, rescore_engine) -> None:
+    """One line, before any search: the fluid engine models least-work only."""
+    check_cloud_scheduler(scheduler)
+    fluid = [name for name, e in (("engine", engine), ("rescore_engine", rescore_engine)) if e == "fluid"]
+    if scheduler != DEFAULT_SCHEDULER and fluid:
+        raise ProvisionerError(f"{fluid[0]} fluid does not model scheduler {scheduler} (on-demand KV, preemption, "
+                               f"migration): use {fluid[0]} des", params=(fluid[0], "scheduler"))
+
+
 def _refuse_past_headroom(rps, carried, what) -> None:
     """The one-line refusal of a rate past RATE_HEADROOM x what the inventory `carried`
     (req/s, by `what`); nothing when it carries nothing analytically (the engines judge)."""
@@ -213,29 +231,30 @@ def _refuse_past_headroom(rps, carried, what) -> None:
 
 
 def _rentals(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine, engine,
-             prefill_chunk_tokens):
+             prefill_chunk_tokens, scheduler=DEFAULT_SCHEDULER):
     """--goal cost: (the cheapest split rental, `non_split_rental`, the split plan that met the
     target on the rental at `rps`). Each search also checks
     the other's rental: the single-node rates that propose rentals are analytic and rank
     node types apart from the simulation (conversation on cloud-prices at 3 req/s: the
     split search alone rented 7.43 $/h; given the non-split rental it found one of 5.90)."""
     args = (price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target)
-    ns = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens)
+    ns = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens, scheduler=scheduler)
     also = [] if ns["rented"] is None else [tuple(ns["rented"][t.name] for t in price_list.types)]
     try:
-        rental, (met_plan, _) = choose_rental(*args, engine=rescore_engine, also=also)
+        rental, (met_plan, _) = choose_rental(*args, engine=rescore_engine, also=also, scheduler=scheduler)
     except ProvisionerError as e:
         raise _with_non_split_rental(e, ns, rps) from None
     if ns["rented"] is None or rental.cost_usd_per_h < ns["cost_usd_per_h"]:
         # may the split rental serve the rate non-split?
         on_split_rental = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens, rounds=0,
-                                           also=[tuple(t.count for t in rental.types)])
+                                           also=[tuple(t.count for t in rental.types)], scheduler=scheduler)
         ns = on_split_rental if on_split_rental["rented"] is not None else ns
     return rental, ns, met_plan
 
 
 def non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine,
-                     engine, prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, rounds=12, also=()) -> dict:
+                     engine, prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, rounds=12, also=(),
+                     scheduler=DEFAULT_SCHEDULER) -> dict:
     """`non_split_rental` of a `--goal cost` answer: the cheapest rental whose non-split
     plan meets the target at `rps`, whole prompts or chunked with `prefill_chunk_tokens`
     (`choose_rental` with phases ("both",)): its cost, plan, budget and attainment; or why
@@ -245,11 +264,11 @@ def non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, see
     try:
         rental, (plan, chunk) = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
                                               rounds=rounds, engine=rescore_engine, phases=NON_SPLIT_PHASES,
-                                              chunk_budgets=budgets, also=also)
+                                              chunk_budgets=budgets, also=also, scheduler=scheduler)
     except ProvisionerError as e:
         return {"rented": None, "cost_usd_per_h": None, "why": str(e)}
     ctx = make_context(rental, llm, perf, size_sample(traces, rps), slo_scale, kv_bits, reference=price_list,
-                       target=target)
+                       target=target, scheduler=scheduler)
     sim = simulate_plan(ctx, plan, trace_at(traces, rps), engine=engine, chunk_tokens=chunk)
     return {"rented": {t.name: t.count for t in rental.types}, "cost_usd_per_h": round(rental.cost_usd_per_h, 4),
             "replicas": replicas_json(ctx, plan), "prefill_chunk_tokens": int(chunk),
@@ -502,7 +521,7 @@ def replan(ctx, plan, routed, before, llm, perf, trace, rps, slo_scale, kv_bits,
     inv2, k = ctx.inventory.without(node) if node is not None else (ctx.inventory, None)
     label, trace, sizes = mix if mix is not None else (None, trace, ctx.trace)
     ctx2 = make_context(inv2, llm, perf, sizes, slo_scale, kv_bits, reference=ctx.ref_physics.inv,
-                        target=ctx.scorer.w.target)
+                        target=ctx.scorer.w.target, scheduler=ctx.scheduler)
     survivors = canon([(_renumbered(st, k), ph) for st, ph in plan if _survives(st, k)])
     none = _keep_old_routing(ctx2, routed, k, trace, engine)
     res = {"node": node, "workload": label, "requests": len(trace), "before": before, "none": none}
@@ -581,7 +600,7 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
 
 
 def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
-                  rounds=12, engine="des", phases=SPLIT_PHASES, chunk_budgets=(0,), also=()):
+                  rounds=12, engine="des", phases=SPLIT_PHASES, chunk_budgets=(0,), also=(), scheduler=DEFAULT_SCHEDULER):
     """(rental, (plan, chunk budget)): the cheapest node counts (within availability) with a
     plan of `phases` (split, or non-split: ("both",)) that meets `target` attainment at `rps`
     in the simulation (`engine`), that plan, and the chunked-prefill budget of its replicas
@@ -626,7 +645,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     verdicts: dict = {}   # counts -> (passes, sustained / predicted rate, the plan that met the target)
     no_split: dict = {}   # counts -> why the rental has no split plan
     question = (price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine, phases,
-                chunk_budgets)
+                chunk_budgets, scheduler)
 
     def record(counts, checked):
         verdicts[counts], why = checked
@@ -672,7 +691,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
 
 
 def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine,
-                 phases, chunk_budgets, measure_miss=True) -> tuple:
+                 phases, chunk_budgets, scheduler=DEFAULT_SCHEDULER, measure_miss=True) -> tuple:
     """`choose_rental`'s check of one rental (`counts` nodes per type of `price_list`): its
     shorter search's finalists simulated at `rps` on `trace`. Returns ((passes, sustained /
     predicted rate, (plan, chunk budget) that met the target or None), why the rental has
@@ -682,7 +701,7 @@ def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bi
     answer's DES runs measured rates nothing read)."""
     split = phases != NON_SPLIT_PHASES
     ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits, reference=price_list,
-                       target=target)
+                       target=target, scheduler=scheduler)
     ranked = finalist_plans(ctx, seed, phases=phases, steps=RENTAL_SEARCH_STEPS)
     if not ranked:   # room for one replica: nothing to split, at any rate
         return (False, 0.0, None), no_split_plan_reason(ctx, f"every node {price_list.name} makes available")

@@ -18,6 +18,7 @@ from perfmodels import TP_DEGREES
 
 from .._validation import Interval, Real, validate_params
 from ..errors import ProvisionerError
+from ..schedulers import DEFAULT_SCHEDULER, ON_DEMAND_SCHEDULERS, scheduler_code
 from ..slo import SLO
 from ._bound import candidate_groups, upper_bound_rps
 from ._physics import Physics
@@ -43,14 +44,18 @@ class Context:
     physics: Physics
     scorer: Scorer
     ref_physics: Physics     # whose best node is the SLO reference
+    scheduler: str = DEFAULT_SCHEDULER   # how the engines simulate a plan (the search's score: least-work)
 
 
 def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16, reference=None,
-                 target=TARGET_ATTAINMENT) -> Context:
+                 target=TARGET_ATTAINMENT, scheduler=DEFAULT_SCHEDULER) -> Context:
     """reference : the inventory whose best node defines the SLO (default: `inventory`;
     a price list's every node type when choosing what to rent).
     target : the attainment plans are judged at (the analytic score's decode replicas let
-    at most 1 - target of the requests miss a deadline)."""
+    at most 1 - target of the requests miss a deadline).
+    scheduler : the policy the engines simulate plans under (`provisioner.schedulers`;
+    SEMANTICS.md, "Cloud plans under an on-demand scheduler"); the analytic score that
+    ranks plans is least-work's (KV reserved per request)."""
     if kv_bits not in (16, 8, 4):
         raise ProvisionerError(f"kv_bits must be 16, 8 or 4 (got {kv_bits})", params=("kv_bits",))
     validate_params({"slo_scale": slo_scale}, {"slo_scale": [Interval(Real, 0, None, closed="neither")]})
@@ -76,7 +81,18 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
                  target=float(target), fit_prompt_tokens=np.asarray(trace.prompt_tokens),
                  fit_output_tokens=np.asarray(trace.output_tokens))
     return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits),
-                   ref_physics)
+                   ref_physics, check_cloud_scheduler(scheduler))
+
+
+def check_cloud_scheduler(scheduler: str) -> str:
+    """`scheduler` if the engines simulate cloud plans under it: least-work or an on-demand
+    policy; SplitwiseSim's replay (its two-pool routing) is refused in one line."""
+    scheduler_code(scheduler)   # an unknown name: one line listing the policies
+    if scheduler not in (DEFAULT_SCHEDULER, *ON_DEMAND_SCHEDULERS):
+        raise ProvisionerError(f"scheduler {scheduler}: SplitwiseSim's routing is modelled for the baseline and "
+                               f"Splitwise families, not for cloud plans; use one of {DEFAULT_SCHEDULER}, "
+                               f"{', '.join(ON_DEMAND_SCHEDULERS)}", params=("scheduler",))
+    return scheduler
 
 
 def scored_requests(n: int) -> np.ndarray:

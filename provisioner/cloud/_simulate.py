@@ -10,7 +10,8 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 
 from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
 from ..errors import ProvisionerError
-from ..sim import ENGINES, ServerPlan, SimInputs, plan_holds, request_latencies, run_des
+from ..schedulers import DEFAULT_SCHEDULER, MIGRATING_SCHEDULERS, scheduler_codes
+from ..sim import ENGINES, SCHEDULER_STATS, ServerPlan, SimInputs, plan_holds, request_latencies, run_des
 from ..slo import METRICS, PERCENTILES, row_percentiles
 from ._steady import steady_state_load
 
@@ -24,7 +25,8 @@ def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
         sp = ServerPlan(coef=np.stack([ph.group(g).coef for g in groups]),
                         kv_cap_tokens=np.array([ph.group(g).kv_cap_tokens for g in groups]),
                         prefill_share=share, decode_share=np.zeros((len(groups), 0)),
-                        kv_setup_s=np.zeros((len(groups), 0)), kv_s_per_token=np.zeros((len(groups), 0)))
+                        kv_setup_s=np.zeros((len(groups), 0)), kv_s_per_token=np.zeros((len(groups), 0)),
+                        migration_link=migration_links(ctx, groups, groups))
         return sp, len(groups), 0
     from ._plan import plan_routing
     pre, dec, r = routing or plan_routing(ctx, plan)
@@ -37,8 +39,25 @@ def server_plan(ctx, plan, routing=None) -> tuple[ServerPlan, int, int]:
     sp = ServerPlan(coef=np.stack([ph.group(g).coef for g in groups]),
                     kv_cap_tokens=np.array([ph.group(g).kv_cap_tokens for g in groups]),
                     prefill_share=r.prefill_share, decode_share=r.decode_share, kv_setup_s=setup,
-                    kv_s_per_token=per_token, kv_link_s_per_token=shared_links(ctx, pre, dec))
+                    kv_s_per_token=per_token, kv_link_s_per_token=shared_links(ctx, pre, dec),
+                    migration_link=migration_links(ctx, groups, dec))
     return sp, len(pre), len(dec)
+
+
+def migration_links(ctx, groups, trading) -> np.ndarray | None:
+    """(n, n, 2) live migration's (s per token, setup s) from server a to server b of
+    `groups` (n servers), for the pairs of the `trading` groups (a split plan's decode
+    replicas; a non-split plan's all): the KV-transfer model over the pair's own links, at
+    `kv_bits` (`Physics.kv_seconds`); None unless `ctx.scheduler` migrates."""
+    if ctx.scheduler not in MIGRATING_SCHEDULERS:
+        return None
+    out = np.zeros((len(groups), len(groups), 2))
+    first = len(groups) - len(trading)
+    for a, src in enumerate(trading, start=first):
+        for b, dst in enumerate(trading, start=first):
+            if a != b:
+                out[a, b] = ctx.physics.kv_seconds(src, dst, ctx.kv_bits)[::-1]
+    return out
 
 
 def shared_links(ctx, pre, dec) -> np.ndarray:
@@ -77,11 +96,17 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
         return nothing_served(trace, unservable=len(trace))
     inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0, keep=~unserved)
     if engine == "fluid":
+        if ctx.scheduler != DEFAULT_SCHEDULER:
+            raise ProvisionerError(f"the fluid engine does not model scheduler {ctx.scheduler} (on-demand KV, "
+                                   f"preemption, migration): simulate with the des engine", params=("scheduler",))
         from ..sim._fluid import run_fluid
         out = run_fluid(inputs)
     else:
         out = run_des(inputs)
-    return plan_scores(ctx, trace, inputs, out, unserved)
+    scores = plan_scores(ctx, trace, inputs, out, unserved)
+    if out.scheduler_stats is not None:   # an on-demand scheduler's counts
+        scores["scheduler_stats"] = {k: float(v) for k, v in zip(SCHEDULER_STATS, out.scheduler_stats[0])}
+    return scores
 
 
 def plan_load(ctx, plan, rate, routing=None) -> dict:
@@ -122,7 +147,8 @@ def plan_inputs(ctx, sp: ServerPlan, n_p: int, n_d: int, trace, chunk_tokens=0, 
         kv_setup_s=np.zeros(1), n_layers=int(ctx.llm.n_layers), layerwise_min_tokens=float(LAYERWISE_MIN_PROMPT_TOKENS),
         overload_tokens=np.array([np.inf]), arrival_s=np.ascontiguousarray(np.asarray(trace.arrival_s)[keep], dtype=float),
         prompt_tokens=np.ascontiguousarray(np.asarray(trace.prompt_tokens)[keep], dtype=np.int64),
-        output_tokens=np.ascontiguousarray(np.asarray(trace.output_tokens)[keep], dtype=np.int64), servers=(sp,))
+        output_tokens=np.ascontiguousarray(np.asarray(trace.output_tokens)[keep], dtype=np.int64), servers=(sp,),
+        scheduler=None if ctx.scheduler == DEFAULT_SCHEDULER else scheduler_codes([ctx.scheduler]))
 
 
 def unservable(sp: ServerPlan, prompt_tokens, output_tokens) -> np.ndarray:

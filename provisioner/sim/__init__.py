@@ -25,12 +25,14 @@ from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
 from ._des import run_des                 # the reference engine, for callers that build SimInputs (cloud plans)
 from ._des_cloud import ServerPlan, plan_holds
+from ._des_llumnix import SCHEDULER_STATS
 from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on_demand_in_fluid
 
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
            "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
-           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs", "PREEMPTION_MODES"]
+           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs", "PREEMPTION_MODES",
+           "SCHEDULER_STATS"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"

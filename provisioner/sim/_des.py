@@ -255,7 +255,9 @@ def _cluster_class(inputs: SimInputs, d: int, colocated: bool) -> type:
         from ._des_colocated import ColocatedCluster   # it subclasses _Cluster: imported late
         return ColocatedCluster
     if inputs.servers is not None and inputs.servers[d] is not None:   # a cloud plan (_des_cloud.py)
-        from ._des_cloud import CloudCluster
+        from ._des_cloud import CloudCluster, CloudOnDemandCluster, CloudSplitOnDemandCluster
+        if inputs.scheduler is not None and inputs.scheduler[d]:   # on demand (SEMANTICS.md, "Cloud plans")
+            return CloudSplitOnDemandCluster if inputs.n_machines[d, 1] > 0 else CloudOnDemandCluster
         return CloudCluster
     if inputs.scheduler is not None and inputs.scheduler[d] == SCHEDULERS.index(SPLITWISESIM):
         from ._des_splitwisesim import SplitwiseSimCluster   # SplitwiseSim's own rules

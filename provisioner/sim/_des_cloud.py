@@ -20,6 +20,14 @@ one of whose decode servers holds the whole request; a router knows a request's 
 and a replica's memory. A request no routed server holds is the caller's to reject
 (`provisioner.cloud` counts it unservable and does not simulate it); given one anyway,
 the engine routes it as if every server held it and runs it alone (as any machine does).
+
+Under an on-demand scheduler (jsq, llumnix-dispatch, llumnix, jsq-migration; SEMANTICS.md,
+"Cloud plans under an on-demand scheduler") the servers hold KV on demand and preempt as
+the families' do (`_des_llumnix.py`, `_des_split_on_demand.py`), each with its own vector
+and budget: the prefill (or non-split) server as above under jsq*, the freest routed
+holder under llumnix*; a split plan's decode server among the prefill server's routed
+holders by the policy; migrations between the servers that trade requests over their own
+pair's link (`ServerPlan.migration_link`).
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._des import _Cluster
+from ._des_llumnix import OnDemandCluster
 from ._des_scalar import iteration_fn, kv_link_fifo_s
+from ._des_split_on_demand import SplitOnDemandCluster
 
 _INF = float("inf")
 
@@ -47,6 +57,10 @@ class ServerPlan:
     # (p, d, L) seconds per prompt token a transfer i -> j holds each shared inter-node link
     # (L links, FIFO, SEMANTICS.md "Cloud plans"); None or L = 0: no shared link
     kv_link_s_per_token: np.ndarray | None = None
+    # (p + d, p + d, 2) live migration's link from server a to server b (s per token, setup
+    # s): the servers that trade requests under llumnix / jsq-migration (split: the decode
+    # servers; non-split: all); None: the plan is simulated without migration
+    migration_link: np.ndarray | None = None
 
     @property
     def shared_links(self) -> np.ndarray:
@@ -56,10 +70,12 @@ class ServerPlan:
         return np.asarray(self.kv_link_s_per_token, dtype=float)
 
 
-class CloudCluster(_Cluster):
-    def __init__(self, inputs, d: int):
-        super().__init__(inputs, d)
-        plan: ServerPlan = inputs.servers[d]
+class _CloudServers:
+    """What every cloud cluster shares (a mixin before the cluster class): each server's own
+    latency vector and KV budget, the holding rule, the prefill server's choice and the
+    per-pair KV links, shared links queued first-come first-served."""
+
+    def _take_plan(self, plan: ServerPlan) -> None:
         for mc, coef, kv in zip(self.machines, plan.coef, plan.kv_cap_tokens):
             mc.coef = tuple(float(x) for x in coef)
             mc.iteration_s = iteration_fn(mc.coef)
@@ -80,17 +96,15 @@ class CloudCluster(_Cluster):
         self.least_kv_cap = float(self.kv_cap.min())   # a request within it fits on every server
         self.everywhere = ([True] * self.n_prompt, [True] * self.n_token)
 
-    def route(self, r, t):
-        s, n = self.S[r], self.N[r]
-        prefill_ok, decode_ok = self.everywhere
-        if s + n > self.least_kv_cap:   # some server may not hold it
-            held = plan_holds(self.plan, s, n)
-            if any(ok and share > 0 for ok, share in zip(held[0], self.prefill_share)):
-                prefill_ok, decode_ok = held[0].tolist(), held[1].tolist()
-            # else held nowhere: route it as if held everywhere
-        p = self._prefill_server(t, prefill_ok)
-        d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p, decode_ok)
-        return self.assign(r, p, d)
+    def holders(self, s, n) -> tuple[list, list]:
+        """(prefill servers, decode servers) that hold a request of s prompt and n output
+        tokens (`plan_holds`); every server when no routed one does."""
+        if s + n <= self.least_kv_cap:   # it fits on every server
+            return self.everywhere
+        held = plan_holds(self.plan, s, n)
+        if any(ok and share > 0 for ok, share in zip(held[0], self.prefill_share)):
+            return held[0].tolist(), held[1].tolist()
+        return self.everywhere   # held nowhere: routed as if held everywhere
 
     def _prefill_server(self, t, ok) -> int:
         """Least queued work per unit of share among the servers that hold the request;
@@ -102,15 +116,6 @@ class CloudCluster(_Cluster):
         load = [w / share if share > 0 and held else _INF
                 for w, share, held in zip(work, self.prefill_share, ok)]
         return _least_then_credit(load, self.p_credit, self.prefill_share)
-
-    def _decode_server(self, p, ok) -> int:
-        """Among prefill server p's decode servers that hold the request, the least share
-        of KV booked; ties by smooth weighted round-robin on p's decode shares."""
-        share = self.decode_share[p]
-        booked = self.reserved[self.n_prompt:].tolist()
-        load = [b / cap if sh > 0 and held else _INF
-                for b, cap, sh, held in zip(booked, self.decode_kv_cap, share, ok)]
-        return _least_then_credit(load, self.d_credit[p], share)
 
     def kv_queued_s(self, p, d, s, e, prefill_s, visible):
         """`visible` (the transfer alone) or later: the transfer queues first-come first-served
@@ -138,6 +143,83 @@ class CloudCluster(_Cluster):
         j = d - self.n_prompt
         return (float(self.plan.kv_s_per_token[p, j]), float(self.plan.kv_setup_s[p, j]), self.kv_link[2],
                 self.kv_link[3])
+
+
+class CloudCluster(_CloudServers, _Cluster):
+    """A cloud plan under the default rule (least-work: KV reserved per request)."""
+
+    def __init__(self, inputs, d: int):
+        super().__init__(inputs, d)
+        self._take_plan(inputs.servers[d])
+
+    def route(self, r, t):
+        prefill_ok, decode_ok = self.holders(self.S[r], self.N[r])
+        p = self._prefill_server(t, prefill_ok)
+        d = p if self.n_token == 0 else self.n_prompt + self._decode_server(p, decode_ok)
+        return self.assign(r, p, d)
+
+    def _decode_server(self, p, ok) -> int:
+        """Among prefill server p's decode servers that hold the request, the least share
+        of KV booked; ties by smooth weighted round-robin on p's decode shares."""
+        share = self.decode_share[p]
+        booked = self.reserved[self.n_prompt:].tolist()
+        load = [b / cap if sh > 0 and held else _INF
+                for b, cap, sh, held in zip(booked, self.decode_kv_cap, share, ok)]
+        return _least_then_credit(load, self.d_credit[p], share)
+
+
+def _take_migration_links(cl, plan: ServerPlan) -> None:
+    """Migrations over each server pair's own link (`ServerPlan.migration_link`)."""
+    if cl.migrations is not None:
+        if plan.migration_link is None:
+            raise ValueError("a cloud plan under a migrating scheduler needs ServerPlan.migration_link")
+        cl.migrations.pair_links = np.asarray(plan.migration_link, dtype=float).tolist()
+
+
+class CloudOnDemandCluster(_CloudServers, OnDemandCluster):
+    """A non-split cloud plan under an on-demand scheduler: every server runs both phases."""
+
+    def __init__(self, inputs, d: int):
+        super().__init__(inputs, d)
+        self._take_plan(inputs.servers[d])
+        _take_migration_links(self, self.plan)
+
+    def machine_for(self, r, t) -> int:
+        """jsq*: least queued work per unit of share (`_prefill_server`); llumnix*: the highest
+        freeness; both among the routed servers that hold the request (ties: round-robin
+        credit on the shares)."""
+        ok, _ = self.holders(self.prompt[r], self.N[r])
+        if not self.by_freeness:
+            return self._prefill_server(t, ok)
+        load = [-mc.freeness() if share > 0 and held else _INF
+                for mc, share, held in zip(self.machines, self.prefill_share, ok)]
+        return _least_then_credit(load, self.p_credit, self.prefill_share)
+
+
+class CloudSplitOnDemandCluster(_CloudServers, SplitOnDemandCluster):
+    """A split cloud plan under an on-demand scheduler: prefill servers then decode servers,
+    as Splitwise's pools under it, with the plan's routing and links."""
+
+    def __init__(self, inputs, d: int):
+        super().__init__(inputs, d)
+        self._take_plan(inputs.servers[d])
+        self.token_kv = float(sum(mc.kv_cap for mc in self.tokens))
+        _take_migration_links(self, self.plan)
+
+    def pair(self, t, r) -> tuple:
+        """The prefill server by queued work per share (`_prefill_server`), then among its
+        routed decode servers that hold the request the freest (llumnix*) or the least
+        pending decode tokens per unit of share (jsq*); ties by round-robin credit."""
+        prefill_ok, decode_ok = self.holders(self.prompt[r], self.N[r])
+        p = self._prefill_server(t, prefill_ok)
+        share, k = self.decode_share[p], self.n_prompt
+        if self.by_freeness:
+            load = [-mc.freeness() if sh > 0 and held else _INF
+                    for mc, sh, held in zip(self.tokens, share, decode_ok)]
+        else:
+            pending = self.pending_decode[k:].tolist()
+            load = [w / sh if sh > 0 and held else _INF for w, sh, held in zip(pending, share, decode_ok)]
+        return p, k + _least_then_credit(load, self.d_credit[p], share)
 
 
 def plan_holds(plan: ServerPlan, s, n) -> tuple[np.ndarray, np.ndarray]:

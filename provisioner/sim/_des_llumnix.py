@@ -23,7 +23,8 @@ import math
 
 import numpy as np
 
-from ..schedulers import HIGH_PRIORITY_HEADROOM_TOKENS, SCHEDULERS, TIMELINE_STEP_S, WATERMARK_FRACTION
+from ..schedulers import (HIGH_PRIORITY_HEADROOM_TOKENS, MIGRATING_SCHEDULERS, SCHEDULERS, TIMELINE_STEP_S,
+                          WATERMARK_FRACTION)
 from ._des import _Cluster, _Machine
 from ._migration import Migrations
 
@@ -252,7 +253,7 @@ class OnDemandCluster(_Cluster):
         cap, chunk = float(inputs.batch_cap_tokens[d]), int(inputs.chunk_tokens[d])
         self.machines = [self.machine_types[p](self, i, p, coefs[p], kv[p], cap, chunk)
                          for i, p in enumerate(self.pools)]
-        self.migrations = Migrations(self, inputs, d) if policy in ("llumnix", "jsq-migration") else None
+        self.migrations = Migrations(self, inputs, d) if policy in MIGRATING_SCHEDULERS else None
         self.timeline = []                      # rows of (t, preemptions, migrations, downtime s, fragmentation, queued)
         self.next_sample_s = float(inputs.arrival_s[0]) if r else 0.0
         self.fragmentation_sum, self.samples = 0.0, 0
@@ -261,12 +262,7 @@ class OnDemandCluster(_Cluster):
     def route(self, r, t):
         self.observe(t)
         s, n = self.prompt[r], self.N[r]
-        if self.by_freeness:
-            free = np.array([mc.freeness() for mc in self.machines])
-            taking = self.available(t)     # availability windows (autoscaling): only servers in theirs
-            m = int(np.argmax(free if taking is None else np.where(taking, free, -np.inf)))
-        else:
-            m = int(np.argmin(self.prompt_work(t) + self.pending_decode))
+        m = self.machine_for(r, t)
         self.prefill_on[r] = self.decode_on[r] = m
         self.local[r] = True
         self.pending_prompt[m] += s
@@ -274,6 +270,15 @@ class OnDemandCluster(_Cluster):
         self.machines[m].queued_kv += s
         self.machines[m].promote |= self.high[r]
         return m
+
+    def machine_for(self, r, t) -> int:
+        """The machine of request r arriving at t: the highest freeness (llumnix*) or the
+        least pending work (jsq*); ties: lowest index."""
+        if self.by_freeness:
+            free = np.array([mc.freeness() for mc in self.machines])
+            taking = self.available(t)     # availability windows (autoscaling): only servers in theirs
+            return int(np.argmax(free if taking is None else np.where(taking, free, -np.inf)))
+        return int(np.argmin(self.prompt_work(t) + self.pending_decode))
 
     def taking_decodes(self, t):
         """Which servers may receive a migration at t (None: all)."""

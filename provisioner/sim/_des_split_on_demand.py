@@ -109,7 +109,7 @@ class SplitOnDemandCluster(OnDemandCluster):
         """Book request r's prefill (over `plen[r]` tokens) and its decode of
         `decode_tokens` more tokens after the prefill's one; returns the prompt machine."""
         plen = self.plen[r]
-        p, d = self.pair(t)
+        p, d = self.pair(t, r)
         self.prefill_on[r], self.decode_on[r] = p, d
         self.pending_prompt[p] += plen
         self.pending_decode[d] += decode_tokens
@@ -120,8 +120,8 @@ class SplitOnDemandCluster(OnDemandCluster):
         token.queued += 1
         return p
 
-    def pair(self, t) -> tuple:
-        """(prefill machine, decode machine) of a request dispatched at t."""
+    def pair(self, t, r) -> tuple:
+        """(prefill machine, decode machine) of request r dispatched at t."""
         return int(np.argmin(np.where(self.prompt_pool, self.prompt_work(t), np.inf))), self.decode_machine()
 
     def decode_machine(self) -> int:
@@ -160,7 +160,9 @@ class SplitOnDemandCluster(OnDemandCluster):
                 token.queued_kv -= plen + 1
                 token.queued -= 1
                 continue
-            visible = kv_visible_s(plen, mc.duration, *self.kv_link_of(m, self.decode_on[r]))
+            d = self.decode_on[r]
+            alone = kv_visible_s(plen, mc.duration, *self.kv_link_of(m, d))
+            visible = self.kv_queued_s(m, d, plen, e, mc.duration, alone)   # shared links (cloud plans)
             self.kv_transfers += 1
             self.kv_visible_sum += visible
             transfers.append((r, e + visible))

@@ -26,8 +26,8 @@ class SplitwiserOnDemandCluster(ColocatedCluster, SplitOnDemandCluster):
 
     route = SplitOnDemandCluster.route
 
-    def pair(self, t) -> tuple:
-        """Machine j's prefill server j and decode server n + j, j by the policy (ties:
+    def pair(self, t, r) -> tuple:
+        """Request r: machine j's prefill server j and decode server n + j, j by the policy (ties:
         lowest index; availability windows narrow both rules)."""
         n = self.n
         if self.by_freeness:

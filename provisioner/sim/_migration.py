@@ -31,6 +31,7 @@ class Migrations:
         link = inputs.migration_link
         self.s_per_token, self.setup_s = ((float(inputs.kv_s_per_token[d]), float(inputs.kv_setup_s[d]))
                                           if link is None else (float(link[d, 0]), float(link[d, 1])))
+        self.pair_links = None   # (m, m, 2) per machine pair (s per token, setup s): a cloud plan's links
         self.gap = gap
         self.out = {}       # source machine -> [request, destination, stage, stage end (s), stage's first iteration]
         self.into = set()   # destinations with a copy in flight
@@ -40,9 +41,13 @@ class Migrations:
         self.downtime_s = 0.0
         self.copied_tokens = 0
 
-    def copy_s(self, tokens: int) -> float:
-        """One stage's copy time: the alpha-beta KV-transfer model over the machines' link."""
-        return self.setup_s + tokens * self.s_per_token
+    def copy_s(self, tokens: int, src: int, dst: int) -> float:
+        """One stage's copy time: the alpha-beta KV-transfer model over the link from machine
+        `src` to `dst` (the design's one link, or a cloud plan's pair's: `pair_links`)."""
+        if self.pair_links is None:
+            return self.setup_s + tokens * self.s_per_token
+        s_per_token, setup_s = self.pair_links[src][dst]
+        return setup_s + tokens * s_per_token
 
     def maybe_start(self, m: int, e: float) -> None:
         """At machine m's iteration end: start a migration if m is the least free machine
@@ -70,7 +75,7 @@ class Migrations:
         dst.incoming += ctx
         st.reserved_in[r] = ctx
         self.into.add(high)
-        self.out[m] = [r, high, 0, e + self.copy_s(ctx), src.iteration]
+        self.out[m] = [r, high, 0, e + self.copy_s(ctx, m, high), src.iteration]
         self._charge(src, dst, ctx)
 
     def advance(self, m: int, e: float) -> list:
@@ -88,7 +93,7 @@ class Migrations:
         if e < stage_end:
             return []
         new_tokens = src.iteration - first_it
-        copy_s = self.copy_s(new_tokens)
+        copy_s = self.copy_s(new_tokens, m, high)
         self._charge(src, dst, new_tokens)
         if new_tokens > MIGRATION_FINAL_STAGE_TOKENS and stage + 1 < MIGRATION_MAX_STAGES:
             job[2:] = [stage + 1, e + copy_s, src.iteration]
