@@ -96,7 +96,7 @@ def autoscale_command(
     max_machines: int = typer.Option(None, "--max-machines", help="Closed-loop: never more machines serving or "
                                      "loading (default: the static cluster's count)."),
     json_out: bool = typer.Option(False, "--json",
-                                  help="Print the answer as one JSON object (its keys: see the README)."),
+                                  help="Print the answer as one JSON object (its keys: README.md)."),
     report: Path = typer.Option(None, "--report", metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),

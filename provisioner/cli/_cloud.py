@@ -55,7 +55,7 @@ def cloud_command(
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     json_out: bool = typer.Option(False, "--json",
-                                  help="Print the answer as one JSON object (its keys: see the README)."),
+                                  help="Print the answer as one JSON object (its keys: README.md)."),
     report: Path = typer.Option(None, "--report", help="Also write the plan's HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
