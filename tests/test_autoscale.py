@@ -129,6 +129,18 @@ def test_cli_json_keeps_the_contract(tmp_path):
     assert obj["saving_pct"] == pytest.approx(100 * (1 - obj["autoscaled"]["cost_usd"] / obj["static"]["cost_usd"]))
 
 
+def test_a_profile_shorter_than_a_decision_interval_starts_what_one_interval_needs(tmp_path):
+    """One request in 1 ms: the warm start read 589 req/s over the profile's 1.7 ms and
+    started 589 machines ("saves -58800%"); over one 60-s interval it is one machine."""
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n0.001,1\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100",
+                                    "--model", MODEL, "--static-machines", "1", "--capacity-rps", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["autoscaled"]["machine_hours"] == pytest.approx(obj["static"]["machine_hours"])
+
+
 def test_cli_diurnal_day_saves_at_equal_slos():
     """The issue's case: a 24-hour diurnal day (peak 3x the trough); the static cluster
     is sized for the peak by the search's evaluator."""

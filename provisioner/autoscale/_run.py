@@ -178,7 +178,9 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                params=(given,))
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
-        first = min(policy.window_s, horizon_s)
+        # the first window's rate, over at least one decision interval: a 1-ms profile's one
+        # request over its 1.7 ms read as 589 req/s, and started 589 machines for it
+        first = max(min(policy.window_s, horizon_s), policy.interval_s)
         initial_rps = np.searchsorted(trace.arrival_s, first) / first
     initial = max(policy.min_machines, math.ceil(initial_rps / (capacity * policy.target_load)))
     static_design = make_design(family, machines=n_static, **overrides)
