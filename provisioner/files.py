@@ -84,7 +84,7 @@ def refuse_shipped(path, flag: str) -> None:
 
 
 def check_output_path(path, *, flag: str = "path", force: bool = False, force_hint: str = "force=True", inputs=(),
-                      parents: bool = False, shipped_ok: bool = False) -> Path:
+                      parents: bool = False, shipped_ok: bool = False, stdout_taken_by: str | None = None) -> Path:
     """Refuse, before any work, an output that is a directory, exists without `force`,
     lies in a missing directory (created when `parents`) or in one where no file can be
     created, is one of the command's `inputs`, or lies in the shipped packages every
@@ -92,12 +92,17 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     A special file (a named pipe, a device, a socket) needs `force` too: writing to a pipe
     nobody reads blocks forever, and to a device reaches hardware; `/dev/null` and this
     process's own standard output and error (`/dev/stdout` on a terminal or a pipe) do not.
+    stdout_taken_by : what else the command prints on standard output (e.g. "--json"): then
+    `path` must not be standard output itself (the two would interleave into neither).
 
     >>> check_output_path("report.html").name
     'report.html'
     """
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
+    if stdout_taken_by is not None and _is_own_fd(path, 1):
+        raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "
+                               f"{flag} to a file, or drop {stdout_taken_by}")
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
     if not shipped_ok:
@@ -195,20 +200,16 @@ def _special_kind(path: Path) -> str | None:
 def _exempt_special(path: Path) -> bool:
     """`/dev/null`, or the very file this process's standard output or error is (a
     terminal or a pipe: `--report /dev/stdout | less`): written on purpose, never by a slip."""
+    return _same_file(path, Path(os.devnull)) or _is_own_fd(path, 1) or _is_own_fd(path, 2)
+
+
+def _is_own_fd(path: Path, fd: int) -> bool:
+    """Whether `path` is the file this process's descriptor `fd` is (1: standard output)."""
     try:
-        target = path.stat()
-    except OSError:
+        target, own = path.stat(), os.fstat(fd)
+    except OSError:   # no such file, or the descriptor is closed
         return False
-    if _same_file(path, Path(os.devnull)):
-        return True
-    for fd in (1, 2):
-        try:
-            own = os.fstat(fd)
-        except OSError:   # closed
-            continue
-        if (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino):
-            return True
-    return False
+    return (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino)
 
 
 def _is_regular(path: Path) -> bool:

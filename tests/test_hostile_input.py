@@ -170,6 +170,13 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--trials", "10"], "--searcher optuna"),
     (["simulate", "--design", "baseline-h100", "--machines", "3", "--high-priority-fraction", "0.2"],
      "--scheduler jsq"),
+    # silently added splitwise-custom to the user's own --design list
+    (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--token-machine-types", "dgx-h100"],
+     "add --design splitwise-custom"),
+    # every point held out: an internal KeyError
+    (["perf", "calibrate", "--holdout", "0.995", "--out", "c.toml"], "use --holdout 0.99 or less"),
+    # wrote its three files into the working directory
+    (["sweep", "spec.toml", "--out", ""], "--out is empty"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(args, needle):
     assert_one_line_error(*cli(*args), needle)
@@ -273,6 +280,15 @@ def test_dev_null_and_the_commands_own_stdout_need_no_force(tmp_path):
 SIMULATE = ("simulate", "--design", "baseline-h100", "--machines", "2", "--rps", "1", "--duration", "5")
 
 
+def test_a_report_on_stdout_beside_json_is_refused():
+    """`--json --report /dev/stdout`: HTML then JSON on one stream, parsable as neither."""
+    r = subprocess.run([PROVISION, *SIMULATE, "--scheduler", "llumnix", "--timeline", "/dev/stdout", "--json"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr.strip() == ("error: --timeline '/dev/stdout' is standard output, where --json prints too: "
+                                "write --timeline to a file, or drop --json")
+
+
 @pytest.mark.parametrize("args", [("catalog",), (), SIMULATE, (*SIMULATE, "--json")],
                          ids=["catalog", "help", "simulate", "simulate-json"])
 def test_a_pipe_whose_reader_left_exits_0_quietly(args):
@@ -336,6 +352,18 @@ def test_a_read_only_directory_is_one_line(tmp_path, monkeypatch):
     assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", ro / "t.csv"),
                           "cannot write", "Permission denied")
     assert not (ro / "t.csv").exists()
+
+
+def test_a_read_only_study_is_refused_before_the_run(tmp_path, monkeypatch):
+    """It was an internal error (exit 1) at the study's first write, after the search."""
+    db = tmp_path / "plans.db"
+    db.write_bytes(b"")   # an empty file: SQLite takes it as a new database
+    db.chmod(0o444)
+    real_access = os.access
+    # root may write anyway: make the check see what a user's process sees
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == db and mode & os.W_OK else real_access(p, mode))
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--no-verify",
+                               "--study", db), "--study", "is read-only", "chmod u+w")
 
 
 def test_an_internal_error_is_one_line_with_a_saved_traceback(tmp_path, monkeypatch):
@@ -411,6 +439,24 @@ def test_ctrl_c_stops_the_search_with_one_line(phase):
     assert p.returncode == 130, err
     assert err.strip().splitlines() == ["interrupted (Ctrl-C); stopped"], err
     assert out == ""
+    time.sleep(1)
+    assert _live_processes_of_group(p.pid) == [], "a worker outlived the command"
+
+
+def test_sigterm_to_the_command_alone_stops_its_workers_too():
+    """`kill PID` (SIGTERM, to the parent only: a job scheduler's stop) once the DES re-check's
+    workers run: it takes Ctrl-C's path, so no worker outlives the command (before, the
+    parent died at once and its workers computed on, orphaned)."""
+    p = subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL, PROVISION, "--goal", "cost", "--rps", "70"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for_workers_to_settle(p)
+    with contextlib.suppress(ProcessLookupError):
+        p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=300)
+    if p.returncode == 0:
+        pytest.skip("the search finished before the signal")
+    assert p.returncode == 143, err
+    assert err.strip().splitlines() == ["terminated (SIGTERM); stopped"], err
     time.sleep(1)
     assert _live_processes_of_group(p.pid) == [], "a worker outlived the command"
 

@@ -3,7 +3,7 @@
 Each command lives in its own module and only parses flags, calls the API and renders
 the answer. `run()` is the one error path (`_errors.py`): a user error at any depth (an
 option given twice too, `_repeats.py`) is one line and exit 2, Ctrl-C one line and exit
-130, anything else one line naming the saved traceback and exit 1. Never a traceback on
+130 (SIGTERM the same, exit 143; workers stopped either way), anything else one line naming the saved traceback and exit 1. Never a traceback on
 the terminal.
 """
 
@@ -15,7 +15,7 @@ import sys
 import typer
 
 from ..workers import quiet_resource_tracker
-from ._errors import run_guarded
+from ._errors import on_sigterm, run_guarded
 from ._repeats import refuse_repeated_options
 
 __all__ = ["app", "get_app", "main", "run"]
@@ -52,7 +52,7 @@ def _register() -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the command line `argv`; returns the exit code (0, 1, 2 or 130), never raises."""
+    """Run the command line `argv`; returns the exit code (0, 1, 2, 130 or 143), never raises."""
     _register()
     quiet_resource_tracker()   # Ctrl-C: one line, not a worker-cleanup warning after it
     args = sys.argv[1:] if argv is None else list(argv)
@@ -71,7 +71,9 @@ def get_app() -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    signal.signal(signal.SIGTERM, on_sigterm)   # as Ctrl-C: workers stopped, one line (exit 143)
     code = run(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # the work is done: a late SIGTERM just ends the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the work is done: a late Ctrl-C must not break the exit
     raise SystemExit(code)
 

@@ -126,7 +126,8 @@ def autoscale_command(
     inputs = input_files(profile, workload, latency_profile)
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
-        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
+        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs,
+                          stdout_taken_by="--json" if json_out else None)
     _refuse_other_policy_flags(ctx, scale_on)
     if interval_s is None:
         interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S

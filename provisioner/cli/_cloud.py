@@ -92,7 +92,8 @@ def cloud_command(
     if report is not None:   # refuse before the search, not after it
         from ..files import check_output_path
         inputs = input_files(inventory, workload, latency_profile, replan_workload)
-        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs)
+        check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs,
+                          stdout_taken_by="--json" if json_out else None)
     from perfmodels import LatencyModel
 
     from ..cloud import COMPARISON_CHUNK_TOKENS, load_inventory, plan_cloud

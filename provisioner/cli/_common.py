@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import typer
@@ -239,9 +240,21 @@ def check_study_path(study: str | None, outputs, flag: str) -> None:
     refuse_shipped(path, "--study")
     refuse_foreign_study(study)
     db = resolved(path, "--study")
+    _refuse_read_only_study(db)
     for out in outputs:
         if out is not None and resolved(out, flag) == db:
             raise ProvisionerError(f"{flag} '{out}' is also the --study database; give them different paths")
+
+
+def _refuse_read_only_study(db: Path) -> None:
+    """A study SQLite can only keep work where it may write the file and, beside it, its
+    journal: refused now, not after the run as an internal error on its first write."""
+    if db.exists() and not os.access(db, os.W_OK):
+        raise ProvisionerError(f"--study '{db}' is read-only, and the study writes every result it keeps: make it "
+                               f"writable (chmod u+w) or give another path")
+    if db.parent.is_dir() and not os.access(db.parent, os.W_OK | os.X_OK):
+        raise ProvisionerError(f"--study '{db}': its directory '{db.parent}' is read-only, and SQLite writes its "
+                               f"journal there: give a path in a writable directory")
 
 
 def input_files(*paths) -> tuple:

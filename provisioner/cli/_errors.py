@@ -30,7 +30,8 @@ from ..workers import stop_workers
 from ..errors import ProvisionerError
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
-EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+_terminated = False   # set by `on_sigterm`: the interrupt the command stops on is a SIGTERM
 TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
 # The library's errors name Python parameters (their `params`); the CLI says its flags.
 PARAM_FLAGS = {
@@ -66,6 +67,25 @@ def one_line(message) -> str:
     return " ".join(str(message).split("\n")[0].split()) or "failed"
 
 
+def on_sigterm(signum, frame) -> None:
+    """SIGTERM (`kill`, a job scheduler's stop) takes Ctrl-C's path: the command stops where it
+    is, its worker processes are stopped (else they outlive it, each still computing), one
+    line, exit 143. The console script installs it (`provisioner.cli.main`)."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
+def _stopped() -> int:
+    """After an interrupt: stop the worker processes, say so in one line; the exit code."""
+    stop_workers()
+    if _terminated:
+        _echo_err("terminated (SIGTERM); stopped")
+        return EXIT_TERMINATED
+    _echo_err("interrupted (Ctrl-C); stopped")
+    return EXIT_INTERRUPTED
+
+
 def run_guarded(command) -> int:
     """Call `command()` (a typer app in non-standalone mode); map every outcome to an exit code."""
     closed = sys.stdout is None   # `provision catalog >&-`: Python starts with no sys.stdout
@@ -91,8 +111,7 @@ def run_guarded(command) -> int:
         if closed:
             sys.stdout = None
     if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into Exit(130)
-        stop_workers()
-        _echo_err("interrupted (Ctrl-C); stopped")
+        return _stopped()
     return code
 
 
@@ -120,9 +139,7 @@ def _unexpected(exc: BaseException) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USER_ERROR
     cause = _root_cause(exc)
     if isinstance(cause, KeyboardInterrupt):   # numba's parallel region wraps it in a SystemError
-        stop_workers()
-        _echo_err("interrupted (Ctrl-C); stopped")
-        return EXIT_INTERRUPTED
+        return _stopped()
     if isinstance(cause, MemoryError):
         return _say("out of memory while simulating; shorten --duration, lower --rps or --max-machines, "
                     "or set PROVISIONER_MEMORY_BUDGET_GB lower so the planner refuses earlier", EXIT_USER_ERROR)

@@ -93,7 +93,7 @@ def main_command(
     check_study_path(study, (report,), "--report")   # before the search, not after it
     if report is not None:
         check_output_path(report, flag="--report", force=force, force_hint="--force",
-                          inputs=input_files(workload, latency_profile))
+                          inputs=input_files(workload, latency_profile), stdout_taken_by="--json" if json_out else None)
     check_preemption(preemption, scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     from ..search import ProvisionRequest, provision
@@ -108,8 +108,13 @@ def main_command(
         if flag_given and families and not any(f.startswith("splitwiser") for f in families):
             raise ProvisionerError(f"{flag} applies to the splitwiser families: add --design splitwiser-h100 "
                                    f"(or splitwiser-a100, splitwiser-custom)")
-    if (ptypes or ttypes) and not any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
-                                      for f in (families or ())):
+    customs = (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
+    if (ptypes or ttypes) and not any(f in customs for f in (families or ())):
+        if design:   # the user's own list: machine types must not widen it silently
+            flag = "--prompt-machine-types" if ptypes else "--token-machine-types"
+            raise ProvisionerError(f"{flag} sets the machines of the custom families ({', '.join(customs)}), none "
+                                   f"of which --design names: add --design {CUSTOM_SPLIT} (or another custom "
+                                   f"family), or drop {flag}")
         families = (*(families or ()), CUSTOM_SPLIT)
     if ttypes and CUSTOM_SPLIT not in families:   # then a one-pool custom family was named
         pooled = [f for f in families if f in (CUSTOM_BASELINE, CUSTOM_COLOCATED)]

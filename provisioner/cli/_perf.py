@@ -269,6 +269,14 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> 
                f"points that rounds to at least one)" if points >= 2 else
                f"add measurements (it has {points} configuration point: none to hold out)")
         raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {gpu}; {fix}")
+    counts = report.mape.groupby(["gpu", "split"]).points.max().unstack(fill_value=0)
+    untrained = counts.index[counts.get("train", 0) == 0] if len(counts) else []
+    if len(untrained):   # every configuration point held out: nothing left to fit
+        gpu = untrained[0]
+        points = int(counts.loc[gpu].max())
+        raise ProvisionerError(f"--holdout {holdout:g} holds out every configuration point of {gpu}, leaving none "
+                               f"to fit; use --holdout {math.floor((points - 0.51) / points * 100) / 100:g} or less "
+                               f"(a fraction of its {points} points that leaves at least one)")
     return report
 
 

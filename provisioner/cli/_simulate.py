@@ -117,7 +117,8 @@ def simulate_command(
             raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
                                    "--scheduler jsq, llumnix-dispatch or llumnix")
         check_output_path(timeline, flag="--timeline", force=force, force_hint="--force",
-                          inputs=input_files(workload, latency_profile, from_result))
+                          inputs=input_files(workload, latency_profile, from_result),
+                          stdout_taken_by="--json" if json_out else None)
     t0 = time.perf_counter()
     timelines = []
     row = simulate(d, trace, model, engine=_engine_for(ctx, engine, d.scheduler), slo=slo, perf=perf,

@@ -34,8 +34,8 @@ IN_SPEC_TOO = " Applies to every question; a spec whose '{key}' key says otherwi
 def sweep_command(
     ctx: typer.Context,
     spec: Path = typer.Argument(..., metavar="SPEC.toml", help="The grid of questions (TOML; see the README)."),
-    out: Path = typer.Option(None, "--out", help="Directory for results.parquet, results.csv and summary.html "
-                                                  "(created if missing)."),
+    out: str = typer.Option(None, "--out", help="Directory for results.parquet, results.csv and summary.html "
+                                                 "(created if missing)."),
     force: bool = typer.Option(False, "--force", help="Overwrite the output files if they exist."),
     jobs: int = typer.Option(None, "--jobs", help="Questions in parallel on this machine (default: the cores; never more than the questions; "
                                                   "each process gets cores / jobs numba threads)."),
@@ -55,6 +55,10 @@ def sweep_command(
     if out is None:
         raise ProvisionerError("--out DIR is required: the directory for results.parquet, results.csv and "
                                "summary.html")
+    if not out.strip():   # Path('') is '.': an empty --out would write into the working directory unasked
+        raise ProvisionerError("--out is empty: give the directory for the results, e.g. --out results "
+                               "(--out . for the working directory)")
+    out = Path(out)
     if dask_scheduler is not None and dask_local is not None:
         raise ProvisionerError("give --dask-scheduler ADDRESS or --dask-local N, not both")
     if jobs is not None and (dask_scheduler is not None or dask_local is not None):
