@@ -112,6 +112,13 @@ def test_to_json_rebuilds_the_trace_and_refuses_a_changed_file(small_trace):
     assert "\n" not in str(info.value)
 
 
+def test_a_recorded_cv_of_zero_is_refused_not_replaced():
+    """A result's `cv: 0` was read as 2.0 (`or`): a re-score on another trace than the answer's."""
+    with pytest.raises(WorkloadError, match="cv must be"):
+        TraceGenerator.from_json({"workload": "coding", "arrival": "gamma", "cv": 0})
+    assert TraceGenerator.from_json({"workload": "coding", "arrival": "gamma", "cv": None}).cv == 2.0
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(arrival="uniform"), "arrival must be one of replay, poisson, gamma"),
     (dict(duration_s=None, arrival="poisson"), "duration_s must be"),

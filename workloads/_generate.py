@@ -169,7 +169,7 @@ class TraceGenerator:
         Refuses, in one line, a trace file whose SHA-256 differs from the recorded one.
         """
         gen = cls(obj["workload"], obj.get("duration_s", 120.0), obj.get("seed", 0),
-                  arrival=obj.get("arrival") or "poisson", cv=obj.get("cv") or 2.0)
+                  arrival=obj.get("arrival") or "poisson", cv=2.0 if obj.get("cv") is None else obj["cv"])
         want = obj.get("workload_sha256")
         if want and gen.sha256 != want:
             raise WorkloadError(f"trace file '{obj['workload']}' has SHA-256 {gen.sha256[:12]}..., not the recorded "
