@@ -37,6 +37,9 @@ def load_result(path: Path) -> dict:
     if path.is_dir():
         raise ProvisionerError(f"result file '{path}' is a directory; give the file saved with "
                                f"`provision ... --json > result.json`")
+    if path.exists() and not path.is_file():   # /dev/null, a pipe: nothing a result was saved in
+        raise ProvisionerError(f"result file '{path}' is not a regular file; give the file saved with "
+                               f"`provision ... --json > result.json`")
     if not path.is_file():
         raise ProvisionerError(f"result file '{path}' does not exist (save one with `provision ... --json > {path}`)")
     try:
