@@ -116,6 +116,8 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'power_budget_kw'", "goal throughput"]),
     ('rps = [5]\ncv = 3\n' + SMALL, ["key 'cv'", 'arrival = "gamma"']),
     ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
+    # asked the same questions twice: duplicate rows, twice the time
+    ('rps = [5, 10, 5.0]\n' + SMALL, ["key 'rps' lists 5.0 twice"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process

@@ -181,6 +181,11 @@ def _list(path: Path, key: str, value) -> list:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ProvisionerError(f"'{path}': key '{key}' is an empty list; give at least one value or drop the key")
+    seen = []
+    for v in values:   # a repeated value would ask the same questions twice (duplicate rows, twice the time)
+        if any(v == w and isinstance(v, bool) == isinstance(w, bool) for w in seen):   # 10 and 10.0 too
+            raise ProvisionerError(f"'{path}': key '{key}' lists {shown(v)} twice; give each value once")
+        seen.append(v)
     return values
 
 
