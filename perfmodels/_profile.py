@@ -81,6 +81,9 @@ def read_profile(path, catalog, where: str | None = None) -> Profile:
     where : how errors name the file, e.g. "--profile 'p.csv'" (a CLI names its flag);
         default: the path. `Profile.source` is the path either way.
     """
+    if not str(path).strip():   # Path('') is '.', the working directory: "is a directory" misled
+        raise PerfModelError(f"{where or repr(str(path))}: the path is empty; give a profile CSV with columns "
+                             f"{','.join(REQUIRED)}")
     path = Path(path)
     where = str(path) if where is None else where
     raw = _read_bytes(path, where)

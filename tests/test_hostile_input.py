@@ -177,6 +177,8 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["perf", "calibrate", "--holdout", "0.995", "--out", "c.toml"], "use --holdout 0.99 or less"),
     # wrote its three files into the working directory
     (["sweep", "spec.toml", "--out", ""], "--out is empty"),
+    # said "is a directory" (the working directory)
+    (["simulate", "--design", "baseline-h100", "--machines", "2", "--latency-profile", ""], "the path is empty"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(args, needle):
     assert_one_line_error(*cli(*args), needle)
