@@ -175,6 +175,8 @@ def test_cli_diurnal_day_saves_at_equal_slos():
      "--min-machines must be a whole number in [1, 100000]"),
     (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
     (["--profile", ""], "--profile is empty"),   # was ": cannot read the rate profile (No such file ...)"
+    # said "raise --rps or --duration", neither given: the profile's rates were the cause
+    (["--profile", "diurnal", "--rps", "1e-9"], "raise the profile's rates"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     from provisioner.cli import run

@@ -145,6 +145,10 @@ def autoscale_command(
     if measured is None:
         from perfmodels import LatencyModel
     perf = measured if measured is not None else LatencyModel()
+    if rate.peak_rps * traces.duration_s < 0.5:   # the sizing trace at the peak would hold no request
+        raise ProvisionerError(f"--profile: its peak, {rate.peak_rps:.3g} req/s, brings no request in the "
+                               f"{traces.duration_s:g}-s sizing trace at the peak; raise the profile's rates (or "
+                               f"--rps, its peak) or --sizing-duration")
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
