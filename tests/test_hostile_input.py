@@ -368,6 +368,18 @@ def test_a_read_only_study_is_refused_before_the_run(tmp_path, monkeypatch):
                                "--study", db), "--study", "is read-only", "chmod u+w")
 
 
+def test_an_unreadable_output_is_replaced_with_force(tmp_path, monkeypatch):
+    """An atomic replace never reads the file it replaces: typer's Path check refused an
+    existing output whose mode denies reading, even with --force."""
+    points, out = _points(tmp_path), tmp_path / "t.csv"
+    out.write_text("old")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == out and mode & os.R_OK else real_access(p, mode))
+    code, _, err = cli("perf", "predict", "--points", points, "--out", out, "--force")
+    assert code == 0, err
+    assert out.read_text().startswith("model,hardware")
+
+
 def test_an_internal_error_is_one_line_with_a_saved_traceback(tmp_path, monkeypatch):
     from rich.table import Table
 

@@ -3,8 +3,8 @@
 Each command lives in its own module and only parses flags, calls the API and renders
 the answer. `run()` is the one error path (`_errors.py`): a user error at any depth (an
 option given twice too, `_repeats.py`) is one line and exit 2, Ctrl-C one line and exit
-130 (SIGTERM the same, exit 143; workers stopped either way), anything else one line naming the saved traceback and exit 1. Never a traceback on
-the terminal.
+130 (SIGTERM the same, exit 143; workers stopped either way), anything else one line
+naming the saved traceback and exit 1. Never a traceback on the terminal.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def autoscale_command(
                                      "loading (default: the static cluster's count)."),
     json_out: bool = typer.Option(False, "--json",
                                   help="Print the answer as one JSON object (its keys: README.md)."),
-    report: Path = typer.Option(None, "--report", metavar="PATH.html",
+    report: Path = typer.Option(None, "--report", readable=False, metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),

@@ -56,7 +56,7 @@ def cloud_command(
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     json_out: bool = typer.Option(False, "--json",
                                   help="Print the answer as one JSON object (its keys: README.md)."),
-    report: Path = typer.Option(None, "--report", help="Also write the plan's HTML report to this file."),
+    report: Path = typer.Option(None, "--report", readable=False, help="Also write the plan's HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),

@@ -63,7 +63,7 @@ class _Points:
 def predict_command(
     points: Path = typer.Option(..., "--points", help="CSV with model,hardware,tensor_parallel,prompt_size,"
                                 "batch_size and optionally power_cap (fraction of TDP)."),
-    out: Path = typer.Option(..., "--out", help="CSV to write: the input columns plus prompt_time_ms, token_time_ms."),
+    out: Path = typer.Option(..., "--out", readable=False, help="CSV to write: the input columns plus prompt_time_ms, token_time_ms."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:
     """Prefill and decode-iteration times (ms) for each row of a CSV."""
@@ -295,7 +295,7 @@ def calibrate_command(
                                  "profiles shipped in perfmodels/data)."),
     holdout: float = typer.Option(0.2, "--holdout", help="Fraction of configuration points held out per GPU."),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split."),
-    out: Path = typer.Option(None, "--out", help="Where to save the constants (default: the package's own "
+    out: Path = typer.Option(None, "--out", readable=False, help="Where to save the constants (default: the package's own "
                              "perfmodels/data/calibration.toml, which the latency model loads)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists (not needed for the default)."),
     max_mape: float = typer.Option(None, "--max-mape", help="Fail (exit 2, nothing saved) if any held-out "
@@ -352,7 +352,7 @@ def calibrate_command(
 
 @app.command("plot")
 def plot_command(
-    out: Path = typer.Option(..., "--out", help="HTML file to write (self-contained, works offline)."),
+    out: Path = typer.Option(..., "--out", readable=False, help="HTML file to write (self-contained, works offline)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
     profile: Path = typer.Option(None, "--profile", help="Profile CSV (default: the shipped profiles)."),
     holdout: float = typer.Option(0.2, "--holdout", help="Fraction of configuration points held out per GPU."),

@@ -66,7 +66,7 @@ def simulate_command(
     high_priority_slo_scale: float = typer.Option(1.0, "--high-priority-slo-scale", metavar="F",
                                                   help="The high-priority requests' own SLO: every limit x F "
                                                        "(tighter < 1); each class's verdict is in the JSON."),
-    timeline: Path = typer.Option(None, "--timeline", metavar="PATH.html",
+    timeline: Path = typer.Option(None, "--timeline", readable=False, metavar="PATH.html",
                                   help="With an on-demand --scheduler: write a page of preemptions, migrations, "
                                        "downtime and memory fragmentation over time."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --timeline file if it exists."),
