@@ -382,7 +382,7 @@ def _shown(value) -> str:
 
 def _integer(value, field, loc, node, low: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise loc.error(field, f"must be a whole number >= {low} (got {value!r})", node=node)
+        raise loc.error(field, f"must be a whole number >= {low} (got {_shown(value)})", node=node)
     return int(value)
 
 
