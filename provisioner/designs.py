@@ -102,6 +102,10 @@ CUSTOM_COLOCATED = "splitwiser-custom"
 def family_spec(name: str) -> FamilySpec:
     if name in FAMILY_SPECS:
         return FAMILY_SPECS[name]
+    if name in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):   # "unknown ... did you mean" misled
+        raise ProvisionerError(f"design family '{name}' (families) has no machines of its own: `provision --design "
+                               f"{name}` chooses them (--prompt-machine-types, --token-machine-types); here give a "
+                               f"family with fixed machines: {', '.join(FAMILIES)}", params=("families",))
     near = difflib.get_close_matches(name, FAMILIES, n=1)
     hint = f" — did you mean '{near[0]}'?" if near else "."
     raise ProvisionerError(f"unknown design family '{name}' (families){hint} Known: {', '.join(FAMILIES)}",
