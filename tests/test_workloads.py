@@ -127,10 +127,6 @@ def test_to_frame_round_trips_through_csv(tmp_path):
     (f"{CANONICAL}\n0.5,10,2\n\n1.0,10,0\n", 4, "output_tokens", "'0' tokens"),
     (f"{CANONICAL}\n0.5,10.5,2\n", 2, "prompt_tokens", "whole numbers"),
     (f"{CANONICAL}\n-1.0,10,2\n", 2, "arrival_s", "negative time"),
-    # an infinite window then blamed a --duration nobody gave
-    (f"{CANONICAL}\n0,10,2\n1e308,10,2\n", 3, "arrival_s", "more than ten years"),
-    (f"{AZURE}\n2023-11-16 18:17:03.9799600,4808,10\n2043-11-16 18:17:03,1,1\n", 3, "TIMESTAMP",
-     "more than ten years"),
     (f"{CANONICAL}\n0.5,,2\n", 2, "prompt_tokens", "empty value"),
     (f"{AZURE}\n2023-11-16 18:17:03.9799600,4808,10\nyesterday,1,1\n", 3, "TIMESTAMP",
      "unparseable timestamp 'yesterday'"),
