@@ -804,6 +804,11 @@ def test_a_replay_spanning_ages_is_refused_and_a_rate_rescales_it(tmp_path):
                           "write its arrival times in seconds", "or give --rps to rescale it")
     from workloads import TraceGenerator
     assert len(TraceGenerator(str(trace), None, rps=5.0).at(5.0)) == 100   # rescaled to 5 req/s: 20 s
+    # a span near the float limit: "--duration ... got inf" (not given), or NaN with --rps (exit 1)
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,1000,100\n1e308,1000,100\n")
+    for rps in ((), ("--rps", "1")):
+        assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2",
+                                   "--token-machines", "1", "--workload", trace, *rps), "no unit of time")
 
 
 @pytest.mark.parametrize("argv,owner", [

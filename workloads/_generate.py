@@ -36,6 +36,8 @@ from workloads._trace import Trace
 from workloads.errors import UnknownWorkloadError, WorkloadError
 
 # A trace replayed at its own rate spans at most ~30 years: longer is a unit mistake (ms or ns as s).
+# Past this span (1e100 s) no unit makes sense of it, and a window's arithmetic overflows.
+MAX_RESCALABLE_SPAN_S = 1e100
 MAX_REPLAY_SPAN_S = 1e9
 
 __all__ = ["ARRIVAL_PROCESSES", "TraceGenerator", "check_positive", "default_arrival"]
@@ -262,6 +264,9 @@ def _file_sha256(workload) -> str | None:
 def _native_rps(trace: Trace, label: str) -> float:
     """The inverse mean gap of a recorded trace (what replay rescales from); `label` names it."""
     span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    if span_s > MAX_RESCALABLE_SPAN_S:   # its windows and rescaling overflow to inf and NaN
+        raise WorkloadError(f"trace '{label}' spans {span_s:.3g} s between its first and last arrival: no unit of "
+                            f"time (seconds, ms, ns) makes that a trace; fix its arrival times")
     if len(trace) < 2 or not span_s > 0:
         raise WorkloadError(f"trace '{label}' has no rate to replay ({len(trace)} request(s) over "
                             f"{span_s:g} s); it needs requests at two or more distinct times, or use "
