@@ -368,6 +368,13 @@ def test_a_read_only_study_is_refused_before_the_run(tmp_path, monkeypatch):
                                "--study", db), "--study", "is read-only", "chmod u+w")
 
 
+def test_an_unknown_command_lists_the_commands():
+    line = assert_one_line_error(*cli("nope"))
+    assert line == ("error: No such command 'nope'. Commands: autoscale, catalog, cloud, perf, report, simulate, "
+                    "sweep.")
+    assert assert_one_line_error(*cli("perf", "nope")).endswith("Commands: calibrate, plot, predict.")
+
+
 def test_an_unreadable_output_is_replaced_with_force(tmp_path, monkeypatch):
     """An atomic replace never reads the file it replaces: typer's Path check refused an
     existing output whose mode denies reading, even with --force."""

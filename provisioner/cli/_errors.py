@@ -99,6 +99,8 @@ def run_guarded(command) -> int:
         return EXIT_OK
     except click_exc.NoSuchOption as exc:
         return _say(exc.format_message() + _other_commands_with(exc), EXIT_USER_ERROR)
+    except click_exc.UsageError as exc:
+        return _say(exc.format_message() + _commands_of(exc), EXIT_USER_ERROR)
     except click_exc.ClickException as exc:
         return _say(exc.format_message(), EXIT_USER_ERROR)
     except (KeyboardInterrupt, typer_exc.Abort):
@@ -113,6 +115,15 @@ def run_guarded(command) -> int:
     if code == EXIT_INTERRUPTED:   # typer turns Ctrl-C inside a command into Exit(130)
         return _stopped()
     return code
+
+
+def _commands_of(exc) -> str:
+    """`provision nope`: the commands there are (click names only the nearest, if any)."""
+    group = exc.ctx.command if exc.ctx is not None else None
+    commands = sorted(getattr(group, "commands", {}) or ())
+    if "No such command" not in exc.format_message() or not commands:
+        return ""
+    return f" Commands: {', '.join(commands)}."
 
 
 def _other_commands_with(exc) -> str:
