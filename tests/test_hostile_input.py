@@ -363,7 +363,8 @@ def test_a_read_only_study_is_refused_before_the_run(tmp_path, monkeypatch):
     db.chmod(0o444)
     real_access = os.access
     # root may write anyway: make the check see what a user's process sees
-    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == db and mode & os.W_OK else real_access(p, mode))
+    monkeypatch.setattr(os, "access",
+                        lambda p, mode: False if Path(p) == db and mode & os.W_OK else real_access(p, mode))
     assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--no-verify",
                                "--study", db), "--study", "is read-only", "chmod u+w")
 
@@ -381,7 +382,8 @@ def test_an_unreadable_output_is_replaced_with_force(tmp_path, monkeypatch):
     points, out = _points(tmp_path), tmp_path / "t.csv"
     out.write_text("old")
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == out and mode & os.R_OK else real_access(p, mode))
+    monkeypatch.setattr(os, "access",
+                        lambda p, mode: False if Path(p) == out and mode & os.R_OK else real_access(p, mode))
     code, _, err = cli("perf", "predict", "--points", points, "--out", out, "--force")
     assert code == 0, err
     assert out.read_text().startswith("model,hardware")

@@ -40,7 +40,8 @@ def main_command(
                                           f"or {CUSTOM_SPLIT} / {CUSTOM_BASELINE} / {CUSTOM_COLOCATED} with "
                                           f"machine types)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the search trace."),
-    json_out: bool = typer.Option(False, "--json", help="Print the result JSON (its keys: provisioner/RESULT_SCHEMA.md) on stdout."),
+    json_out: bool = typer.Option(False, "--json",
+                                  help="Print the result JSON (its keys: provisioner/RESULT_SCHEMA.md) on stdout."),
     report: Path = typer.Option(None, "--report", readable=False, help="Also write the HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
     duration: float = typer.Option(None, "--duration", help=f"Search trace length (s; default "

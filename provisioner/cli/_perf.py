@@ -63,7 +63,8 @@ class _Points:
 def predict_command(
     points: Path = typer.Option(..., "--points", help="CSV with model,hardware,tensor_parallel,prompt_size,"
                                 "batch_size and optionally power_cap (fraction of TDP)."),
-    out: Path = typer.Option(..., "--out", readable=False, help="CSV to write: the input columns plus prompt_time_ms, token_time_ms."),
+    out: Path = typer.Option(..., "--out", readable=False,
+                             help="CSV to write: the input columns plus prompt_time_ms, token_time_ms."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:
     """Prefill and decode-iteration times (ms) for each row of a CSV."""
@@ -295,7 +296,8 @@ def calibrate_command(
                                  "profiles shipped in perfmodels/data)."),
     holdout: float = typer.Option(0.2, "--holdout", help="Fraction of configuration points held out per GPU."),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split."),
-    out: Path = typer.Option(None, "--out", readable=False, help="Where to save the constants (default: the package's own "
+    out: Path = typer.Option(None, "--out", readable=False,
+                             help="Where to save the constants (default: the package's own "
                              "perfmodels/data/calibration.toml, which the latency model loads)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists (not needed for the default)."),
     max_mape: float = typer.Option(None, "--max-mape", help="Fail (exit 2, nothing saved) if any held-out "

@@ -13,8 +13,10 @@ from ._common import load_latency_model, recorded_profile
 
 
 def report_command(
-    result_json: Path = typer.Argument(..., help="A result saved from `provision ... --json` (keys: provisioner/RESULT_SCHEMA.md)."),
-    out: Path = typer.Option(..., "--out", readable=False, help="The HTML file to write (self-contained, works offline)."),
+    result_json: Path = typer.Argument(..., help="A result saved from `provision ... --json` "
+                                                  "(keys: provisioner/RESULT_SCHEMA.md)."),
+    out: Path = typer.Option(..., "--out", readable=False,
+                             help="The HTML file to write (self-contained, works offline)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
     baseline: str = typer.Option(None, "--baseline",
                                  help="Family the summary bars are normalized to (default baseline-h100)."),

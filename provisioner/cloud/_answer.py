@@ -600,7 +600,8 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
 
 
 def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
-                  rounds=12, engine="des", phases=SPLIT_PHASES, chunk_budgets=(0,), also=(), scheduler=DEFAULT_SCHEDULER):
+                  rounds=12, engine="des", phases=SPLIT_PHASES, chunk_budgets=(0,), also=(),
+                  scheduler=DEFAULT_SCHEDULER):
     """(rental, (plan, chunk budget)): the cheapest node counts (within availability) with a
     plan of `phases` (split, or non-split: ("both",)) that meets `target` attainment at `rps`
     in the simulation (`engine`), that plan, and the chunked-prefill budget of its replicas

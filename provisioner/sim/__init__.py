@@ -31,8 +31,8 @@ from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
            "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
-           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs", "PREEMPTION_MODES",
-           "SCHEDULER_STATS"]
+           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs",
+           "PREEMPTION_MODES", "SCHEDULER_STATS"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
