@@ -100,7 +100,7 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     """
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
-    if stdout_taken_by is not None and _is_own_fd(path, 1):
+    if stdout_taken_by is not None and _is_own_fd(path, 1) and not _same_file(path, Path(os.devnull)):
         raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "
                                f"{flag} to a file, or drop {stdout_taken_by}")
     if path.is_dir():

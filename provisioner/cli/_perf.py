@@ -271,7 +271,8 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> 
                f"add measurements (it has {points} configuration point: none to hold out)")
         raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {gpu}; {fix}")
     counts = report.mape.groupby(["gpu", "split"]).points.max().unstack(fill_value=0)
-    untrained = counts.index[counts.get("train", 0) == 0] if len(counts) else []
+    trained = counts["train"] if "train" in counts else pd.Series(0, index=counts.index)
+    untrained = counts.index[trained.to_numpy() == 0]
     if len(untrained):   # every configuration point held out: nothing left to fit
         gpu = untrained[0]
         points = int(counts.loc[gpu].max())
