@@ -127,6 +127,9 @@ def test_to_frame_round_trips_through_csv(tmp_path):
     (f"{CANONICAL}\n0.5,10,2\n\n1.0,10,0\n", 4, "output_tokens", "'0' tokens"),
     (f"{CANONICAL}\n0.5,10.5,2\n", 2, "prompt_tokens", "whole numbers"),
     (f"{CANONICAL}\n-1.0,10,2\n", 2, "arrival_s", "negative time"),
+    # the naive stamp was read as UTC: 1 s after the first on paper, 5 h before it
+    (f"{AZURE}\n2023-11-16T18:17:03+05:00,10,2\n2023-11-16 18:17:04,10,2\n", 3, "TIMESTAMP",
+     "has no time zone where the first timestamp has one"),
     (f"{CANONICAL}\n0.5,,2\n", 2, "prompt_tokens", "empty value"),
     (f"{AZURE}\n2023-11-16 18:17:03.9799600,4808,10\nyesterday,1,1\n", 3, "TIMESTAMP",
      "unparseable timestamp 'yesterday'"),

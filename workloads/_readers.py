@@ -245,6 +245,7 @@ def _times(rows: pd.DataFrame, fmt: _Format, source: str) -> np.ndarray:
 
 def _timestamps_s(rows: pd.DataFrame, column: str, source: str) -> np.ndarray:
     """Parse ISO 8601 timestamps; return seconds since the earliest one."""
+    _refuse_mixed_zones(rows, column, source)
     stamps = pd.to_datetime(rows[column], format="ISO8601", utc=True, errors="coerce")
     bad = np.flatnonzero(stamps.isna().to_numpy())
     if bad.size:
@@ -255,6 +256,24 @@ def _timestamps_s(rows: pd.DataFrame, column: str, source: str) -> np.ndarray:
                           f"e.g. {_AZURE_TIME_EXAMPLE}")
     seconds = (stamps - stamps.min()) / pd.Timedelta(seconds=1)
     return seconds.to_numpy(dtype=np.float64)
+
+
+# a clock time then an ISO 8601 offset ending the stamp: 18:17:03Z, 18:17:03.97+05:00, 18:17-0800
+_ZONE = r"\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)\s*$"
+
+
+def _refuse_mixed_zones(rows: pd.DataFrame, column: str, source: str) -> None:
+    """Stamps with a time zone beside stamps without: the naive ones would be read as UTC,
+    hours off from the others (a '+05:00' stamp and a plain one 1 s later came out 5 h
+    apart), so the file is refused at the first stamp unlike the first row's."""
+    zoned = rows[column].astype(str).str.contains(_ZONE, regex=True).to_numpy()
+    if zoned.any() and not zoned.all():
+        k = int(np.flatnonzero(zoned != zoned[0])[0])
+        line = int(rows.index[k])
+        has, lacks = ("a time zone", "none") if zoned[k] else ("no time zone", "one")
+        raise _cell_error(source, line, column,
+                          f"{_shown(rows[column].iloc[k])} has {has} where the first timestamp has {lacks}; "
+                          f"give every timestamp the same form, e.g. {_AZURE_TIME_EXAMPLE} (UTC)")
 
 
 def _check_batch_size(rows: pd.DataFrame, source: str) -> None:
