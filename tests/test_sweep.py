@@ -118,6 +118,9 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
     # asked the same questions twice: duplicate rows, twice the time
     ('rps = [5, 10, 5.0]\n' + SMALL, ["key 'rps' lists 5.0 twice"]),
+    # named the request's field (n_trials) and Python's booleans
+    ('rps = [5]\ntrials = 0\n', ["key 'trials': trials must be an integer"]),
+    ('rps = [5]\nverify = "no"\n', ["key 'verify': verify must be true or false"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,7 +295,10 @@ def _located(path: Path, message: str, params, passed: set, written: set) -> Pro
     keys = [k for k, v in fields.items()
             if v in params and v not in passed and (k in written or v not in _OVERRIDES)]
     flags = tuple(p for p in params if p in passed)
-    if keys:
+    if keys:   # the message in the spec's words: its key for the field (trials, not n_trials), TOML's booleans
+        field = fields[keys[0]]
+        message = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w-])", keys[0], message).replace("True or False",
+                                                                                              "true or false")
         return ProvisionerError(f"'{path}': key '{keys[0]}': {message}", params=flags)
     if flags:
         return ProvisionerError(message, params=tuple(p for p in params if p in _OVERRIDES))
