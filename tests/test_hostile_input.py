@@ -369,6 +369,14 @@ def test_a_read_only_study_is_refused_before_the_run(tmp_path, monkeypatch):
                                "--study", db), "--study", "is read-only", "chmod u+w")
 
 
+def test_a_result_file_in_a_symlink_loop_says_so(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert_one_line_error(*cli("report", tmp_path / "a", "--out", tmp_path / "r.html"),
+                          "leads into a loop of symbolic links")   # was "does not exist"
+    assert_one_line_error(*cli("report", os.devnull, "--out", tmp_path / "r.html"), "is not a regular file")
+
+
 def test_an_unknown_command_lists_the_commands():
     line = assert_one_line_error(*cli("nope"))
     assert line == ("error: No such command 'nope'. Commands: autoscale, catalog, cloud, perf, report, simulate, "

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
-from ..files import check_output_path
+from ..files import check_output_path, resolved
 from ._common import load_latency_model, recorded_profile
 
 
@@ -36,6 +36,7 @@ def report_command(
 def load_result(path: Path) -> dict:
     """Read a result JSON file; a missing file or bad JSON is a one-line error."""
     path = Path(path)
+    resolved(path, "result file")   # a loop of symbolic links says so, not "does not exist"
     if path.is_dir():
         raise ProvisionerError(f"result file '{path}' is a directory; give the file saved with "
                                f"`provision ... --json > result.json`")
