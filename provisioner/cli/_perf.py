@@ -262,20 +262,21 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an empty split's mean; reported below
         report = calibrate(profile, holdout_fraction=holdout, seed=seed)
-    empty = report.mape[(report.mape.split == "held-out") & (report.mape.points == 0)]
-    if len(empty):
-        gpu = empty.gpu.iloc[0]
-        points = int(report.mape[(report.mape.gpu == gpu) & (report.mape.split == "train")].points.max())
+    # configuration points per GPU and split: a split left empty either way is refused
+    counts = report.mape.groupby(["gpu", "split"]).points.max().unstack(fill_value=0)
+    held, trained = (counts[split] if split in counts else pd.Series(0, index=counts.index)
+                     for split in ("held-out", "train"))
+    no_held, no_trained = (counts.index[split.to_numpy() == 0] for split in (held, trained))
+    if len(no_held):
+        gpu = no_held[0]
+        points = int(trained[gpu])
         fix = (f"use --holdout {math.ceil(51 / points) / 100:g} or more (a fraction of its {points} configuration "
                f"points that rounds to at least one)" if points >= 2 else
                f"add measurements (it has {points} configuration point: none to hold out)")
         raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {gpu}; {fix}")
-    counts = report.mape.groupby(["gpu", "split"]).points.max().unstack(fill_value=0)
-    trained = counts["train"] if "train" in counts else pd.Series(0, index=counts.index)
-    untrained = counts.index[trained.to_numpy() == 0]
-    if len(untrained):   # every configuration point held out: nothing left to fit
-        gpu = untrained[0]
-        points = int(counts.loc[gpu].max())
+    if len(no_trained):   # every point held out: nothing left to fit
+        gpu = no_trained[0]
+        points = int(held[gpu])
         raise ProvisionerError(f"--holdout {holdout:g} holds out every configuration point of {gpu}, leaving none "
                                f"to fit; use --holdout {math.floor((points - 0.51) / points * 100) / 100:g} or less "
                                f"(a fraction of its {points} points that leaves at least one)")
