@@ -11,7 +11,8 @@ from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS
 from ..designs import DEFAULT_PROMPT_BATCH_CAP_TOKENS
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, MIGRATING_SCHEDULERS, scheduler_codes
-from ..sim import ENGINES, SCHEDULER_STATS, ServerPlan, SimInputs, plan_holds, request_latencies, run_des
+from ..sim import (ENGINES, SCHEDULER_STATS, ServerPlan, SimInputs, plan_holds, refuse_on_demand_in_fluid,
+                   request_latencies, run_des)
 from ..slo import METRICS, PERCENTILES, row_percentiles
 from ._steady import steady_state_load
 
@@ -96,9 +97,7 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
         return nothing_served(trace, unservable=len(trace))
     inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0, keep=~unserved)
     if engine == "fluid":
-        if ctx.scheduler != DEFAULT_SCHEDULER:
-            raise ProvisionerError(f"the fluid engine does not model scheduler {ctx.scheduler} (on-demand KV, "
-                                   f"preemption, migration): simulate with the des engine", params=("scheduler",))
+        refuse_on_demand_in_fluid(inputs)   # as for the families (`plan_cloud` refuses it first, naming its flag)
         from ..sim._fluid import run_fluid
         out = run_fluid(inputs)
     else:

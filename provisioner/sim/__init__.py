@@ -32,7 +32,7 @@ __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_powe
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
            "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
            "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs",
-           "PREEMPTION_MODES", "SCHEDULER_STATS"]
+           "PREEMPTION_MODES", "SCHEDULER_STATS", "refuse_on_demand_in_fluid"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only)"
