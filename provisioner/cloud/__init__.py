@@ -20,7 +20,8 @@ from ._inventory import SHIPPED, Inventory, NodeType, load_inventory
 from ._physics import Physics, split_layers
 from ._plan import (DEFAULT_SLO_SCALE, check_cloud_scheduler, make_context, node_local_starts, plan_routing,
                     replicas_json, search_plan, size_sample)
-from ._score import Routing, Scorer, Workload
+from ._routing import Routing
+from ._score import Scorer, Workload
 from ._search import MAX_GROUPS, canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
 from ._simulate import plan_load, server_plan, shared_links, simulate_plan
 from ._steady import steady_state_load

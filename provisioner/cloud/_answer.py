@@ -21,6 +21,7 @@ from ..search import Progress
 from ..workers import beside
 from ._plan import (SEARCH_STEPS, bounds, check_cloud_scheduler, make_context, no_split_plan_reason,
                     node_local_starts, plan_routing, replicas_json, search_plan, size_sample, uncompressed)
+from ._routing import Routing
 from ._score import TARGET_ATTAINMENT
 from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
@@ -582,7 +583,6 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
     """No re-plan: the surviving replicas keep their phases and the old routing (`routed`:
     the plan's (prefill groups, decode groups, Routing)), with the lost replicas' shares
     spread over the rest in proportion."""
-    from ._score import Routing
     pre, dec, r = routed
     keep_p = [i for i, st in enumerate(pre) if _survives(st, k)]
     keep_d = [j for j, st in enumerate(dec) if _survives(st, k)]

@@ -22,7 +22,8 @@ from ..schedulers import DEFAULT_SCHEDULER, ON_DEMAND_SCHEDULERS, scheduler_code
 from ..slo import SLO
 from ._bound import candidate_groups, upper_bound_rps
 from ._physics import Physics
-from ._score import TARGET_ATTAINMENT, Scorer, Workload, balanced_routing
+from ._routing import balanced_routing
+from ._score import TARGET_ATTAINMENT, Scorer, Workload
 from ._search import canon, initial_groups, initial_plan, node_local_plan, search_value, tabu_search, valid_plan
 
 DEFAULT_SLO_SCALE = 2.0

@@ -1,5 +1,6 @@
-"""Fast analytic score of a plan: each replica's sustainable rate under the SLOs, and the
-routing LP (ThunderServe's two-stage transportation problem) over the real links.
+"""Fast analytic score of a plan: each replica's sustainable rate under the SLOs, each
+prefill -> decode pair's KV transfers over the real links, and (mixed in from
+`_routing.RoutingLP`) the routing LP, ThunderServe's two-stage transportation problem.
 
 - prefill replica: M/G/1 at the rate where the mean TTFT (service + Pollaczek-Khinchine
   wait) equals the p50 TTFT limit: rho = k / (1 + k), k = 2 slack E[S] / E[S^2];
@@ -17,21 +18,21 @@ routing LP (ThunderServe's two-stage transportation problem) over the real links
   each shared inter-node link (a directed node pair's, a node's NIC per direction:
   `Physics.links`) carries KV bytes up to the busy fraction at which the waits behind
   other transfers keep those misses within 1 - target (`Scorer.network_limit`);
-- requests that only some pairs hold (long ones: `Holding`) are routed as classes, each
-  its share of the requests on its own pairs, with its own mean prompt of KV.
+- requests that only some pairs hold (long ones: `_holding.Holding`) are routed as
+  classes, each its share of the requests on its own pairs, with its own mean prompt of KV.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import NamedTuple
-
 import numpy as np
 
 from perfmodels import LAYERWISE_MIN_PROMPT_TOKENS, decode_token_s, time_from_coefficients
 
 from ._admission import KvAdmission
+from ._holding import Holding
+from ._routing import RoutingLP
 
 TARGET_ATTAINMENT = 0.99   # share of requests within every p99 limit a plan is judged at
 # bisection steps on the admission limit's offered load (`Scorer._admission_limit`): 2^-24
@@ -40,14 +41,6 @@ _LOAD_BISECTIONS = 24
 _MAX_BATCH = 512   # the slots limit's largest batch
 # offered loads a decode iteration is tabulated at (`Scorer._step_curve`), interpolated between
 _LOAD_POINTS = 512
-# the third routing stage keeps every replica's load within this share of the second's
-# (LP round-off: the second stage's optimum must stay feasible)
-_LOAD_SLACK = 1e-6
-# a level row's dual value above this holds its replica at the level in every optimum
-_DUAL_TOL = 1e-9
-# the proportional routing settles a plan's throughput without the LP only with every link
-# at most 1 - this busy (`Scorer.throughput_rps`)
-_LINK_MARGIN = 1e-9
 _WAIT_BISECTIONS = 20   # bisection steps on a link's utilization (`Scorer.network_limit`)
 
 
@@ -113,131 +106,6 @@ class Workload:
         iteration cost per request)."""
         return self.mean_prompt + self.mean_output / 2.0
 
-
-@dataclass(frozen=True)
-class Routing:
-    throughput_rps: float
-    prefill_share: np.ndarray   # (p,) fraction of requests to each prefill replica
-    decode_share: np.ndarray    # (p, d) fraction of prefill i's requests sent to decode j
-
-
-@dataclass(frozen=True)
-class HeldClass:
-    """Requests of a split plan that the same usable prefill -> decode pairs hold."""
-
-    pairs: np.ndarray    # (p, d) bool: the usable pairs that hold them
-    share: float         # their share of the held requests
-    sample: np.ndarray   # (r,) bool: which requests of the scored sample (`Workload`) they are
-    mean_prompt: float   # their mean prompt tokens, over every request KV fit is judged on
-
-    @functools.cached_property
-    def key(self) -> bytes:
-        """`sample` as a cache key, built and hashed once (`Scorer.class_rate`)."""
-        return self.sample.tobytes()
-
-
-@dataclass(frozen=True)
-class Holding:
-    """Which requests a split plan's prefill -> decode pairs hold, as routing classes.
-
-    A request is held by the usable pairs (i, j) whose prefill replica holds its prompt and
-    whose decode replica holds it whole. When some usable pairs cannot hold some requests,
-    the held requests form classes by the pairs that hold them (`classes`), and the routing
-    LPs carry each class on its own pairs with its own KV bytes (`Scorer.arcs`): else the
-    engines' routing would leave the long requests no pair to go to, and the links would
-    carry them as average ones. No classes: every usable pair holds every held request."""
-
-    unheld: float                  # share of the requests no usable pair holds
-    classes: tuple = ()            # `HeldClass` per set of holding pairs (none: every pair holds all)
-    nested: bool = True            # whether of any two classes' pairs one set holds the other
-    # the mean of `unheld` and the shares whose prompt no prefill replica holds and whose
-    # whole KV no decode replica holds: a slope for the search where a pair needs both
-    shortfall: float = 0.0
-
-    @classmethod
-    def of(cls, sizes, sample_sizes, prefill_caps, decode_caps, usable, counted=None) -> "Holding":
-        """sizes, sample_sizes: (prompt tokens, whole KV tokens) of every request KV fit is
-        judged on and of the scored sample; prefill_caps (p,), decode_caps (d,): the
-        replicas' KV budgets; usable (p, d). A request fits the budgets at least as large
-        as its size, so the replicas that hold it follow from its rank among the sorted
-        budgets: requests are counted by that pair of ranks (`count_ranks`; `counted`: its
-        result for these sorted budgets, which many plans share)."""
-        r = len(sizes[0])
-        if r == 0:
-            return cls(0.0)
-        p_sorted, d_sorted = np.sort(prefill_caps), np.sort(decode_caps)
-        p, d = len(p_sorted), len(d_sorted)
-        if counted is None:
-            counted = cls.count_ranks(sizes, sample_sizes, p_sorted, d_sorted)
-        codes, counts, prompt_per_code, sample_code = counted
-        ranks = np.stack([codes // (d + 1), codes % (d + 1)], axis=1)
-
-        def fits(rank, caps, sorted_caps):
-            return caps >= sorted_caps[rank] if rank < len(sorted_caps) else np.zeros(len(caps), dtype=bool)
-
-        masks = [np.outer(fits(a, prefill_caps, p_sorted), fits(b, decode_caps, d_sorted)) & usable for a, b in ranks]
-        held = np.array([m.any() for m in masks])
-        n_held = int(counts[held].sum())
-        shortfall = (1.0 - n_held / r + float(counts[ranks[:, 0] == p].sum()) / r
-                     + float(counts[ranks[:, 1] == d].sum()) / r) / 3.0
-        if n_held == 0:
-            return cls(1.0, shortfall=shortfall)
-        unheld = 1.0 - n_held / r
-        if all(int(m.sum()) == int(usable.sum()) for m, h in zip(masks, held) if h):
-            return cls(unheld, shortfall=shortfall)   # every usable pair holds every held request
-        by_pairs: dict = {}   # the held codes grouped by the pairs that hold them
-        for k in np.flatnonzero(held):
-            by_pairs.setdefault(masks[k].tobytes(), []).append(k)
-        shares = [float(counts[ks].sum()) / n_held for ks in by_pairs.values()]
-        means = [float(prompt_per_code[codes[ks]].sum() / counts[ks].sum()) for ks in by_pairs.values()]
-        pairs = [masks[ks[0]] for ks in by_pairs.values()]
-        class_of_code = np.full(len(prompt_per_code), -1)   # -1: unheld, or a sample size the trace lacks
-        for k, ks in enumerate(by_pairs.values()):
-            class_of_code[codes[ks]] = k
-        sample_class = class_of_code[sample_code]
-        classes = tuple(HeldClass(pairs[k], shares[k], sample_class == k, means[k]) for k in range(len(pairs)))
-        within = lambda a, b: not (a & ~b).any()   # a's pairs among b's
-        nested = all(within(a, b) or within(b, a) for k, a in enumerate(pairs) for b in pairs[:k])
-        return cls(unheld, classes, nested=nested, shortfall=shortfall)
-
-    @staticmethod
-    def count_ranks(sizes, sample_sizes, p_sorted, d_sorted) -> tuple:
-        """(codes present, requests per code, prompt tokens per code (every code), the sample's
-        codes): a request's code is rank_p (d + 1) + rank_d, its ranks the number of sorted
-        budgets too small for its prompt and for its whole KV (it fits those from that rank
-        on). Codes are below (p + 1)(d + 1): counted, not sorted."""
-        d = len(d_sorted)
-
-        def code(prompt, need):
-            return np.searchsorted(p_sorted, prompt, side="left") * (d + 1) + np.searchsorted(d_sorted, need,
-                                                                                              side="left")
-        request_code = code(*sizes)
-        per_code = np.bincount(request_code, minlength=(len(p_sorted) + 1) * (d + 1))
-        prompt_per_code = np.bincount(request_code, weights=np.asarray(sizes[0], dtype=float), minlength=len(per_code))
-        codes = np.flatnonzero(per_code)
-        return codes, per_code[codes], prompt_per_code, code(*sample_sizes)
-
-    def split(self, flow: np.ndarray) -> list | None:
-        """A routing's flow (p, d) split among the classes, each its share on its own pairs
-        ([(p, d) per class]), or None when this split finds none: where the classes nest,
-        the innermost take their shares first, from each of their pairs in proportion to
-        what is left on it, and that finds a split whenever one exists (Hall's condition);
-        where they do not nest, None (the LP's to judge)."""
-        if not self.nested:
-            return None
-        total, left = float(flow.sum()), flow.astype(float).copy()
-        parts = [None] * len(self.classes)
-        for k in sorted(range(len(self.classes)), key=lambda m: int(self.classes[m].pairs.sum())):
-            c = self.classes[k]
-            room = float(left[c.pairs].sum())
-            need = c.share * total
-            if need > room * (1.0 + 1e-9):
-                return None
-            parts[k] = np.where(c.pairs, left, 0.0) * (min(need / room, 1.0) if room > 0 else 0.0)
-            left -= parts[k]
-        return parts
-
-
 @dataclass(frozen=True)
 class TransferRoom:
     """A prefill -> decode pair's requests and their KV transfers (`Scorer._transfer_room`)."""
@@ -267,12 +135,10 @@ class TransferRoom:
             waits = np.where(self._excess > 0, np.minimum(ratio * self._excess, rho), 0.0)
         return self.missed + others * float(waits.sum()) / self.requests
 
-
 _HOLDS_ALL = Holding(0.0)   # every request fits every replica of the plan
 
-
-class Scorer:
-    """Rates per replica (cached per group) and the routing LP of a plan."""
+class Scorer(RoutingLP):
+    """Rates per replica (cached per group), pairs and links, and the routing LP of a plan."""
 
     def __init__(self, physics, workload: Workload, kv_bits: int = 16):
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
@@ -715,7 +581,7 @@ class Scorer:
             return 1.0
         return max(1.0 - unheld / budget, 0.0) if budget > 0 else 0.0
 
-    # -- pairs and the LP ----------------------------------------------------------
+    # -- pairs and their links -------------------------------------------------------
     def pair(self, src, dst):
         """(usable, mean transfer s, {shared link: bytes per request over it}), at the means
         of the requests the decode replica holds (`_held`: those the pair carries). Usable:
@@ -853,186 +719,6 @@ class Scorer:
                                 self.ph.link_shares(self.ph.kv_traffic(src, dst)))
         return self._pairs[key]
 
-    def throughput_rps(self, prefill_groups, decode_groups) -> float:
-        """The routing LP's optimum (`route`), without the LP where routing every prefill
-        replica's requests to the decode replicas in proportion to their capacities
-        (x_ij = R p_i d_j / (P D), R = min(P, D)) uses only usable pairs and loads no link
-        to its bandwidth: that routing attains the bound R, so it is the optimum. At 40 Gbps
-        it settles 88% of the plans the search scores on conversation and 54% on coding,
-        where solving their LPs was most of the search's time. With routing classes it
-        must split among them, each its share on its own pairs with its own KV bytes
-        (`Holding.split`): where they nest; else the LP judges."""
-        key = (tuple(prefill_groups), tuple(decode_groups))
-        if key not in self._throughputs:
-            rate = self._proportional_bound(prefill_groups, decode_groups)
-            if rate is None:
-                rate = self.route(prefill_groups, decode_groups).throughput_rps
-            self._throughputs[key] = rate
-        return self._throughputs[key]
-
-    def _proportional_bound(self, pg, dg) -> float | None:
-        """min(P, D) when the proportional routing attains it (`throughput_rps`), else None."""
-        p_cap = np.array([self.prefill(g)[0] for g in pg])
-        d_cap = np.array([self.decode(g)[0] for g in dg])
-        p_sum, d_sum = float(p_cap.sum()), float(d_cap.sum())
-        if p_sum <= 0 or d_sum <= 0:
-            return 0.0
-        rate = min(p_sum, d_sum)
-        flow = rate * np.outer(p_cap / p_sum, d_cap / d_sum)
-        routed = flow > 0
-        if not all(self.pair(pg[i], dg[j])[0] for i, j in zip(*np.nonzero(routed))):
-            return None
-        holding = self.holding(pg, dg)
-        if holding.classes:
-            split = holding.split(flow)
-            if split is None or not self._time_shared(pg, dg, split, p_cap, d_cap):
-                return None   # the long requests' pairs would carry less than their share, or cost more
-            parts = [(part, lambda a, b, c=c: self._transfer(a, b, c.mean_prompt)[0], c.sample)
-                     for part, c in zip(split, holding.classes)]
-        else:
-            parts = [(flow, lambda a, b: self.pair(a, b)[2], None)]
-        busy: dict = {}   # link -> seconds of KV transfer per second
-        crossings = []   # (i, j, class's requests, links): every pair is routed, as in the LP's arcs
-        for part, traffic_of, among in parts:
-            for i, j in zip(*np.nonzero(part > 0)):
-                traffic = traffic_of(pg[i], dg[j])
-                for link, by in traffic.items():
-                    busy[link] = busy.get(link, 0.0) + part[i, j] * by / self.ph.capacity_bytes_per_s(link)
-                crossings.append((i, j, among, traffic))
-        limits = self._least_limits(pg, dg, crossings)
-        # a margin below the limit: a link at its limit is the LP's to judge
-        return rate if all(v < limits[link] * (1.0 - _LINK_MARGIN) for link, v in busy.items()) else None
-
-    def _time_shared(self, pg, dg, split, p_cap, d_cap) -> bool:
-        """Whether every replica carries the classes' flows (`Holding.split`) within its rate,
-        each class at its cost there (`class_costs`: at least 1, so min(P, D) still bounds
-        every routing, and a split within the rates that attains it is the optimum)."""
-        for axis, caps, costs in zip((0, 1), (p_cap, d_cap), self.class_costs(pg, dg)):
-            load = sum(part.sum(axis=1 - axis) * costs[:, c] for c, part in enumerate(split))
-            if (load > np.asarray(caps) * (1.0 + 1e-9)).any():
-                return False
-        return True
-
-    def route(self, prefill_groups, decode_groups) -> Routing:
-        """ThunderServe's routing LP: the most requests/s through prefill i then decode j."""
-        key = (tuple(prefill_groups), tuple(decode_groups))
-        if key in self._plans:
-            return self._plans[key]
-        p_cap = np.array([self.prefill(g)[0] for g in prefill_groups])
-        d_cap = np.array([self.decode(g)[0] for g in decode_groups])
-        out = self._solve(prefill_groups, decode_groups, p_cap, d_cap)
-        self._plans[key] = out
-        return out
-
-    def _solve(self, pg, dg, p_cap, d_cap) -> Routing:
-        from ortools.linear_solver import pywraplp
-
-        n_p, n_d = len(pg), len(dg)
-        empty = Routing(0.0, np.zeros(n_p), np.zeros((n_p, n_d)))
-        if n_p == 0 or n_d == 0 or p_cap.sum() <= 0 or d_cap.sum() <= 0:
-            return empty
-        arcs, shares = self.arcs(pg, dg, p_cap, d_cap)
-        if not arcs:
-            return empty
-        solver = pywraplp.Solver.CreateSolver("GLOP")
-        # rows built coefficient by coefficient: building them from the natural API's
-        # expressions was a third of the search's time (the same LP, the same optima)
-        p_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in p_cap]
-        d_rows = [solver.Constraint(-solver.infinity(), float(c)) for c in d_cap]
-        objective = solver.Objective()
-        x, links = [], {}
-        for arc in arcs:
-            v = solver.NumVar(0.0, solver.infinity(), "")
-            p_rows[arc.i].SetCoefficient(v, arc.p_cost)
-            d_rows[arc.j].SetCoefficient(v, arc.d_cost)
-            objective.SetCoefficient(v, 1.0)
-            for link, by in arc.traffic.items():
-                links.setdefault(link, []).append((v, by))
-            x.append(v)
-        _limit_links(solver, links, self.ph, 1.0, self.link_limits(pg, dg, arcs))
-        _class_shares(solver, arcs, x, shares)
-        objective.SetMaximization()
-        self.lp_solves += 1
-        if solver.Solve() != pywraplp.Solver.OPTIMAL:
-            return empty
-        flow = _pair_flow(arcs, _values(x), n_p, n_d)
-        total = float(flow.sum())
-        if total <= 1e-12:
-            return empty
-        row = flow.sum(axis=1)
-        share = row / total
-        with np.errstate(invalid="ignore", divide="ignore"):
-            dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
-        return Routing(total, share, dshare)
-
-    def arcs(self, pg, dg, p_cap, d_cap) -> tuple[list, tuple]:
-        """The routing LPs' variables, one `Arc` per usable pair (i, j) of replicas with a
-        rate and per routing class it holds (`Holding.classes`), and each class's share of
-        the held requests (() without classes: one arc per pair)."""
-        holding = self.holding(pg, dg)
-        pairs = [(i, j) for i, a in enumerate(pg) for j, b in enumerate(dg)
-                 if p_cap[i] > 0 and d_cap[j] > 0 and self.pair(a, b)[0]]
-        if not holding.classes:
-            return [Arc(i, j, 0, pair[2], pair[1]) for i, j in pairs for pair in [self.pair(pg[i], dg[j])]], ()
-        p_cost, d_cost = self.class_costs(pg, dg)
-        arcs = [Arc(i, j, c, *self._transfer(pg[i], dg[j], cls.mean_prompt), p_cost[i, c], d_cost[j, c])
-                for i, j in pairs for c, cls in enumerate(holding.classes) if cls.pairs[i, j]]
-        return arcs, tuple(cls.share for cls in holding.classes)
-
-    def link_limits(self, pg, dg, arcs) -> dict:
-        """{shared link: the busy fraction it may reach}: the least `network_limit` of the
-        arcs that cross it, each over its routing class's requests (every arc's transfers'
-        waits on it within the miss budget). Each class as if alone on the link, its misses
-        counted among all the requests (the attainment's share): the LP keeps the long
-        requests' transfers on the pairs that hold them. Judged among the mix a pair holds,
-        the 100k-token prompts' 40-s transfers at 16 Gbps limited their link to a fifth of
-        its bandwidth for the mix's short requests' sake, though the DES sent none of those
-        over it; counted among their own class (5% of the requests), to two fifths; on
-        Poisson arrivals the DES met 99% at the link's full bandwidth."""
-        classes = self.holding(pg, dg).classes
-        return self._least_limits(pg, dg, ((arc.i, arc.j, classes[arc.c].sample if classes else None, arc.traffic)
-                                           for arc in arcs))
-
-    def _least_limits(self, pg, dg, crossings) -> dict:
-        """{shared link: the least `network_limit` of the crossings (prefill i, decode j, the
-        class's requests or None, the links they cross) that cross it}: `link_limits` of the
-        LP's arcs, and of the proportional routing's pairs (`_proportional_bound`)."""
-        out: dict = {}
-        for i, j, among, links in crossings:
-            for link in links:
-                out[link] = min(out.get(link, 1.0), self.network_limit(pg[i], dg[j], _senders(pg, link), among))
-        return out
-
-
-def _senders(pg, link) -> int:
-    """The prefill replicas that may send over `link` (`Physics.links`): those with a stage on
-    its sending node, or for a node's incoming card on any other node. Whether they are
-    routed over it or not: the count may not grow as pairs become usable (a faster network
-    would lower the link's limit), and more senders only assume more waiting."""
-    kind, *ends = link
-    if kind == "in":
-        return sum(any(node != ends[0] for node, _ in g) for g in pg)
-    return sum(any(node == ends[0] for node, _ in g) for g in pg)
-
-
-class Arc(NamedTuple):
-    """A routing LP variable: requests/s of routing class c (`Holding.classes`; 0 without
-    classes) through prefill replica i then decode replica j, loading each shared link with
-    `traffic` bytes a request and waiting `transfer_s` for its KV. A request takes `p_cost`
-    and `d_cost` of a request of the mix on its replicas (`Scorer.class_costs`)."""
-
-    i: int
-    j: int
-    c: int
-    traffic: dict
-    transfer_s: float
-    p_cost: float = 1.0
-    d_cost: float = 1.0
-
-    def cost(self, axis) -> float:
-        """Its cost on its prefill (axis 0) or decode (axis 1) replica."""
-        return self.d_cost if axis else self.p_cost
-
 
 def _ratio(mine: float, base: float) -> float:
     """mine / base, 1 where the base has no work (nothing to compare with)."""
@@ -1062,169 +748,3 @@ def _mean_ttft_s(es, es2, rho):
     """Mean TTFT of an M/G/1 prefill queue at utilization rho: service E[S] plus the
     Pollaczek-Khinchine mean wait rho E[S^2] / (2 (1 - rho) E[S])."""
     return es + rho * es2 / (2.0 * (1.0 - rho) * es)
-
-
-def _limit_links(solver, links, physics, bound, limits) -> None:
-    """Each shared link's KV busy time at most `bound` (1: the link's limit; a variable: the
-    utilization all share) times its limit (`Scorer.link_limits`: the busy fraction its
-    transfers' waits allow): {link: [(requests/s variable, bytes a request)]}. Written in
-    link-seconds per second (bytes over bandwidth), coefficients of ~1: in bytes (~1e9 a
-    request) beside requests/s (~1) GLOP gave up (MPSOLVER_ABNORMAL) on a balancing stage."""
-    fixed = isinstance(bound, (int, float))
-    for key, terms in links.items():
-        cap = physics.capacity_bytes_per_s(key)
-        row = solver.Constraint(-solver.infinity(), float(bound) * limits[key] if fixed else 0.0)
-        for v, by in terms:
-            row.SetCoefficient(v, by / cap)
-        if not fixed:
-            row.SetCoefficient(bound, -limits[key])
-
-
-def _class_shares(solver, arcs, x, shares) -> None:
-    """Each routing class carries its share of the routed requests (`Holding.classes`):
-    its arcs' requests/s sum to its share of all arcs'."""
-    for c, share in enumerate(shares):
-        row = solver.Constraint(0.0, 0.0)
-        for arc, v in zip(arcs, x):
-            row.SetCoefficient(v, float(arc.c == c) - share)
-
-
-def _values(x) -> np.ndarray:
-    return np.array([max(v.solution_value(), 0.0) for v in x])
-
-
-def _pair_flow(arcs, values, n_p, n_d) -> np.ndarray:
-    """(p, d) requests/s per replica pair, the classes' arcs summed."""
-    flow = np.zeros((n_p, n_d))
-    for arc, value in zip(arcs, values):
-        flow[arc.i, arc.j] += value
-    return flow
-
-
-def _through(arcs, axis, k) -> list:
-    """Indices of the arcs through prefill (axis 0) or decode (axis 1) replica k."""
-    return [m for m, arc in enumerate(arcs) if (arc.j if axis else arc.i) == k]
-
-
-def _weighted(arcs, x, axis, k) -> list:
-    """The terms of replica k's load (axis 0: prefill, 1: decode) in requests of the mix it
-    holds: each arc's requests/s at its class's cost there (`Arc.cost`)."""
-    return [x[m] * arcs[m].cost(axis) for m in _through(arcs, axis, k)]
-
-
-def balanced_routing(scorer, prefill_groups, decode_groups, rps: float) -> Routing:
-    """Routing for serving `rps` (capped at the plan's capacity) with the least maximum
-    utilization of any replica or link (the second stage after the throughput LP, which
-    leaves the split among equal optima to the solver's vertex), each phase's replicas
-    balanced among themselves under it (`_balanced_phases`), then the least mean
-    KV-transfer time with every replica's load unchanged (the third stage): a request's KV
-    stays inside its node wherever the balance allows, instead of crossing the network for
-    nothing, and no replica queues more for it."""
-    from ortools.linear_solver import pywraplp
-
-    best = scorer.route(prefill_groups, decode_groups)
-    rate = min(float(rps), best.throughput_rps)
-    if rate <= 0:
-        return best
-    p_cap = [scorer.prefill(g)[0] for g in prefill_groups]
-    d_cap = [scorer.decode(g)[0] for g in decode_groups]
-    arcs, shares = scorer.arcs(prefill_groups, decode_groups, p_cap, d_cap)
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    u = solver.NumVar(0.0, solver.infinity(), "u")
-    x, links = [], {}
-    for arc in arcs:
-        x.append(solver.NumVar(0.0, solver.infinity(), ""))
-        for link, by in arc.traffic.items():
-            links.setdefault(link, []).append((x[-1], by))
-    solver.Add(solver.Sum(x) == rate)
-    _class_shares(solver, arcs, x, shares)
-    for axis, caps in enumerate((p_cap, d_cap)):
-        for k, cap in enumerate(caps):
-            terms = _weighted(arcs, x, axis, k)
-            if terms:
-                solver.Add(solver.Sum(terms) <= u * float(cap))
-    _limit_links(solver, links, scorer.ph, u, scorer.link_limits(prefill_groups, decode_groups, arcs))
-    solver.Minimize(u)
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return best
-    least = _values(x)
-    solver.Add(u <= u.solution_value() * (1.0 + _LOAD_SLACK))   # the later stages keep it
-    values = _balanced_phases(solver, arcs, x, [1.0 / scorer.prefill(g)[1] for g in prefill_groups], d_cap, least)
-    values = _least_transfer(solver, arcs, x, values, (len(p_cap), len(d_cap)))
-    flow = _pair_flow(arcs, values, len(p_cap), len(d_cap))
-    row = flow.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dshare = np.where(row[:, None] > 0, flow / row[:, None], 0.0)
-    return Routing(best.throughput_rps, row / flow.sum(), dshare)
-
-
-def _balanced_phases(solver, arcs, x, p_speed, d_cap, values) -> np.ndarray:
-    """`values` (the arcs' requests/s at the least maximum utilization, which `solver`
-    holds) re-solved so that each side's replicas are as evenly loaded as the constraints
-    allow: the prefill side by busy fraction (load over `p_speed`, the replica's
-    requests/s when always busy), the decode side by share of its sustainable rate
-    (`d_cap`); `values` itself when the solver confirms no optimum. The least maximum is
-    set by the side that binds; the other side's replicas only have to stay under it, and
-    the solver's vertex then loaded one of two equal prefill replicas with a whole 0.8
-    req/s and left the other idle (its TTFT p99 1.44 -> 2.09 s in the DES, which
-    dispatches only to replicas with a share). Prefill shares in proportion to speed also
-    make the engines' dispatch (least pending prompt tokens per unit of share) send each
-    prompt where it is drained soonest.
-
-    Lexicographic min-max by progressive filling: minimize the sum of each side's largest
-    level, fix the replicas that stay at it in every optimum (their level row has a nonzero
-    dual value: complementary slackness), and minimize again over the others. Minimizing
-    only the largest left replicas below it as the vertex fell: of four A40 TP2 replicas on
-    a node whose link binds, one got 0.065 of the requests and its siblings 0.101."""
-    from ortools.linear_solver import pywraplp
-
-    sides = [solver.NumVar(0.0, solver.infinity(), "") for _ in range(2)]
-    rows = {}   # (side, replica) -> (its level row, weight)
-    for axis, weights in ((0, p_speed), (1, d_cap)):
-        for k, weight in enumerate(weights):
-            terms = _weighted(arcs, x, axis, k)
-            if terms:
-                rows[axis, k] = (solver.Add(solver.Sum(terms) - sides[axis] * float(weight) <= 0.0), float(weight))
-    objective = solver.Objective()
-    for side in sides:
-        objective.SetCoefficient(side, 1.0)
-    objective.SetMinimization()
-    free = set(rows)
-    while free:
-        if solver.Solve() != pywraplp.Solver.OPTIMAL:
-            return values   # the last level's (or the least maximum's)
-        values = _values(x)
-        fixed = {key for key in free if abs(rows[key][0].dual_value()) > _DUAL_TOL}
-        if not fixed:
-            break
-        level = [side.solution_value() for side in sides]   # read before the model changes
-        for axis, k in fixed:   # held at this level from now on
-            row, weight = rows[axis, k]
-            row.SetCoefficient(sides[axis], 0.0)
-            row.SetUb(level[axis] * weight * (1.0 + _LOAD_SLACK) + 1e-12)
-        free -= fixed
-        for axis, side in enumerate(sides):
-            if not any(a == axis for a, _ in free):
-                objective.SetCoefficient(side, 0.0)
-    return values
-
-
-def _least_transfer(solver, arcs, x, values, shape) -> np.ndarray:
-    """`values` re-solved for the least total KV-transfer seconds with each prefill and
-    decode replica's load held (requests/s at their classes' costs, `_weighted`; each
-    within _LOAD_SLACK) and no link loaded past
-    the least maximum utilization (which `solver` holds); `values` itself when the solver
-    confirms no optimum."""
-    from ortools.linear_solver import pywraplp
-
-    for axis, n in enumerate(shape):
-        for k in range(n):
-            terms = _weighted(arcs, x, axis, k)
-            if terms:
-                load = sum(values[m] * arcs[m].cost(axis) for m in _through(arcs, axis, k))
-                solver.Add(solver.Sum(terms) <= load * (1.0 + _LOAD_SLACK) + 1e-12)
-                solver.Add(solver.Sum(terms) >= load * (1.0 - _LOAD_SLACK))
-    solver.Minimize(solver.Sum([v * arc.transfer_s for arc, v in zip(arcs, x)]))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return values
-    return _values(x)
