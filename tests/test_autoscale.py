@@ -109,6 +109,14 @@ def test_controller_keeps_the_minimum():
     assert s.machines.min() == 2 and s.serving_at([3599.0])[0] == 2
 
 
+def test_the_machine_range_counts_the_machines_the_day_starts_with():
+    """Was: machines_min..max read the decisions only, so a day that starts 5 machines and
+    scales in to 1 at the first tick was reported as 1..1."""
+    s = plan_scaling(np.array([]), 600.0, 1.0, 5, AutoscalePolicy(min_machines=1))
+    assert s.machines.max() == 1 and s.machines_range == (1, 5)
+    assert plan_scaling(np.array([]), 30.0, 1.0, 3, AutoscalePolicy()).machines_range == (3, 3)   # no tick
+
+
 runner = CliRunner()
 
 

@@ -189,6 +189,14 @@ class ScalingSchedule:
         return len(self.billed_from_s)
 
     @property
+    def machines_range(self) -> tuple[int, int]:
+        """(fewest, most) machines serving or loading over the day: after each decision and
+        at time 0, where the day starts with the machines billed from 0 (the first window's
+        rate can start more than any later decision keeps)."""
+        counts = np.append(np.count_nonzero(self.billed_from_s == 0), self.machines)
+        return int(counts.min()), int(counts.max())
+
+    @property
     def scaling_events(self) -> int:
         """Decisions that started or stopped machines."""
         if self.events is not None:

@@ -61,13 +61,13 @@ class AutoscaleResult:
 
     def to_json(self) -> dict:
         s = self.schedule
-        counts = s.machines if len(s.machines) else np.array([s.n_machines])   # a profile shorter than a tick
+        fewest, most = s.machines_range
         return {
             "family": self.family, "duration_s": self.duration_s, "capacity_rps": self.capacity_rps,
             "policy": self._policy_json(),
             "static": {"machines": self.static_machines, **self.static.to_json()},
-            "autoscaled": {"machines_started": s.n_machines, "machines_max": int(counts.max()),
-                           "machines_min": int(counts.min()), **self.autoscaled.to_json()},
+            "autoscaled": {"machines_started": s.n_machines, "machines_max": most,
+                           "machines_min": fewest, **self.autoscaled.to_json()},
             "saving_pct": self.saving_pct,
             "machine_hours_saving_pct": _saving(self.static.machine_hours, self.autoscaled.machine_hours),
             "energy_saving_pct": _saving(self.static.energy_kwh, self.autoscaled.energy_kwh),
