@@ -121,6 +121,8 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     # named the request's field (n_trials) and Python's booleans
     ('rps = [5]\ntrials = 0\n', ["key 'trials': trials must be an integer"]),
     ('rps = [5]\nverify = "no"\n', ["key 'verify': verify must be true or false"]),
+    # was "cannot read trace '<the spec's folder>': it is a directory" ('' is '.' to Path)
+    ('rps = [5]\nworkloads = [""]\n', ["key 'workloads'", "is empty"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process

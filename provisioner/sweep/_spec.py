@@ -263,8 +263,8 @@ def _workload(path: Path, workload):
     resolved by `files.resolved` as every path the provisioner reads or writes: a loop of
     symbolic links is one line naming the key. Anything else is left for the request's
     check, which names the nearest shipped name."""
-    if not isinstance(workload, str) or _default_arrival(workload) != "replay":
-        return workload
+    if not isinstance(workload, str) or not workload.strip() or _default_arrival(workload) != "replay":
+        return workload   # '' would be the spec's own directory to Path: left for the request's check
     looks_like_path = (workload.lower().endswith(".csv") or "/" in workload or os.sep in workload
                        or workload.startswith("~") or (path.parent / workload).exists())
     if not looks_like_path:
