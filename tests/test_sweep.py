@@ -123,6 +123,9 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\nverify = "no"\n', ["key 'verify': verify must be true or false"]),
     # was "cannot read trace '<the spec's folder>': it is a directory" ('' is '.' to Path)
     ('rps = [5]\nworkloads = [""]\n', ["key 'workloads'", "is empty"]),
+    # were refused only once the question ran, naming no key (and after the others had run)
+    ('rps = [5, 1e300]\n' + SMALL, ["key 'duration_s': 1e+300 requests/s over 3 s", "more than a trace holds"]),
+    ('rps = [1e300]\nverify = false\n', ["key 'rps': 1e+300 requests/s over 120 s", "more than a trace holds"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process

@@ -168,7 +168,7 @@ def request_count(rps: float, duration_s: float) -> int:
     if n > MAX_TRACE_REQUESTS:
         raise WorkloadError(f"{rps:g} requests/s over {duration_s:g} s is {expected:.3g} requests, more than a trace "
                             f"holds (at most {MAX_TRACE_REQUESTS:,}, ~{MAX_TRACE_REQUESTS * 40 / 1e9:.1f} GB); "
-                            f"lower the rate or shorten the duration")
+                            f"lower the rate or shorten the duration", params=("rps", "duration_s"))
     return int(n)
 
 

@@ -120,6 +120,12 @@ class TraceGenerator:
         self._grow(k)
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
+    def check_rate(self, rps: float) -> None:
+        """Refuse, before drawing anything, a rate whose trace would hold no request or more
+        than a trace holds (drawn arrivals; a replay is checked as :meth:`at` cuts it)."""
+        if self.arrival != "replay":
+            request_count(rps, self.duration_s)
+
     def with_profile(self, profile) -> Trace:
         """The trace under a time-varying rate (a :class:`~workloads.RateProfile`), window
         ``[0, profile.duration_s)``: this generator's unit-rate stream (the requests of

@@ -164,6 +164,7 @@ class ProvisionRequest:
                 raise ProvisionerError("goal throughput finds the highest sustainable load itself; drop rps",
                                        params=("goal", "rps"))
         if self.goal in ("cost", "power"):   # before the search, not after it
+            self.traces().check_rate(self.rps)   # a sweep's question: refused as its spec is read
             self.check_verification_window(self.rps)
         if not self.families:
             raise ProvisionerError("no design family to search: give families", params=("families",))

@@ -294,6 +294,7 @@ def _located(path: Path, message: str, params, passed: set, written: set) -> Pro
     fields = {**SETTINGS, **_GRID_FIELDS}
     keys = [k for k, v in fields.items()
             if v in params and v not in passed and (k in written or v not in _OVERRIDES)]
+    keys.sort(key=lambda k: k not in written)   # a key the spec wrote before one left at its default
     flags = tuple(p for p in params if p in passed)
     if keys:   # the message in the spec's words: its key for the field (trials, not n_trials), TOML's booleans
         field = fields[keys[0]]
