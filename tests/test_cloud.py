@@ -119,12 +119,24 @@ def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body
     (["--inventory", ""], "--inventory is empty"),   # was "cannot read '' (Is a directory)"
     (["--replan-workload", "nope"], "--replan-workload: unknown workload 'nope'"),   # before the search
     (["--replan-workload", "/no/such/trace.csv"], "--replan-workload: cannot read trace"),
+    # the --workload's own mix (default coding; "code" is its alias): was re-planned for no change
+    (["--replan-workload", "code"], "--replan-workload code: the requests would not change"),
 ])
 def test_cloud_flag_errors_name_the_flag(capsys, args, words):
     inventory = [] if "--inventory" in args else ["--inventory", "thunderserve-32gpu"]   # an option is given once
     assert run(["cloud", *inventory, "--rps", "1", "--duration", "5", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
+
+
+def test_a_replan_for_the_same_file_under_another_name_is_refused(tmp_path, capsys):
+    body = "arrival_s,prompt_tokens,output_tokens\n0.0,500,100\n1.0,800,200\n"
+    (tmp_path / "a.csv").write_text(body)
+    (tmp_path / "b.csv").write_text(body)
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5", "--workload",
+                str(tmp_path / "a.csv"), "--replan-workload", str(tmp_path / "b.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the requests would not change" in err, err
 
 
 def test_a_rate_past_the_lp_bound_is_refused_before_any_search(perf, monkeypatch):

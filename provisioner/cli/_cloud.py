@@ -119,6 +119,10 @@ def cloud_command(
                                f"requests a run: minutes); give --duration, e.g. --duration 120, or --duration "
                                f"{traces.duration_s:.0f} to keep it whole")
     new_mix = None if replan_workload is None else _new_mix(replan_workload, arrival, rps, traces, seed, cv)
+    if new_mix is not None and _same_mix(new_mix, traces):   # a re-plan for no change: refused, not run
+        raise ProvisionerError(f"--replan-workload {replan_workload}: the requests would not change (the same mix "
+                               f"as --workload {workload}, drawn alike); give another mix (coding, conversation or "
+                               f"a CSV trace), or drop --replan-workload")
     llm = perf.llm(model)
     with RichProgress(unit=None) as progress:
         answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
@@ -247,6 +251,12 @@ def _new_mix(replan_workload, arrival, rps, traces, seed, cv):
         return trace_generator(replan_workload, arrival, rps, traces.duration_s, seed, cv)
     except (WorkloadError, ProvisionerError, FileNotFoundError) as e:
         raise ProvisionerError(f"--replan-workload: {cli_message(e)}") from None
+
+
+def _same_mix(a, b) -> bool:
+    """Whether two trace generators make the same requests: one source (a shipped name, or a
+    file's content), arrival process and burstiness (the window and seed are the plan's)."""
+    return ((a.sha256 or a.name), a.arrival, a.cv) == ((b.sha256 or b.name), b.arrival, b.cv)
 
 
 def _render_non_split_rental(con, a: dict) -> None:
