@@ -722,6 +722,17 @@ def test_a_path_in_an_error_is_printed_as_the_user_wrote_it(tmp_path):
     assert f"'{trace}'" in line and "--rps/--seed" not in line and "--arrival" not in line
 
 
+def test_a_path_that_reads_as_rich_markup_is_printed_as_written(tmp_path):
+    """A folder named '[/b]' (or an inventory's node '[red]n[/red]') was a MarkupError, exit 1,
+    after the whole run: the tables read the user's text as rich markup."""
+    folder = tmp_path / "[red]x[/red]" / "[/b]"   # folders '[red]x[', 'red]', '[' and 'b]'
+    folder.mkdir(parents=True)
+    trace = folder / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,500,100\n1.0,800,200\n")
+    code, out, err = cli("simulate", "--design", "baseline-a100", "--machines", "2", "--workload", trace)
+    assert code == 0 and err == "" and str(trace) in out, err
+
+
 def test_files_saved_with_a_byte_order_mark_are_read(tmp_path):
     """Excel and Notepad write UTF-8 with a BOM: an inventory and a rate profile so saved read as without."""
     shipped = Path(__file__).resolve().parents[1] / "hardware_catalog" / "data" / "inventories"

@@ -163,7 +163,7 @@ def _render(a: dict) -> None:
     con.print(f"network: {a['network']}; {a['kv_bits']}-bit KV on the wire")
     none = a.get("no_split_plan")   # no split plan on this inventory: the non-split plan is the answer
     if none:
-        con.print(f"[bold]{none}[/bold]")
+        con.print(none, style="bold")
     tables = [("best non-split plan", a["non_split"]["replicas"])]
     for title, reps in ([] if none else [("split plan", a["replicas"])]) + tables:
         t = Table(title=title)
@@ -201,10 +201,10 @@ def _render(a: dict) -> None:
                   f"({stats['recomputed_tokens']:,.0f} tokens recomputed), {stats['migrations']:.0f} migrations "
                   f"({stats['migration_downtime_s']:.3f} s downtime)")
     if a.get("no_plan_meets_target"):
-        con.print(f"[bold]{a['no_plan_meets_target'].replace('slo_scale', '--slo-scale')}[/bold]", highlight=False)
+        con.print(a['no_plan_meets_target'].replace('slo_scale', '--slo-scale'), style="bold", highlight=False)
     if a.get("unservable_requests"):
-        con.print(f"[bold]cannot serve {a['unservable_requests']} request(s): their KV cache is larger than any "
-                  f"replica of the plan holds (counted as misses above)[/bold]")
+        con.print(f"cannot serve {a['unservable_requests']} request(s): their KV cache is larger than any "
+                  f"replica of the plan holds (counted as misses above)", style="bold")
     if not none:
         con.print(f"sustained at {a['target_attainment']:.0%} attainment: split {a['sustained_rps']:.2f} req/s; "
                   f"non-split {ns['sustained_rps']:.2f}{chunked}")
@@ -215,8 +215,8 @@ def _render(a: dict) -> None:
                            "non_split_chunked"))
         rate, what, key = max(points, key=lambda p: p[0])
         if rate > a["sustained_rps"]:
-            con.print(f"[bold]{what} sustains more than the split plan here ({rate:.2f} vs {a['sustained_rps']:.2f} "
-                      f"req/s): see {key} in --json[/bold]")
+            con.print(f"{what} sustains more than the split plan here ({rate:.2f} vs {a['sustained_rps']:.2f} "
+                      f"req/s): see {key} in --json", style="bold")
     if "non_split_rental" in a:
         _render_non_split_rental(con, a)
     if "replan_skipped" in a:
@@ -274,6 +274,6 @@ def _render_non_split_rental(con, a: dict) -> None:
               f"(the split rental above: {a['cost_usd_per_h']:.3f} $/h); both meet {a['target_attainment']:.0%} "
               f"attainment; {checks}")
     if ns["cost_usd_per_h"] < a["cost_usd_per_h"]:
-        con.print(f"[bold]renting for a non-split plan is cheaper here ({ns['cost_usd_per_h']:.3f} vs "
-                  f"{a['cost_usd_per_h']:.3f} $/h): see non_split_rental in --json[/bold]")
+        con.print(f"renting for a non-split plan is cheaper here ({ns['cost_usd_per_h']:.3f} vs "
+                  f"{a['cost_usd_per_h']:.3f} $/h): see non_split_rental in --json", style="bold")
 

@@ -61,11 +61,13 @@ PIPED_WIDTH = 1000   # columns of a rich console writing to a file or pipe
 
 
 def console():
-    """A rich console on stdout; piped or redirected, wide enough never to truncate or wrap a table."""
+    """A rich console on stdout; piped or redirected, wide enough never to truncate or wrap a
+    table. Text is printed as written, never read as rich markup: the user's paths and names
+    are in it ('[/b]/t.csv' was a MarkupError after the whole run); emphasis is a `style`."""
     from rich.console import Console
 
-    out = Console()
-    return out if out.is_terminal else Console(width=PIPED_WIDTH, soft_wrap=True)
+    out = Console(markup=False)
+    return out if out.is_terminal else Console(width=PIPED_WIDTH, soft_wrap=True, markup=False)
 
 
 def given(ctx: typer.Context, param: str) -> bool:

@@ -319,7 +319,7 @@ def calibrate_command(
     report = run_calibration(_frame(_read_profile(profile)), holdout, seed)
     table = mape_table(report)
 
-    console = Console(width=max(Console().width, 100)) if Console().is_terminal else make_console()
+    console = Console(width=max(Console().width, 100), markup=False) if Console().is_terminal else make_console()
     t = Table(title=f"MAPE of the fitted model ({holdout:.0%} of points held out, seed {seed})")
     for col, justify in (("GPU", "left"), ("phase", "left"), ("held-out MAPE", "right"), ("train MAPE", "right"),
                          ("held-out points", "right"), ("train points", "right")):

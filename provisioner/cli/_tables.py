@@ -12,8 +12,9 @@ def render_result(result, console=None) -> None:
     sustainable rps, gap to bound) and the winner, with rich."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = console or Console()
+    console = console or Console(markup=False)   # the workload is the user's path: printed as written
     req = result.request
     if req.goal == "cost":
         title = f"least $/h meeting every SLO at {req.rps:g} req/s"
@@ -47,15 +48,16 @@ def render_result(result, console=None) -> None:
     console.print(slo)
     for fr in result.families:
         if not fr.feasible and fr.reason:
-            console.print(f"[yellow]{fr.family}[/]: {fr.reason}")
+            console.print(Text.assemble((fr.family, "yellow"), f": {fr.reason}"))
     if result.winner_family is None:
-        console.print("[bold red]no family has a feasible design[/]")
+        console.print("no family has a feasible design", style="bold red")
     else:
         fr = result.family(result.winner_family)
-        console.print(f"[bold green]winner: {fr.family}[/] — {_design_text(fr.row, result.catalog).replace(chr(10), ' ')}, "
-                      f"${fr.row['cost_usd_per_h']:.1f}/h, {fr.row['power_kw']:.1f} kW"
-                      + (f", {fr.sustainable_rps:.1f} req/s sustained" if fr.sustainable_rps else "")
-                      + f"  ({result.elapsed_s:.1f} s)")
+        console.print(Text.assemble((f"winner: {fr.family}", "bold green"),
+                                    f" — {_design_text(fr.row, result.catalog).replace(chr(10), ' ')}, "
+                                    f"${fr.row['cost_usd_per_h']:.1f}/h, {fr.row['power_kw']:.1f} kW"
+                                    + (f", {fr.sustainable_rps:.1f} req/s sustained" if fr.sustainable_rps else "")
+                                    + f"  ({result.elapsed_s:.1f} s)"))
 
 
 def _cells(fr, cat) -> list[str]:
@@ -70,7 +72,9 @@ def _cells(fr, cat) -> list[str]:
             ver]
 
 
-def _slo_cells(fr) -> list[str]:
+def _slo_cells(fr) -> list:
+    from rich.text import Text
+
     r = fr.row
     cells = []
     for m in METRICS:
@@ -80,7 +84,7 @@ def _slo_cells(fr) -> list[str]:
                 continue
             s, g = r[f"slowdown_{m}_p{p}"], r[f"margin_{m}_p{p}"]
             text = fmt_cell(s, ".2f") + ("" if not np.isfinite(g) else f"\n{100 * g:+.0f}")
-            cells.append(f"[bold]{text}[/]" if str(r["binding_slo"]) == f"{m}_p{p}" else text)
+            cells.append(Text(text, style="bold") if str(r["binding_slo"]) == f"{m}_p{p}" else text)
     return cells
 
 
