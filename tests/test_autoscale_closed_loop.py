@@ -286,6 +286,9 @@ def test_cli_closed_loop_json(tmp_path):
     (["--scale-on", "queue", "--scale-in-queue", "-1"], "with the other queue threshold auto"),
     (["--scale-on", "queue", "--scale-out-queue", "many"], "--scale-out-queue must be a number or auto"),
     (["--scale-on", "queue", "--max-machines", "0"], "--max-machines must be a whole number >= --min-machines"),
+    # were "--machines must be 1-100,000 (got 2000000000)", a flag autoscale does not have, after the sizing
+    (["--scale-on", "queue", "--max-machines", "1000000000"], "--max-machines must be at most 50,000"),
+    (["--scale-on", "freeness", "--min-machines", "60000"], "--min-machines must be at most 50,000"),
     (["--scale-out-freeness", "5"], "--scale-out-freeness is a threshold of --scale-on freeness"),
     (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is a threshold of --scale-on rate"),
     (["--scale-on", "queue", "--engine", "fluid"], "the fluid engine cannot run closed-loop autoscaling"),

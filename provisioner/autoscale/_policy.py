@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import shown
+from ..designs import MAX_DESIGN_MACHINES
 from ..errors import ProvisionerError
 from ..sim import SCALE_METRICS
 from ._calibrate import SCALE_IN_FACTOR
@@ -102,6 +103,14 @@ class AutoscalePolicy:
                                               or self.max_machines < self.min_machines):
             raise ProvisionerError(f"--max-machines must be a whole number >= --min-machines ({self.min_machines}) "
                                    f"(got {self.max_machines!r})")
+        if self.closed_loop:   # was refused after the sizing run, as "--machines must be 1-100,000 (got 2x it)"
+            most = MAX_DESIGN_MACHINES // 2
+            for name in ("max_machines", "min_machines"):
+                value = getattr(self, name)
+                if value is not None and value > most:
+                    raise ProvisionerError(f"--{name.replace('_', '-')} must be at most {most:,} with --scale-on "
+                                           f"{self.scale_on}: the engine keeps a slot per machine serving or loading "
+                                           f"and one per draining, {MAX_DESIGN_MACHINES:,} at most (got {shown(value)})")
 
     # Both thresholds given: scale out where the cluster is worse off than where it scales in
     # (freeness: fewer free decode steps; queue: more requests per machine).
