@@ -6,6 +6,15 @@ loss or a change of the request mix.
 `plan_cloud(...)` answers the question as the JSON of `provision cloud --json`;
 `replica_cells(replica)`, `replan_rows(answer)` and `replan_changes(answer)` put it in
 words (the CLI's tables, the HTML report).
+
+Modules, from the inventory up: `_inventory` (the TOML), `_physics` (a replica group's
+latency coefficients, KV budget and links, GPU by GPU), `_score` (each replica's and pair's
+analytic rate), `_holding` (which requests each pair holds: routing classes), `_routing`
+(the routing LPs), `_admission` and `_steady` (the decode admission limit; steady-state
+load), `_bound` (the LP upper bound), `_search` (tabu and exhaustive search), `_plan` (one
+search and its context), `_simulate` (a plan through either engine), `_answer` (the whole
+question: finalists, the non-split comparisons, renting, re-planning) and `_format` (plans
+in words).
 """
 
 from ._admission import KV_UNITS, KvAdmission

@@ -1,4 +1,6 @@
-"""`plan_cloud`: the whole cloud question as one call (the CLI's `provision cloud`).
+"""One plan search on one inventory (`search_plan`: the tabu search from its starts), the
+context it scores in (`make_context`: the inventory's physics, the scored requests, the
+SLOs) and a plan's routing and JSON; `_answer.plan_cloud` asks the whole question.
 
 SLOs: Table VI's slowdown limits x `slo_scale` (default 2), each request's slowdown taken
 against the same request alone on the inventory's best single node (per metric, the
