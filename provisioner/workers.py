@@ -16,7 +16,7 @@ import sys
 import threading
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
-           "quiet_resource_tracker", "worker_count", "beside"]
+           "quiet_resource_tracker", "worker_count", "in_worker_process", "beside"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -129,9 +129,15 @@ def beside(fn, *args, parallel: bool = True) -> Beside:
 
 def _may_start_workers() -> bool:
     """More than one core, and this is not a worker itself (`beside`)."""
+    return not in_worker_process() and (os.cpu_count() or 1) > 1
+
+
+def in_worker_process() -> bool:
+    """This process is a pool's worker (a sweep's loky or Dask worker): its pool already fills
+    the cores, so it starts no workers of its own; a Dask worker (a daemonic process) cannot."""
     import multiprocessing
 
-    return multiprocessing.parent_process() is None and (os.cpu_count() or 1) > 1
+    return multiprocessing.parent_process() is not None
 
 
 def _pool():

@@ -3,6 +3,7 @@ goes on (`provision cloud`'s chunked comparison beside the split plan)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -58,3 +59,25 @@ def test_a_worker_computes_what_it_asks_beside_itself():
     with beside(_pid_and_the_pid_beside) as there:
         worker, inner = there.result()
     assert worker != os.getpid() and inner == worker
+
+
+def _des_pool_jobs(answer) -> None:
+    """The DES pool of a `provision` call here (a sweep question), started as `provision`
+    starts it; its size on `answer`."""
+    from provisioner.search import ProvisionRequest, SearchProblem
+
+    pool = SearchProblem(ProvisionRequest(goal="cost", rps=2, duration_s=10, families=("splitwise-hh",))).des_pool
+    pool.start()
+    answer.put(pool.n_jobs)
+
+
+def test_a_daemonic_worker_runs_its_des_checks_in_process():
+    """A Dask worker is a daemonic process: a DES pool of its own failed every `sweep
+    --dask-local` question that re-checks ("daemonic processes are not allowed to have
+    children"), where the local sweep answered. In a worker, the checks run in-process."""
+    spawn = multiprocessing.get_context("spawn")   # not fork: this process may hold loky's threads
+    answer = spawn.Queue()
+    worker = spawn.Process(target=_des_pool_jobs, args=(answer,), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert worker.exitcode == 0 and answer.get(timeout=10) == 1

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..workers import start_executor_deaf_to_ctrl_c, worker_count
+from ..workers import in_worker_process, start_executor_deaf_to_ctrl_c, worker_count
 from ..designs import DesignBatch
 from ..schedulers import DEFAULT_SWAP_SPACE_GB
 from ..results import json_number
@@ -77,10 +77,15 @@ def _des_one(design, trace, model, slo, perf, preemption="recompute", swap_space
 
 class DesPool:
     """Where the DES checks of one `provision` call run: worker processes (one per core,
-    2 to 8) shared by every family's checks, each (design, trace) one task."""
+    2 to 8) shared by every family's checks, each (design, trace) one task; in a worker
+    process itself (a sweep question), here, one after the other, as `beside` does (a Dask
+    worker is daemonic: a pool of its own failed the whole sweep with "daemonic processes
+    are not allowed to have children"). The same checks and answers either way."""
 
     def __init__(self, n_jobs: int | None = None):
-        self.n_jobs = n_jobs if n_jobs is not None else worker_count()
+        if n_jobs is None:
+            n_jobs = 1 if in_worker_process() else worker_count()
+        self.n_jobs = n_jobs
         self._executor = None
 
     def start(self) -> None:
