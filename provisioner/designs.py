@@ -45,7 +45,7 @@ import pandas as pd
 
 from perfmodels import MIN_POWER_CAP
 
-from ._validation import Integral, Interval, shown
+from ._validation import Integral, Interval, Real, shown, validate_params
 from .errors import ProvisionerError
 from .schedulers import DEFAULT_SCHEDULER, check_scheduler_family
 
@@ -100,6 +100,9 @@ CUSTOM_COLOCATED = "splitwiser-custom"
 
 
 def family_spec(name: str) -> FamilySpec:
+    if not isinstance(name, str):   # difflib below takes strings only
+        raise ProvisionerError(f"family must be a design family's name, a string such as 'splitwise-hh' "
+                               f"(got {shown(name)})", params=("family",))
     if name in FAMILY_SPECS:
         return FAMILY_SPECS[name]
     if name in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):   # "unknown ... did you mean" misled
@@ -157,9 +160,18 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
     """
     spec = family_spec(family)
     if not spec.split:
-        prompt_machines = machines if machines is not None else prompt_machines
+        prompt_machines = machine_count("machines", machines if machines is not None else prompt_machines)
         token_machines = 0
-    d = Design(family, int(prompt_machines), int(token_machines), spec.prompt_machine,
+    else:
+        prompt_machines = machine_count("prompt_machines", prompt_machines)
+        token_machines = machine_count("token_machines", token_machines)
+    unknown = [k for k in overrides if k not in DESIGN_FIELDS]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], DESIGN_FIELDS, n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise ProvisionerError(f"{unknown[0]} is not a design field; {hint}a design takes "
+                               f"{', '.join(DESIGN_FIELDS[1:])}", params=(unknown[0],))
+    d = Design(family, prompt_machines, token_machines, spec.prompt_machine,
                spec.token_machine, spec.prompt_power_cap, spec.token_power_cap,
                prefill_chunk_tokens=DEFAULT_CHUNK_TOKENS if spec.prefill_chunk_tokens != (0,) else 0,
                mps_prefill_share=DEFAULT_MPS_PREFILL_SHARE if spec.mps_prefill_shares != (0.0,) else 0.0)
@@ -168,10 +180,36 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
     return d
 
 
+def machine_count(name: str, value) -> int:
+    """A machine count as an int: an integer, or a float with a whole value (np.linspace's
+    2.0); one line naming `name` for a fraction (was: silently truncated), NaN or a string."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise ProvisionerError(f"{name} must be a whole number of machines, 1-{MAX_DESIGN_MACHINES:,} "
+                           f"(got {shown(value)})", params=(name,))
+
+
+# The type of each design field (`check_design`): a wrong one was a TypeError from a
+# comparison, or a value accepted and misread ('no' as allow_borrow, 8.0 as a TP degree).
+_FIELD_TYPES = {"prompt_machine": [str], "token_machine": [str], "prompt_power_cap": [Interval(Real, None, None)],
+                "token_power_cap": [Interval(Real, None, None)], "prompt_tp": [Interval(Integral, None, None)],
+                "token_tp": [Interval(Integral, None, None)],
+                "prompt_batch_cap_tokens": [Interval(Integral, None, None)],
+                "allow_borrow": [bool], "prefill_chunk_tokens": [Interval(Integral, None, None)],
+                "mps_prefill_share": [Interval(Real, None, None)], "duplicate_weights": [bool],
+                "scheduler": [str]}
+
+
 def check_design(d: Design) -> None:
     """Refuse a design no run could simulate: the family's counts (at most
     `MAX_DESIGN_MACHINES` per pool), power caps, batch and chunk sizes, TP degrees."""
     spec = family_spec(d.family)
+    for name in ("prompt_machines", "token_machines"):
+        if isinstance(getattr(d, name), bool) or not isinstance(getattr(d, name), Integral):
+            machine_count(name, getattr(d, name))   # a Design built directly skips make_design's
+    validate_params({k: getattr(d, k) for k in _FIELD_TYPES}, _FIELD_TYPES)
     counts = ((("prompt_machines", d.prompt_machines), ("token_machines", d.token_machines)) if spec.split
               else (("machines", d.prompt_machines),))   # a baseline's one pool: make_design's `machines`
     for name, count in counts:
@@ -279,7 +317,11 @@ def _scalar(v):
 def grid(family: str, prompt_counts, token_counts=(0,), **overrides) -> DesignBatch:
     """All designs of a family over a grid of machine counts (Fig. 12 style)."""
     spec = family_spec(family)
+    for name, counts in (("prompt_counts", prompt_counts), ("token_counts", token_counts)):
+        if isinstance(counts, str) or not np.iterable(counts):
+            raise ProvisionerError(f"{name} must be a sequence of machine counts such as range(20, 36) "
+                                   f"(got {shown(counts)})", params=(name,))
     if not spec.split:
-        return DesignBatch.from_designs([make_design(family, machines=int(n), **overrides) for n in prompt_counts])
-    return DesignBatch.from_designs([make_design(family, int(p), int(t), **overrides)
+        return DesignBatch.from_designs([make_design(family, machines=n, **overrides) for n in prompt_counts])
+    return DesignBatch.from_designs([make_design(family, p, t, **overrides)
                                      for p in prompt_counts for t in token_counts])

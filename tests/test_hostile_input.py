@@ -1304,3 +1304,24 @@ def test_cloud_never_reports_a_negative_zero_rate():
     assert answer["throughput_rps"] == 0.0 and negative_zeros(answer) == []
     code, out, err = cli(*args)
     assert code == 0 and "split: 0.00 req/s" in out and "-0.0" not in out, out
+
+
+# --------------------------------------------------------------------------- the Python API, misused from a notebook
+@pytest.mark.parametrize("call, needle", [
+    (lambda p: p.make_design("splitwise-hh", 2.7, 1), "prompt_machines must be a whole number"),   # was truncated to 2
+    (lambda p: p.make_design("splitwise-hh", "abc", 1), "prompt_machines must be a whole number"),   # int()'s ValueError
+    (lambda p: p.make_design("baseline-a100", machines="4"), "machines must be a whole number"),
+    (lambda p: p.make_design("splitwise-hh", 3, 1, prompt_power_cap="0.5"), "prompt_power_cap must be a finite"),
+    (lambda p: p.make_design("splitwise-hh", 3, 1, prompt_tp=8.0), "prompt_tp must be an integer"),   # crashed in simulate
+    (lambda p: p.make_design("splitwise-hh", 3, 1, allow_borrow="no"), "allow_borrow must be True or False"),
+    (lambda p: p.make_design("splitwise-hh", 3, 1, prompt_batch_cap=512), "did you mean prompt_batch_cap_tokens"),
+    (lambda p: p.make_design(None, 3, 1), "family must be a design family's name"),
+    (lambda p: p.grid("splitwise-hh", [2.5], [1]), "prompt_machines must be a whole number"),
+    (lambda p: p.grid("splitwise-hh", 5, [1]), "prompt_counts must be a sequence"),
+])
+def test_make_design_refuses_a_value_of_the_wrong_type_naming_it(call, needle):
+    import provisioner
+
+    with pytest.raises(provisioner.ProvisionerError, match=needle):
+        call(provisioner)
+    assert provisioner.make_design("splitwise-hh", 3.0, 1).prompt_machines == 3   # a whole float is a count
