@@ -274,9 +274,16 @@ class DesignBatch:
             return designs
         if isinstance(designs, Design):
             designs = [designs]
+        if isinstance(designs, (str, dict)) or not np.iterable(designs):
+            raise ProvisionerError(f"designs must be a Design, a list of them or a DesignBatch (make_design, grid) "
+                                   f"(got {shown(designs)})", params=("designs",))
         designs = list(designs)
         if not designs:
             raise ProvisionerError("no designs to evaluate")
+        wrong = [d for d in designs if not isinstance(d, Design)]
+        if wrong:
+            raise ProvisionerError(f"designs must hold Design objects (make_design) (got {shown(wrong[0])})",
+                                   params=("designs",))
         return cls({k: np.array([getattr(d, k) for d in designs]) for k in DESIGN_FIELDS})
 
     @classmethod
@@ -308,6 +315,17 @@ class DesignBatch:
     @property
     def is_colocated(self) -> np.ndarray:
         return self.columns["mps_prefill_share"].astype(float) > 0
+
+
+def checked_batch(designs) -> DesignBatch:
+    """`DesignBatch.from_designs`, each distinct design checked as `make_design` checks it: a
+    `Design` built directly or a batch read from a table skips that check (an unknown family,
+    -1 machines or a 0.1 power cap were simulated, their rows nonsense)."""
+    batch = DesignBatch.from_designs(designs)
+    frame = batch.to_frame().drop_duplicates()
+    for i in frame.index[~frame["family"].isin((CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED))]:
+        check_design(batch.design(int(i)))   # a custom family's designs come from its search
+    return batch
 
 
 def _scalar(v):

@@ -1325,3 +1325,21 @@ def test_make_design_refuses_a_value_of_the_wrong_type_naming_it(call, needle):
     with pytest.raises(provisioner.ProvisionerError, match=needle):
         call(provisioner)
     assert provisioner.make_design("splitwise-hh", 3.0, 1).prompt_machines == 3   # a whole float is a count
+
+
+def test_simulate_checks_designs_it_did_not_make():
+    """A `Design` built directly or a batch read back from a table skipped make_design's
+    checks: an unknown family or -1 machines were simulated into a nonsense row; a string
+    was an AttributeError."""
+    import provisioner
+    from workloads import Trace
+
+    trace = Trace([0.0], [100], [2], "one")
+    frame = provisioner.grid("splitwise-hh", [2], [1]).to_frame()
+    for column, value, needle in [("prompt_machines", -1, "prompt_machines must be 1-"),
+                                  ("family", "nope", "unknown design family 'nope'"),
+                                  ("prompt_power_cap", 0.1, "prompt_power_cap must be a fraction")]:
+        with pytest.raises(provisioner.ProvisionerError, match=needle):
+            provisioner.simulate(provisioner.DesignBatch.from_frame(frame.assign(**{column: value})), trace)
+    with pytest.raises(provisioner.ProvisionerError, match="designs must be a Design"):
+        provisioner.simulate("splitwise-hh", trace)

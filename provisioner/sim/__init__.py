@@ -14,7 +14,7 @@ import pandas as pd
 
 from perfmodels import LatencyModel
 
-from ..designs import Design, DesignBatch
+from ..designs import Design, DesignBatch, checked_batch
 from .._validation import Options, validate_params
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, check_preemption_mode
@@ -91,7 +91,7 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
     """
     validate_params(dict(engine=engine, slo=slo, perf=perf, stop_infeasible=stop_infeasible), _CONSTRAINTS)
     perf = perf if perf is not None else LatencyModel()
-    batch, inputs, out, _ = _run(designs, trace, perf.llm(model), perf, engine,
+    batch, inputs, out, _ = _run(checked_batch(designs), trace, perf.llm(model), perf, engine,
                                  slo if slo is not None else SLO(), stop_infeasible,
                                  high_priority=high_priority_fraction, preemption=preemption,
                                  swap_space_gb=swap_space_gb)
@@ -194,7 +194,7 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
                          stop_infeasible=stop_infeasible), _SIMULATE_CONSTRAINTS)
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
-    batch, inputs, out, solo = _run(designs, trace, perf.llm(model), perf, engine, slo, stop_infeasible,
+    batch, inputs, out, solo = _run(checked_batch(designs), trace, perf.llm(model), perf, engine, slo, stop_infeasible,
                                     keep_requests=requests is not None, high_priority=high_priority_fraction,
                                     preemption=preemption, swap_space_gb=swap_space_gb)
     cost, power = cluster_cost_power(batch, perf.catalog)
