@@ -11,6 +11,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from hardware_catalog import GPU, LLM
+
 from ._constants import Calibration, load_calibration
 from ._power import clock_fraction
 from ._roofline import N_COEF, HardwareArrays, ModelShape, iteration_time_s, roofline_coefficients
@@ -42,10 +44,19 @@ class LatencyModel:
 
     # -- catalog resolution -------------------------------------------------
     def llm(self, model):
-        return self.catalog.model(model) if isinstance(model, str) else model
+        if isinstance(model, str):
+            return self.catalog.model(model)
+        if not isinstance(model, LLM):   # None was an AttributeError deep in the roofline
+            raise PerfModelError(f"model must be a catalog model name such as 'llama2-70b' or an LLM "
+                                 f"(got {model!r:.60})")
+        return model
 
     def gpu(self, gpu):
-        return self.catalog.gpu(gpu) if isinstance(gpu, str) else gpu
+        if isinstance(gpu, str):
+            return self.catalog.gpu(gpu)
+        if not isinstance(gpu, GPU):
+            raise PerfModelError(f"gpu must be a catalog GPU name such as 'h100-80gb' or a GPU (got {gpu!r:.60})")
+        return gpu
 
     def shape(self, model) -> ModelShape:
         return _shape_cached(self.llm(model))

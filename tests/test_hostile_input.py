@@ -1343,3 +1343,10 @@ def test_simulate_checks_designs_it_did_not_make():
             provisioner.simulate(provisioner.DesignBatch.from_frame(frame.assign(**{column: value})), trace)
     with pytest.raises(provisioner.ProvisionerError, match="designs must be a Design"):
         provisioner.simulate("splitwise-hh", trace)
+
+
+def test_simulate_refuses_a_trace_that_is_not_one():
+    import provisioner
+
+    with pytest.raises(provisioner.ProvisionerError, match="trace must be a workloads.Trace"):
+        provisioner.simulate(provisioner.make_design("splitwise-hh", 2, 1), "coding")   # was an AttributeError

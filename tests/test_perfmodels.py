@@ -396,3 +396,12 @@ def test_a_gpu_without_constants_says_how_to_fix_it():
     with pytest.raises(PerfModelError) as e:
         LatencyModel(cal).prefill_time_s("bloom-176b", "h100-80gb", 8, 512)
     assert "[borrowed]" in _one_line(e)
+
+
+def test_a_model_or_gpu_that_is_neither_a_name_nor_a_catalog_entry_is_one_line():
+    """None (a notebook's unset variable) was an AttributeError from inside the roofline."""
+    with pytest.raises(PerfModelError, match="model must be a catalog model name"):
+        perf().prefill_time_s(None, "h100-80gb", 8, 1024)
+    with pytest.raises(PerfModelError, match="gpu must be a catalog GPU name"):
+        perf().decode_time_s("llama2-70b", None, 8, 16, 1024)
+    assert perf().prefill_time_s(CAT.model("llama2-70b"), CAT.gpu("h100-80gb"), 8, 1024) > 0

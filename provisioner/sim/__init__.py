@@ -113,6 +113,9 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
     scaling : a closed-loop controller's settings (`_control.ScalingControl`; DES only), or None.
     preemption : "recompute" or "swap" (on-demand baselines: `_inputs.swap_inputs`).
     swap_space_gb : with swap, host memory per GPU (GiB; vLLM's --swap-space, default 4)."""
+    if not all(hasattr(trace, a) for a in ("arrival_s", "prompt_tokens", "output_tokens")):   # was an AttributeError
+        raise ProvisionerError(f"trace must be a workloads.Trace, e.g. make_workload('coding', 70) "
+                               f"(got {trace!r:.60})", params=("trace",))
     batch = DesignBatch.from_designs(designs)
     inputs = build_inputs(batch, trace, llm, perf, high_priority_mask(trace, high_priority))
     if windows is not None:
