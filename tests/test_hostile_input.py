@@ -1350,3 +1350,19 @@ def test_simulate_refuses_a_trace_that_is_not_one():
 
     with pytest.raises(provisioner.ProvisionerError, match="trace must be a workloads.Trace"):
         provisioner.simulate(provisioner.make_design("splitwise-hh", 2, 1), "coding")   # was an AttributeError
+
+
+@pytest.mark.parametrize("given, needle", [
+    (dict(families="splitwise-hh"), "families must be a tuple of design family names"),   # was "unknown family 's'"
+    (dict(verify_seeds="12"), "verify_seeds must be a tuple of seeds"),   # ran seeds '1' and '2'
+    (dict(verify_seeds=(1.5,)), "verify_seeds must be a tuple of seeds"),
+    (dict(prompt_batch_caps=(1000.7,)), "prompt_batch_caps must be a tuple of token counts"),   # truncated
+    (dict(power_cap_range="0.5"), "power_cap_range must be a tuple of two numbers"),   # an unpacking ValueError
+    (dict(prompt_machine_types="dgx-h100", families=("splitwise-custom",)), "prompt_machine_types must be a tuple"),
+    (dict(model=None), "model must be a string"),   # an AttributeError once the search ran
+])
+def test_a_request_refuses_a_string_or_number_where_a_sequence_goes(given, needle):
+    import provisioner
+
+    with pytest.raises(provisioner.ProvisionerError, match=needle):
+        provisioner.ProvisionRequest(**{"goal": "cost", "rps": 5, "verify": False, **given})

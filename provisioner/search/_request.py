@@ -28,6 +28,7 @@ _POSITIVE = Interval(Real, 0, None, closed="neither")
 _COUNT = Interval(Integral, 1, None, closed="left")
 _CONSTRAINTS = {
     "goal": [Options(GOALS)],
+    "model": [str],
     "rps": [None, _POSITIVE],
     "power_budget_kw": [None, _POSITIVE],
     "cost_budget_usd_per_h": [None, _POSITIVE],
@@ -144,6 +145,7 @@ class ProvisionRequest:
 
     def __post_init__(self):
         validate_params({f: getattr(self, f) for f in _CONSTRAINTS}, _CONSTRAINTS)
+        self._check_sequences()
         if self.seed >= 2**63:   # numpy's generators take seeds below 2**63
             raise ProvisionerError(f"seed must be below 2**63 (got {shown(self.seed)})", params=("seed",))
         self._resolve_trace()
@@ -181,6 +183,30 @@ class ProvisionRequest:
                                    params=("power_cap_range",))
         if any(int(c) < 1 for c in self.prompt_batch_caps):
             raise ProvisionerError("prompt_batch_caps must be >= 1 token", params=("prompt_batch_caps",))
+
+    def _check_sequences(self) -> None:
+        """The parameters that take several values: a sequence of the right items (a string
+        was iterated character by character: families='splitwise-hh' said "unknown design
+        family 's'"; verify_seeds='12' ran seeds '1' and '2'; a float batch cap was truncated)."""
+        def items(name, ok, what, example, size=None):
+            value = getattr(self, name)
+            if value is None:
+                return
+            if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__") \
+                    or not all(ok(v) for v in value) or (size is not None and len(value) != size):
+                raise ProvisionerError(f"{name} must be a tuple of {what}, e.g. {example} (got {shown(value)})",
+                                       params=(name,))
+
+        def whole(v, low):
+            return isinstance(v, Integral) and not isinstance(v, bool) and low <= v < 2 ** 63
+
+        items("families", lambda v: isinstance(v, str), "design family names", "('splitwise-hh',)")
+        for name in ("prompt_machine_types", "token_machine_types"):
+            items(name, lambda v: isinstance(v, str), "machine names", "('dgx-h100', 'dgx-a100')")
+        items("verify_seeds", lambda v: whole(v, 0), "seeds (integers >= 0)", "(1, 2)")
+        items("prompt_batch_caps", lambda v: whole(v, 1), "token counts >= 1", "(2048,)")
+        items("power_cap_range", lambda v: Interval(Real, None, None).is_satisfied_by(v), "two numbers (low, high)",
+              "(0.5, 1.0)", size=2)
 
     def _resolve_trace(self) -> None:
         """Default the arrival process, read the trace, fill `duration_s` (and a replay's `rps`)."""
