@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..errors import ProvisionerError
 from ..results import design_result_json, json_number
 from ..slo import METRICS, PERCENTILES
 
@@ -169,7 +170,8 @@ class ProvisionResult:
         for fr in self.families:
             if fr.family == name:
                 return fr
-        raise KeyError(name)
+        searched = ", ".join(fr.family for fr in self.families)   # was a bare KeyError
+        raise ProvisionerError(f"family {name!r} was not searched; this result holds {searched}", params=("family",))
 
     # -- JSON --------------------------------------------------------------------------
     def to_json(self) -> dict:
