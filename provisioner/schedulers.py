@@ -83,7 +83,7 @@ def scheduler_codes(names) -> np.ndarray:
 
 def scheduler_code(name: str) -> int:
     if name not in SCHEDULERS:
-        raise ProvisionerError(f"--scheduler must be one of {', '.join(SCHEDULERS)} (got '{name}')")
+        raise ProvisionerError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {name!r})", params=("scheduler",))
     return SCHEDULERS.index(name)
 
 
@@ -92,8 +92,8 @@ def check_scheduler_family(scheduler: str, family: str, colocated: bool) -> None
     baselines and Splitwise pools (it has no co-located Splitwiser)."""
     scheduler_code(scheduler)
     if scheduler == SPLITWISESIM and colocated:
-        raise ProvisionerError(f"--scheduler splitwisesim applies to the baseline and splitwise families "
-                               f"(SplitwiseSim has no co-located Splitwiser), not {family}")
+        raise ProvisionerError(f"scheduler splitwisesim applies to the baseline and splitwise families "
+                               f"(SplitwiseSim has no co-located Splitwiser), not {family}", params=("scheduler",))
 
 
 def check_preemption(preemption: str, scheduler: str) -> None:

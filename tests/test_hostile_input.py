@@ -1366,3 +1366,18 @@ def test_a_request_refuses_a_string_or_number_where_a_sequence_goes(given, needl
 
     with pytest.raises(provisioner.ProvisionerError, match=needle):
         provisioner.ProvisionRequest(**{"goal": "cost", "rps": 5, "verify": False, **given})
+
+
+def test_scheduler_and_priority_errors_name_the_parameter_and_the_cli_its_flag():
+    """The library said '--scheduler must be one of' and '--high-priority-fraction must be in'
+    (flags a notebook does not have); a string fraction was a TypeError from a comparison."""
+    import provisioner
+    from workloads import Trace
+
+    with pytest.raises(provisioner.ProvisionerError, match="^scheduler must be one of"):
+        provisioner.make_design("baseline-a100", machines=2, scheduler="fastest")
+    design = provisioner.make_design("baseline-a100", machines=2, scheduler="llumnix")
+    with pytest.raises(provisioner.ProvisionerError, match="^high_priority_fraction must be a number in"):
+        provisioner.simulate(design, Trace([0.0], [100], [2], "one"), engine="des", high_priority_fraction="0.5")
+    assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2", "--scheduler", "fastest"),
+                          "--scheduler must be one of")

@@ -4,6 +4,7 @@ counts, per-priority latency percentiles, and which requests are high priority."
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 import numpy as np
 
@@ -24,8 +25,9 @@ def high_priority_mask(trace, fraction: float) -> np.ndarray | None:
     own = getattr(trace, "high_priority", None)
     if own is not None:
         return np.asarray(own, dtype=bool)
-    if not 0.0 <= fraction <= 1.0:
-        raise ProvisionerError(f"--high-priority-fraction must be in [0, 1] (got {fraction:g})")
+    if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0.0 <= fraction <= 1.0:   # '0.5': a TypeError
+        raise ProvisionerError(f"high_priority_fraction must be a number in [0, 1] (got {fraction!r})",
+                               params=("high_priority_fraction",))
     if fraction == 0.0:
         return None
     i = np.arange(len(trace.arrival_s), dtype=float)
