@@ -405,3 +405,14 @@ def test_a_model_or_gpu_that_is_neither_a_name_nor_a_catalog_entry_is_one_line()
     with pytest.raises(PerfModelError, match="gpu must be a catalog GPU name"):
         perf().decode_time_s("llama2-70b", None, 8, 16, 1024)
     assert perf().prefill_time_s(CAT.model("llama2-70b"), CAT.gpu("h100-80gb"), 8, 1024) > 0
+
+
+def test_predict_points_names_a_missing_column():
+    import pandas as pd
+
+    points = pd.DataFrame({"model": ["llama2-70b"], "hardware": ["h100-80gb"], "tensor_parallel": [8],
+                           "prompt_size": [512], "batch_size": [1]})
+    with pytest.raises(PerfModelError, match="points lacks columns gpu, power_cap \\(the CLI's 'hardware'"):
+        perfmodels.predict_points(points, perf())   # was an unpacking ValueError, then an AttributeError
+    fixed = points.rename(columns={"hardware": "gpu"}).assign(power_cap=1.0)
+    assert perfmodels.predict_points(fixed, perf())["prompt_time_ms"].iloc[0] > 0
