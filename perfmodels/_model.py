@@ -114,6 +114,8 @@ class LatencyModel:
         b = np.asarray(batch_size, dtype=float)
         _check_positive(s, "prompt_tokens")
         _check_positive(b, "batch_size")
+        _check_broadcast(prompt_tokens=s.shape, batch_size=b.shape, tensor_parallel=np.shape(tp),
+                         power_cap=np.shape(power_cap))
         return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
                                 prefill_tokens=s * b, prefill_sq_tokens=s * s * b, prefill_seqs=b)
 
@@ -124,6 +126,8 @@ class LatencyModel:
         _check_positive(b, "batch_size")
         if np.any(~np.isfinite(ctx)) or np.any(ctx < 0):
             raise PerfModelError(f"context_tokens must be >= 0 (got {np.min(ctx):g})")
+        _check_broadcast(batch_size=b.shape, context_tokens=ctx.shape, tensor_parallel=np.shape(tp),
+                         power_cap=np.shape(power_cap))
         return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
                                 decode_batch=b, decode_context_tokens=ctx * b)
 
@@ -160,3 +164,13 @@ def _shape_cached(llm) -> ModelShape:
 def _check_positive(x: np.ndarray, name: str) -> None:
     if np.any(~np.isfinite(x)) or np.any(x <= 0):
         raise PerfModelError(f"{name} must be positive (got {np.min(x):g})")
+
+
+def _check_broadcast(**shapes) -> None:
+    """One line naming the arguments whose shapes numpy cannot broadcast (was numpy's
+    'operands could not be broadcast together with shapes (3,) (2,)' from inside the roofline)."""
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        shapes = ", ".join(f"{k} {shape}" for k, shape in shapes.items() if shape)
+        raise PerfModelError(f"the array arguments must have one shape or broadcast to one (got {shapes})") from None

@@ -416,3 +416,11 @@ def test_predict_points_names_a_missing_column():
         perfmodels.predict_points(points, perf())   # was an unpacking ValueError, then an AttributeError
     fixed = points.rename(columns={"hardware": "gpu"}).assign(power_cap=1.0)
     assert perfmodels.predict_points(fixed, perf())["prompt_time_ms"].iloc[0] > 0
+
+
+def test_arrays_of_shapes_that_do_not_broadcast_are_one_line():
+    with pytest.raises(PerfModelError, match=r"broadcast to one \(got prompt_tokens \(3,\), batch_size \(2,\)\)"):
+        perf().prefill_time_s("llama2-70b", "h100-80gb", 8, [512, 1024, 2048], [1, 2])   # was numpy's error
+    with pytest.raises(PerfModelError, match=r"context_tokens \(3,\)"):
+        perf().decode_time_s("llama2-70b", "h100-80gb", 8, [1, 2], [512, 1024, 2048])
+    assert perf().prefill_time_s("llama2-70b", "h100-80gb", [4, 8], [512, 1024], 1).shape == (2,)
