@@ -83,7 +83,8 @@ def scheduler_codes(names) -> np.ndarray:
 
 def scheduler_code(name: str) -> int:
     if name not in SCHEDULERS:
-        raise ProvisionerError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {name!r})", params=("scheduler",))
+        raise ProvisionerError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {name!r})",
+                               params=("scheduler",))
     return SCHEDULERS.index(name)
 
 

@@ -25,7 +25,8 @@ def high_priority_mask(trace, fraction: float) -> np.ndarray | None:
     own = getattr(trace, "high_priority", None)
     if own is not None:
         return np.asarray(own, dtype=bool)
-    if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0.0 <= fraction <= 1.0:   # '0.5': a TypeError
+    # a string was a TypeError from the comparison
+    if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0.0 <= fraction <= 1.0:
         raise ProvisionerError(f"high_priority_fraction must be a number in [0, 1] (got {fraction!r})",
                                params=("high_priority_fraction",))
     if fraction == 0.0:
