@@ -387,3 +387,10 @@ def test_package_docstring_example_runs():
     import workloads
 
     assert doctest.testmod(workloads).failed == 0
+
+
+def test_a_token_count_past_int64_is_named_as_given():
+    """1e30 tokens was cast to int64's minimum and reported as '-9223372036854775808'."""
+    for tokens in ([1e30, 2], np.array([2 ** 63 + 5, 2], dtype=np.uint64)):
+        with pytest.raises(TraceFormatError, match=r"prompt_tokens\[0\] = 1e\+30|prompt_tokens\[0\] = 9.223e\+18"):
+            Trace([0.0, 1.0], tokens, [1, 1], "x")

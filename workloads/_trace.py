@@ -174,6 +174,11 @@ def _token_array(values: object, field: str, n: int, name: str) -> np.ndarray:
         raw.dtype.kind == "f" and bool(np.all(np.isfinite(raw) & (raw == np.round(raw)))))
     if not integral:
         raise _fail(name, f"{field} must hold whole numbers of tokens, got dtype {raw.dtype}")
+    too_big = raw > np.iinfo(np.int64).max if raw.size else np.zeros(0, dtype=bool)
+    if np.any(too_big):   # was wrapped by the cast and reported as a negative count
+        i = int(np.flatnonzero(too_big)[0])
+        raise _fail(name, f"{field}[{i}] = {raw[i]:.4g} tokens is past any context window; give token counts "
+                          f"of at most {np.iinfo(np.int64).max}")
     arr = raw.astype(np.int64)  # astype copies, so the caller's array stays writable
     if np.any(arr < 1):
         i = int(np.flatnonzero(arr < 1)[0])
