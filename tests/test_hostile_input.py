@@ -1018,6 +1018,17 @@ def test_integers_too_large_for_a_float_are_one_line_errors(args, needle):
     assert_one_line_error(*cli(*args), needle)
 
 
+def test_a_seed_whose_verification_seeds_pass_2_to_the_63_names_the_seed():
+    """The re-check draws with seeds seed + 1, seed + 2: at --seed 2**63 - 1 the request said
+    'verify_seeds must be a tuple of seeds', a flag the user never gave. Without the
+    re-check the seed is fine."""
+    seed = str(2**63 - 1)
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "1", "--seed", seed), "--seed must be below 2**63 - 2")
+    code, _, err = cli("--goal", "cost", "--rps", "1", "--seed", seed, "--no-verify", "--duration", "3", "--design",
+                       "baseline-a100", "--max-machines", "4")
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("name, text, needle", [
     ("deep.json", "[" * 100_000 + "]" * 100_000, "nesting thousands deep"),
     ("big.json", '{"goal": ' + "9" * 5000 + "}", "over 4,300 digits"),

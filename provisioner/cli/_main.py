@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
+from .._validation import shown
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
@@ -91,6 +92,10 @@ def main_command(
     if not 1 <= verify_seeds <= MAX_VERIFY_SEEDS:
         raise ProvisionerError(f"--verify-seeds must be 1-{MAX_VERIFY_SEEDS} (got {verify_seeds}): each seed re-runs "
                                f"every family's answer in the discrete-event engine; 2-5 is usual")
+    if verify and 0 <= seed < 2**63 <= seed + verify_seeds:   # its verification traces' seeds: seed + 1, ...
+        raise ProvisionerError(f"--seed must be below 2**63 - {verify_seeds} (got {shown(seed)}): the "
+                               f"discrete-event re-check draws its traces with seeds seed + 1 to seed + "
+                               f"{verify_seeds}; give a smaller --seed, or --no-verify")
     check_study_path(study, (report,), "--report")   # before the search, not after it
     if report is not None:
         check_output_path(report, flag="--report", force=force, force_hint="--force",
@@ -129,7 +134,8 @@ def main_command(
         workload=workload, model=model, families=families or FAMILIES, seed=seed, arrival=arrival, cv=cv,
         duration_s=duration if duration is not None or _replays(workload, arrival) else DEFAULT_DURATION_S,
         slo_scale=slo_scale, searcher=searcher, verify=verify, verify_duration_s=verify_duration,
-        verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)), prompt_machine_types=ptypes,
+        verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)) if verify else None,
+        prompt_machine_types=ptypes,
         token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
         mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler,

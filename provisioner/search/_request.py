@@ -145,9 +145,9 @@ class ProvisionRequest:
 
     def __post_init__(self):
         validate_params({f: getattr(self, f) for f in _CONSTRAINTS}, _CONSTRAINTS)
-        self._check_sequences()
         if self.seed >= 2**63:   # numpy's generators take seeds below 2**63
             raise ProvisionerError(f"seed must be below 2**63 (got {shown(self.seed)})", params=("seed",))
+        self._check_sequences()   # after the seed: the CLI's verify_seeds are seed + 1, seed + 2, ...
         self._resolve_trace()
         if self.goal in ("cost", "power"):
             if self.rps is None:
