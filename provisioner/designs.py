@@ -97,6 +97,7 @@ FAMILIES = tuple(FAMILY_SPECS)
 CUSTOM_SPLIT = "splitwise-custom"
 CUSTOM_BASELINE = "baseline-custom"
 CUSTOM_COLOCATED = "splitwiser-custom"
+CUSTOM_FAMILIES = (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
 
 
 def family_spec(name: str) -> FamilySpec:
@@ -105,7 +106,7 @@ def family_spec(name: str) -> FamilySpec:
                                f"(got {shown(name)})", params=("family",))
     if name in FAMILY_SPECS:
         return FAMILY_SPECS[name]
-    if name in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):   # "unknown ... did you mean" misled
+    if name in CUSTOM_FAMILIES:   # "unknown ... did you mean" misled
         raise ProvisionerError(f"design family '{name}' (families) has no machines of its own: `provision --design "
                                f"{name}` chooses them (--prompt-machine-types, --token-machine-types); here give a "
                                f"family with fixed machines: {', '.join(FAMILIES)}", params=("families",))
@@ -205,12 +206,13 @@ _FIELD_TYPES = {"prompt_machine": [str], "token_machine": [str], "prompt_power_c
 def check_design(d: Design) -> None:
     """Refuse a design no run could simulate: the family's counts (at most
     `MAX_DESIGN_MACHINES` per pool), power caps, batch and chunk sizes, TP degrees."""
-    spec = family_spec(d.family)
+    # a custom family's machines are the search's choice (not a spec's); its pools are its name's
+    split = d.family == CUSTOM_SPLIT if d.family in CUSTOM_FAMILIES else family_spec(d.family).split
     for name in ("prompt_machines", "token_machines"):
         if isinstance(getattr(d, name), bool) or not isinstance(getattr(d, name), Integral):
             machine_count(name, getattr(d, name))   # a Design built directly skips make_design's
     validate_params({k: getattr(d, k) for k in _FIELD_TYPES}, _FIELD_TYPES)
-    counts = ((("prompt_machines", d.prompt_machines), ("token_machines", d.token_machines)) if spec.split
+    counts = ((("prompt_machines", d.prompt_machines), ("token_machines", d.token_machines)) if split
               else (("machines", d.prompt_machines),))   # a baseline's one pool: make_design's `machines`
     for name, count in counts:
         if not 1 <= count <= MAX_DESIGN_MACHINES:
@@ -323,7 +325,7 @@ def checked_batch(designs) -> DesignBatch:
     -1 machines or a 0.1 power cap were simulated, their rows nonsense)."""
     batch = DesignBatch.from_designs(designs)
     frame = batch.to_frame().drop_duplicates()
-    for i in frame.index[~frame["family"].isin((CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED))]:
+    for i in frame.index[~frame["family"].isin(CUSTOM_FAMILIES)]:
         check_design(batch.design(int(i)))   # a custom family's designs come from its search
     return batch
 

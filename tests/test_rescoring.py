@@ -81,6 +81,19 @@ def test_a_replayed_file_is_searched_verified_and_reproduced(cli, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_custom_familys_answer_is_reproduced(cli, tmp_path):
+    """Was 'result JSON design of splitwise-custom is invalid: ... has no machines of its own' (exit 2)."""
+    text = cli("--goal", "cost", "--rps", "3", "--design", "splitwise-custom", "--prompt-machine-types", "dgx-h100",
+               "--token-machine-types", "dgx-a100", "--duration", "10", "--no-verify", "--trials", "2", "--json")
+    _assert_rescored_equal(cli, tmp_path, text, ("splitwise-custom",))
+    for family, token_machines, share in (("baseline-custom", 0, 0.0), ("splitwiser-custom", 0, 0.5)):
+        d = design_from_json({"family": family, "prompt_machines": 2, "token_machines": token_machines,
+                              "prompt_machine": "dgx-a100", "token_machine": "dgx-a100", "prompt_power_cap": 0.8,
+                              "token_power_cap": 0.8, "prompt_tp": 4, "token_tp": 4,
+                              "prompt_batch_cap_tokens": 2048, "mps_prefill_share": share})
+        assert d.family == family and not d.split
+
+
 def test_from_result_refuses_conflicting_flags_and_unknown_families(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"question": {"workload": "coding"}, "best": [], "winner": None}))
