@@ -38,6 +38,22 @@ def _ctx(perf, inv, workload="coding", rps=4.0, duration=30.0, kv_bits=16):
     return make_context(inv, perf.llm("llama-30b"), perf, trace, kv_bits=kv_bits)
 
 
+def test_a_latency_profile_leaves_the_plan_and_its_slo_references_on_the_roofline(perf, tmp_path):
+    """The plan's groups ran on the roofline while the SLO references (the best node alone)
+    were read off the profile: `provision cloud --latency-profile` mixed two models."""
+    from perfmodels import load_profile_model
+    profile = load_profile_model(Path(__file__).parents[1] / "perfmodels" / "data" / "llama2-70b_dgx.csv")
+    path = tmp_path / "a100.toml"
+    path.write_text('name = "a100"\n[network]\ninter_node_gbps = 100\n[[nodes]]\ngpu = "a100-80gb"\ngpus = 4\n'
+                    'count = 2\n', encoding="utf-8")
+    inv = load_inventory(path, perf.catalog)
+    trace = TraceGenerator("coding", 20.0, 0, arrival="poisson", rps=2.0).at(2.0)
+    assert profile.table("llama2-70b", "a100-80gb", 4) is not None   # measured: the profile would differ
+    roofline, measured = (make_context(inv, p.llm("llama2-70b"), p, trace).ref for p in (perf, profile))
+    for a, b in zip(roofline, measured):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_shipped_inventory_matches_thunderserve(perf):
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     assert inv.n_gpus == 32   # TS: 2x 4xA6000, 2x 4xA5000, 1x 8xA40, 2x 4x3090Ti

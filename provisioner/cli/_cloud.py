@@ -100,8 +100,8 @@ def cloud_command(
     from ..cloud import COMPARISON_CHUNK_TOKENS, load_inventory, plan_cloud
     perf = load_latency_model(latency_profile, latency_interp)
     if perf is not None:
-        typer.echo("warning: --latency-profile: cloud replicas use the roofline (a measured table is per "
-                   "whole replica; mixed-GPU pipeline groups have none)", err=True)
+        typer.echo("warning: --latency-profile: cloud plans use the roofline, their SLO references too (a "
+                   "measured table is per whole replica; mixed-GPU pipeline groups have none)", err=True)
     perf = perf or LatencyModel()
     inv = load_inventory(inventory, perf.catalog)
     if inter_node_gbps is not None:
