@@ -127,16 +127,25 @@ def check_swap_space(swap_space_gb) -> float:
     return value
 
 
-def scheduler_applies_to(scheduler: str, family: str) -> bool:
-    """Whether a family's designs can run under the scheduler (a search's default families)."""
+def scheduler_applies_to(scheduler: str, family: str, preemption: str = "recompute") -> bool:
+    """Whether a family's designs can run under the scheduler and preemption mode (a
+    search's default families): swap preemption is modelled on the baselines only."""
+    if preemption == "swap" and not family.startswith("baseline-"):
+        return False
     return scheduler != SPLITWISESIM or not family.startswith("splitwiser")
 
 
-def refuse_scheduler_families(scheduler: str, families) -> None:
-    """A search under `splitwisesim` cannot take a Splitwiser family (one line naming the
-    parameters, `params`: the CLI says --scheduler and --design, a sweep spec its keys)."""
+def refuse_scheduler_families(scheduler: str, families, preemption: str = "recompute") -> None:
+    """A search under `splitwisesim` cannot take a Splitwiser family, nor one with swap
+    preemption a family other than a baseline (one line naming the parameters, `params`:
+    the CLI says its flags and --design, a sweep spec its keys)."""
     bad = [f for f in families if not scheduler_applies_to(scheduler, f)]
     if bad:
         raise ProvisionerError(f"scheduler splitwisesim applies to the baseline and splitwise designs "
                                f"(SplitwiseSim has no co-located Splitwiser): drop {bad[0]} from families",
                                params=("scheduler", "families"))
+    bad = [f for f in families if not scheduler_applies_to(DEFAULT_SCHEDULER, f, preemption)]
+    if bad:   # was found when the family's first design ran (a sweep's other questions done)
+        raise ProvisionerError(f"preemption swap is modelled on the baselines (one pool of vLLM instances), not "
+                               f"{bad[0]}: drop it from families, or use preemption recompute",
+                               params=("preemption", "families"))

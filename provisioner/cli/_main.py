@@ -105,8 +105,8 @@ def main_command(
     from ..search import ProvisionRequest, provision
 
     families = tuple(design) if design else None
-    if families is None and scheduler != DEFAULT_SCHEDULER:   # the families it applies to
-        families = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))
+    if families is None and (scheduler, preemption) != (DEFAULT_SCHEDULER, "recompute"):   # those they apply to
+        families = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f, preemption))
     ptypes = _names(prompt_machine_types, "--prompt-machine-types")
     ttypes = _names(token_machine_types, "--token-machine-types")
     for flag, flag_given in (("--mps-prefill-share", mps_prefill_share is not None),

@@ -175,8 +175,8 @@ class ProvisionRequest:
             if f not in CUSTOM_FAMILIES:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
-        refuse_scheduler_families(self.scheduler, fams)
         check_preemption(self.preemption, self.scheduler)
+        refuse_scheduler_families(self.scheduler, fams, self.preemption)
         lo, hi = self.power_cap_range
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",

@@ -194,7 +194,8 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict, origin: tup
     """The grid's questions; origin: (the settings given as parameters, the spec's keys)."""
     goals = grid.get("goals", ["cost"])
     scheduler = settings.get("scheduler", DEFAULT_SCHEDULER)
-    default = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f))   # the families it applies to
+    preemption = settings.get("preemption", "recompute")
+    default = tuple(f for f in FAMILIES if scheduler_applies_to(scheduler, f, preemption))   # those they apply to
     families = tuple(grid.get("families", default))
     _refuse_idle_keys(path, goals, grid, settings)
     _check_names(path, "families", families, family_spec)
