@@ -194,6 +194,23 @@ def design_from_json(obj: dict):
     return d
 
 
+def preemption_from_question(q: dict) -> tuple[str, float]:
+    """(preemption, swap_space_gb) of a result's question: how its on-demand scheduler
+    preempted (recompute and vLLM's default swap space when the question does not say)."""
+    from .errors import ProvisionerError
+    from .schedulers import DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, check_swap_space
+
+    preemption = q.get("preemption", "recompute")
+    if preemption not in PREEMPTION_MODES:
+        raise ProvisionerError(f"result JSON key 'question.preemption' must be one of {', '.join(PREEMPTION_MODES)} "
+                               f"(got {preemption!r}); give the output of `provision --json`")
+    swap_space_gb = q.get("swap_space_gb", DEFAULT_SWAP_SPACE_GB)
+    try:
+        return preemption, check_swap_space(swap_space_gb)
+    except ProvisionerError as exc:   # named as the file's key, not as a flag
+        raise ProvisionerError(f"result JSON key 'question.{exc}; give the output of `provision --json`") from None
+
+
 def slo_from_question(q: dict):
     """The effective SLO of a result's question: `slo` limits times `slo_scale`."""
     from .errors import ProvisionerError

@@ -94,6 +94,26 @@ def test_a_custom_familys_answer_is_reproduced(cli, tmp_path):
         assert d.family == family and not d.split
 
 
+def test_a_swap_answer_is_rescored_with_swap(cli, tmp_path, capsys):
+    """Was re-scored with recompute preemption (the flag's default), not the question's swap."""
+    text = cli("--goal", "cost", "--rps", "12", "--workload", "conversation", "--design", "baseline-h100",
+               "--scheduler", "jsq", "--preemption", "swap", "--swap-space-gb", "1", "--duration", "20", "--no-verify",
+               "--json")
+    result = json.loads(text)
+    result["best"][0]["design"]["prompt_machines"] = 2   # an overloaded design: it preempts
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result))
+    again = json.loads(cli("simulate", "--from-result", path, "--json"))
+    assert again["preemption"] == "swap" and again["swap_space_gb"] == 1.0 and again["scheduler_stats"]["swaps"] > 0
+    direct = json.loads(cli("simulate", "--design", "baseline-h100", "--machines", "2", "--workload", "conversation",
+                            "--rps", "12", "--duration", "20", "--scheduler", "jsq", "--preemption", "swap",
+                            "--swap-space-gb", "1", "--json"))
+    assert again["ttft_ms"] == direct["ttft_ms"] and again["e2e_ms"] == direct["e2e_ms"]
+    from provisioner.cli import run
+    assert run(["simulate", "--from-result", str(path), "--preemption", "recompute"]) == 2
+    assert capsys.readouterr().err.strip().endswith("drop --preemption")
+
+
 def test_from_result_refuses_conflicting_flags_and_unknown_families(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"question": {"workload": "coding"}, "best": [], "winner": None}))

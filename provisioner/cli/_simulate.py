@@ -27,7 +27,7 @@ DEFAULT_RPS = 70.0
 # Flags that describe the design or the trace: --from-result takes them from the result.
 QUESTION_FLAGS = ("design", "prompt_machines", "token_machines", "machines", "workload", "rps", "model", "duration",
                   "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale", "prefill_chunk_tokens",
-                  "mps_prefill_share", "duplicate_weights", "scheduler")
+                  "mps_prefill_share", "duplicate_weights", "scheduler", "preemption", "swap_space_gb")
 
 
 def simulate_command(
@@ -82,9 +82,10 @@ def simulate_command(
         if given:
             flag = "--" + given[0].replace("_", "-")
             raise ProvisionerError(f"--from-result takes the design and the trace from the result; drop {flag}")
-        from ..results import rescoring_question
+        from ..results import preemption_from_question, rescoring_question
         result = _read_result(from_result)
         d, traces, rps, model, slo = rescoring_question(result, family)
+        preemption, swap_space_gb = preemption_from_question(result["question"])   # swap answers re-scored as swap
         workload = traces.to_json()["workload"]
         if latency_profile is None:
             latency_profile, latency_interp = recorded_profile(result, latency_interp)
