@@ -91,6 +91,7 @@ def load_curves(result: dict, *, perf=None, load_factors=LOAD_FACTORS,
     fluid engine. Long table: family, design, load_factor, rps, metric (ttft, tbt,
     e2e), percentile (p50, p90, p99), latency_ms, slowdown, slo_limit, slo_met.
     """
+    from provisioner.results import preemption_from_question
     from provisioner.sim import simulate
 
     designs = winner_designs(result)
@@ -105,12 +106,14 @@ def load_curves(result: dict, *, perf=None, load_factors=LOAD_FACTORS,
     asked_s = num(q.get("duration_s"))
     duration = min(duration_s, asked_s) if math.isfinite(asked_s) and asked_s > 0 else duration_s
     batch = DesignBatch.from_designs(designs)
+    preemption, swap_space_gb = preemption_from_question(q)   # a swap answer's curves preempt by swap
     rows = []
     for factor in load_factors:
         rps = float(factor) * base
         trace = question_trace(result, rps=rps, duration_s=duration)
         on_demand = any(d.scheduler != DEFAULT_SCHEDULER for d in designs)   # jsq, llumnix: the DES only
-        table = simulate(batch, trace, q["model"], engine="des" if on_demand else "fluid", slo=slo, perf=perf)
+        table = simulate(batch, trace, q["model"], engine="des" if on_demand else "fluid", slo=slo, perf=perf,
+                         preemption=preemption, swap_space_gb=swap_space_gb)
         for k, (_, r) in enumerate(table.iterrows()):
             for i, m in enumerate(METRICS):
                 for j, p in enumerate(PERCENTILES):

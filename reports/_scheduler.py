@@ -18,6 +18,7 @@ PANELS = (("preemptions", "preemptions (cumulative)", 1.0), ("migrations", "migr
 def scheduler_timelines(result: dict, perf=None) -> dict:
     """The timeline of every feasible answer under an on-demand scheduler, re-run by the
     discrete-event engine on the question's trace: {"family (scheduler)": (k, 6) array}."""
+    from provisioner.results import preemption_from_question
     from provisioner.schedulers import DEFAULT_SCHEDULER
     from provisioner.sim import simulate
 
@@ -28,8 +29,9 @@ def scheduler_timelines(result: dict, perf=None) -> dict:
         return {}
     trace = question_trace(result)
     timelines: list = []
+    preemption, swap_space_gb = preemption_from_question(result["question"])
     simulate(designs, trace, result["question"]["model"], engine="des", slo=slo_of(result), perf=perf,
-             timelines=timelines)
+             timelines=timelines, preemption=preemption, swap_space_gb=swap_space_gb)
     return {f"{d.family} ({d.scheduler})": t for d, t in zip(designs, timelines)}
 
 

@@ -460,3 +460,24 @@ def test_report_of_a_real_search_result(searched, tmp_path):
     out = write_report(searched, tmp_path / "search.html")
     assert out.stat().st_size < MAX_REPORT_BYTES
     assert len(re.findall(r'class="chart" data-chart=', out.read_text())) == 2 + 5
+
+
+def test_the_curves_of_a_swap_answer_preempt_by_swap():
+    """The latency-vs-load curves re-ran a swap answer with recompute preemption (the default)."""
+    from provisioner import make_design
+    from provisioner.search import ProvisionRequest, provision
+    from reports import load_curves
+    from workloads import TraceGenerator
+
+    req = ProvisionRequest(goal="cost", rps=12, workload="conversation", families=("baseline-h100",),
+                           duration_s=20, scheduler="jsq", preemption="swap", swap_space_gb=1.0, verify=False)
+    result = json.loads(json.dumps(provision(req).to_json()))
+    for answer in (result["best"][0], result["winner"]):
+        answer["design"]["prompt_machines"] = 2   # overloaded: it preempts
+    at1 = load_curves(result, load_factors=(1.0,)).set_index(["metric", "percentile"]).latency_ms
+    design = make_design("baseline-h100", machines=2, scheduler="jsq")
+    for preemption, same in (("swap", True), ("recompute", False)):
+        trace = TraceGenerator.from_json(result["question"]).at(12.0)
+        row = simulate(design, trace, "bloom-176b", engine="des", preemption=preemption,
+                       swap_space_gb=1.0).iloc[0]
+        assert (at1["ttft", "p99"] == row["ttft_p99_s"] * 1e3) == same, preemption
