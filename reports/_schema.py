@@ -61,8 +61,23 @@ SLO_SPEC = {"met": ((BOOL, NULL), False), "binding": ((STR, NULL), False), "slow
             "margin": ((DICT, NULL), False)}
 
 
+# What the other commands print with --json (keys only they have), and the page each draws itself.
+OTHER_OUTPUTS = ((("inventory", "replicas"), "provision cloud",
+                  "draw it with `provision cloud ... --report PATH.html`"),
+                 (("static", "autoscaled"), "provision autoscale",
+                  "draw it with `provision autoscale ... --report PATH.html`"),
+                 (("design", "ttft_ms"), "provision simulate",
+                  "one design's score has no design space to draw; save `provision --goal ... --json` instead"))
+
+
 def validate_result(result: dict) -> None:
-    """Raise a one-line `ProvisionerError` naming the first missing or mistyped key."""
+    """Raise a one-line `ProvisionerError` naming the first missing or mistyped key (or the
+    command whose answer the file is, when another command wrote it)."""
+    if "best" not in result:   # `provision cloud --json` has a goal too
+        for keys, command, fix in OTHER_OUTPUTS:
+            if all(k in result for k in keys):
+                raise ProvisionerError(f"this is the answer of `{command} --json`, not a provisioning result "
+                                       f"(`provision --goal ... --json`, {SCHEMA_DOC}); {fix}")
     for key in ("goal", "constraint", "question", "best", "winner", "evaluated"):
         if key not in result:
             raise ProvisionerError(f"result JSON lacks key '{key}' (see {SCHEMA_DOC})")

@@ -415,6 +415,11 @@ def test_cli_report_writes_the_file_and_refuses_overwrite(tmp_path, capsys, monk
     ("{not json", "is not valid JSON (line 1, column 2"),
     ('{"goal": "cost"}', "lacks key 'constraint'"),
     ('[1, 2]', "must be a JSON object"),
+    # another command's answer: which one, and the page it draws itself (was: "lacks key 'constraint'")
+    ('{"goal": "rps", "inventory": "thunderserve-32gpu", "replicas": []}',
+     "answer of `provision cloud --json`, not a provisioning result"),
+    ('{"static": {}, "autoscaled": {}}', "draw it with `provision autoscale ... --report PATH.html`"),
+    ('{"design": {}, "ttft_ms": {}}', "answer of `provision simulate --json`"),
 ])
 def test_cli_report_bad_input_is_one_line(tmp_path, capsys, content, message):
     src = tmp_path / "bad.json"
