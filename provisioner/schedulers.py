@@ -132,14 +132,18 @@ def scheduler_applies_to(scheduler: str, family: str, preemption: str = "recompu
     search's default families): swap preemption is modelled on the baselines only."""
     if preemption == "swap" and not family.startswith("baseline-"):
         return False
-    return scheduler != SPLITWISESIM or not family.startswith("splitwiser")
+    # SplitwiseSim has no co-located Splitwiser and prefills whole prompts (no *-chunked family)
+    return scheduler != SPLITWISESIM or not (family.startswith("splitwiser") or family.endswith("-chunked"))
 
 
 def refuse_scheduler_families(scheduler: str, families, preemption: str = "recompute") -> None:
-    """A search under `splitwisesim` cannot take a Splitwiser family, nor one with swap
+    """A search under `splitwisesim` cannot take a Splitwiser or chunked family, nor one with swap
     preemption a family other than a baseline (one line naming the parameters, `params`:
     the CLI says its flags and --design, a sweep spec its keys)."""
     bad = [f for f in families if not scheduler_applies_to(scheduler, f)]
+    if bad and bad[0].endswith("-chunked"):   # was found when its first design ran, naming --prefill-chunk-tokens
+        raise ProvisionerError(f"scheduler splitwisesim prefills whole prompts (SplitwiseSim has no chunked "
+                               f"prefill): drop {bad[0]} from families", params=("scheduler", "families"))
     if bad:
         raise ProvisionerError(f"scheduler splitwisesim applies to the baseline and splitwise designs "
                                f"(SplitwiseSim has no co-located Splitwiser): drop {bad[0]} from families",

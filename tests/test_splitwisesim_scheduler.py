@@ -157,3 +157,25 @@ def test_the_default_scheduler_results_are_unchanged():
     _, ours = _replay(bench, "L_hh_code70_12p3t", "profile")
     for m in bench.METRICS:
         np.testing.assert_allclose(ours[m], cached[m], rtol=1e-12, err_msg=m)
+
+
+def test_chunked_families_are_left_out_by_default_and_refused_up_front(tmp_path, capsys):
+    """`provision --scheduler splitwisesim` (no --design) failed with 'drop --prefill-chunk-tokens',
+    a flag never given: the default families included baseline-*-chunked."""
+    from provisioner.cli import run
+    from provisioner.search import ProvisionRequest
+    from provisioner.sweep import load_sweep_spec
+
+    assert run(["--goal", "cost", "--rps", "2", "--model", "llama2-70b", "--duration", "10", "--no-verify",
+                "--scheduler", "splitwisesim", "--json"]) == 0
+    families = json.loads(capsys.readouterr().out)["question"]["families"]
+    assert families and not any(f.endswith("-chunked") or f.startswith("splitwiser") for f in families)
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('rps = [2]\nscheduler = "splitwisesim"\n')
+    assert list(load_sweep_spec(spec).questions[0].request.families) == families
+    with pytest.raises(ProvisionerError) as error:
+        ProvisionRequest(goal="cost", rps=2.0, families=("baseline-a100-chunked",), scheduler="splitwisesim")
+    assert "prefills whole prompts" in str(error.value) and error.value.params == ("scheduler", "families")
+    assert run(["--goal", "cost", "--rps", "2", "--design", "baseline-h100-chunked", "--scheduler",
+                "splitwisesim"]) == 2
+    assert "drop baseline-h100-chunked from --design" in capsys.readouterr().err
