@@ -241,7 +241,7 @@ def check_design(d: Design) -> None:
         if given and not colocated_family:
             raise ProvisionerError(f"{name} applies to the splitwiser families only (not {d.family})",
                                    params=(name,))
-    check_scheduler_family(d.scheduler, d.family, d.colocated)   # SEMANTICS.md, "Schedulers"
+    check_scheduler_family(d.scheduler, d.family, d.colocated, d.prefill_chunk_tokens)   # SEMANTICS.md, "Schedulers"
     for name in ("prompt_tp", "token_tp"):
         if getattr(d, name) not in (1, 2, 4, 8):
             raise ProvisionerError(f"{name} must be 1, 2, 4 or 8 (got {getattr(d, name)})", params=(name,))

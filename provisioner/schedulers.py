@@ -88,13 +88,19 @@ def scheduler_code(name: str) -> int:
     return SCHEDULERS.index(name)
 
 
-def check_scheduler_family(scheduler: str, family: str, colocated: bool) -> None:
+def check_scheduler_family(scheduler: str, family: str, colocated: bool, prefill_chunk_tokens: int = 0) -> None:
     """Every policy applies to every family but `splitwisesim`, which replays SplitwiseSim's
-    baselines and Splitwise pools (it has no co-located Splitwiser)."""
+    baselines and Splitwise pools (it has no co-located Splitwiser, and prefills whole prompts)."""
     scheduler_code(scheduler)
     if scheduler == SPLITWISESIM and colocated:
         raise ProvisionerError(f"scheduler splitwisesim applies to the baseline and splitwise families "
                                f"(SplitwiseSim has no co-located Splitwiser), not {family}", params=("scheduler",))
+    if scheduler == SPLITWISESIM and prefill_chunk_tokens > 0:   # was found in the engine, naming a flag never given
+        fix = (f"use {family.removesuffix('-chunked')}" if family.endswith("-chunked")
+               else "drop prefill_chunk_tokens")
+        raise ProvisionerError(f"scheduler splitwisesim prefills whole prompts (SplitwiseSim has no chunked "
+                               f"prefill), and {family} chunks them here: {fix}",
+                               params=("scheduler", "prefill_chunk_tokens"))
 
 
 def check_preemption(preemption: str, scheduler: str) -> None:

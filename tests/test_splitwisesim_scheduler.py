@@ -179,3 +179,19 @@ def test_chunked_families_are_left_out_by_default_and_refused_up_front(tmp_path,
     assert run(["--goal", "cost", "--rps", "2", "--design", "baseline-h100-chunked", "--scheduler",
                 "splitwisesim"]) == 2
     assert "drop baseline-h100-chunked from --design" in capsys.readouterr().err
+
+
+def test_a_chunked_design_under_splitwisesim_is_refused_naming_the_family(capsys):
+    """simulate/autoscale --design baseline-h100-chunked --scheduler splitwisesim said 'drop
+    --prefill-chunk-tokens', a flag never given (autoscale has none)."""
+    from provisioner.cli import run
+
+    with pytest.raises(ProvisionerError, match="baseline-a100-chunked chunks them here: use baseline-a100"):
+        make_design("baseline-a100-chunked", machines=2, scheduler="splitwisesim")
+    assert run(["autoscale", "--profile", "diurnal", "--rps", "2", "--duration", "900", "--design",
+                "baseline-h100-chunked", "--scheduler", "splitwisesim"]) == 2
+    assert capsys.readouterr().err.strip().endswith("chunks them here: use baseline-h100")
+    assert run(["simulate", "--design", "baseline-h100", "--machines", "2", "--scheduler", "splitwisesim",
+                "--prefill-chunk-tokens", "256"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --scheduler splitwisesim") and err.strip().endswith("drop --prefill-chunk-tokens")
