@@ -186,12 +186,9 @@ class RoutingLP:
         class's requests or None, the links they cross) that cross it}: `link_limits` of the
         LP's arcs, and of the proportional routing's pairs (`_proportional_bound`)."""
         out: dict = {}
-        senders: dict = {}   # link -> `_senders`: a few links, crossed by many pairs
         for i, j, among, links in crossings:
             for link in links:
-                if link not in senders:
-                    senders[link] = _senders(pg, link)
-                out[link] = min(out.get(link, 1.0), self.network_limit(pg[i], dg[j], senders[link], among))
+                out[link] = min(out.get(link, 1.0), self.network_limit(pg[i], dg[j], _senders(pg, link), among))
         return out
 
 
