@@ -15,6 +15,10 @@ Public surface:
 - `write_cloud_report(answer, path)`, `build_cloud_html`, `cloud_figures`, `cloud_flow`: a
   cloud plan (`provision cloud --report`) drawn as nodes -> replicas -> routed shares, its
   plan tables, and with `--without` the re-plan comparison (chart and table).
+- `write_autoscale_report(answer, path)`, `build_autoscale_html`: an autoscaling day
+  (`provision autoscale --report`): the scaling signal and the machines over the day.
+- `write_command_page(answer, path)`: the page of a saved `provision cloud --json` or
+  `provision autoscale --json` answer (`provision report` on it); `answer_kind` tells them.
 - `perf_plot_data(report)`, `perf_figure(data)`: the latency model against its
   calibration measurements (`provision perf plot`), as a table and a figure.
 
@@ -27,12 +31,16 @@ from pathlib import Path
 
 from provisioner.files import check_output_path, write_output
 
+from provisioner.errors import ProvisionerError
+
+from ._autoscale import build_autoscale_html, write_autoscale_report
 from ._cloud import build_cloud_html, cloud_figures, cloud_flow, write_cloud_report
 from ._base import CHECK_NAMES, LOAD_FACTORS, evaluated_frame
 from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
 from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
 from ._perf import PANELS, perf_figure, perf_plot_data, profile_curves
+from ._schema import answer_kind
 from ._scheduler import build_scheduler_html, scheduler_timeline_figure
 from ._sweep import build_sweep_html, sweep_figures, write_sweep_report
 
@@ -41,7 +49,10 @@ __all__ = ["build_report_html", "write_report", "report_data", "ReportData", "pe
            "load_curves", "latency_model_curves", "token_cdfs", "CHECK_NAMES", "LOAD_FACTORS",
            "build_sweep_html", "sweep_figures", "write_sweep_report",
            "build_cloud_html", "cloud_figures", "cloud_flow", "write_cloud_report", "build_scheduler_html",
-           "scheduler_timeline_figure"]
+           "scheduler_timeline_figure", "build_autoscale_html", "write_autoscale_report", "write_command_page",
+           "answer_kind"]
+
+_COMMAND_PAGES = {"cloud": write_cloud_report, "autoscale": write_autoscale_report}
 
 
 def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:
@@ -68,3 +79,26 @@ def write_report(result, path, *, force: bool = False, perf=None, baseline: str 
     check_output_path(path, flag="path", force=force, inputs=inputs, parents=True)
     html = build_report_html(result, perf=perf, baseline=baseline)
     return write_output(path, html, flag="path", force=force, inputs=inputs, parents=True)
+
+
+def write_command_page(answer: dict, path, *, force: bool = False, flag: str = "path", inputs=()) -> Path:
+    """Write the page `provision cloud --report` or `provision autoscale --report` draws, from
+    that command's saved `--json` answer (`answer_kind`), atomically; refuses an existing
+    file unless `force`. A file that lacks what the page reads (edited by hand, cut short)
+    is one `ProvisionerError` line naming what is wrong, never a traceback."""
+    kind = answer_kind(answer)
+    if kind not in _COMMAND_PAGES:   # a provisioning result: `write_report`
+        raise ProvisionerError("not an answer of `provision cloud --json` or `provision autoscale --json` (a "
+                               "provisioning result is drawn by reports.write_report)")
+    try:
+        return _COMMAND_PAGES[kind](answer, path, force=force, flag=flag, inputs=inputs)
+    except ProvisionerError:
+        raise
+    except KeyError as exc:
+        raise ProvisionerError(f"this answer of `provision {kind} --json` lacks key {exc} the page reads; save it "
+                               f"again with `provision {kind} ... --json`") from None
+    except (TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as exc:
+        what = (str(exc).splitlines() or [""])[0][:120]
+        raise ProvisionerError(f"this answer of `provision {kind} --json` holds a value the page cannot draw "
+                               f"({type(exc).__name__}: {what}); save it again with `provision {kind} ... "
+                               f"--json`") from None

@@ -211,7 +211,7 @@ def _table(reps: list) -> str:
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
-def write_cloud_report(answer: dict, path, *, force: bool = False):
+def write_cloud_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):
     """Write the page atomically (refusing an existing file unless `force`)."""
-    check_output_path(path, flag="--report", force=force)
-    return write_output(path, build_cloud_html(answer), flag="--report", force=force)
+    check_output_path(path, flag=flag, force=force, inputs=inputs)
+    return write_output(path, build_cloud_html(answer), flag=flag, force=force, inputs=inputs)

@@ -63,11 +63,20 @@ SLO_SPEC = {"met": ((BOOL, NULL), False), "binding": ((STR, NULL), False), "slow
 
 # What the other commands print with --json (keys only they have), and the page each draws itself.
 OTHER_OUTPUTS = ((("inventory", "replicas"), "provision cloud",
-                  "draw it with `provision cloud ... --report PATH.html`"),
+                  "`provision report` draws it, as `provision cloud --report` does (reports.write_cloud_report)"),
                  (("static", "autoscaled"), "provision autoscale",
-                  "draw it with `provision autoscale ... --report PATH.html`"),
+                  "`provision report` draws it, as `provision autoscale --report` does "
+                  "(reports.write_autoscale_report)"),
                  (("design", "ttft_ms"), "provision simulate",
                   "one design's score has no design space to draw; save `provision --goal ... --json` instead"))
+
+
+def answer_kind(answer) -> str | None:
+    """Which command's `--json` a loaded answer is: "cloud", "autoscale", "simulate" (by the
+    keys only it has), or None (a provisioning result, or not an answer at all)."""
+    if not isinstance(answer, dict) or "best" in answer:
+        return None
+    return next((command.split()[-1] for keys, command, _ in OTHER_OUTPUTS if all(k in answer for k in keys)), None)
 
 
 def validate_result(result: dict) -> None:

@@ -135,6 +135,11 @@ def test_cli_json_keeps_the_contract(tmp_path):
         assert isinstance(obj[side]["slo"]["met"], bool) and "p99" in obj[side]["slo"]["slowdown"]["ttft"]
     assert obj["autoscaled"]["machine_hours"] == pytest.approx(2 + 2 * 1500 / 3600)
     assert obj["saving_pct"] == pytest.approx(100 * (1 - obj["autoscaled"]["cost_usd"] / obj["static"]["cost_usd"]))
+    # saved, it is drawn later as --report draws it
+    saved, page = tmp_path / "day.json", tmp_path / "day.html"
+    saved.write_text(res.stdout)
+    drawn = runner.invoke(get_app(), ["report", str(saved), "--out", str(page)])
+    assert drawn.exit_code == 0 and "Autoscaling baseline-a100" in page.read_text(), drawn.output
 
 
 def test_a_profile_shorter_than_a_decision_interval_starts_what_one_interval_needs(tmp_path):

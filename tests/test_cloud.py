@@ -505,11 +505,12 @@ def test_the_des_rescoring_picks_what_a_full_bisection_of_every_finalist_picks(p
     assert len(runs) - in_full < in_full
 
 
-def test_cli_json_contract():
+def test_cli_json_contract(tmp_path):
     res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding",
                                          "--rps", "3", "--duration", "30", "--inter-node-gbps", "20", "--json"])
     assert res.exit_code == 0, res.output
     obj = json.loads(res.output)
+    _saved_answer_is_drawn_as_its_report(res.output, tmp_path)
     assert obj["inter_node_gbps"] == 20 and obj["model"] == "llama-30b"
     assert {"replicas", "throughput_rps", "slo_attainment", "elapsed_s"} <= set(obj)
     assert obj["elapsed_s"] > 0   # its speed goal (10 s) is measured by benchmarks/cloud.py, not asserted here
@@ -522,6 +523,28 @@ def test_cli_json_contract():
     assert obj["throughput_rps"] <= obj["upper_bound_rps"] * (1 + 1e-9)
     # coding is prefill-heavy (TS Table 3): more prefill than decode replicas
     assert phases.count("prefill") > phases.count("decode")
+
+
+def _saved_answer_is_drawn_as_its_report(answer_json: str, tmp_path) -> None:
+    """`provision report` on a saved `cloud --json`: the page `--report` draws. With every
+    string of the answer carrying a script breakout, either no breakout reaches the page or
+    (a phase or GPU name the page looks up) the answer is refused in one line."""
+    from reports import build_cloud_html
+
+    saved, page = tmp_path / "plan.json", tmp_path / "plan.html"
+    saved.write_text(answer_json)
+    assert run(["report", str(saved), "--out", str(page)]) == 0
+    assert page.read_text() == build_cloud_html(json.loads(answer_json))
+    breakout = "</script><script>alert(1)</script>"
+
+    def poison(x):
+        if isinstance(x, dict):
+            return {k: poison(v) for k, v in x.items()}
+        return [poison(v) for v in x] if isinstance(x, list) else (x + breakout if isinstance(x, str) else x)
+
+    saved.write_text(json.dumps(poison(json.loads(answer_json))))
+    code = run(["report", str(saved), "--out", str(page), "--force"])
+    assert code in (0, 2) and "<script>alert(1)" not in page.read_text()
 
 
 ONE_NODE = """[network]

@@ -415,10 +415,14 @@ def test_cli_report_writes_the_file_and_refuses_overwrite(tmp_path, capsys, monk
     ("{not json", "is not valid JSON (line 1, column 2"),
     ('{"goal": "cost"}', "lacks key 'constraint'"),
     ('[1, 2]', "must be a JSON object"),
-    # another command's answer: which one, and the page it draws itself (was: "lacks key 'constraint'")
+    # another command's answer: which one (was: "lacks key 'constraint'"); cloud and autoscale
+    # answers are drawn as their --report draws them, so a cut or mistyped one says what is wrong
     ('{"goal": "rps", "inventory": "thunderserve-32gpu", "replicas": []}',
-     "answer of `provision cloud --json`, not a provisioning result"),
-    ('{"static": {}, "autoscaled": {}}', "draw it with `provision autoscale ... --report PATH.html`"),
+     "this answer of `provision cloud --json` lacks key 'slo_attainment' the page reads"),
+    ('{"static": {}, "autoscaled": {}}', "this answer of `provision autoscale --json` lacks key 'timeline'"),
+    ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": "a day", "family": "f", '
+     '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
+     "holds a value the page cannot draw (TypeError"),
     ('{"design": {}, "ttft_ms": {}}', "answer of `provision simulate --json`"),
 ])
 def test_cli_report_bad_input_is_one_line(tmp_path, capsys, content, message):

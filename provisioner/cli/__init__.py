@@ -41,7 +41,8 @@ def _register() -> None:
     app.add_typer(_perf.app, name="perf", help="Latency models: predict, calibrate, plot.")
     app.command("catalog", help="List the GPUs, machines and models of the catalog.")(_catalog.catalog_command)
     app.command("simulate", help="Score one cluster design against a workload.")(_simulate.simulate_command)
-    app.command("report", help="Render a saved provisioning result (JSON) as an HTML report.")(_report.report_command)
+    app.command("report", help="Render a saved result (the JSON of provision, cloud or autoscale) as an HTML "
+                                "report.")(_report.report_command)
     app.command("sweep", help="Answer a grid of questions (TOML spec); write a table and an HTML summary.")(
         _sweep.sweep_command)
     app.command("autoscale", help="A cluster sized for the peak against one that scales in and out over a "

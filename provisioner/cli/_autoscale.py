@@ -263,27 +263,9 @@ def _thresholds_line(policy: dict, metric: str) -> str:
     return line
 
 
-_METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
-                  "freeness": ("freeness_steps", "cluster freeness (decode steps)"),
-                  "queue": ("requests_per_machine", "requests queued or in service per machine")}
-
-
 def _write_report(path: Path, obj: dict, inputs: tuple = ()) -> None:
-    """Rate and machines over time, one self-contained HTML page (plotly, loaded lazily)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    """Rate and machines over time, one self-contained HTML page (`reports.write_autoscale_report`)."""
+    from reports import write_autoscale_report
 
-    tl = obj["timeline"]
-    hours = [t / 3600.0 for t in tl["time_s"]]
-    metric, title = _METRIC_TITLES[obj["scale_on"]]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=(title, "machines (serving or loading)"))
-    fig.add_trace(go.Scatter(x=hours, y=tl[metric], name=title), row=1, col=1)
-    fig.add_trace(go.Scatter(x=hours, y=tl["machines"], name="autoscaled", line_shape="hv"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=[0, obj["duration_s"] / 3600.0], y=[obj["static"]["machines"]] * 2,
-                             name="static (peak)", line_dash="dash"), row=2, col=1)
-    fig.update_xaxes(title_text="hour", row=2, col=1)
-    fig.update_layout(title=f"Autoscaling {obj['family']}: saves {obj['saving_pct']:.1f}% of the cost")
-    from ..files import write_output   # atomically; the path was checked before the run (--force)
-    write_output(path, fig.to_html(include_plotlyjs=True, full_html=True), flag="--report", force=True,
-                 inputs=inputs)
+    write_autoscale_report(obj, path, force=True, inputs=inputs)   # the path was checked before the run (--force)
     typer.echo(f"wrote {path}", err=True)

@@ -1,4 +1,5 @@
-"""`provision report`: render a saved provisioning result (JSON) as one HTML file."""
+"""`provision report`: render a saved result (the JSON of `provision`, `provision cloud` or
+`provision autoscale`) as one HTML file."""
 
 from __future__ import annotations
 
@@ -14,17 +15,25 @@ from ._common import load_latency_model, recorded_profile
 
 def report_command(
     result_json: Path = typer.Argument(..., help="A result saved from `provision ... --json` "
-                                                  "(keys: provisioner/RESULT_SCHEMA.md)."),
+                                                  "(keys: provisioner/RESULT_SCHEMA.md), or an answer of "
+                                                  "`provision cloud --json` or `provision autoscale --json`."),
     out: Path = typer.Option(..., "--out", readable=False,
                              help="The HTML file to write (self-contained, works offline)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
     baseline: str = typer.Option(None, "--baseline",
                                  help="Family the summary bars are normalized to (default baseline-h100)."),
 ) -> None:
-    from reports import write_report
+    from reports import answer_kind, write_command_page, write_report
 
     check_output_path(out, flag="--out", force=force, force_hint="--force", inputs=(result_json,))
     result = load_result(result_json)
+    if answer_kind(result) in ("cloud", "autoscale"):   # the page that command's --report draws
+        if baseline is not None:
+            raise ProvisionerError(f"--baseline normalizes a provisioning result's families; '{result_json}' is "
+                                   f"the answer of `provision {answer_kind(result)} --json`: drop --baseline")
+        path = write_command_page(result, out, force=force, flag="--out", inputs=(result_json,))
+        typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        return
     profile, interp = recorded_profile(result)   # the answer's own latency model, for its curves
     perf = load_latency_model(profile, interp if profile is not None else None,
                               where=f"{result_json}: its latency profile '{profile}'")   # not typed as a flag here

@@ -1,0 +1,38 @@
+"""The page of an autoscaling day (`provision autoscale --report`, and `provision report`
+on its saved JSON): the signal the controller scaled on and the machines over the day,
+beside the static cluster sized for the peak."""
+
+from __future__ import annotations
+
+from provisioner.files import check_output_path, write_output
+
+__all__ = ["build_autoscale_html", "write_autoscale_report"]
+
+# The timeline column each scaling signal is drawn from, and its axis title.
+METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
+                 "freeness": ("freeness_steps", "cluster freeness (decode steps)"),
+                 "queue": ("requests_per_machine", "requests queued or in service per machine")}
+
+
+def build_autoscale_html(answer: dict) -> str:
+    """One self-contained HTML page (plotly.js inlined) of an autoscale answer's JSON."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    tl = answer["timeline"]
+    hours = [t / 3600.0 for t in tl["time_s"]]
+    metric, title = METRIC_TITLES[answer["scale_on"]]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=(title, "machines (serving or loading)"))
+    fig.add_trace(go.Scatter(x=hours, y=tl[metric], name=title), row=1, col=1)
+    fig.add_trace(go.Scatter(x=hours, y=tl["machines"], name="autoscaled", line_shape="hv"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[0, answer["duration_s"] / 3600.0], y=[answer["static"]["machines"]] * 2,
+                             name="static (peak)", line_dash="dash"), row=2, col=1)
+    fig.update_xaxes(title_text="hour", row=2, col=1)
+    fig.update_layout(title=f"Autoscaling {answer['family']}: saves {answer['saving_pct']:.1f}% of the cost")
+    return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def write_autoscale_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):
+    """Write the page atomically (refusing an existing file unless `force`)."""
+    check_output_path(path, flag=flag, force=force, inputs=inputs)
+    return write_output(path, build_autoscale_html(answer), flag=flag, force=force, inputs=inputs)
