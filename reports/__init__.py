@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner.files import check_output_path, write_output
-
 from provisioner.errors import ProvisionerError
+from provisioner.files import check_output_path, write_output
 
 from ._autoscale import build_autoscale_html, write_autoscale_report
 from ._cloud import build_cloud_html, cloud_figures, cloud_flow, write_cloud_report
