@@ -32,7 +32,7 @@ from fidelity import machine_info  # noqa: E402
 
 COMMAND = ["provision", "--goal", "cost", "--rps", "70"]
 TARGETS_S = {"first": 45.0, "second": 15.0}
-COMPILING = "compiling the simulator (first run only)"
+from provisioner.sim import COMPILING_MESSAGE as COMPILING  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "first_run.md"
 
 

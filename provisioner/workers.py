@@ -10,13 +10,14 @@ Ctrl-C; `stop_workers` then ends them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
-           "quiet_resource_tracker", "worker_count", "in_worker_process", "beside"]
+           "quiet_resource_tracker", "worker_count", "in_worker_process", "beside", "signals_held"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -45,6 +46,27 @@ def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
     if executor is None or not hasattr(executor, "submit"):
         return   # not loky (or a joblib that hides it): nothing to start early
     start_executor_deaf_to_ctrl_c(executor)
+
+
+@contextlib.contextmanager
+def signals_held(signums=(signal.SIGINT, signal.SIGTERM)):
+    """Hold Ctrl-C and SIGTERM while the block runs, and deliver them once it is done (in the
+    main thread, whose handlers they are; elsewhere the block just runs). For a step that a
+    KeyboardInterrupt must not cut: numba loading or compiling the simulator, where LLVM
+    calls back into Python and an exception raised inside such a callback is dropped with
+    LLVM half-done (the process then crashed, SIGSEGV: seen in CI, Ctrl-C 3 s into a run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(held):   # each once, in the order they came
+            signal.raise_signal(signum)
 
 
 def stop_workers() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import run
+from provisioner.sim import COMPILING_MESSAGE
 
 PROVISION = str(Path(sys.executable).with_name("provision"))
 GB = 1e9
@@ -304,7 +305,7 @@ def test_a_pipe_whose_reader_left_exits_0_quietly(args):
                            text=True, timeout=120)
     finally:
         os.close(write_end)
-    assert (r.returncode, r.stderr.replace("compiling the simulator (first run only)\n", "")) == (0, "")
+    assert (r.returncode, r.stderr.replace(COMPILING_MESSAGE + "\n", "")) == (0, "")
 
 
 @pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_SETPIPE_SZ"), reason="needs Linux's F_SETPIPE_SZ")

@@ -35,7 +35,7 @@ __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_powe
            "PREEMPTION_MODES", "SCHEDULER_STATS", "refuse_on_demand_in_fluid"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
-COMPILING_MESSAGE = "compiling the simulator (first run only)"
+COMPILING_MESSAGE = "compiling the simulator (first run only; a Ctrl-C takes effect once it is done)"
 
 ENGINES = ("fluid", "des")
 _CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None, LatencyModel],

@@ -41,6 +41,7 @@ from perfmodels import jit_contention, jit_scalar_iteration
 
 from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outside the package)
 from ..errors import ProvisionerError
+from ..workers import signals_held
 from ._des_scalar import kv_link_fifo_s, kv_visible_s
 from ._inputs import EngineOutput, SimInputs
 from ._windows import server_windows
@@ -883,6 +884,7 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
         n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
         overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
         stats, pct, window, drained, plan))
+    _compile_with_signals_held(_run_block, (order, 0, D, *args))
     n_threads = max(1, min(numba.get_num_threads(), D))
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
     if n_threads == 1:
@@ -893,6 +895,16 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
             for future in done:
                 future.result()
     return first, finish, stats, pct
+
+
+def _compile_with_signals_held(kernel, args) -> None:
+    """Load or compile the kernel's specialisation for `args` before it runs, with Ctrl-C
+    and SIGTERM held until that is done (`workers.signals_held`: a KeyboardInterrupt inside
+    one of LLVM's callbacks crashed the process). Once compiled, a call only dispatches."""
+    signature = tuple(numba.typeof(a) for a in args)
+    if signature not in kernel.overloads:
+        with signals_held():
+            kernel.compile(signature)
 
 
 @njit(cache=True, nogil=True)
