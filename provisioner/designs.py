@@ -209,8 +209,7 @@ def check_design(d: Design) -> None:
     # a custom family's machines are the search's choice (not a spec's); its pools are its name's
     split = d.family == CUSTOM_SPLIT if d.family in CUSTOM_FAMILIES else family_spec(d.family).split
     for name in ("prompt_machines", "token_machines"):
-        if isinstance(getattr(d, name), bool) or not isinstance(getattr(d, name), Integral):
-            machine_count(name, getattr(d, name))   # a Design built directly skips make_design's
+        machine_count(name, getattr(d, name))   # a Design built directly skips make_design's
     validate_params({k: getattr(d, k) for k in _FIELD_TYPES}, _FIELD_TYPES)
     counts = ((("prompt_machines", d.prompt_machines), ("token_machines", d.token_machines)) if split
               else (("machines", d.prompt_machines),))   # a baseline's one pool: make_design's `machines`
