@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, FAMILIES
+from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_FAMILIES, CUSTOM_SPLIT, FAMILIES
 from .._validation import shown
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
@@ -114,13 +114,12 @@ def main_command(
         if flag_given and families and not any(f.startswith("splitwiser") for f in families):
             raise ProvisionerError(f"{flag} applies to the splitwiser families: add --design splitwiser-h100 "
                                    f"(or splitwiser-a100, splitwiser-custom)")
-    customs = (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
-    if (ptypes or ttypes) and not any(f in customs for f in (families or ())):
+    if (ptypes or ttypes) and not any(f in CUSTOM_FAMILIES for f in (families or ())):
         if design:   # the user's own list: machine types must not widen it silently
             flag = "--prompt-machine-types" if ptypes else "--token-machine-types"
-            raise ProvisionerError(f"{flag} sets the machines of the custom families ({', '.join(customs)}), none "
-                                   f"of which --design names: add --design {CUSTOM_SPLIT} (or another custom "
-                                   f"family), or drop {flag}")
+            raise ProvisionerError(f"{flag} sets the machines of the custom families "
+                                   f"({', '.join(CUSTOM_FAMILIES)}), none of which --design names: add --design "
+                                   f"{CUSTOM_SPLIT} (or another custom family), or drop {flag}")
         families = (*(families or ()), CUSTOM_SPLIT)
     if ttypes and CUSTOM_SPLIT not in families:   # then a one-pool custom family was named
         pooled = [f for f in families if f in (CUSTOM_BASELINE, CUSTOM_COLOCATED)]
@@ -150,7 +149,7 @@ def main_command(
 def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str) -> None:
     """--power-cap-range and --trials steer the search of the custom families (and
     --trials any optuna search): with none of those they would change nothing."""
-    custom = any(f in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED) for f in families)
+    custom = any(f in CUSTOM_FAMILIES for f in families)
     if given(ctx, "power_cap_range") and not custom:
         raise ProvisionerError(f"--power-cap-range sets the power caps the custom families search; the named "
                                f"families have fixed caps: add --design {CUSTOM_SPLIT} (or {CUSTOM_BASELINE}, "

@@ -27,10 +27,11 @@ def report_command(
 
     check_output_path(out, flag="--out", force=force, force_hint="--force", inputs=(result_json,))
     result = load_result(result_json)
-    if answer_kind(result) in ("cloud", "autoscale"):   # the page that command's --report draws
+    kind = answer_kind(result)
+    if kind in ("cloud", "autoscale"):   # the page that command's --report draws
         if baseline is not None:
             raise ProvisionerError(f"--baseline normalizes a provisioning result's families; '{result_json}' is "
-                                   f"the answer of `provision {answer_kind(result)} --json`: drop --baseline")
+                                   f"the answer of `provision {kind} --json`: drop --baseline")
         path = write_command_page(result, out, force=force, flag="--out", inputs=(result_json,))
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
         return

@@ -13,7 +13,7 @@ import pandas as pd
 
 from perfmodels import LatencyModel
 
-from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, MAX_DESIGN_MACHINES, DesignBatch
+from ..designs import CUSTOM_FAMILIES, MAX_DESIGN_MACHINES, DesignBatch
 from ..errors import ProvisionerError
 from ..sim import cluster_cost_power, simulate, unservable_reason
 from ..slo import PERCENTILES, SLO_REFERENCE_TP
@@ -176,7 +176,7 @@ class SearchProblem:
         req = self.req
         kwargs = {"prefill_chunk_tokens": req.prefill_chunk_tokens, "mps_prefill_share": req.mps_prefill_share,
                   "duplicate_weights": req.duplicate_weights}
-        if family in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):
+        if family in CUSTOM_FAMILIES:
             machines = tuple(dict.fromkeys((req.prompt_machine_types or ()) + (req.token_machine_types or ())))
             tp = tuple((m, tp_options(self.perf, self.llm, m)) for m in machines) if req.search_tp else ()
             kwargs.update(prompt_machines=req.prompt_machine_types, token_machines=req.token_machine_types,

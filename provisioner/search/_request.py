@@ -9,7 +9,7 @@ from functools import cached_property
 
 from workloads import ARRIVAL_PROCESSES, MAX_TRACE_REQUESTS, TraceGenerator, default_arrival
 
-from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT,
+from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_FAMILIES,
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
@@ -18,7 +18,6 @@ from ..slo import SLO
 
 GOALS = ("cost", "power", "throughput")
 SEARCHERS = ("auto", "enumerate", "exhaustive", "optuna")
-CUSTOM_FAMILIES = (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED)
 # Verification: the DES on traces this many times longer than the search trace, with
 # this many other seeds (seed + 1, seed + 2, ...). Two seeds run side by side on two cores.
 DEFAULT_VERIFY_FACTOR = 2.0

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_SPLIT, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILY_SPECS,
+from ..designs import (CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_FAMILIES, DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILY_SPECS,
                        MPS_SHARE_CHOICES, DesignBatch)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER
@@ -196,7 +196,7 @@ def family_space(family: str, *, prompt_machines=None, token_machines=None, powe
         return FamilySpace(family, prompt, token, caps, chunks or spec.prefill_chunk_tokens,
                            shares if spec.mps_prefill_shares != (0.0,) else (0.0,), duplicate_weights,
                            label=family)
-    if family not in (CUSTOM_SPLIT, CUSTOM_BASELINE, CUSTOM_COLOCATED):
+    if family not in CUSTOM_FAMILIES:
         from ..designs import family_spec
         family_spec(family)   # raises with the nearest name
     lo, hi = (float(power_cap[0]), float(power_cap[1]))
