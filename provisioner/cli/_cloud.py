@@ -97,7 +97,7 @@ def cloud_command(
                           stdout_taken_by="--json" if json_out else None)
     from perfmodels import LatencyModel
 
-    from ..cloud import COMPARISON_CHUNK_TOKENS, load_inventory, plan_cloud
+    from ..cloud import COMPARISON_CHUNK_TOKENS, check_without, load_inventory, plan_cloud
     perf = load_latency_model(latency_profile, latency_interp)
     if perf is not None:
         typer.echo("warning: --latency-profile: cloud plans use the roofline, their SLO references too (a "
@@ -108,10 +108,8 @@ def cloud_command(
         inv = inv.with_bandwidth(inter_node_gbps)
     if nic_gbps is not None:
         inv = inv.with_nic(nic_gbps)
-    if without is not None:   # an unknown node is refused before the search
-        # --goal cost: the price list's counts are what is rented now (often 0); any node it may rent is known
-        rentable = inv.with_counts([t.count if t.available is None else t.available for t in inv.types])
-        (rentable if goal == "cost" else inv).without(without)
+    if without is not None:   # an unknown node is refused before the trace is read
+        check_without(inv, without, goal)
     traces = trace_generator(workload, arrival, rps, duration, seed, cv)
     if duration is None and traces.duration_s > MAX_IMPLICIT_REPLAY_S:
         raise ProvisionerError(f"--workload: the replayed window is {traces.duration_s:,.0f} s long, and planning "

@@ -19,8 +19,8 @@ in words).
 
 from ._admission import KV_UNITS, KvAdmission
 from ._answer import (COMPARISON_CHUNK_TOKENS, FINALISTS, RENTAL_SEARCH_STEPS, TARGET_ATTAINMENT, best_by_des,
-                      best_chunked_non_split, best_of_budgets, chunked_non_split_by_budget, finalist_plans, meets_target,
-                      plan_cloud, sustained_rps)
+                      best_chunked_non_split, best_of_budgets, check_question, check_without, chunked_non_split_by_budget,
+                      finalist_plans, meets_target, plan_cloud, sustained_rps)
 from ._bound import upper_bound_rps
 from ._format import (REPLAN_CASES, REPLAN_METRICS, REPLICA_COLUMNS, checks_text, gpus_text, layers_text,
                       load_text, nodes_text, prompts_text, rented_text, replan_changes, replan_event, replan_rows,
@@ -36,7 +36,7 @@ from ._simulate import plan_load, server_plan, shared_links, simulate_plan
 from ._steady import steady_state_load
 
 __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_inventory", "Inventory", "NodeType",
-           "SHIPPED", "plan_cloud", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
+           "SHIPPED", "plan_cloud", "check_question", "check_without", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
            "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan", "MAX_GROUPS",

@@ -10,14 +10,15 @@ import time
 
 import numpy as np
 
-from perfmodels import TP_DEGREES
-from workloads import Trace
+from perfmodels import TP_DEGREES, LatencyModel
+from workloads import Trace, TraceGenerator
 
-from .._validation import validate_params
+from .._validation import Integral, Interval, Options, Real, validate_params
 from ..designs import CHUNK_TOKEN_CHOICES, CHUNK_TOKENS_CONSTRAINT
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER
 from ..search import Progress
+from ..sim import ENGINES
 from ..workers import beside
 from ._plan import (SEARCH_STEPS, bounds, check_cloud_scheduler, make_context, no_split_plan_reason,
                     node_local_starts, plan_routing, replicas_json, search_plan, size_sample, uncompressed)
@@ -25,6 +26,7 @@ from ._routing import Routing
 from ._score import TARGET_ATTAINMENT
 from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
+from ._inventory import Inventory
 from ._simulate import kv_misfits, no_attainment, nothing_served, plan_load, simulate_plan
 
 BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
@@ -52,6 +54,12 @@ RATE_HEADROOM = 4.0
 # holds more requests than this: minutes of simulation to say that almost none is served
 CRAWL_REQUESTS = 20_000
 _NO_LOAD = {"prefill": 0.0, "kv": 0.0}   # `steady_state_load` of a plan that serves nothing
+GOALS = ("rps", "throughput", "cost")
+_QUESTION_CONSTRAINTS = {
+    "goal": [Options(GOALS)], "perf": [LatencyModel], "new_mix": [None, TraceGenerator],
+    "seed": [Interval(Integral, 0, 2**63 - 1)], "target": [Interval(Real, 0, 1, closed="right")],
+    "engine": [Options(ENGINES)], "rescore_engine": [Options(ENGINES)], "without": [None, str],
+}
 
 
 def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16, slo_scale=2.0, seed=0,
@@ -60,6 +68,9 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                progress=None) -> dict:
     """The JSON answer of `provision cloud` (CONTRACTS.md item 4).
 
+    inventory : `load_inventory(...)`; llm : a catalog model name or `perf.llm(name)`.
+    goal : "rps" (plan for `rps`), "throughput" (the most the inventory sustains; no `rps`) or
+        "cost" (what of a price list to rent for `rps`); target : the attainment, in (0, 1].
     traces : a `workloads.TraceGenerator`; `rps` picks its rate (goal throughput: found).
     without, new_mix : a re-plan (`replan`) once node `without` has left, or the requests
         have become `new_mix`'s (a `workloads.TraceGenerator`, at the same rate), or both.
@@ -80,6 +91,8 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     progress : a `provisioner.search.Progress` told each stage as it starts (the CLI draws
         them on a terminal: a 128-GPU plan takes a minute or more)."""
     validate_params({"prefill_chunk_tokens": prefill_chunk_tokens}, {"prefill_chunk_tokens": CHUNK_TOKENS_CONSTRAINT})
+    llm = check_question(inventory, llm, perf, traces, goal=goal, rps=rps, seed=seed, target=target, engine=engine,
+                         rescore_engine=rescore_engine, without=without, new_mix=new_mix)
     _refuse_fluid_on_demand(scheduler, engine, rescore_engine)
     t0 = time.perf_counter()
     progress = progress or Progress()
@@ -211,6 +224,35 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
         out["elapsed_s"] = plan_s
         progress.done()
         return out
+
+
+def check_question(inventory, llm, perf, traces, *, goal, rps, seed, target, engine, rescore_engine, without,
+                   new_mix):
+    """The LLM `plan_cloud` plans for (a catalog name or an LLM); one line naming the first
+    parameter it cannot take, before any search (were: a TypeError from `rps * duration_s`, a
+    trace error about unsorted arrivals at a negative rate, an unknown goal or node answered)."""
+    if not isinstance(traces, TraceGenerator):   # a Trace is one rate; the plan tries many
+        raise ProvisionerError(f"traces must be a workloads.TraceGenerator, e.g. TraceGenerator('coding', 60.0, 0, "
+                               f"arrival='poisson', rps=6.0) (got {type(traces).__name__})", params=("traces",))
+    validate_params(dict(goal=goal, perf=perf, new_mix=new_mix, seed=seed, target=target, engine=engine,
+                         rescore_engine=rescore_engine, without=without), _QUESTION_CONSTRAINTS)
+    if goal == "throughput" and rps is not None:
+        raise ProvisionerError("goal throughput finds the rate itself: drop rps", params=("goal", "rps"))
+    if goal != "throughput":
+        validate_params({"rps": rps}, {"rps": [Interval(Real, 0, None, closed="neither")]})
+    if not isinstance(inventory, Inventory):
+        raise ProvisionerError(f"inventory must be an Inventory: load_inventory('thunderserve-32gpu', perf.catalog) "
+                               f"(got {type(inventory).__name__})", params=("inventory",))
+    if without is not None:
+        check_without(inventory, without, goal)
+    return perf.llm(llm)
+
+
+def check_without(inventory, node: str, goal: str) -> None:
+    """Refuse a node `without` names that the inventory (`goal` cost: any rental of it) lacks."""
+    # --goal cost: the price list's counts are what is rented now (often 0); any node it may rent is known
+    rentable = inventory.with_counts([t.count if t.available is None else t.available for t in inventory.types])
+    (rentable if goal == "cost" else inventory).without(node)
 
 
 def _refuse_fluid_on_demand(scheduler, engine, rescore_engine) -> None:

@@ -1,0 +1,63 @@
+"""The Python API misused as a notebook would: each wrong argument is one project-error line
+naming the parameter and the fix, never a numpy/pandas TypeError or a silent answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodels import PerfModelError
+from provisioner import ProvisionerError
+
+
+def one_line(exc_info) -> str:
+    message = str(exc_info.value)
+    assert "\n" not in message
+    return message
+
+
+# --------------------------------------------------------------------------- provisioner.cloud.plan_cloud
+@pytest.fixture(scope="module")
+def cloud_question():
+    from perfmodels import LatencyModel
+    from provisioner.cloud import load_inventory
+    from workloads import TraceGenerator
+
+    perf = LatencyModel()
+    inventory = load_inventory("thunderserve-32gpu", perf.catalog)
+    traces = TraceGenerator("coding", 30.0, 0, arrival="poisson", rps=4.0)
+    return inventory, perf.llm("llama-30b"), perf, traces
+
+
+@pytest.mark.parametrize("given, needle", [
+    (dict(goal="latency"), "goal must be one of rps, throughput, cost"),   # was answered as goal 'latency'
+    (dict(rps=None), "rps must be a finite number > 0"),        # was a TypeError from rps * duration_s
+    (dict(rps="4"), "rps must be a finite number > 0"),
+    (dict(rps=-4.0), "rps must be a finite number > 0"),        # was 'arrival_s is not sorted ascending'
+    (dict(goal="throughput"), "goal throughput finds the rate itself: drop rps"),
+    (dict(target=2.0), r"target must be a finite number in \(0, 1\]"),   # was planned for 200% attainment
+    (dict(engine="DES"), "engine must be one of fluid, des"),   # was refused after the search, 9 s in
+    (dict(seed="x"), "seed must be an integer"),                # numpy's SeedSequence TypeError
+    (dict(without="no-such-node"), "no node 'no-such-node'"),   # was answered with a 'replan_skipped'
+    (dict(traces="coding"), "traces must be a workloads.TraceGenerator"),   # was an AttributeError
+    (dict(inventory="thunderserve-32gpu"), "inventory must be an Inventory: load_inventory"),
+    (dict(llm=None), "model must be a catalog model name"),     # was an AttributeError in the physics
+])
+def test_plan_cloud_refuses_a_bad_argument_before_any_search(cloud_question, given, needle):
+    from provisioner.cloud import plan_cloud
+
+    inventory, llm, perf, traces = cloud_question
+    args = dict(inventory=inventory, llm=llm, perf=perf, traces=traces, rps=4.0)
+    args.update(given)
+    with pytest.raises((ProvisionerError, PerfModelError), match=needle) as exc_info:
+        plan_cloud(args.pop("inventory"), args.pop("llm"), args.pop("perf"), args.pop("traces"), **args)
+    one_line(exc_info)
+
+
+def test_plan_cloud_takes_the_models_name(cloud_question):
+    """README passes perf.llm('llama-30b'); the name itself is the same question."""
+    from provisioner.cloud import check_question
+
+    inventory, llm, perf, traces = cloud_question
+    named = check_question(inventory, "llama-30b", perf, traces, goal="rps", rps=4.0, seed=0, target=0.99,
+                           engine="des", rescore_engine="des", without=None, new_mix=None)
+    assert named == llm
