@@ -157,9 +157,12 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
                 machines: int | None = None, **overrides) -> Design:
     """A design of a named family with the family's machine types and power caps.
 
-    Baselines take `machines` (or `prompt_machines`); Splitwise families take both counts.
+    One-pool families (baselines, splitwisers) take `machines` (or `prompt_machines`);
+    Splitwise families take `prompt_machines` and `token_machines`. A count the family has
+    no pool for is refused, not dropped.
     """
     spec = family_spec(family)
+    _refuse_counts_of_other_pools(spec, prompt_machines, token_machines, machines)
     if not spec.split:
         prompt_machines = machine_count("machines", machines if machines is not None else prompt_machines)
         token_machines = 0
@@ -179,6 +182,25 @@ def make_design(family: str, prompt_machines: int = 0, token_machines: int = 0, 
     d = replace(d, **overrides) if overrides else d
     check_design(d)
     return d
+
+
+def _refuse_counts_of_other_pools(spec: FamilySpec, prompt_machines, token_machines, machines) -> None:
+    """make_design("baseline-a100", 10, 5) made 10 machines and dropped the 5; machines=30 beside a
+    Splitwise family's two counts was dropped too, and alone it said 'prompt_machines ... (got 0)'."""
+    if spec.split and machines is not None:
+        raise ProvisionerError(f"{spec.name} has a prompt and a token pool: give prompt_machines and token_machines, "
+                               f"not machines (got machines={shown(machines)})", params=("machines",))
+    if not spec.split and not _is_zero(token_machines):
+        raise ProvisionerError(f"{spec.name} has one pool of machines: give machines=N, not token_machines "
+                               f"(got token_machines={shown(token_machines)})", params=("token_machines",))
+    if not spec.split and machines is not None and not _is_zero(prompt_machines):
+        raise ProvisionerError(f"{spec.name}: give machines or prompt_machines, not both (got machines="
+                               f"{shown(machines)}, prompt_machines={shown(prompt_machines)})",
+                               params=("machines", "prompt_machines"))
+
+
+def _is_zero(count) -> bool:
+    return isinstance(count, Real) and not isinstance(count, bool) and count == 0
 
 
 def machine_count(name: str, value) -> int:
@@ -334,13 +356,19 @@ def _scalar(v):
 
 
 def grid(family: str, prompt_counts, token_counts=(0,), **overrides) -> DesignBatch:
-    """All designs of a family over a grid of machine counts (Fig. 12 style)."""
+    """All designs of a family over a grid of machine counts (Fig. 12 style): every
+    (prompt, token) pair of a Splitwise family; one design per count of `prompt_counts`
+    for a one-pool family (baselines, splitwisers), which take no `token_counts`."""
     spec = family_spec(family)
     for name, counts in (("prompt_counts", prompt_counts), ("token_counts", token_counts)):
         if isinstance(counts, str) or not np.iterable(counts):
             raise ProvisionerError(f"{name} must be a sequence of machine counts such as range(20, 36) "
                                    f"(got {shown(counts)})", params=(name,))
     if not spec.split:
+        token_counts = list(token_counts)   # a baseline's token counts were dropped: one design per prompt count
+        if any(not _is_zero(t) for t in token_counts):
+            raise ProvisionerError(f"{spec.name} has one pool of machines: its counts are prompt_counts alone; "
+                                   f"drop token_counts (got {shown(token_counts)[:60]})", params=("token_counts",))
         return DesignBatch.from_designs([make_design(family, machines=n, **overrides) for n in prompt_counts])
     return DesignBatch.from_designs([make_design(family, p, t, **overrides)
                                      for p in prompt_counts for t in token_counts])

@@ -61,3 +61,30 @@ def test_plan_cloud_takes_the_models_name(cloud_question):
     named = check_question(inventory, "llama-30b", perf, traces, goal="rps", rps=4.0, seed=0, target=0.99,
                            engine="des", rescore_engine="des", without=None, new_mix=None)
     assert named == llm
+
+
+# --------------------------------------------------------------------------- make_design and grid
+@pytest.mark.parametrize("call, needle", [
+    (lambda p: p.make_design("baseline-a100", 10, 5), "has one pool of machines: give machines=N, not token_machines"),
+    (lambda p: p.make_design("baseline-a100", 10, machines=20), "give machines or prompt_machines, not both"),
+    (lambda p: p.make_design("splitwise-hh", machines=30), "give prompt_machines and token_machines, not machines"),
+    (lambda p: p.make_design("splitwise-hh", 20, 5, machines=30), "not machines"),
+    (lambda p: p.grid("baseline-a100", range(1, 3), range(1, 5)), "drop token_counts"),
+])
+def test_a_count_the_family_has_no_pool_for_is_refused_not_dropped(call, needle):
+    import provisioner
+
+    with pytest.raises(ProvisionerError, match=needle) as exc_info:
+        call(provisioner)
+    one_line(exc_info)
+
+
+def test_one_pool_families_still_take_their_count_either_way():
+    import provisioner
+
+    assert provisioner.make_design("baseline-a100", 10).prompt_machines == 10
+    assert provisioner.make_design("baseline-a100", machines=10, token_machines=0).prompt_machines == 10
+    assert provisioner.make_design("splitwiser-h100", machines=4).token_machines == 0
+    assert len(provisioner.grid("baseline-a100", range(1, 4))) == 3
+    assert len(provisioner.grid("baseline-a100", range(1, 4), [0])) == 3
+    assert len(provisioner.grid("splitwise-hh", range(1, 4), range(1, 3))) == 6
