@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._validation import Interval, Real, shown
 from .errors import ProvisionerError
 
 METRICS = ("ttft", "tbt", "e2e")
 PERCENTILES = (50, 90, 99)
 SLO_REFERENCE_MACHINE = "dgx-a100"
 SLO_REFERENCE_TP = 8
+_POSITIVE = Interval(Real, 0, None, closed="neither")
 
 
 @dataclass(frozen=True)
@@ -31,18 +33,27 @@ class SLO:
     reference_machine: str = field(default=SLO_REFERENCE_MACHINE)
 
     def __post_init__(self):
+        # Kept as tuples of floats: a list or an array made the frozen SLO unhashable and its
+        # == ambiguous; a string, None or a lone number was a TypeError from numpy or len().
         for m in METRICS:
             limits = getattr(self, m)
-            if len(limits) != 3 or any(not np.isfinite(v) or v <= 0 for v in limits):
-                raise ProvisionerError(
-                    f"SLO {m} limits must be three slowdowns > 0 for p50, p90, p99 (got {limits})")
+            items = tuple(limits) if np.iterable(limits) and not isinstance(limits, str) else None
+            if items is None or len(items) != 3 or not all(_POSITIVE.is_satisfied_by(v) for v in items):
+                raise ProvisionerError(f"SLO {m} limits must be three slowdowns > 0 for p50, p90, p99, e.g. "
+                                       f"{getattr(SLO, m)} (got {shown(limits)[:80]})", params=(m,))
+            object.__setattr__(self, m, tuple(float(v) for v in items))
+        if not isinstance(self.reference_machine, str):
+            raise ProvisionerError(f"SLO reference_machine must be a catalog machine name such as "
+                                   f"'{SLO_REFERENCE_MACHINE}' (got {shown(self.reference_machine)[:60]})",
+                                   params=("reference_machine",))
 
     def scaled(self, factor: float) -> "SLO":
         """Looser (factor > 1) or tighter (< 1) limits, never clamped: a limit below 1 asks
         for faster than alone on the reference machine, which only faster hardware can
         meet, and the search says so when nothing can."""
-        if not np.isfinite(factor) or factor <= 0:
-            raise ProvisionerError(f"SLO.scaled: factor must be a finite number > 0 (got {factor})", params=("factor",))
+        if not _POSITIVE.is_satisfied_by(factor):
+            raise ProvisionerError(f"SLO.scaled: factor must be a finite number > 0 (got {shown(factor)[:60]})",
+                                   params=("factor",))
         out = {m: tuple(v * factor for v in getattr(self, m)) for m in METRICS}
         if not all(np.isfinite(v) and v > 0 for limits in out.values() for v in limits):
             raise ProvisionerError(f"slo_scale {factor:g} makes the limits {'infinite' if factor > 1 else '0'}; give "

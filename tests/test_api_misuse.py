@@ -88,3 +88,39 @@ def test_one_pool_families_still_take_their_count_either_way():
     assert len(provisioner.grid("baseline-a100", range(1, 4))) == 3
     assert len(provisioner.grid("baseline-a100", range(1, 4), [0])) == 3
     assert len(provisioner.grid("splitwise-hh", range(1, 4), range(1, 3))) == 6
+
+
+# --------------------------------------------------------------------------- SLO
+@pytest.mark.parametrize("given, needle", [
+    (dict(ttft=("a", 1, 1)), "SLO ttft limits must be three slowdowns > 0"),   # numpy's isfinite TypeError
+    (dict(tbt=None), "SLO tbt limits must be three"),                             # len()'s TypeError
+    (dict(e2e=2.0), "SLO e2e limits must be three"),
+    (dict(ttft=(10**400, 1, 1)), "SLO ttft limits must be three"),
+    (dict(ttft=(True, True, True)), "SLO ttft limits must be three"),             # was taken as 1.0
+    (dict(reference_machine=5), "reference_machine must be a catalog machine name"),
+])
+def test_slo_refuses_limits_that_are_not_three_numbers(given, needle):
+    from provisioner import SLO
+
+    with pytest.raises(ProvisionerError, match=needle) as exc_info:
+        SLO(**given)
+    one_line(exc_info)
+
+
+def test_slo_limits_given_as_a_list_or_array_are_the_same_slo():
+    """An array made SLO == SLO raise numpy's 'truth value is ambiguous'; a list made it unhashable."""
+    import numpy as np
+
+    from provisioner import SLO
+
+    as_array, as_list = SLO(ttft=np.array([2.0, 3.0, 6.0])), SLO(ttft=[2, 3, 6])
+    assert as_array == SLO() == as_list and hash(as_list) == hash(SLO())
+    assert as_list.ttft == (2.0, 3.0, 6.0) and type(as_array.ttft[0]) is float
+
+
+@pytest.mark.parametrize("factor", ["2", None, float("nan"), 0])
+def test_slo_scaled_refuses_a_factor_that_is_not_a_number(factor):
+    from provisioner import SLO
+
+    with pytest.raises(ProvisionerError, match="factor must be a finite number > 0"):
+        SLO().scaled(factor)
