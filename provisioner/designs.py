@@ -269,6 +269,7 @@ def check_design(d: Design) -> None:
 
 
 DESIGN_FIELDS = tuple(f.name for f in fields(Design))
+_NO_DESIGNS = "designs is empty: give at least one design (make_design, grid; a filtered table may have kept none)"
 # Columns that results written before they existed lack: their value then.
 OPTIONAL_DESIGN_FIELDS = {"prefill_chunk_tokens": 0, "mps_prefill_share": 0.0, "duplicate_weights": False,
                           "scheduler": DEFAULT_SCHEDULER}
@@ -297,12 +298,15 @@ class DesignBatch:
             return designs
         if isinstance(designs, Design):
             designs = [designs]
+        if isinstance(designs, pd.DataFrame):   # iterating it gave its column names: "got 'family'"
+            raise ProvisionerError("designs is a table: give DesignBatch.from_frame(table) (its design columns, e.g. "
+                                   "the rows of a simulate result)", params=("designs",))
         if isinstance(designs, (str, dict)) or not np.iterable(designs):
             raise ProvisionerError(f"designs must be a Design, a list of them or a DesignBatch (make_design, grid) "
                                    f"(got {shown(designs)})", params=("designs",))
         designs = list(designs)
         if not designs:
-            raise ProvisionerError("no designs to evaluate")
+            raise ProvisionerError(_NO_DESIGNS, params=("designs",))
         wrong = [d for d in designs if not isinstance(d, Design)]
         if wrong:
             raise ProvisionerError(f"designs must hold Design objects (make_design) (got {shown(wrong[0])})",
@@ -345,6 +349,8 @@ def checked_batch(designs) -> DesignBatch:
     `Design` built directly or a batch read from a table skips that check (an unknown family,
     -1 machines or a 0.1 power cap were simulated, their rows nonsense)."""
     batch = DesignBatch.from_designs(designs)
+    if len(batch) == 0:   # a filter that kept no row: numpy's "zero-size array to reduction operation"
+        raise ProvisionerError(_NO_DESIGNS, params=("designs",))
     frame = batch.to_frame().drop_duplicates()
     for i in frame.index[~frame["family"].isin(CUSTOM_FAMILIES)]:
         check_design(batch.design(int(i)))   # a custom family's designs come from its search

@@ -124,3 +124,43 @@ def test_slo_scaled_refuses_a_factor_that_is_not_a_number(factor):
 
     with pytest.raises(ProvisionerError, match="factor must be a finite number > 0"):
         SLO().scaled(factor)
+
+
+# --------------------------------------------------------------------------- simulate
+@pytest.fixture(scope="module")
+def small_trace():
+    from workloads import make_workload
+
+    return make_workload("coding", 10, duration_s=10)
+
+
+def test_simulate_refuses_an_empty_selection_of_a_table(small_trace):
+    """A filter that kept no row was numpy's 'zero-size array to reduction operation maximum'."""
+    from provisioner import DesignBatch, grid, simulate
+
+    table = grid("splitwise-hh", [2, 3], [1]).to_frame()
+    with pytest.raises(ProvisionerError, match="designs is empty") as exc_info:
+        simulate(DesignBatch.from_frame(table[table.prompt_machines > 10]), small_trace)
+    one_line(exc_info)
+    with pytest.raises(ProvisionerError, match="designs is empty"):
+        simulate([], small_trace)
+
+
+def test_simulate_names_from_frame_for_a_table_of_designs(small_trace):
+    """Iterating the table gave its column names: 'designs must hold Design objects (got 'family')'."""
+    from provisioner import grid, simulate
+
+    with pytest.raises(ProvisionerError, match=r"designs is a table: give DesignBatch.from_frame\(table\)"):
+        simulate(grid("splitwise-hh", [2], [1]).to_frame(), small_trace)
+
+
+@pytest.mark.parametrize("given", [dict(requests=()), dict(requests={}), dict(timelines=())])
+def test_simulate_refuses_an_output_list_that_is_not_a_list_before_running(given, small_trace, monkeypatch):
+    """A tuple was an AttributeError ('no attribute extend') once the whole run was done."""
+    import provisioner.sim as sim
+    from provisioner import make_design
+
+    monkeypatch.setattr(sim, "_run", lambda *a, **k: pytest.fail("simulated before the check"))
+    name = next(iter(given))
+    with pytest.raises(ProvisionerError, match=f"^{name} must be a list"):
+        sim.simulate(make_design("splitwise-hh", 2, 1), small_trace, **given)

@@ -40,7 +40,9 @@ COMPILING_MESSAGE = "compiling the simulator (first run only; a Ctrl-C takes eff
 ENGINES = ("fluid", "des")
 _CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None, LatencyModel],
                 "stop_infeasible": [bool]}
-_SIMULATE_CONSTRAINTS = {**_CONSTRAINTS, "high_priority_slo": [None, SLO]}
+# timelines and requests are filled in place: a tuple was an AttributeError once the run was done
+_SIMULATE_CONSTRAINTS = {**_CONSTRAINTS, "high_priority_slo": [None, SLO], "timelines": [None, list],
+                         "requests": [None, list]}
 
 
 def _engine(name: str):
@@ -194,7 +196,8 @@ def simulate(designs: Design | DesignBatch | list, trace, model="bloom-176b", *,
     `recomputed_tokens` (and per-priority percentiles).
     """
     validate_params(dict(engine=engine, slo=slo, high_priority_slo=high_priority_slo, perf=perf,
-                         stop_infeasible=stop_infeasible), _SIMULATE_CONSTRAINTS)
+                         stop_infeasible=stop_infeasible, timelines=timelines, requests=requests),
+                    _SIMULATE_CONSTRAINTS)
     slo = slo if slo is not None else SLO()
     perf = perf if perf is not None else LatencyModel()
     batch, inputs, out, solo = _run(checked_batch(designs), trace, perf.llm(model), perf, engine, slo, stop_infeasible,
