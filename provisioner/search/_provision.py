@@ -43,6 +43,12 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None,
         is stored there, so the same call run again (after a kill, say) re-uses them and
         gives the same answer. None: nothing is kept.
     """
+    if not isinstance(request, ProvisionRequest):   # a dict was an AttributeError from inside the search
+        raise ProvisionerError(f"request must be a ProvisionRequest, e.g. provision(ProvisionRequest(goal='cost', "
+                               f"rps=70)) (got {type(request).__name__})", params=("request",))
+    if perf is not None and not isinstance(perf, LatencyModel):
+        raise ProvisionerError(f"perf must be a perfmodels.LatencyModel or None (got {type(perf).__name__})",
+                               params=("perf",))
     t0 = time.perf_counter()
     problem = SearchProblem(request, perf, progress, store=open_store(study))
     unreachable = {f: problem.unservable(f) or problem.unreachable_slo(f) for f in request.families}
