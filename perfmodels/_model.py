@@ -147,13 +147,23 @@ class LatencyModel:
         decode iteration at batch 1 with its growing context (mean context used:
         decode time is affine in context, so the sum equals n x the mean term).
         """
-        s = np.asarray(prompt_tokens, dtype=float)
-        n = np.asarray(output_tokens, dtype=float)
+        s, n = solo_request_tokens(prompt_tokens, output_tokens)
         ttft = self.prefill_time_s(model, gpu, tp, s, 1, power_cap)
         mean_ctx = s + n / 2.0
         tbt = self.decode_time_s(model, gpu, tp, 1, mean_ctx, power_cap)
         e2e = ttft + np.maximum(n - 1.0, 0.0) * tbt
         return ttft, tbt, e2e
+
+
+def solo_request_tokens(prompt_tokens, output_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """The token counts of `solo_request_s` as float arrays; one line for outputs below 1 (0 or
+    -3 gave an E2E of the TTFT alone) or shapes that do not broadcast (was numpy's error)."""
+    s = np.asarray(prompt_tokens, dtype=float)
+    n = np.asarray(output_tokens, dtype=float)
+    if np.any(~np.isfinite(n)) or np.any(n < 1):
+        raise PerfModelError(f"output_tokens must be >= 1: every request makes its first token (got {np.min(n):g})")
+    _check_broadcast(prompt_tokens=s.shape, output_tokens=n.shape)
+    return s, n
 
 
 @lru_cache(maxsize=64)

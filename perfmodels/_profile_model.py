@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._model import LatencyModel, _check_positive
+from ._model import LatencyModel, _check_positive, solo_request_tokens
 from ._profile import INTERPS, Profile, pack_table, read_profile
 from ._profile_eval import HEADER, KIND_GRID, N_COEF, profile_iteration_s
 from ._roofline import time_from_coefficients
@@ -118,8 +118,7 @@ class ProfileLatencyModel(LatencyModel):
         reference: the decode looked up at batch tokens = the prompt size."""
         if self.interp == "grid" or self.table(model, gpu, tp) is None:
             return super().solo_request_s(model, gpu, tp, prompt_tokens, output_tokens, power_cap)
-        s = np.asarray(prompt_tokens, dtype=float)
-        n = np.asarray(output_tokens, dtype=float)
+        s, n = solo_request_tokens(prompt_tokens, output_tokens)
         ttft = self.prefill_time_s(model, gpu, tp, s, 1, power_cap)
         tbt = self.iteration_time_s(model, gpu, tp, power_cap, decode_batch=s, decode_context_tokens=s * s)
         return ttft, tbt, ttft + np.maximum(n - 1.0, 0.0) * tbt
