@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from workloads.errors import TraceFormatError
+from workloads.errors import TraceFormatError, WorkloadError
 
 __all__ = ["Trace"]
 
@@ -106,17 +106,17 @@ class Trace:
 
         Raises
         ------
-        ValueError
+        WorkloadError
             If ``duration_s`` is not > 0 or no request arrives before it.
         """
-        if not _is_positive(duration_s):
-            raise ValueError(f"duration_s must be a finite number of seconds > 0, "
-                             f"got {duration_s!r}")
+        if not _is_positive(duration_s):   # a plain ValueError, unlike the package's other errors
+            raise WorkloadError(f"duration_s must be a finite number of seconds > 0, got {duration_s!r}",
+                                params=("duration_s",))
         keep = int(np.searchsorted(self.arrival_s, duration_s, side="left"))
         if keep == 0:
-            raise ValueError(f"no request of trace '{self.name}' arrives before "
-                             f"{duration_s:g} s (first arrival at "
-                             f"{self.arrival_s[0]:g} s); use a longer duration_s")
+            raise WorkloadError(f"no request of trace '{self.name}' arrives before {duration_s:g} s (first "
+                                f"arrival at {self.arrival_s[0]:g} s); use a longer duration_s",
+                                params=("duration_s",))
         return Trace(self.arrival_s[:keep], self.prompt_tokens[:keep],
                      self.output_tokens[:keep], self.name,
                      min(float(duration_s), self.duration_s))
