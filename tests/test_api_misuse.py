@@ -164,3 +164,36 @@ def test_simulate_refuses_an_output_list_that_is_not_a_list_before_running(given
     name = next(iter(given))
     with pytest.raises(ProvisionerError, match=f"^{name} must be a list"):
         sim.simulate(make_design("splitwise-hh", 2, 1), small_trace, **given)
+
+
+# --------------------------------------------------------------------------- provision, perfmodels, workloads
+def test_provision_refuses_a_question_that_is_not_a_request():
+    from provisioner import provision
+
+    with pytest.raises(ProvisionerError, match=r"request must be a ProvisionRequest, e.g. provision\(Provision"):
+        provision({"goal": "cost", "rps": 70})   # was an AttributeError from inside the search
+    with pytest.raises(ProvisionerError, match="perf must be a perfmodels.LatencyModel"):
+        from provisioner import ProvisionRequest
+        provision(ProvisionRequest(goal="cost", rps=5, families=("splitwise-hh",), verify=False), perf="roofline")
+
+
+@pytest.mark.parametrize("outputs, needle", [
+    ([0], "output_tokens must be >= 1"),          # was an E2E of the TTFT alone
+    ([-3], "output_tokens must be >= 1"),
+    ([float("nan")], "output_tokens must be >= 1"),
+    ([1, 2, 3], r"must have one shape or broadcast to one \(got prompt_tokens \(2,\), output_tokens \(3,\)\)"),
+])
+def test_solo_request_s_refuses_outputs_no_request_has(outputs, needle):
+    from perfmodels import LatencyModel
+
+    with pytest.raises(PerfModelError, match=needle):
+        LatencyModel().solo_request_s("llama2-70b", "h100-80gb", 8, [512, 1024][:max(1, len(outputs) - 1)], outputs)
+
+
+@pytest.mark.parametrize("window", [-1, "3"])
+def test_trace_head_raises_the_packages_error(window):
+    """Trace.head raised a plain ValueError, which `except WorkloadError` (and the CLI) missed."""
+    from workloads import WorkloadError, make_workload
+
+    with pytest.raises(WorkloadError, match="duration_s must be a finite number of seconds > 0"):
+        make_workload("coding", 5, duration_s=10).head(window)
