@@ -116,8 +116,8 @@ class LatencyModel:
         _check_positive(b, "batch_size")
         _check_broadcast(prompt_tokens=s.shape, batch_size=b.shape, tensor_parallel=np.shape(tp),
                          power_cap=np.shape(power_cap))
-        return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
-                                prefill_tokens=s * b, prefill_sq_tokens=s * s * b, prefill_seqs=b)
+        return self.iteration_time_s(model, gpu, tp, power_cap, prefill_tokens=s * b, prefill_sq_tokens=s * s * b,
+                                     prefill_seqs=b)
 
     def decode_time_s(self, model, gpu, tp, batch_size, context_tokens, power_cap=1.0):
         """Time (s) of one decode iteration of `batch_size` requests with `context_tokens` each."""
@@ -128,11 +128,12 @@ class LatencyModel:
             raise PerfModelError(f"context_tokens must be >= 0 (got {np.min(ctx):g})")
         _check_broadcast(batch_size=b.shape, context_tokens=ctx.shape, tensor_parallel=np.shape(tp),
                          power_cap=np.shape(power_cap))
-        return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap),
-                                decode_batch=b, decode_context_tokens=ctx * b)
+        return self.iteration_time_s(model, gpu, tp, power_cap, decode_batch=b, decode_context_tokens=ctx * b)
 
     def iteration_time_s(self, model, gpu, tp=8, power_cap=1.0, **batch):
-        """Time (s) of a general (possibly mixed) pass; see `_roofline.iteration_time_s`."""
+        """Time (s) of a general (possibly mixed) pass; see `_roofline.iteration_time_s`. The
+        phase methods above go through it, so a model that overrides it (measured profiles)
+        changes them too."""
         return iteration_time_s(self.shape(model), self.hardware(gpu, tp, power_cap), **batch)
 
     def coefficients(self, model, gpu, tp=8, power_cap=1.0) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._model import LatencyModel, _check_positive, solo_request_tokens
+from ._model import LatencyModel, solo_request_tokens
 from ._profile import INTERPS, Profile, pack_table, read_profile
 from ._profile_eval import HEADER, KIND_GRID, N_COEF, profile_iteration_s
 from ._roofline import time_from_coefficients
@@ -72,11 +72,14 @@ class ProfileLatencyModel(LatencyModel):
         return out.reshape(shape + (self.n_coef,))
 
     def _cap_scales(self, model, gpu, tp, caps):
-        """Roofline capped/uncapped time of a prefill and of a decode iteration."""
-        prefill = super().prefill_time_s(model, gpu, tp, CAP_PREFILL_TOKENS, 1, caps)
-        decode = super().decode_time_s(model, gpu, tp, CAP_DECODE_BATCH, CAP_DECODE_CONTEXT, caps)
-        return (prefill / super().prefill_time_s(model, gpu, tp, CAP_PREFILL_TOKENS, 1, 1.0),
-                decode / super().decode_time_s(model, gpu, tp, CAP_DECODE_BATCH, CAP_DECODE_CONTEXT, 1.0))
+        """Roofline capped/uncapped time of a prefill and of a decode iteration (the base
+        class's pass time: this model's own would read the table these scales go into)."""
+        s, b, ctx = CAP_PREFILL_TOKENS, CAP_DECODE_BATCH, CAP_DECODE_CONTEXT
+        roofline = super().iteration_time_s
+        prefill = [roofline(model, gpu, tp, cap, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0)
+                   for cap in (caps, 1.0)]
+        decode = [roofline(model, gpu, tp, cap, decode_batch=b, decode_context_tokens=ctx * b) for cap in (caps, 1.0)]
+        return prefill[0] / prefill[1], decode[0] / decode[1]
 
     # -- phase latencies (arrays) ---------------------------------------------
     def iteration_time_s(self, model, gpu, tp=8, power_cap=1.0, *, prefill_tokens=0.0, prefill_sq_tokens=0.0,
@@ -96,22 +99,6 @@ class ProfileLatencyModel(LatencyModel):
                 t[roof] = time_from_coefficients(vec[:N_COEF], *(a[roof] for a in parts))
             out[sel] = t
         return out
-
-    def prefill_time_s(self, model, gpu, tp, prompt_tokens, batch_size=1, power_cap=1.0):
-        s = np.asarray(prompt_tokens, dtype=float)
-        b = np.asarray(batch_size, dtype=float)
-        _check_positive(s, "prompt_tokens")
-        _check_positive(b, "batch_size")
-        return self.iteration_time_s(model, gpu, tp, power_cap, prefill_tokens=s * b, prefill_sq_tokens=s * s * b,
-                                     prefill_seqs=b)
-
-    def decode_time_s(self, model, gpu, tp, batch_size, context_tokens, power_cap=1.0):
-        b = np.asarray(batch_size, dtype=float)
-        ctx = np.asarray(context_tokens, dtype=float)
-        _check_positive(b, "batch_size")
-        if np.any(~np.isfinite(ctx)) or np.any(ctx < 0):
-            raise PerfModelError(f"context_tokens must be >= 0 (got {np.min(ctx):g})")
-        return self.iteration_time_s(model, gpu, tp, power_cap, decode_batch=b, decode_context_tokens=ctx * b)
 
     def solo_request_s(self, model, gpu, tp, prompt_tokens, output_tokens, power_cap=1.0):
         """TTFT, TBT, E2E (s) of requests alone. With `splitwisesim`, SplitwiseSim's
