@@ -194,6 +194,22 @@ def test_goal_cost_refuses_a_bandwidth_matrix(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith(f"error: {path}:2: network.bandwidth_gbps:"), err
 
 
+@pytest.mark.parametrize("fast, slow", [(0, 1), (1, 0)])
+def test_an_asymmetric_bandwidth_matrix_is_read_as_sender_to_receiver(tmp_path, capsys, fast, slow):
+    """Row i, column j is node i's link to node j (an egress limit): the KV of a request
+    leaves the prefill node, so the plan prefills on the node whose egress is fast and
+    decodes on the other, whichever way round the matrix is written."""
+    bw = [[0, 0], [0, 0]]
+    bw[fast][slow], bw[slow][fast] = 100, 0.05
+    path = tmp_path / "egress.toml"
+    path.write_text(f'name = "egress"\n[network]\nbandwidth_gbps = {bw}\n[[nodes]]\ntype = "a6000-4x"\n'
+                    'count = 2\n')
+    assert run(["cloud", "--inventory", str(path), "--rps", "1", "--duration", "30", "--json"]) == 0
+    replicas = json.loads(capsys.readouterr().out)["replicas"]
+    nodes = {phase: {n for r in replicas if r["phase"] == phase for n in r["nodes"]} for phase in ("prefill", "decode")}
+    assert nodes == {"prefill": {f"a6000-4x-{fast}"}, "decode": {f"a6000-4x-{slow}"}}, replicas
+
+
 def test_layer_split_never_exceeds_memory():
     rng = np.random.default_rng(0)
     for _ in range(300):

@@ -8,7 +8,10 @@ list's limit for `--goal cost`; then `count` defaults to 0), `intra_link_gb_per_
 direction, shared by all its inter-node links; default `[network] nic_gbps`, else none:
 each node pair's link is its own). `[network]` gives `inter_node_gbps` (each node pair's
 link) and `inter_node_latency_ms`, or a full `bandwidth_gbps` matrix over the expanded
-nodes, and optionally `nic_gbps`.
+nodes, and optionally `nic_gbps`. The matrix is directed: row i, column j is the link
+from node i to node j (i's egress towards j), read so by every use (a prefill node's KV
+to its decode node, a pipeline stage's activations to the next), so an asymmetric matrix
+(egress limits) is honoured as given; its diagonal is not read (the intra-node link).
 At most `MAX_GPUS` GPUs; numbers within physical ranges (`GBPS_RANGE`, ...). Every error
 names the file, the line and the field.
 """
