@@ -187,6 +187,10 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     (["--profile", "diurnal", "--rps", "2", "--min-machines", "99999999999999999999"],
      "--min-machines must be a whole number in [1, 100000]"),
     (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
+    # was accepted: the autoscaled cluster never went below 5 machines, 4 static, a -25% "saving"
+    (["--profile", "diurnal", "--rps", "2", "--static-machines", "4", "--min-machines", "5"],
+     "--min-machines 5 is above the static cluster's 4 machines (--static-machines): the autoscaled cluster "
+     "could never be smaller; give --min-machines of at most 4 or raise --static-machines"),
     (["--profile", ""], "--profile is empty"),   # was ": cannot read the rate profile (No such file ...)"
     # said "raise --rps or --duration", neither given: the profile's rates were the cause
     (["--profile", "diurnal", "--rps", "1e-9"], "raise the profile's rates"),
@@ -282,3 +286,13 @@ def test_on_demand_schedulers_honour_availability_windows():
     _, always = simulate_scaled(design, trace, "bloom-176b", np.zeros(3), np.full(3, np.inf), engine="des")
     assert always.min() > 90.0                    # open all along: every server works to the end
     assert drained[2] < 0.7 * drained[:2].min()   # closed at 20 s: it only drains
+
+
+def test_the_library_refuses_a_floor_above_the_static_cluster_by_its_parameters():
+    """The Python API names min_machines, not the CLI's flag."""
+    gen = TraceGenerator("coding", 300, seed=0)
+    floor = AutoscalePolicy(interval_s=300.0, window_s=300.0, min_machines=5)
+    with pytest.raises(ProvisionerError, match=r"^min_machines 5 is above the static cluster's 4 machines "
+                                               r"\(static_machines\).*at most 4 or raise static_machines$"):
+        autoscale("baseline-a100", gen.with_profile(two_levels()), gen.at(3.0), MODEL, floor, perf=PERF,
+                  capacity_rps=1.0, static_machines=4)

@@ -162,6 +162,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     peak_times = [] if calibrate else None
     n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
                                                 request_times=peak_times, swap_space_gb=swap_space_gb, **overrides)
+    _refuse_floor_above_static(policy.min_machines, n_static, sized=static_machines is None)
     calibration = None
     if calibrate:
         calibration = _calibrate(family, peak_trace, model, policy, perf, slo, sizing_engine, preemption, n_static,
@@ -203,6 +204,19 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration)
+
+
+def _refuse_floor_above_static(min_machines: int, n_static: int, sized: bool) -> None:
+    """A floor above the static cluster keeps the autoscaled one larger all day: it never
+    scales in to the static size, so it only costs more (a negative saving), which answers
+    no autoscaling question."""
+    if min_machines > n_static:
+        where = ("the fewest meeting the SLOs at the profile's peak" if sized
+                 else "static_machines")
+        fix = "" if sized else " or raise static_machines"
+        raise ProvisionerError(f"min_machines {min_machines} is above the static cluster's {n_static} machines "
+                               f"({where}): the autoscaled cluster could never be smaller; give min_machines "
+                               f"of at most {n_static}{fix}", params=("min_machines", "static_machines"))
 
 
 def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides,
