@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -473,6 +474,27 @@ def test_ctrl_c_stops_the_search_with_one_line(phase):
     assert out == ""
     time.sleep(1)
     assert _live_processes_of_group(p.pid) == [], "a worker outlived the command"
+
+
+def test_a_long_discrete_event_run_says_so_first_and_ctrl_c_stops_it():
+    """A DES over hours of traffic ran minutes in silence. Now one line on stderr first
+    (roughly how long; Ctrl-C stops it), nothing on stdout, and its promise holds."""
+    long_run = ["simulate", "--design", "baseline-a100", "--machines", "20", "--rps", "70", "--duration",
+                "7200", "--engine", "des", "--json"]   # 504,000 requests
+    p = subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL, PROVISION, *long_run],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    notice = next(line for line in p.stderr if line.strip() != COMPILING_MESSAGE)
+    assert re.fullmatch(r"the discrete-event engine has 504,000 requests to simulate: roughly \d+ s; "
+                        r"Ctrl-C stops it\n", notice), notice
+    time.sleep(1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert (p.returncode, out, err.strip()) == (130, "", "interrupted (Ctrl-C); stopped")
+    code, out, err = cli("simulate", "--design", "baseline-a100", "--machines", "20", "--rps", "70",
+                         "--engine", "des", "--json")   # the default 120 s: no notice
+    assert code == 0 and json.loads(out)["requests"] == 8400
+    assert [line for line in err.splitlines() if line != COMPILING_MESSAGE] == [], err
 
 
 def test_sigterm_to_the_command_alone_stops_its_workers_too():

@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..workers import in_worker_process, start_executor_deaf_to_ctrl_c, worker_count
 from ..designs import DesignBatch
-from ..schedulers import DEFAULT_SWAP_SPACE_GB
+from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB
 from ..results import json_number
 from ..slo import METRICS, PERCENTILES
 from ..store import latency_model_digest
@@ -104,9 +104,20 @@ class DesPool:
         With one job, each runs here and now."""
         if self.n_jobs <= 1:
             return [_Done(_des_one(design, tr, model, slo, perf, preemption, swap_space_gb)) for tr in traces]
+        _announce(design, traces, self.n_jobs)
         self.start()
         return [self._executor.submit(_des_one, design, tr, model, slo, perf, preemption, swap_space_gb)
                 for tr in traces]
+
+
+def _announce(design, traces: list, n_jobs: int) -> None:
+    """The DES's notice of a long run, said here: the workers that run it stay silent."""
+    from ..sim import announce_long_des, des_seconds
+    if not traces:
+        return
+    on_demand = design.scheduler != DEFAULT_SCHEDULER
+    runs = [des_seconds(len(tr), int(np.sum(tr.output_tokens)), on_demand) for tr in traces]
+    announce_long_des(sum(runs) / min(n_jobs, len(runs)), max(len(tr) for tr in traces), len(runs))
 
 
 def _load_des() -> None:

@@ -20,6 +20,7 @@ from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, check_preemption_mode
 from ..slo import SLO, SLO_REFERENCE_TP
 from ._inputs import EngineOutput, SimInputs, build_inputs, swap_inputs
+from ._long_run import announce_long_des, des_seconds
 from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
@@ -32,7 +33,7 @@ __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_powe
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
            "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
            "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs",
-           "PREEMPTION_MODES", "SCHEDULER_STATS", "refuse_on_demand_in_fluid"]
+           "PREEMPTION_MODES", "SCHEDULER_STATS", "refuse_on_demand_in_fluid", "des_seconds", "announce_long_des"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only; a Ctrl-C takes effect once it is done)"

@@ -64,6 +64,7 @@ from ..schedulers import SCHEDULERS, SPLITWISESIM
 from ._des_machine import Machine as _Machine
 from ._des_scalar import kv_visible_s
 from ._inputs import EngineOutput, SimInputs
+from ._long_run import announce_long_des, des_seconds
 from ._windows import server_drained_s, windowed_cluster
 
 _END, _KV, _ARRIVAL, _START = 0, 1, 2, 3  # event kinds, in their order at equal times
@@ -376,6 +377,9 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
         raise ProvisionerError("arrival_s must be sorted (requests are taken in arrival order)")
     idx = np.arange(inputs.n_designs) if designs is None else np.asarray(designs, dtype=np.int64).ravel()
     r = len(inputs.arrival_s)
+    tokens = int(np.sum(inputs.output_tokens))
+    announce_long_des(sum(des_seconds(r, tokens, inputs.scheduler is not None and bool(inputs.scheduler[d]))
+                          for d in idx), r, len(idx))
     out = EngineOutput(
         first_token_s=np.empty((len(idx), r)), finish_s=np.empty((len(idx), r)),
         busy_s=np.zeros((len(idx), 2)), decode_batch_time_s=np.zeros((len(idx), 2)),
