@@ -19,7 +19,8 @@ from .errors import PerfModelError
 STATIC_POWER_FRACTION = (250.0 / 700.0 - 0.125) / 0.875
 MIN_CLOCK_FRACTION = 0.2  # below this the GPU would not run a kernel at all
 # The lowest cap the model represents: the static power plus the dynamic power of the
-# minimum clock. Below it the clock would be clamped, so designs refuse such caps.
+# minimum clock. Below it the clock would be clamped (every lower cap the same speed), so
+# `clock_fraction`, and the designs and `provision perf predict` before it, refuse it.
 MIN_POWER_CAP = STATIC_POWER_FRACTION + (1.0 - STATIC_POWER_FRACTION) * MIN_CLOCK_FRACTION ** 3
 
 
@@ -28,10 +29,13 @@ def clock_fraction(power_cap) -> np.ndarray:
 
     Parameters
     ----------
-    power_cap : array_like, in (0, 1]
+    power_cap : array_like, in [MIN_POWER_CAP, 1] (~0.271)
     """
     cap = np.asarray(power_cap, dtype=float)
-    if np.any(~np.isfinite(cap)) or np.any(cap <= 0) or np.any(cap > 1):
-        raise PerfModelError("power_cap must be a fraction of rated power in (0, 1], e.g. 0.5")
+    bad = cap[~((cap >= MIN_POWER_CAP) & (cap <= 1))]   # NaN included
+    if bad.size:
+        raise PerfModelError(f"power_cap must be a fraction of rated power in [{MIN_POWER_CAP:.3f}, 1], e.g. 0.5 "
+                             f"(got {bad.flat[0]:g}); below {MIN_POWER_CAP:.3f} the GPU's static power leaves no "
+                             f"clock to run at")
     dynamic = np.clip((cap - STATIC_POWER_FRACTION) / (1.0 - STATIC_POWER_FRACTION), 0.0, 1.0)
-    return np.maximum(np.cbrt(dynamic), MIN_CLOCK_FRACTION)
+    return np.maximum(np.cbrt(dynamic), MIN_CLOCK_FRACTION)   # the maximum: rounding at MIN_POWER_CAP

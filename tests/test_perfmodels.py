@@ -19,6 +19,7 @@ from hardware_catalog import UnknownNameError, load_catalog
 from perfmodels import (
     Calibration,
     GpuConstants,
+    MIN_POWER_CAP,
     LatencyModel,
     PerfModelError,
     calibrate,
@@ -58,7 +59,7 @@ def report():
 
 tokens = st.integers(1, 32_768)
 batches = st.integers(1, 512)
-caps = st.floats(0.05, 1.0)
+caps = st.floats(MIN_POWER_CAP, 1.0)
 
 
 @PROPERTY
@@ -424,3 +425,15 @@ def test_arrays_of_shapes_that_do_not_broadcast_are_one_line():
     with pytest.raises(PerfModelError, match=r"context_tokens \(3,\)"):
         perf().decode_time_s("llama2-70b", "h100-80gb", 8, [1, 2], [512, 1024, 2048])
     assert perf().prefill_time_s("llama2-70b", "h100-80gb", [4, 8], [512, 1024], 1).shape == (2,)
+
+
+@pytest.mark.parametrize("cap", [0.2, MIN_POWER_CAP - 1e-6, [0.5, 0.1], float("nan"), 0.0, 1.01])
+def test_the_latency_model_refuses_a_power_cap_that_leaves_no_clock(cap):
+    """Below MIN_POWER_CAP (~0.271) the clock was clamped: a 0.1 cap ran as fast as 0.27, a
+    speed no GPU has, where designs and `provision perf predict` refuse such caps."""
+    for call in (lambda: clock_fraction(cap), lambda: perf().prefill_time_s("llama2-70b", "h100-80gb", 8, 512, 1, cap)):
+        with pytest.raises(PerfModelError, match=r"^power_cap must be a fraction of rated power in \[0\.271, 1\]"
+                                                 r".*below 0\.271 the GPU's static power leaves no clock") as info:
+            call()
+        assert "\n" not in str(info.value)
+    assert clock_fraction(MIN_POWER_CAP) == pytest.approx(0.2)   # the lowest cap still runs, at the lowest clock
