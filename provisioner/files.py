@@ -10,11 +10,13 @@ library's parameter names by default, the CLI's flags (e.g. "--out", "--force") 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import importlib.util
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -110,7 +112,9 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     for source in inputs:
         if source is not None and _same_file(path, Path(source)):
             raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")
-    if path.exists() and not force and _is_regular(path):
+    # a file the user redirected standard output or error to (`--report /dev/stdout > f.html`):
+    # the shell has opened it as they asked, so there is nothing of theirs left to protect
+    if path.exists() and not force and _is_regular(path) and _own_stream(path) is None:
         raise ProvisionerError(f"{flag} '{path}' already exists; pass {force_hint} to overwrite it")
     special = _special_kind(path)
     if special is not None and not force and not _exempt_special(path):
@@ -122,7 +126,7 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
             raise ProvisionerError(os_error_line(exc, path)) from None
     if not path.parent.is_dir():
         raise ProvisionerError(f"{flag} '{path}': directory '{path.parent}' does not exist; create it first")
-    if not (path.exists() and not _is_regular(path)):   # a special file is written in place
+    if not (path.exists() and not _is_regular(path)) and _own_stream(path) is None:   # those are written in place
         _probe_writable(path)
     return path
 
@@ -155,13 +159,19 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
     """Write `data` to `path` through a temporary file in the same directory, then rename.
 
     A special file (`/dev/null`, `/dev/full`, a pipe) is written in place, since it
-    cannot be renamed over; through a symbolic link, the link's target is replaced and the
-    link kept. Errors are one-line `ProvisionerError`s.
+    cannot be renamed over; this process's own standard output or error through its open
+    descriptor, whatever it is (a terminal, a pipe, a file the shell opened with `>` or
+    `>>`: renaming over it would drop what `>>` keeps); through a symbolic link, the link's
+    target is replaced and the link kept. Errors are one-line `ProvisionerError`s.
     """
     path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents,
                              shipped_ok=shipped_ok)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
+        stream = _own_stream(path)
+        if stream is not None:
+            _write_stream(stream, payload)
+            return path
         if path.exists() and not _is_regular(path):
             with open(path, "wb") as f:
                 f.write(payload)
@@ -201,6 +211,21 @@ def _exempt_special(path: Path) -> bool:
     """`/dev/null`, or the very file this process's standard output or error is (a
     terminal or a pipe: `--report /dev/stdout | less`): written on purpose, never by a slip."""
     return _same_file(path, Path(os.devnull)) or _is_own_fd(path, 1) or _is_own_fd(path, 2)
+
+
+def _own_stream(path: Path) -> int | None:
+    """1 or 2 when `path` is this process's standard output or error, else None."""
+    return next((fd for fd in (1, 2) if _is_own_fd(path, fd)), None)
+
+
+def _write_stream(fd: int, payload: bytes) -> None:
+    """`payload` on descriptor `fd` (1 or 2) after what Python holds buffered for it."""
+    for stream in (sys.stdout, sys.__stdout__) if fd == 1 else (sys.stderr, sys.__stderr__):
+        with contextlib.suppress(Exception):   # a closed or replaced stream has nothing for the descriptor
+            stream.flush()
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _is_own_fd(path: Path, fd: int) -> bool:

@@ -281,6 +281,22 @@ def test_dev_null_and_the_commands_own_stdout_need_no_force(tmp_path):
         assert getattr(r, stream).startswith("model,hardware,tensor_parallel"), r
 
 
+@pytest.mark.parametrize("mode", ["w", "a"], ids=[">", ">>"])
+def test_the_commands_own_stdout_redirected_to_a_file_needs_no_force(tmp_path, mode):
+    """`--out /dev/stdout > f.csv` asked for --force: /dev/stdout is then a regular file that
+    exists (the shell made it). The user asked for it; with `>>` what f.csv held stays."""
+    points = _points(tmp_path)
+    kept = tmp_path / "kept.csv"
+    kept.write_text("# mine\n")
+    with open(kept, mode) as stdout:
+        r = subprocess.run([PROVISION, "perf", "predict", "--points", points, "--out", "/dev/stdout"],
+                           stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    text = kept.read_text()
+    assert text.startswith("# mine\nmodel,hardware,tensor_parallel" if mode == "a" else "model,hardware"), text
+    assert text.count("model,hardware") == 1
+
+
 SIMULATE = ("simulate", "--design", "baseline-h100", "--machines", "2", "--rps", "1", "--duration", "5")
 
 
