@@ -142,6 +142,32 @@ def test_cli_json_keeps_the_contract(tmp_path):
     assert drawn.exit_code == 0 and "Autoscaling baseline-a100" in page.read_text(), drawn.output
 
 
+def test_the_json_rebuilds_the_day_and_the_sizing_trace_it_ran_on(tmp_path):
+    """The JSON named the profile's file and its peak, not its steps: a CSV edited since
+    (or rescaled by --rps) gave another day. Its `profile` now holds the steps as run, and
+    with `trace` (the generator) rebuilds both traces request for request."""
+    from workloads import read_profile_csv
+
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n600,3\n1200,2\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--rps", "4", "--design", "baseline-a100",
+                                    "--model", MODEL, "--static-machines", "4", "--sizing-duration", "60",
+                                    "--arrival", "gamma", "--cv", "3", "--seed", "7", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    profile.write_text("time_s,rps\n0,9\n60,1\n")   # the file changes after the run
+    gen = TraceGenerator.from_json(obj["trace"])
+    day = gen.with_profile(RateProfile.from_json(obj["profile"]))
+    ran = TraceGenerator("coding", 60, seed=7, arrival="gamma", cv=3.0)
+    expected = ran.with_profile(RateProfile(np.array([0.0, 600.0, 1200.0]), np.array([4 / 3, 4.0, 8 / 3]), 1800.0))
+    assert len(day) == obj["profile"]["requests"] == len(expected)
+    np.testing.assert_array_equal(day.arrival_s, expected.arrival_s)
+    np.testing.assert_array_equal(day.prompt_tokens, expected.prompt_tokens)
+    sizing = gen.at(obj["profile"]["peak_rps"])
+    np.testing.assert_array_equal(sizing.arrival_s, ran.at(4.0).arrival_s)
+    assert read_profile_csv(profile).peak_rps == 9.0   # what re-reading the file would have given
+
+
 def test_a_profile_shorter_than_a_decision_interval_starts_what_one_interval_needs(tmp_path):
     """One request in 1 ms: the warm start read 589 req/s over the profile's 1.7 ms and
     started 589 machines ("saves -58800%"); over one 60-s interval it is one machine."""

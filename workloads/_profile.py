@@ -86,6 +86,23 @@ class RateProfile:
         """The integral of the rate over the profile (requests)."""
         return float(self._cumulative_at_starts()[-1])
 
+    def to_json(self) -> dict:
+        """The steps as run (a CSV's already scaled to its peak) and the summary figures:
+        :meth:`from_json` rebuilds the same profile whatever happens to the file since."""
+        return {"name": self.name, "duration_s": self.duration_s, "peak_rps": self.peak_rps,
+                "mean_rps": self.mean_rps, "start_s": self.start_s.tolist(), "rps": self.rps.tolist(),
+                "end_s": self.end_s}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> RateProfile:
+        """The profile a :meth:`to_json` object (an autoscale result's ``profile``) describes."""
+        missing = [k for k in ("start_s", "rps", "end_s") if k not in obj]
+        if missing:
+            raise WorkloadError(f"a rate profile's JSON needs start_s, rps and end_s (missing {', '.join(missing)}); "
+                                f"give the 'profile' of a `provision autoscale --json` answer")
+        return cls(np.asarray(obj["start_s"], dtype=float), np.asarray(obj["rps"], dtype=float), float(obj["end_s"]),
+                   str(obj.get("name", "profile")))
+
     def scaled_to_peak(self, peak_rps: float) -> RateProfile:
         """The same shape with its peak at ``peak_rps``."""
         return RateProfile(self.start_s, self.rps * (peak_rps / self.peak_rps), self.end_s, self.name)

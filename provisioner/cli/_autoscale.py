@@ -157,8 +157,9 @@ def autoscale_command(
                        preemption=preemption, swap_space_gb=swap_space_gb, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
-           "profile": {"name": rate.name, "duration_s": rate.duration_s, "peak_rps": rate.peak_rps,
-                       "mean_rps": rate.mean_rps, "requests": len(day)},
+           # the day is TraceGenerator.from_json(trace).with_profile(RateProfile.from_json(profile)),
+           # the sizing trace the same generator `.at(peak_rps)` (its duration_s: --sizing-duration)
+           "profile": {**rate.to_json(), "requests": len(day)},
            "trace": traces.to_json(), **result.to_json()}
     if preemption != "recompute":   # recompute results keep their keys
         obj["preemption"] = preemption
