@@ -1124,6 +1124,26 @@ def test_smaller_fixes_of_the_review(tmp_path):
     assert_one_line_error(*cli("cloud", "--inventory", matrix, "--rps", "1"), "the diagonal must be finite")
 
 
+def test_library_errors_name_python_parameters_and_the_cli_its_flags():
+    """plan_cloud(goal="cost") without rps said "--goal cost needs --rps", and
+    diurnal_profile "(--rps)" and "--duration": flags a Python caller has none of."""
+    from perfmodels import LatencyModel
+    from provisioner.cloud import load_inventory, plan_cloud
+    from provisioner.errors import ProvisionerError
+    from workloads import TraceGenerator, WorkloadError, diurnal_profile
+
+    perf = LatencyModel()
+    prices = load_inventory("cloud-prices", perf.catalog)
+    with pytest.raises(ProvisionerError, match=r"^goal 'cost' needs rps \(the load the rented nodes must serve\)$"):
+        plan_cloud(prices, perf.llm("llama-30b"), perf, TraceGenerator("coding", 30.0, 0), goal="cost", rps=None)
+    with pytest.raises(WorkloadError, match=r"^the diurnal profile needs a peak rate peak_rps > 0, got -1$"):
+        diurnal_profile(-1)
+    with pytest.raises(WorkloadError, match=r"days \(3\.16224e\+07 s, duration_s\), got 1e\+09 s; shorten it$"):
+        diurnal_profile(1.0, 1e9)
+    assert_one_line_error(*cli("autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e9", "--design",
+                               "baseline-a100"), "days (3.16224e+07 s, --duration), got 1e+09 s; shorten it")
+
+
 def test_the_library_refuses_an_integer_too_large_for_a_float():
     """An int is finite to Python, but a rate of 10**400 overflows every float it meets:
     a Real parameter takes an int only within a float's range."""

@@ -142,12 +142,13 @@ def diurnal_profile(peak_rps: float, duration_s: float = 86400.0, step_s: float 
     the curve's value at its midpoint, rescaled so the steps span trough..peak exactly).
     The mean rate is (peak + trough) / 2, two thirds of the peak."""
     if not (math.isfinite(peak_rps) and peak_rps > 0):
-        raise WorkloadError(f"the diurnal profile needs a peak rate > 0 (--rps), got {peak_rps!r}")
+        raise WorkloadError(f"the diurnal profile needs a peak rate peak_rps > 0, got {peak_rps!r}",
+                            params=("peak_rps",))
     if not (math.isfinite(duration_s) and duration_s >= step_s):
         raise WorkloadError(f"the diurnal profile needs a duration of at least {step_s:g} s, got {duration_s!r}")
     if duration_s > DIURNAL_MAX_DAYS * 86400.0:
         raise WorkloadError(f"the diurnal profile lasts at most {DIURNAL_MAX_DAYS} days ({DIURNAL_MAX_DAYS * 86400:g} s, "
-                            f"--duration), got {duration_s:g} s; shorten it")
+                            f"duration_s), got {duration_s:g} s; shorten it", params=("duration_s",))
     start = np.arange(0.0, duration_s, step_s)
     mid_h = (start + 0.5 * np.minimum(step_s, duration_s - start)) / 3600.0
     curve = np.cos(2.0 * np.pi * (mid_h - DIURNAL_PEAK_HOUR) / 24.0)

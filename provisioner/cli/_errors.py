@@ -47,7 +47,7 @@ PARAM_FLAGS = {
     "token_machines": "--token-machines", "prompt_power_cap": "--prompt-power-cap",
     "baseline": "--baseline", "kv_bits": "--kv-bits", "inter_node_gbps": "--inter-node-gbps", "nic_gbps": "--nic-gbps",
     "capacity_rps": "--capacity-rps", "static_machines": "--static-machines", "interval_s": "--interval-s",
-    "min_machines": "--min-machines",
+    "min_machines": "--min-machines", "peak_rps": "--rps",
     "token_power_cap": "--token-power-cap", "family": "--family", "target": "--target-attainment",
     "rescore_engine": "--rescore-engine", "high_priority_fraction": "--high-priority-fraction",
 }

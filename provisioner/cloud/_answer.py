@@ -154,8 +154,9 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             if no_split:
                 serves = (f"its best non-split plan sustains {ns_sustained:.2f} req/s at {target:.0%} attainment"
                           if ns_sustained > 0 else f"its best non-split plan meets {target:.0%} attainment at no rate")
-                raise ProvisionerError(f"{no_split}: serve it non-split ({serves}; --rps R answers with it under "
-                                       f"non_split), or add nodes (a [[nodes]] count) so that it holds two replicas")
+                raise ProvisionerError(f"{no_split}: serve it non-split ({serves}; rps=R answers with it under "
+                                       f"non_split), or add nodes (a [[nodes]] count) so that it holds two replicas",
+                                       params=("rps",))
             if sustained <= 0:
                 _refuse_kv_misfits(ctx, plan, sizes, target)
                 fix = (f"its best non-split plan sustains {ns_sustained:.2f} req/s, so serve it non-split, or "
@@ -663,7 +664,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     could carry rps are checked (`_cheaper_pass`); the cheapest passing one of all is chosen.
     rounds=0 checks the rentals `also` lists, only."""
     if rps is None:
-        raise ProvisionerError("--goal cost needs --rps (the load the rented nodes must serve)")
+        raise ProvisionerError("goal 'cost' needs rps (the load the rented nodes must serve)", params=("goal", "rps"))
     limits = [t.available if t.available is not None else t.count for t in price_list.types]
     if not any(limits) and any(t.available is not None for t in price_list.types):
         raise ProvisionerError(f"inventory {price_list.name}: every [[nodes]] entry has `available` = 0, so there is "
@@ -684,7 +685,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     if counted and rps > RATE_HEADROOM * most:
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s {how}: "
                                f"every available node together carries about {most:.3g} req/s at its single-node "
-                               f"rates: lower --rps or raise `available`")
+                               f"rates: lower rps or raise `available`", params=("rps",))
     verdicts: dict = {}   # counts -> (passes, sustained / predicted rate, the plan that met the target)
     no_split: dict = {}   # counts -> why the rental has no split plan
     question = (price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine, phases,
@@ -729,7 +730,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
                                f"can hold a prefill and a decode replica")
     if best is None:
         raise ProvisionerError(f"no rental within the availability of {price_list.name} serves {rps:g} req/s "
-                               f"{how} at {target:.0%} attainment: lower --rps or raise `available`")
+                               f"{how} at {target:.0%} attainment: lower rps or raise `available`", params=("rps",))
     return price_list.with_counts(best[0]), verdicts[best[0]][2]
 
 
