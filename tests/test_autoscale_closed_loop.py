@@ -302,6 +302,22 @@ def test_cli_bad_policy_is_one_line_exit_2(args, message):
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
+@pytest.mark.parametrize("fields, message", [
+    (dict(scale_on="load"), "scale_on must be one of rate, freeness, queue (got 'load')"),
+    (dict(min_machines=0), "min_machines must be a whole number in [1, 100000] (got 0)"),
+    (dict(scale_in_load=0.9), "the loads must satisfy scale_in_load < target_load <= scale_out_load"),
+    (dict(scale_on="freeness", scale_out_freeness=80.0, scale_in_freeness=60.0),
+     "scale_out_freeness must be below scale_in_freeness"),
+    (dict(scale_on="queue", max_machines=0), "max_machines must be a whole number >= min_machines (1)"),
+])
+def test_the_policy_names_its_python_fields(fields, message):
+    """AutoscalePolicy said '--scale-on', '--min-machines', ...: flags a Python caller does not
+    have (the CLI says them, above, from the error's params)."""
+    with pytest.raises(ProvisionerError) as info:
+        AutoscalePolicy(**fields)
+    assert str(info.value).startswith(message) and "--" not in str(info.value), info.value
+
+
 def freeness_json(*args):
     code, out, err = cli(["--profile", "diurnal", "--rps", "3", "--duration", "1200", "--scale-on", "freeness",
                           "--json", *args])

@@ -66,13 +66,15 @@ def calibrate(metric: str, peak_trace, first_token_s, finish_s, machines: int, k
                                                    np.asarray(finish_s, float), interval_s, on_demand)
     busy = requests > 0
     if busy.sum() < 2:
-        raise ProvisionerError(f"--scale-out-{metric} auto: the peak trace has too few requests in "
-                               f"{interval_s:g}-s intervals to calibrate on; give the thresholds as numbers")
+        raise ProvisionerError(f"scale_out_{metric} auto: the peak trace has too few requests in "
+                               f"{interval_s:g}-s intervals to calibrate on; give the thresholds as numbers",
+                               params=(f"scale_out_{metric}",))
     readings = _readings(metric, requests[busy], virtual_tokens[busy], machines, kv_per_machine_tokens)
     out = float(np.percentile(readings, SCALE_OUT_PERCENTILE[metric]))
     if out <= 0:   # freeness only: requests per machine in a busy interval are > 0
-        raise ProvisionerError(f"--scale-out-freeness auto: the peak-sized cluster has no free KV at its peak "
-                               f"(freeness {out:.3g} steps); give the thresholds as numbers")
+        raise ProvisionerError(f"scale_out_freeness auto: the peak-sized cluster has no free KV at its peak "
+                               f"(freeness {out:.3g} steps); give the thresholds as numbers",
+                               params=("scale_out_freeness",))
     into = out * SCALE_IN_FACTOR if metric == "freeness" else out / SCALE_IN_FACTOR
     return Calibration(metric, machines, int(busy.sum()), float(interval_s), float(np.median(readings)), out, into)
 

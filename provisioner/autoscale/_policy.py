@@ -77,17 +77,20 @@ class AutoscalePolicy:
         for name in ("scale_out_load", "scale_in_load", "target_load", "interval_s", "window_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number > 0 (got {value!r})")
+                raise ProvisionerError(f"{name} must be a finite number > 0 (got {value!r})", params=(name,))
         if not 0 <= self.startup_s < math.inf:
-            raise ProvisionerError(f"--startup-s must be a finite number of seconds >= 0 (got {self.startup_s!r})")
+            raise ProvisionerError(f"startup_s must be a finite number of seconds >= 0 (got {self.startup_s!r})",
+                                   params=("startup_s",))
         if not self.scale_in_load < self.target_load <= self.scale_out_load:
-            raise ProvisionerError(f"the loads must satisfy --scale-in-load < --target-load <= --scale-out-load "
-                                   f"(got {self.scale_in_load:g}, {self.target_load:g}, {self.scale_out_load:g})")
+            raise ProvisionerError(f"the loads must satisfy scale_in_load < target_load <= scale_out_load "
+                                   f"(got {self.scale_in_load:g}, {self.target_load:g}, {self.scale_out_load:g})",
+                                   params=("scale_in_load", "target_load", "scale_out_load"))
         if int(self.min_machines) != self.min_machines or not 1 <= self.min_machines <= MAX_MACHINES:
-            raise ProvisionerError(f"--min-machines must be a whole number in [1, {MAX_MACHINES}] "
-                                   f"(got {shown(self.min_machines)})")
+            raise ProvisionerError(f"min_machines must be a whole number in [1, {MAX_MACHINES}] "
+                                   f"(got {shown(self.min_machines)})", params=("min_machines",))
         if self.scale_on not in SCALE_ON:
-            raise ProvisionerError(f"--scale-on must be one of {', '.join(SCALE_ON)} (got '{self.scale_on}')")
+            raise ProvisionerError(f"scale_on must be one of {', '.join(SCALE_ON)} (got '{self.scale_on}')",
+                                   params=("scale_on",))
         self._check_closed_loop()
 
     def _check_closed_loop(self):
@@ -96,30 +99,31 @@ class AutoscalePolicy:
             if value is None:
                 continue   # auto
             if not (isinstance(value, (int, float)) and math.isfinite(value)):
-                raise ProvisionerError(f"--{name.replace('_', '-')} must be a finite number or auto (got {value!r})")
+                raise ProvisionerError(f"{name} must be a finite number, or None (auto) (got {value!r})", params=(name,))
         for metric in SCALE_METRICS:
             self._check_thresholds(metric)
         if self.max_machines is not None and (int(self.max_machines) != self.max_machines
                                               or self.max_machines < self.min_machines):
-            raise ProvisionerError(f"--max-machines must be a whole number >= --min-machines ({self.min_machines}) "
-                                   f"(got {self.max_machines!r})")
+            raise ProvisionerError(f"max_machines must be a whole number >= min_machines ({self.min_machines}) "
+                                   f"(got {self.max_machines!r})", params=("max_machines", "min_machines"))
         if self.closed_loop:   # was refused after the sizing run, as "--machines must be 1-100,000 (got 2x it)"
             most = MAX_DESIGN_MACHINES // 2
             for name in ("max_machines", "min_machines"):
                 value = getattr(self, name)
                 if value is not None and value > most:
-                    raise ProvisionerError(f"--{name.replace('_', '-')} must be at most {most:,} with --scale-on "
-                                           f"{self.scale_on}: the engine keeps a slot per machine serving or loading "
-                                           f"and one per draining, {MAX_DESIGN_MACHINES:,} at most (got {shown(value)})")
+                    raise ProvisionerError(f"{name} must be at most {most:,} with scale_on {self.scale_on}: the "
+                                           f"engine keeps a slot per machine serving or loading and one per draining, "
+                                           f"{MAX_DESIGN_MACHINES:,} at most (got {shown(value)})",
+                                           params=(name, "scale_on"))
 
     # Both thresholds given: scale out where the cluster is worse off than where it scales in
     # (freeness: fewer free decode steps; queue: more requests per machine).
     _THRESHOLD_ORDER = {
         "freeness": (lambda out, into: out < into,
-                     "--scale-out-freeness must be below --scale-in-freeness (scale out when the cluster is less "
+                     "scale_out_freeness must be below scale_in_freeness (scale out when the cluster is less "
                      "free than when it scales in; got {out:g} >= {into:g})"),
         "queue": (lambda out, into: 0 <= into < out,
-                  "the queues must satisfy 0 <= --scale-in-queue < --scale-out-queue (requests per machine; "
+                  "the queues must satisfy 0 <= scale_in_queue < scale_out_queue (requests per machine; "
                   "got {into:g}, {out:g})"),
     }
 
@@ -129,11 +133,11 @@ class AutoscalePolicy:
         out, into = getattr(self, f"scale_out_{metric}"), getattr(self, f"scale_in_{metric}")
         ordered, rule = self._THRESHOLD_ORDER[metric]
         if out is not None and into is not None and not ordered(out, into):
-            raise ProvisionerError(rule.format(out=out, into=into))
+            raise ProvisionerError(rule.format(out=out, into=into), params=(f"scale_out_{metric}", f"scale_in_{metric}"))
         for name, value in ((f"scale_out_{metric}", out), (f"scale_in_{metric}", into)):
             if (out is None) != (into is None) and value is not None and value <= 0:
-                raise ProvisionerError(f"--{name.replace('_', '-')} {value:g} with the other {metric} threshold auto: "
-                                       f"give a number > 0 (the other is it x or / {SCALE_IN_FACTOR:g}), or both")
+                raise ProvisionerError(f"{name} {value:g} with the other {metric} threshold auto: give a number > 0 "
+                                       f"(the other is it x or / {SCALE_IN_FACTOR:g}), or both", params=(name,))
 
     @property
     def thresholds_auto(self) -> bool:
@@ -230,8 +234,8 @@ def plan_scaling(arrival_s: np.ndarray, duration_s: float, capacity_rps: float, 
     stops the most recently started serving machines first.
     """
     if not (math.isfinite(capacity_rps) and capacity_rps > 0):
-        raise ProvisionerError(f"--capacity-rps must be a finite number > 0 requests/s per machine "
-                               f"(got {capacity_rps!r})")
+        raise ProvisionerError(f"capacity_rps must be a finite number > 0 requests/s per machine "
+                               f"(got {capacity_rps!r})", params=("capacity_rps",))
     n0 = max(int(initial_machines), policy.min_machines)
     billed, serve_from, serve_until = [0.0] * n0, [0.0] * n0, [math.inf] * n0
     ticks = np.arange(policy.interval_s, duration_s, policy.interval_s)

@@ -114,7 +114,7 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
         lo += SIZING_BATCH
     raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs at the "
                            f"profile's peak of {peak_trace.rate_rps:g} req/s; lower the profile's rates or "
-                           f"loosen the SLOs (--slo-scale)")
+                           f"loosen the SLOs (a larger slo_scale)", params=("slo_scale",))
 
 
 def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
@@ -146,12 +146,12 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                f"lending; use a baseline or splitwiser family")
     if policy.closed_loop:   # refused before any work
         if family.startswith("splitwiser"):
-            raise ProvisionerError(f"--scale-on {policy.scale_on} scales baseline machines inside the discrete-event "
-                                   f"engine; use --scale-on rate for {family}")
+            raise ProvisionerError(f"scale_on {policy.scale_on} scales baseline machines inside the discrete-event "
+                                   f"engine; use scale_on rate for {family}", params=("scale_on",))
         if overrides.get("scheduler") == SPLITWISESIM:
-            raise ProvisionerError(f"--scale-on {policy.scale_on} cannot run under --scheduler splitwisesim (the "
-                                   f"controller does not read SplitwiseSim's machines): use --scale-on rate, or "
-                                   f"another --scheduler")
+            raise ProvisionerError(f"scale_on {policy.scale_on} cannot run under scheduler splitwisesim (the "
+                                   f"controller does not read SplitwiseSim's machines): use scale_on rate, or "
+                                   f"another scheduler", params=("scale_on", "scheduler"))
         if engine == "fluid":
             refuse_closed_loop_in_fluid(policy.scale_on)
     slo = slo if slo is not None else SLO()

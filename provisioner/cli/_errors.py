@@ -47,7 +47,11 @@ PARAM_FLAGS = {
     "token_machines": "--token-machines", "prompt_power_cap": "--prompt-power-cap",
     "baseline": "--baseline", "kv_bits": "--kv-bits", "inter_node_gbps": "--inter-node-gbps", "nic_gbps": "--nic-gbps",
     "capacity_rps": "--capacity-rps", "static_machines": "--static-machines", "interval_s": "--interval-s",
-    "min_machines": "--min-machines", "peak_rps": "--rps",
+    "min_machines": "--min-machines", "peak_rps": "--rps", "scale_on": "--scale-on", "startup_s": "--startup-s",
+    "window_s": "--window-s", "scale_out_load": "--scale-out-load", "scale_in_load": "--scale-in-load",
+    "target_load": "--target-load", "scale_out_freeness": "--scale-out-freeness",
+    "scale_in_freeness": "--scale-in-freeness", "scale_out_queue": "--scale-out-queue",
+    "scale_in_queue": "--scale-in-queue",
     "token_power_cap": "--token-power-cap", "family": "--family", "target": "--target-attainment",
     "rescore_engine": "--rescore-engine", "high_priority_fraction": "--high-priority-fraction",
 }

@@ -55,10 +55,11 @@ class ScalingControl:
 
     def __post_init__(self):
         if self.metric not in SCALE_METRICS:
-            raise ProvisionerError(f"--scale-on must be rate or one of {', '.join(SCALE_METRICS)} (got '{self.metric}')")
+            raise ProvisionerError(f"metric must be one of {', '.join(SCALE_METRICS)} (got '{self.metric}')")
         if not 1 <= self.min_machines <= self.initial_machines <= self.max_machines:
-            raise ProvisionerError(f"machines must satisfy 1 <= --min-machines <= initial <= --max-machines "
-                                   f"(got {self.min_machines}, {self.initial_machines}, {self.max_machines})")
+            raise ProvisionerError(f"machines must satisfy 1 <= min_machines <= initial_machines <= max_machines "
+                                   f"(got {self.min_machines}, {self.initial_machines}, {self.max_machines})",
+                                   params=("min_machines", "max_machines"))
 
     @property
     def slots(self) -> int:
@@ -76,8 +77,8 @@ def controlled_cluster(base, inputs, d: int):
     ctl = inputs.scaling
     servers = int(inputs.n_machines[d, 0])
     if inputs.n_machines[d, 1] > 0 or inputs.mps_share[d] > 0:
-        raise ProvisionerError("closed-loop autoscaling (--scale-on freeness|queue) scales baseline machines; "
-                               "use --scale-on rate for a splitwiser family")
+        raise ProvisionerError("closed-loop autoscaling (scale_on freeness or queue) scales baseline machines; "
+                               "use scale_on rate for a splitwiser family", params=("scale_on",))
     if servers != ctl.slots * ctl.servers_per_machine:
         raise ProvisionerError(f"closed-loop autoscaling needs {ctl.slots * ctl.servers_per_machine} server slots "
                                f"(2 x max machines x servers per machine), got {servers}")
