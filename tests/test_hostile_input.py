@@ -1142,6 +1142,14 @@ def test_library_errors_name_python_parameters_and_the_cli_its_flags():
         diurnal_profile(1.0, 1e9)
     assert_one_line_error(*cli("autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e9", "--design",
                                "baseline-a100"), "days (3.16224e+07 s, --duration), got 1e+09 s; shorten it")
+    with pytest.raises(ProvisionerError, match=r"^without: no node 'nope' in inventory cloud-prices; its nodes"):
+        prices.with_counts([t.available or 1 for t in prices.types]).without("nope")
+    one_node = load_inventory("thunderserve-32gpu", perf.catalog)
+    one_node = one_node.with_counts([int(i == 0) for i in range(len(one_node.types))])
+    with pytest.raises(ProvisionerError, match=r"nothing is left to re-plan on; drop without, or add nodes"):
+        one_node.without(one_node.nodes[0][0])
+    with pytest.raises(ProvisionerError, match=r"^inventory \S+ has no nodes to plan .*: use goal cost to choose"):
+        plan_cloud(prices, perf.llm("llama-30b"), perf, TraceGenerator("coding", 30.0, 0), rps=1.0)
 
 
 def test_the_library_refuses_an_integer_too_large_for_a_float():

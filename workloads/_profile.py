@@ -34,9 +34,8 @@ DIURNAL_MAX_DAYS = 366          # a year of 15-minute steps at most (35k steps)
 
 
 class ProfileFormatError(WorkloadError):
-    """A rate-profile file breaks the format (the message names file, line and column)."""
-
-    params = ("profile_path",)   # not a flag: the CLI must not rewrite the column name 'rps' in the message
+    """A rate-profile file breaks the format (the message names file, line and column; `params`
+    only the Python arguments it names, so the CLI never rewrites the column name 'rps')."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,9 +199,9 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     if duration_s is not None:
         end = float(duration_s)
         if not (math.isfinite(end) and end > 0):
-            raise ProfileFormatError(f"{name}: --duration must be > 0 s (got {end:g})")
+            raise ProfileFormatError(f"{name}: duration_s must be > 0 s (got {end:g})", params=("duration_s",))
     elif len(start) < 2:
-        raise ProfileFormatError(f"{name}: one row has no length; add a row or give --duration")
+        raise ProfileFormatError(f"{name}: one row has no length; add a row or give duration_s", params=("duration_s",))
     else:
         end = float(start[-1]) + float(start[-1] - start[-2])   # Python floats: inf past the range, no warning
         if not math.isfinite(end):

@@ -53,7 +53,7 @@ PARAM_FLAGS = {
     "scale_in_freeness": "--scale-in-freeness", "scale_out_queue": "--scale-out-queue",
     "scale_in_queue": "--scale-in-queue",
     "token_power_cap": "--token-power-cap", "family": "--family", "target": "--target-attainment",
-    "rescore_engine": "--rescore-engine", "high_priority_fraction": "--high-priority-fraction",
+    "rescore_engine": "--rescore-engine", "without": "--without", "high_priority_fraction": "--high-priority-fraction",
 }
 
 

@@ -240,6 +240,9 @@ def check_question(inventory, llm, perf, traces, *, goal, rps, seed, target, eng
     if goal == "throughput" and rps is not None:
         raise ProvisionerError("goal throughput finds the rate itself: drop rps", params=("goal", "rps"))
     if goal != "throughput":
+        if rps is None:
+            load = "the rented nodes must serve" if goal == "cost" else "to plan for"
+            raise ProvisionerError(f"goal '{goal}' needs rps (the load {load})", params=("goal", "rps"))
         validate_params({"rps": rps}, {"rps": [Interval(Real, 0, None, closed="neither")]})
     if not isinstance(inventory, Inventory):
         raise ProvisionerError(f"inventory must be an Inventory: load_inventory('thunderserve-32gpu', perf.catalog) "
@@ -670,8 +673,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         raise ProvisionerError(f"inventory {price_list.name}: every [[nodes]] entry has `available` = 0, so there is "
                                f"nothing to rent: raise `available` of one")
     if not any(limits):
-        raise ProvisionerError(f"inventory {price_list.name}: --goal cost needs a price list (nodes with "
-                               f"`available` limits)")
+        raise ProvisionerError(f"inventory {price_list.name}: goal cost needs a price list (nodes with "
+                               f"`available` limits)", params=("goal",))
     split = phases != NON_SPLIT_PHASES
     trace, sizes = trace_at(traces, rps), size_sample(traces, rps)   # as the answer then simulates it
     rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases, target)

@@ -142,11 +142,12 @@ class Inventory:
         """The inventory less one named node; also that node's index in `nodes`."""
         names = [n for n, _ in self.nodes]
         if node not in names:
-            raise ProvisionerError(f"--without: no node '{node}' in inventory {self.name}; its nodes are "
-                                   f"{', '.join(names)}")
+            raise ProvisionerError(f"without: no node '{node}' in inventory {self.name}; its nodes are "
+                                   f"{', '.join(names)}", params=("without",))
         if len(names) == 1:
-            raise ProvisionerError(f"--without: {node} is the only node of inventory {self.name}, so nothing is "
-                                   f"left to re-plan on; drop --without, or add nodes to the inventory")
+            raise ProvisionerError(f"without: {node} is the only node of inventory {self.name}, so nothing is "
+                                   f"left to re-plan on; drop without, or add nodes to the inventory",
+                                   params=("without",))
         k = names.index(node)
         ti = self.nodes[k][1]
         counts = [t.count - (i == ti) for i, t in enumerate(self.types)]

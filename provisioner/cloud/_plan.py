@@ -64,7 +64,7 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
     validate_params({"slo_scale": slo_scale}, {"slo_scale": [Interval(Real, 0, None, closed="neither")]})
     if inventory.n_gpus == 0:
         raise ProvisionerError(f"inventory {inventory.name} has no nodes to plan (every count is 0): "
-                               f"use --goal cost to choose what to rent")
+                               f"use goal cost to choose what to rent", params=("goal",))
     slo = SLO().scaled(slo_scale)
     physics = Physics(inventory, llm, perf)
     ref_inv = inventory if reference is None else reference.with_counts(
@@ -136,7 +136,7 @@ def reference_latencies(physics, prompt_tokens, output_tokens):
         best = lat if best is None else tuple(np.minimum(a, b) for a, b in zip(best, lat))
     if best is None:
         raise ProvisionerError(f"{physics.llm.name} fits on no single node of inventory {physics.inv.name}: "
-                               f"rent larger nodes or pick a smaller --model")
+                               f"rent larger nodes or pick a smaller model", params=("model",))
     ttft, tbt, e2e = best
     return ttft, np.where(np.asarray(output_tokens) > 1, tbt, np.nan), e2e
 
@@ -154,7 +154,7 @@ def search_plan(ctx: Context, seed=0, phases=("prefill", "decode"), start=None, 
     if not starts[0]:
         raise ProvisionerError(f"{ctx.llm.name} fits in no group of inventory {ctx.inventory.name} (a node's "
                                f"tensor-parallel groups, or a pipeline of two): add nodes or larger ones, or plan "
-                               f"a smaller --model")
+                               f"a smaller model", params=("model",))
     best, best_rps, best_value = None, -1.0, -np.inf
     for first in starts:
         if moves is not None:
