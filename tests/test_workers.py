@@ -105,3 +105,25 @@ def test_signals_held_delivers_ctrl_c_after_the_block():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the handler is back
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_the_cli_drops_lokys_idle_worker_race_warning_and_no_other(monkeypatch):
+    """loky warns when a worker whose idle timeout ran out leaves tasks just submitted (it
+    starts another for them); the CLI drops that line, matched on loky's own text."""
+    import inspect
+    import re
+    import warnings
+
+    from joblib.externals.loky import process_executor
+
+    from provisioner.workers import IDLE_WORKER_RACE_MESSAGE, quiet_pool_warnings
+
+    source = re.sub(r'"\s*\n\s*"', "", inspect.getsource(process_executor))   # adjacent literals joined
+    assert IDLE_WORKER_RACE_MESSAGE in source
+    monkeypatch.setenv("PYTHONWARNINGS", "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_pool_warnings()
+        warnings.warn(f"{IDLE_WORKER_RACE_MESSAGE}. This can be caused by a too short worker timeout", UserWarning)
+        warnings.warn("something else", UserWarning)
+    assert [str(w.message) for w in caught] == ["something else"]

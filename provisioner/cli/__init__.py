@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from ..workers import quiet_resource_tracker
+from ..workers import quiet_pool_warnings
 from ._errors import on_sigterm, run_guarded
 from ._repeats import refuse_repeated_options
 
@@ -55,7 +55,7 @@ def _register() -> None:
 def run(argv: list[str] | None = None) -> int:
     """Run the command line `argv`; returns the exit code (0, 1, 2, 130 or 143), never raises."""
     _register()
-    quiet_resource_tracker()   # Ctrl-C: one line, not a worker-cleanup warning after it
+    quiet_pool_warnings()   # Ctrl-C: one line, not a worker-cleanup warning after it; no loky races
     args = sys.argv[1:] if argv is None else list(argv)
 
     def command():
