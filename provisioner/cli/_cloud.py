@@ -44,7 +44,9 @@ def cloud_command(
     slo_scale: float = typer.Option(2.0, "--slo-scale", help="Multiply Table VI's limits (cloud default 2; "
                                                              "slowdowns against the inventory's best node)."),
     target_attainment: float = typer.Option(0.99, "--target-attainment",
-                                            help="--goal throughput: share of requests within each p99 limit."),
+                                            help="Share of requests within every p99 limit a plan must reach "
+                                                 "(every goal: the sustained rates, --goal throughput's rate, "
+                                                 "--goal cost's checks)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the trace and of the tabu search."),
     duration: float = typer.Option(None, "--duration", help="Trace length (s; default 120)."),
     engine: str = typer.Option("des", "--engine", help="Simulator of the reported attainment: des (exact "
