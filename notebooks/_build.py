@@ -46,7 +46,7 @@ One provisioning question end to end, with the same calls the `provision` comman
 
 The default settings below run in well under a minute on a laptop (30-s traces, three
 families, one short verification run). Set `FULL_STUDY = True` for the paper-scale
-question (2-minute traces, all six families, the default verification); that takes
+question (2-minute traces, all ten families, the default verification); that takes
 several minutes.
 """),
     md("## Settings"),
@@ -63,7 +63,7 @@ if FULL_STUDY:
     from provisioner import FAMILIES
     DURATION_S = 120.0
     SEARCH_FAMILIES = FAMILIES
-    VERIFY = {}                                   # DES on 2 x 120 s, seeds 1-3 (the default)
+    VERIFY = {}                                   # DES on two 240-s traces, seeds 1 and 2 (the default)
 else:
     DURATION_S = 30.0
     SEARCH_FAMILIES = ("baseline-h100", "splitwise-aa", "splitwise-hh")
