@@ -127,11 +127,11 @@ def rescoring_question(result: dict, family: str | None = None):
     entry = _family_entry(result, family)
     q = result["question"]
     from workloads import WorkloadError
+    if isinstance(q, dict) and "workload" not in q:
+        raise ProvisionerError("result JSON key 'question.workload' is missing; give the output of "
+                               "`provision --json`")
     try:
         traces = TraceGenerator.from_json(q)
-    except KeyError as exc:
-        raise ProvisionerError(f"result JSON key 'question.{exc.args[0]}' is missing; give the output of "
-                               f"`provision --json`") from None
     except WorkloadError as exc:   # its parameter names are the JSON's keys here, not flags
         raise ProvisionerError(f"result JSON 'question' is invalid: {exc}") from None
     rps = entry.get("rps")

@@ -197,3 +197,37 @@ def test_trace_head_raises_the_packages_error(window):
 
     with pytest.raises(WorkloadError, match="duration_s must be a finite number of seconds > 0"):
         make_workload("coding", 5, duration_s=10).head(window)
+
+
+# --------------------------------------------------------------------------- workloads
+@pytest.mark.parametrize("call, needle", [
+    (lambda w: w.RateProfile([0.0], [1.0], "10"), "end_s must be a number of seconds"),   # math.isfinite's TypeError
+    (lambda w: w.RateProfile(["a"], [1.0], 10.0), "start_s must be numbers"),              # numpy's ValueError
+    (lambda w: w.diurnal_profile("5"), "needs a peak rate peak_rps > 0, got '5'"),          # math.isfinite's TypeError
+    (lambda w: w.diurnal_profile(5, "86400"), "needs a duration of at least 900 s, got '86400'"),
+    (lambda w: w.diurnal_profile(5, step_s=0), "step_s must be a number of seconds > 0"),   # np.arange's ZeroDivisionError
+    (lambda w: w.TraceGenerator.from_json({}), "JSON needs a 'workload' key"),            # was a KeyError
+    (lambda w: w.TraceGenerator.from_json("coding"), "JSON needs a 'workload' key"),
+    (lambda w: w.TraceGenerator("coding", 10).with_profile(5), "profile must be a workloads.RateProfile"),
+    (lambda w: w.poisson_arrivals(1, 10, rng="a"), "rng must be an integer seed >= 0"),   # numpy's SeedSequence TypeError
+    (lambda w: w.gamma_arrivals(1, 10, 2.0, rng=-1), "rng must be an integer seed >= 0"),
+    (lambda w: w.replay_arrivals(["a", "b"], 1, 10), "base_arrival_s must be arrival times in seconds"),
+    (lambda w: w.Trace([0.0], [1], [1], name=5), "a trace's name must be a string"),     # was accepted
+])
+def test_workloads_refuse_a_bad_argument_in_one_line(call, needle):
+    import workloads
+
+    with pytest.raises(workloads.WorkloadError, match=needle) as exc_info:
+        call(workloads)
+    one_line(exc_info)
+
+
+def test_the_arrival_generators_still_take_every_seed_numpy_takes():
+    import numpy as np
+
+    from workloads import gamma_arrivals, poisson_arrivals
+
+    same = poisson_arrivals(2, 10, rng=7), poisson_arrivals(2, 10, rng=np.random.default_rng(7))
+    assert np.array_equal(*same) and len(same[0]) == 20
+    assert len(gamma_arrivals(2, 10, 2.0, rng=np.random.SeedSequence(3))) == 20
+    assert len(poisson_arrivals(2, 10, rng=None)) == 20

@@ -53,7 +53,7 @@ def poisson_arrivals(rps: float, duration_s: float, rng: RngLike) -> np.ndarray:
         ``round(rps * duration_s) == 0`` ("too few requests").
     """
     n = request_count(rps, duration_s)
-    return np.sort(np.random.default_rng(rng).uniform(0.0, duration_s, size=n))
+    return np.sort(_generator(rng).uniform(0.0, duration_s, size=n))
 
 
 def gamma_arrivals(rps: float, duration_s: float, cv: float, rng: RngLike) -> np.ndarray:
@@ -88,7 +88,7 @@ def gamma_arrivals(rps: float, duration_s: float, cv: float, rng: RngLike) -> np
     """
     n = request_count(rps, duration_s)
     check_cv(cv)
-    rng = np.random.default_rng(rng)
+    rng = _generator(rng)
     gaps = rng.gamma(1.0 / cv**2, 1.0, size=n)
     total = float(gaps.sum())
     if not (math.isfinite(total) and total > 0):
@@ -142,9 +142,22 @@ def replay_arrivals(base_arrival_s: np.ndarray, rps: float, duration_s: float) -
     return (scaled[np.newaxis, :] + shifts[:, np.newaxis]).ravel()[:n]
 
 
+def _generator(rng: RngLike) -> np.random.Generator:
+    """numpy's generator of `rng`, refusing in one line what numpy refuses with its own error."""
+    try:
+        return np.random.default_rng(rng)
+    except (TypeError, ValueError):   # "a" or -1: numpy's SeedSequence errors
+        raise WorkloadError(f"rng must be an integer seed >= 0, a numpy Generator or SeedSequence, or None; "
+                            f"got {rng!r:.60}", params=("rng",)) from None
+
+
 def _replay_base(base_arrival_s: np.ndarray) -> np.ndarray:
     """Validate recorded arrival times; return them shifted to start at 0."""
-    base = np.asarray(base_arrival_s, dtype=np.float64)
+    try:
+        base = np.asarray(base_arrival_s, dtype=np.float64)
+    except (TypeError, ValueError):   # ["a", "b"] was numpy's "could not convert string to float"
+        raise WorkloadError(f"base_arrival_s must be arrival times in seconds (numbers), got "
+                            f"{base_arrival_s!r:.60}", params=("base_arrival_s",)) from None
     if base.ndim != 1 or base.size < 2 or not np.all(np.isfinite(base)):
         raise WorkloadError("replay needs at least 2 finite base arrival times (shape (m,)); "
                          "use arrival='poisson' for a shorter trace")

@@ -31,6 +31,7 @@ import os
 import numpy as np
 
 from workloads._arrivals import MAX_TRACE_REQUESTS, check_cv, check_positive, request_count
+from workloads._profile import RateProfile
 from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
 from workloads.errors import UnknownWorkloadError, WorkloadError
@@ -131,6 +132,9 @@ class TraceGenerator:
         ``[0, profile.duration_s)``: this generator's unit-rate stream (the requests of
         every constant-rate trace, in the same order) with unit time ``u`` placed at
         ``profile.time_at(u)``, the inverse of the cumulative rate (time rescaling)."""
+        if not isinstance(profile, RateProfile):   # 5 was an AttributeError
+            raise WorkloadError(f"profile must be a workloads.RateProfile, got {profile!r:.60}; build one with "
+                                f"diurnal_profile(peak_rps) or read_profile_csv(path)", params=("profile",))
         total = profile.expected_requests
         if total > MAX_TRACE_REQUESTS:
             raise WorkloadError(f"the rate profile '{profile.name}' holds {total:.3g} requests, more than a trace "
@@ -176,6 +180,9 @@ class TraceGenerator:
 
         Refuses, in one line, a trace file whose SHA-256 differs from the recorded one.
         """
+        if not isinstance(obj, dict) or "workload" not in obj:   # {} was a KeyError
+            raise WorkloadError(f"a trace generator's JSON needs a 'workload' key, got {obj!r:.60}; give "
+                                f"TraceGenerator.to_json() or a result's 'question'")
         gen = cls(obj["workload"], obj.get("duration_s", 120.0), obj.get("seed", 0),
                   arrival=obj.get("arrival") or "poisson", cv=2.0 if obj.get("cv") is None else obj["cv"])
         want = obj.get("workload_sha256")

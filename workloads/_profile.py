@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -56,8 +57,10 @@ class RateProfile:
     name: str = "profile"
 
     def __post_init__(self) -> None:
-        start = np.asarray(self.start_s, dtype=np.float64)
-        rps = np.asarray(self.rps, dtype=np.float64)
+        start, rps = _float_array("start_s", self.start_s), _float_array("rps", self.rps)
+        if not _is_number(self.end_s):   # math.isfinite('10') was a TypeError
+            raise WorkloadError(f"a rate profile's end_s must be a number of seconds, got {self.end_s!r}; give the "
+                                f"end of the last step", params=("end_s",))
         if start.ndim != 1 or start.shape != rps.shape or start.size < 1:
             raise WorkloadError("a rate profile needs start_s and rps of the same length >= 1")
         if start[0] != 0.0 or np.any(np.diff(start) <= 0) or not (math.isfinite(self.end_s) and self.end_s > start[-1]):
@@ -140,10 +143,13 @@ def diurnal_profile(peak_rps: float, duration_s: float = 86400.0, step_s: float 
     peak exactly ``DIURNAL_PEAK_TO_TROUGH`` (3x) the trough, in 15-minute steps (each at
     the curve's value at its midpoint, rescaled so the steps span trough..peak exactly).
     The mean rate is (peak + trough) / 2, two thirds of the peak."""
-    if not (math.isfinite(peak_rps) and peak_rps > 0):
+    if not (_is_number(peak_rps) and math.isfinite(peak_rps) and peak_rps > 0):   # '5' was a TypeError
         raise WorkloadError(f"the diurnal profile needs a peak rate peak_rps > 0, got {peak_rps!r}",
                             params=("peak_rps",))
-    if not (math.isfinite(duration_s) and duration_s >= step_s):
+    if not (_is_number(step_s) and math.isfinite(step_s) and step_s > 0):
+        raise WorkloadError(f"the diurnal profile's step_s must be a number of seconds > 0, got {step_s!r}; "
+                            f"give the length of one step, e.g. {DIURNAL_STEP_S:g}", params=("step_s",))
+    if not (_is_number(duration_s) and math.isfinite(duration_s) and duration_s >= step_s):
         raise WorkloadError(f"the diurnal profile needs a duration of at least {step_s:g} s, got {duration_s!r}")
     if duration_s > DIURNAL_MAX_DAYS * 86400.0:
         raise WorkloadError(f"the diurnal profile lasts at most {DIURNAL_MAX_DAYS} days ({DIURNAL_MAX_DAYS * 86400:g} s, "
@@ -213,6 +219,18 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
         raise ProfileFormatError(f"{name}: column 2 (rps) is 0 on every row in the profile's "
                                  f"{end:g} s; give a rate > 0 somewhere")
     return RateProfile(start[keep], np.asarray(rates)[keep], end, name)
+
+
+def _is_number(value: object) -> bool:
+    """A real number, not a bool nor a string ('5' is not a rate here)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _float_array(name: str, values: object) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"a rate profile's {name} must be numbers, got {values!r:.60}", params=(name,)) from None
 
 
 def _cell(name: str, line: int, column: int, header: str, text: str) -> float:

@@ -56,6 +56,9 @@ class Trace:
     duration_s: float | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):   # 5 was kept, and broke the messages and JSON that name it
+            raise TraceFormatError(f"a trace's name must be a string such as 'coding' or a file's stem, got "
+                                   f"{self.name!r:.60}", params=("name",))
         arrival_s = _arrival_array(self.arrival_s, self.name)
         n = arrival_s.size
         prompt = _token_array(self.prompt_tokens, "prompt_tokens", n, self.name)
