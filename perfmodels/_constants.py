@@ -8,6 +8,7 @@ with provenance, so a calibration can be inspected, diffed and shipped.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -109,20 +110,46 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         raise PerfModelError(f"calibration '{where}' is not valid TOML: {exc}") from None
     except ValueError:   # Python refuses to read an integer of over 4,300 digits
         raise PerfModelError(f"calibration '{where}': a number has over 4,300 digits; give a real value") from None
-    names = {f.name for f in dataclasses.fields(GpuConstants)}
-    per_gpu = {}
-    for gpu, table in raw.get("gpu", {}).items():
-        missing = names - set(table) - {"calibrated_on"}
-        if missing:
-            raise PerfModelError(f"calibration '{where}': gpu '{gpu}' lacks {sorted(missing)}")
-        per_gpu[gpu] = GpuConstants(**{k: table[k] for k in names if k in table})
+    per_gpu = {gpu: _gpu_constants(table, where, gpu) for gpu, table in _table(raw, "gpu", where).items()}
+    if not per_gpu:   # else "no latency constants for gpu ..." at the first latency asked, naming no file
+        raise PerfModelError(f"calibration '{where}' has no [gpu.\"NAME\"] table of constants; give a file "
+                             f"written by `provision perf calibrate`")
+    borrowed = _table(raw, "borrowed", where)
+    for gpu, lender in borrowed.items():
+        if lender not in per_gpu:   # else a KeyError at the first latency of that GPU
+            raise PerfModelError(f"calibration '{where}': [borrowed] '{gpu}' = {lender!r:.40} names no [gpu] table "
+                                 f"(have: {', '.join(sorted(per_gpu))}); borrow from one of those")
     meta = raw.get("meta", {})
     return Calibration(
         per_gpu=per_gpu,
-        borrowed=dict(raw.get("borrowed", {})),
+        borrowed=dict(borrowed),
         source=meta.get("source", ""),
         holdout_mape_pct=dict(meta.get("holdout_mape_pct", {})),
     )
+
+
+def _table(raw: dict, key: str, where: str) -> dict:
+    table = raw.get(key, {})
+    if not isinstance(table, dict):
+        raise PerfModelError(f"calibration '{where}': '{key}' must be a table ([{key}]), got {table!r:.40}")
+    return table
+
+
+def _gpu_constants(table, where: str, gpu: str) -> GpuConstants:
+    """One [gpu."NAME"] table: every fitted constant a finite number (a string was kept, and
+    failed inside numpy at the first latency asked)."""
+    if not isinstance(table, dict):
+        raise PerfModelError(f"calibration '{where}': gpu '{gpu}' must be a table of constants, got {table!r:.40}")
+    names = {f.name for f in dataclasses.fields(GpuConstants)}
+    missing = names - set(table) - {"calibrated_on"}
+    if missing:
+        raise PerfModelError(f"calibration '{where}': gpu '{gpu}' lacks {sorted(missing)}")
+    for name in sorted(names - {"calibrated_on"}):
+        value = table[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise PerfModelError(f"calibration '{where}': gpu '{gpu}' {name} must be a finite number, "
+                                 f"got {value!r:.40}")
+    return GpuConstants(**{k: table[k] for k in names if k in table})
 
 
 def dump_calibration(cal: Calibration) -> str:

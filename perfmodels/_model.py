@@ -7,6 +7,7 @@ physics is in `_roofline`; this module turns catalog entries into its inputs.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -27,7 +28,8 @@ class LatencyModel:
 
     Parameters
     ----------
-    calibration : fitted constants per GPU (default: the shipped calibration).
+    calibration : fitted constants per GPU (a `Calibration`, or the path of a calibration
+        TOML, read here; default: the shipped calibration).
     catalog : a `hardware_catalog.Catalog` (default: the shipped catalog).
 
     Models and GPUs may be given as catalog names or catalog objects.
@@ -36,7 +38,7 @@ class LatencyModel:
     n_coef = N_COEF   # length of the vectors `coefficients` returns (the simulator's per-pool layout)
 
     def __init__(self, calibration: Calibration | None = None, catalog=None):
-        self.calibration = calibration if calibration is not None else load_calibration()
+        self.calibration = _calibration(calibration)
         if catalog is None:
             from hardware_catalog import load_catalog
             catalog = load_catalog()
@@ -64,7 +66,7 @@ class LatencyModel:
     def hardware(self, gpu, tp=8, power_cap=1.0) -> HardwareArrays:
         """Hardware arrays for one GPU type, broadcast over `tp` and `power_cap` arrays."""
         g = self.gpu(gpu)
-        tp = np.asarray(tp, dtype=float)
+        tp = float_array(tp, "tensor_parallel")
         bad = tp[~np.isin(tp, TP_DEGREES)]
         if bad.size:
             # Attention heads and FFN columns split evenly over 1, 2, 4 or 8 GPUs of one machine.
@@ -110,8 +112,8 @@ class LatencyModel:
     # -- phase latencies ------------------------------------------------------
     def prefill_time_s(self, model, gpu, tp, prompt_tokens, batch_size=1, power_cap=1.0):
         """Time (s) of one prefill pass over `batch_size` prompts of `prompt_tokens` each."""
-        s = np.asarray(prompt_tokens, dtype=float)
-        b = np.asarray(batch_size, dtype=float)
+        s = float_array(prompt_tokens, "prompt_tokens")
+        b = float_array(batch_size, "batch_size")
         _check_positive(s, "prompt_tokens")
         _check_positive(b, "batch_size")
         _check_broadcast(prompt_tokens=s.shape, batch_size=b.shape, tensor_parallel=np.shape(tp),
@@ -121,8 +123,8 @@ class LatencyModel:
 
     def decode_time_s(self, model, gpu, tp, batch_size, context_tokens, power_cap=1.0):
         """Time (s) of one decode iteration of `batch_size` requests with `context_tokens` each."""
-        b = np.asarray(batch_size, dtype=float)
-        ctx = np.asarray(context_tokens, dtype=float)
+        b = float_array(batch_size, "batch_size")
+        ctx = float_array(context_tokens, "context_tokens")
         _check_positive(b, "batch_size")
         if np.any(~np.isfinite(ctx)) or np.any(ctx < 0):
             raise PerfModelError(f"context_tokens must be >= 0 (got {np.min(ctx):g})")
@@ -159,12 +161,37 @@ class LatencyModel:
 def solo_request_tokens(prompt_tokens, output_tokens) -> tuple[np.ndarray, np.ndarray]:
     """The token counts of `solo_request_s` as float arrays; one line for outputs below 1 (0 or
     -3 gave an E2E of the TTFT alone) or shapes that do not broadcast (was numpy's error)."""
-    s = np.asarray(prompt_tokens, dtype=float)
-    n = np.asarray(output_tokens, dtype=float)
+    s = float_array(prompt_tokens, "prompt_tokens")
+    n = float_array(output_tokens, "output_tokens")
     if np.any(~np.isfinite(n)) or np.any(n < 1):
         raise PerfModelError(f"output_tokens must be >= 1: every request makes its first token (got {np.min(n):g})")
     _check_broadcast(prompt_tokens=s.shape, output_tokens=n.shape)
     return s, n
+
+
+def _calibration(calibration) -> Calibration:
+    """A `Calibration` as given, or read from a path now: a path kept as is failed at the first
+    latency asked ('str' object has no attribute 'for_gpu'), far from where it was given."""
+    if calibration is None:
+        return load_calibration()
+    if isinstance(calibration, Calibration):
+        return calibration
+    if isinstance(calibration, (str, os.PathLike)):
+        return load_calibration(calibration)
+    raise PerfModelError(f"calibration must be a perfmodels.Calibration or the path of a calibration TOML, got "
+                         f"{calibration!r:.60}")
+
+
+def float_array(values, name: str) -> np.ndarray:
+    """`values` as a float array; one line for what is not numbers (numpy reads the string
+    '512' as 512.0, and ['a'] is its own ValueError)."""
+    try:
+        raw = np.asarray(values)
+    except ValueError:   # ragged nested lists
+        raw = np.asarray(None)
+    if raw.dtype.kind not in "iuf":
+        raise PerfModelError(f"{name} must be a number or an array of numbers, got {values!r:.60}")
+    return raw.astype(float)
 
 
 @lru_cache(maxsize=64)

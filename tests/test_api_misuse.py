@@ -231,3 +231,98 @@ def test_the_arrival_generators_still_take_every_seed_numpy_takes():
     assert np.array_equal(*same) and len(same[0]) == 20
     assert len(gamma_arrivals(2, 10, 2.0, rng=np.random.SeedSequence(3))) == 20
     assert len(poisson_arrivals(2, 10, rng=None)) == 20
+
+
+# --------------------------------------------------------------------------- perfmodels memory and latency
+@pytest.fixture(scope="module")
+def bloom_on_h100():
+    from perfmodels import LatencyModel
+
+    perf = LatencyModel()
+    return perf.llm("bloom-176b"), perf.gpu("h100-80gb")
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda m, llm, gpu: m.kv_cache_bytes(llm, -5), r"tokens must be finite and >= 0 \(got -5\)"),   # was -20 MB
+    (lambda m, llm, gpu: m.kv_cache_bytes(llm, "5"), "tokens must be a number or an array of numbers"),
+    (lambda m, llm, gpu: m.kv_capacity_tokens(llm, gpu, 3), r"tp must be 1, 2, 4 or 8 \(got 3\)"),   # was answered
+    (lambda m, llm, gpu: m.kv_capacity_tokens(llm, gpu, 8, hbm_utilization=2.0),
+     r"hbm_utilization must be a fraction in \(0, 1\]"),                                # was twice the HBM
+    (lambda m, llm, gpu: m.kv_capacity_tokens("bloom-176b", gpu, 8), r"llm must be a catalog LLM.*LatencyModel\(\).llm"),
+    (lambda m, llm, gpu: m.kv_capacity_tokens(llm, "h100-80gb", 8), r"gpu must be a catalog GPU.*LatencyModel\(\).gpu"),
+    (lambda m, llm, gpu: m.weight_bytes_per_gpu("bloom-176b", 8), "llm must be a catalog LLM"),   # AttributeError
+    (lambda m, llm, gpu: m.max_decode_batch(llm, gpu, 6, 2048), "tp must be 1, 2, 4 or 8"),
+    (lambda m, llm, gpu: m.fits_in_memory(llm, gpu, 8, hbm_utilization=0), "hbm_utilization must be a fraction"),
+    (lambda m, llm, gpu: m.colocated_kv_capacity_tokens(llm, gpu, 8, -1), "prefill_tokens must be finite and >= 0"),
+])
+def test_memory_helpers_refuse_a_bad_argument_in_one_line(bloom_on_h100, call, needle):
+    import perfmodels
+
+    with pytest.raises(PerfModelError, match=needle) as exc_info:
+        call(perfmodels, *bloom_on_h100)
+    one_line(exc_info)
+
+
+def test_memory_helpers_still_take_arrays_and_every_tp_degree(bloom_on_h100):
+    import numpy as np
+
+    from perfmodels import TP_DEGREES, kv_cache_bytes, kv_capacity_tokens
+
+    llm, gpu = bloom_on_h100
+    assert list(kv_cache_bytes(llm, [0, 2])) == [0.0, 2 * llm.kv_bytes_per_token]
+    capacity = kv_capacity_tokens(llm, gpu, np.array(TP_DEGREES))
+    assert capacity.shape == (4,) and capacity[-1] > 0 and np.all(np.diff(capacity) >= 0)
+    assert kv_capacity_tokens(llm, gpu, 8, hbm_utilization=1.0) > kv_capacity_tokens(llm, gpu, 8)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda p: p.prefill_time_s("bloom-176b", "h100-80gb", 8, "512"), "prompt_tokens must be a number"),   # was 512
+    (lambda p: p.prefill_time_s("bloom-176b", "h100-80gb", 8, 512, ["4"]), "batch_size must be a number"),
+    (lambda p: p.decode_time_s("bloom-176b", "h100-80gb", 8, 4, "512"), "context_tokens must be a number"),
+    (lambda p: p.decode_time_s("bloom-176b", "h100-80gb", "8", 4, 512), "tensor_parallel must be a number"),
+    (lambda p: p.solo_request_s("bloom-176b", "h100-80gb", 8, 512, "8"), "output_tokens must be a number"),
+])
+def test_latencies_refuse_token_counts_given_as_strings(call, needle):
+    from perfmodels import LatencyModel
+
+    with pytest.raises(PerfModelError, match=needle):
+        call(LatencyModel())
+
+
+def test_a_calibration_path_is_read_when_the_model_is_built(tmp_path):
+    """A path was stored as is and failed at the first latency ('str' has no attribute 'for_gpu')."""
+    from perfmodels import DEFAULT_CALIBRATION_PATH, LatencyModel
+
+    with pytest.raises(PerfModelError, match="cannot read calibration '/nonexist.toml'"):
+        LatencyModel(calibration="/nonexist.toml")
+    shipped = DEFAULT_CALIBRATION_PATH.read_text()
+    for text, needle in [("x = 1", "has no \\[gpu"),
+                         (shipped.replace("memory_efficiency = 0.92", 'memory_efficiency = "fast" #'),
+                          "gpu 'a100-80gb' memory_efficiency must be a finite number"),
+                         (shipped.replace('"a40" = "a100-80gb"', '"a40" = "a99"'), r"\[borrowed\] 'a40' = 'a99'")]:
+        path = tmp_path / "cal.toml"
+        path.write_text(text)
+        with pytest.raises(PerfModelError, match=f"calibration '{path}'.*{needle}") as exc_info:
+            LatencyModel(calibration=path)
+        one_line(exc_info)
+    with pytest.raises(PerfModelError, match="calibration must be a perfmodels.Calibration or the path"):
+        LatencyModel(calibration=5)
+    from_path = LatencyModel(calibration=str(DEFAULT_CALIBRATION_PATH))
+    assert from_path.prefill_time_s("bloom-176b", "h100-80gb", 8, 512) == \
+        LatencyModel().prefill_time_s("bloom-176b", "h100-80gb", 8, 512)
+
+
+def test_unservable_requests_are_judged_by_one_replica_of_a_machine_wider_than_tp_8(bloom_on_h100):
+    """A replica spans at most 8 GPUs: a 16-GPU machine holds no longer a request than an 8-GPU one."""
+    import dataclasses
+
+    from perfmodels import LatencyModel, kv_capacity_tokens
+    from provisioner.sim import unservable_reason
+
+    shipped = LatencyModel().catalog
+    wide = dataclasses.replace(shipped.machine("dgx-h100"), name="dgx-h100-16", gpus_per_machine=16)
+    perf = LatencyModel(catalog=dataclasses.replace(shipped, machines={**shipped.machines, wide.name: wide}))
+    llm, gpu = bloom_on_h100
+    fits_tp8 = int(kv_capacity_tokens(llm, gpu, 8))
+    assert unservable_reason([fits_tp8 - 10], [5], llm, perf, [wide.name]) is None
+    assert f"holds at most {fits_tp8:,} tokens" in unservable_reason([fits_tp8 + 10], [5], llm, perf, [wide.name])
