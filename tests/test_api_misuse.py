@@ -326,3 +326,36 @@ def test_unservable_requests_are_judged_by_one_replica_of_a_machine_wider_than_t
     fits_tp8 = int(kv_capacity_tokens(llm, gpu, 8))
     assert unservable_reason([fits_tp8 - 10], [5], llm, perf, [wide.name]) is None
     assert f"holds at most {fits_tp8:,} tokens" in unservable_reason([fits_tp8 + 10], [5], llm, perf, [wide.name])
+
+
+# --------------------------------------------------------------------------- ProvisionRequest
+@pytest.mark.parametrize("given, needle", [
+    # were ignored: the named families fix their machines
+    (dict(families=("splitwise-hh",), prompt_machine_types=("dgx-h100",)),
+     r"prompt_machine_types sets the machines of the custom families .*none of which families names"),
+    (dict(families=("baseline-h100",), token_machine_types=("dgx-h100",)), "or drop token_machine_types"),
+    # only splitwise-custom has a token pool
+    (dict(families=("baseline-custom",), prompt_machine_types=("dgx-h100",), token_machine_types=("dgx-a100",)),
+     "token_machine_types sets the token pool of splitwise-custom; baseline-custom has one pool"),
+])
+def test_provision_request_refuses_machine_types_no_family_uses(given, needle):
+    from provisioner import ProvisionRequest
+
+    with pytest.raises(ProvisionerError, match=needle) as exc_info:
+        ProvisionRequest(goal="cost", rps=5, duration_s=10, verify=False, **given)
+    one_line(exc_info)
+
+
+def test_provision_request_keeps_its_sequences_as_tuples_of_plain_values():
+    """A numpy power_cap_range was kept as an array: the request could not be hashed."""
+    import numpy as np
+
+    from provisioner import ProvisionRequest
+
+    request = ProvisionRequest(goal="cost", rps=5, duration_s=10, verify=False, families=["splitwise-custom"],
+                               prompt_machine_types=["dgx-h100"], power_cap_range=np.array([0.5, 1.0]),
+                               prompt_batch_caps=[np.int64(2048)])
+    assert request.power_cap_range == (0.5, 1.0) and type(request.power_cap_range[0]) is float
+    assert request.prompt_machine_types == ("dgx-h100",) and request.prompt_batch_caps == (2048,)
+    assert hash(request) == hash(request.replace(power_cap_range=(0.5, 1.0)))
+

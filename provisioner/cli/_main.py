@@ -135,7 +135,8 @@ def main_command(
         slo_scale=slo_scale, searcher=searcher, verify=verify, verify_duration_s=verify_duration,
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)) if verify else None,
         prompt_machine_types=ptypes,
-        token_machine_types=ttypes or ptypes, power_cap_range=_cap_range(power_cap_range),
+        token_machine_types=ttypes or (ptypes if CUSTOM_SPLIT in (families or ()) else None),
+        power_cap_range=_cap_range(power_cap_range),
         max_machines=max_machines, n_trials=trials, prefill_chunk_tokens=prefill_chunk_tokens,
         mps_prefill_share=mps_prefill_share, duplicate_weights=duplicate_weights, scheduler=scheduler,
         preemption=preemption, swap_space_gb=swap_space_gb)

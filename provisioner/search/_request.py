@@ -9,7 +9,7 @@ from functools import cached_property
 
 from workloads import ARRIVAL_PROCESSES, MAX_TRACE_REQUESTS, TraceGenerator, default_arrival
 
-from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_FAMILIES,
+from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_FAMILIES, CUSTOM_SPLIT,
                        DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
@@ -174,6 +174,7 @@ class ProvisionRequest:
             if f not in CUSTOM_FAMILIES:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
+        self._check_machine_types()
         check_preemption(self.preemption, self.scheduler)
         refuse_scheduler_families(self.scheduler, fams, self.preemption)
         lo, hi = self.power_cap_range
@@ -206,6 +207,27 @@ class ProvisionRequest:
         items("prompt_batch_caps", lambda v: whole(v, 1), "token counts >= 1", "(2048,)")
         items("power_cap_range", lambda v: Interval(Real, None, None).is_satisfied_by(v), "two numbers (low, high)",
               "(0.5, 1.0)", size=2)
+        # tuples of plain values: a list or numpy array made the request unhashable (and its repr,
+        # the study's name, depend on the container)
+        for name, kind in (("families", str), ("prompt_machine_types", str), ("token_machine_types", str),
+                           ("verify_seeds", int), ("prompt_batch_caps", int), ("power_cap_range", float)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
+
+    def _check_machine_types(self) -> None:
+        """Machine types with no family that uses them were ignored: refused, as the CLI refuses them."""
+        custom = [f for f in self.families if f in CUSTOM_FAMILIES]
+        for name in ("prompt_machine_types", "token_machine_types"):
+            if getattr(self, name) and not custom:
+                raise ProvisionerError(f"{name} sets the machines of the custom families "
+                                       f"({', '.join(CUSTOM_FAMILIES)}), none of which families names: add "
+                                       f"'{CUSTOM_SPLIT}' (or another custom family) to families, or drop {name}",
+                                       params=(name,))
+        if self.token_machine_types and CUSTOM_SPLIT not in custom:
+            raise ProvisionerError(f"token_machine_types sets the token pool of {CUSTOM_SPLIT}; "
+                                   f"{' and '.join(custom)} {'has' if len(custom) == 1 else 'have'} one pool of "
+                                   f"prompt_machine_types machines: add '{CUSTOM_SPLIT}' to families, or drop "
+                                   f"token_machine_types", params=("token_machine_types",))
 
     def _resolve_trace(self) -> None:
         """Default the arrival process, read the trace, fill `duration_s` (and a replay's `rps`)."""
