@@ -359,3 +359,27 @@ def test_provision_request_keeps_its_sequences_as_tuples_of_plain_values():
     assert request.prompt_machine_types == ("dgx-h100",) and request.prompt_batch_caps == (2048,)
     assert hash(request) == hash(request.replace(power_cap_range=(0.5, 1.0)))
 
+
+# --------------------------------------------------------------------------- provisioner.cloud helpers
+@pytest.mark.parametrize("answer", [{}, {"replicas": []}, [], None])
+def test_replan_rows_refuses_an_answer_that_was_not_replanned(answer):
+    """{} was a KeyError 'replan' (and [] a TypeError on list indices)."""
+    from provisioner.cloud import replan_changes, replan_rows
+
+    for call in (replan_rows, replan_changes):
+        with pytest.raises(ProvisionerError, match="answer must be a re-planned answer of plan_cloud") as exc_info:
+            call(answer)
+        one_line(exc_info)
+
+
+def test_load_inventory_takes_no_catalog_as_the_shipped_one_and_refuses_a_non_catalog():
+    """None said "nodes[1].type: 'NoneType' object has no attribute 'machine'"."""
+    from perfmodels import LatencyModel
+    from provisioner.cloud import load_inventory
+
+    shipped = load_inventory("thunderserve-32gpu", LatencyModel().catalog)
+    assert load_inventory("thunderserve-32gpu", None) == shipped == load_inventory("thunderserve-32gpu")
+    with pytest.raises(ProvisionerError, match="catalog must be a hardware_catalog.Catalog, e.g. perf.catalog") \
+            as exc_info:
+        load_inventory("thunderserve-32gpu", "dgx")
+    one_line(exc_info)

@@ -86,6 +86,7 @@ def replan_rows(answer: dict) -> list[dict]:
     """The re-plan table, as the CLI and the report show it: per case of REPLAN_CASES its
     `case`, `name`, `attainment` (per SLO metric), `took` (the re-plan's seconds, "—" where
     nothing is re-planned) and `changed` (`replan_changes`)."""
+    _check_replanned(answer)
     rp, changes = answer["replan"], replan_changes(answer)
     before = ", ".join((["all nodes"] if rp.get("node") else []) + (["the planned mix"] if rp.get("workload") else []))
     names = {"before": f"before ({before})", "none": "no re-plan", "light": "lightweight re-plan",
@@ -99,6 +100,7 @@ def replan_rows(answer: dict) -> list[dict]:
 def replan_changes(answer: dict) -> dict[str, str]:
     """What each case of `answer['replan']` (`provision cloud --without` / `--replan-workload`)
     changed against the plan, in words: {'before', 'none', 'light', 'full'} -> text."""
+    _check_replanned(answer)
     rp, reps = answer["replan"], answer["replicas"]
     node = rp.get("node")
     lost = [r for r in reps if node in r["nodes"]]
@@ -117,6 +119,15 @@ def replan_changes(answer: dict) -> dict[str, str]:
         # a re-plan that found no split plan says why
         out[case] = rp[case].get("no_split_plan") or say(kept, before, rp[case]["replicas"])
     return out
+
+
+def _check_replanned(answer) -> None:
+    """One line for what is not a re-planned answer (`{}` was a KeyError 'replan')."""
+    from ..errors import ProvisionerError
+    if not (isinstance(answer, dict) and isinstance(answer.get("replan"), dict) and "replicas" in answer):
+        got = "an answer with no 'replan'" if isinstance(answer, dict) else f"{answer!r:.40}"
+        raise ProvisionerError(f"answer must be a re-planned answer of plan_cloud (given without=NODE or "
+                               f"new_mix=...), got {got}", params=("answer",))
 
 
 def _light_change(kept, before, light) -> str:

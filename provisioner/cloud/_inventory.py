@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hardware_catalog import Catalog, load_catalog
+
 from .._validation import PRICE_USD_PER_H_RANGE, toml_float
 from ..errors import ProvisionerError
 
@@ -158,8 +160,10 @@ class Inventory:
         return replace(self.with_counts(counts), bandwidth_gbps=bw, removed=self.removed + (node,)), k
 
 
-def load_inventory(spec: str | Path, catalog) -> Inventory:
-    """An inventory from a TOML path or a shipped example's name (`thunderserve-32gpu`)."""
+def load_inventory(spec: str | Path, catalog=None) -> Inventory:
+    """An inventory from a TOML path or a shipped example's name (`thunderserve-32gpu`), its
+    node types looked up in `catalog` (a `hardware_catalog.Catalog`; None: the shipped one)."""
+    catalog = _catalog(catalog)
     if not str(spec).strip():   # '' is the current directory to Path
         raise ProvisionerError(f"--inventory is empty: give a TOML file or a shipped example: {', '.join(SHIPPED)}")
     path = Path(str(spec))
@@ -179,6 +183,17 @@ def load_inventory(spec: str | Path, catalog) -> Inventory:
     except ValueError:   # Python refuses to read an integer of over 4,300 digits
         raise ProvisionerError(f"{where}: a number has over 4,300 digits; give a real value") from None
     return _parse(raw, _Locator(where, text), catalog, default_name=path.stem)
+
+
+def _catalog(catalog) -> Catalog:
+    """None is the shipped catalog, as for `LatencyModel`; anything else not a catalog was
+    refused only at the first node, as "nodes[1].type: 'NoneType' object has no attribute 'machine'"."""
+    if catalog is None:
+        return load_catalog()
+    if not isinstance(catalog, Catalog):
+        raise ProvisionerError(f"catalog must be a hardware_catalog.Catalog, e.g. perf.catalog or load_catalog(), "
+                               f"got {catalog!r:.40}", params=("catalog",))
+    return catalog
 
 
 def _syntax_error(where: str, text: str, exc: Exception) -> ProvisionerError:
