@@ -55,6 +55,17 @@ def test_fig12_splitwise_hh_json():
     assert obj["winner"] == best
     assert obj["evaluated"] and all(r["family"] == "splitwise-hh" for r in obj["evaluated"])
     assert len(obj["evaluated"]) == best["evaluations"]
+    assert_schema_names_every_key(obj)
+
+
+def assert_schema_names_every_key(obj, schema=Path(__file__).parents[1] / "provisioner" / "RESULT_SCHEMA.md"):
+    """Every key of a real result is in RESULT_SCHEMA.md, the page the README sends --json readers to
+    (it had fallen behind: engine, elapsed_s, verification's des_runs and screened, ...)."""
+    text = schema.read_text(encoding="utf-8")
+    blocks = [obj, obj["question"], obj["best"][0], obj["best"][0]["verification"], obj["best"][0]["slo"],
+              obj["evaluated"][0], obj["best"][0]["design"], obj["best"][0]["trace"]]
+    missing = sorted({k for block in blocks for k in block if f'"{k}"' not in text})
+    assert not missing, f"RESULT_SCHEMA.md does not name {missing}"
 
 
 def test_table_output_and_power_goal():
