@@ -12,11 +12,37 @@ Subpackages: `provisioner.sim` (engines), `provisioner.search` (searchers, bound
 `provisioner.cli` (the `provision` command).
 """
 
-from .designs import FAMILIES, Design, DesignBatch, family_spec, grid, make_design
-from .errors import ProvisionerError
-from .search import ProvisionRequest, ProvisionResult, provision
-from .sim import simulate
-from .slo import SLO
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Loaded on first use (PEP 562): `import provisioner.cli` then runs no pandas before the
+# command can take a Ctrl-C in one line (cli/_loading.py). `from provisioner import X` is
+# unchanged. The module each public name comes from:
+_PUBLIC = {"FAMILIES": "designs", "Design": "designs", "DesignBatch": "designs", "family_spec": "designs",
+           "grid": "designs", "make_design": "designs", "ProvisionerError": "errors",
+           "ProvisionRequest": "search", "ProvisionResult": "search", "provision": "search",
+           "simulate": "sim", "SLO": "slo"}
 
 __all__ = ["provision", "ProvisionRequest", "ProvisionResult", "FAMILIES", "Design", "DesignBatch", "family_spec",
            "grid", "make_design", "SLO", "simulate", "ProvisionerError"]
+
+if TYPE_CHECKING:   # for type checkers and editors: the same names, eagerly
+    from .designs import FAMILIES, Design, DesignBatch, family_spec, grid, make_design
+    from .errors import ProvisionerError
+    from .search import ProvisionRequest, ProvisionResult, provision
+    from .sim import simulate
+    from .slo import SLO
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'provisioner' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value   # once: later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -466,6 +466,38 @@ _AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, sig
                        "os.execv(sys.argv[1], sys.argv[1:])")
 
 
+# Ctrl-C the moment `module` starts to load: an import hook raises SIGINT then
+_CTRL_C_WHILE_LOADING = """
+import importlib.abc, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)   # as a terminal starts it
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == sys.argv[1]:
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGINT)
+sys.meta_path.insert(0, CtrlC())
+from provisioner.cli import main   # as the console script does
+main(["--goal", "cost", "--rps", "70"])
+"""
+
+
+@pytest.mark.parametrize("module", ["pandas", "provisioner.cli._main"])
+def test_ctrl_c_while_the_command_loads_is_one_line(module):
+    """The first second of a run loads numpy, pandas and typer (the package's modules, then the
+    commands'): a Ctrl-C there was a KeyboardInterrupt traceback."""
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_LOADING, module], capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted (Ctrl-C); stopped\n")
+
+
+def test_importing_the_cli_keeps_the_importers_ctrl_c():
+    """The loading guard is for the command: an importer (pytest, a notebook) keeps its handler."""
+    before = signal.getsignal(signal.SIGINT)
+    import provisioner.cli  # noqa: F401
+    run(["catalog"])
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 @pytest.mark.parametrize("phase", ["search", "verification"])
 def test_ctrl_c_stops_the_search_with_one_line(phase):
     """Ctrl-C in a terminal signals the whole process group, joblib's workers included. The

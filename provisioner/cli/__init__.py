@@ -12,11 +12,14 @@ from __future__ import annotations
 import signal
 import sys
 
-import typer
+from ._loading import ctrl_c_stops_loading
 
-from ..workers import quiet_pool_warnings
-from ._errors import on_sigterm, run_guarded
-from ._repeats import refuse_repeated_options
+with ctrl_c_stops_loading():   # the package itself loads lazily (provisioner/__init__.py)
+    import typer
+
+    from ..workers import quiet_pool_warnings
+    from ._errors import on_sigterm, run_guarded
+    from ._repeats import refuse_repeated_options
 
 __all__ = ["app", "get_app", "main", "run"]
 
@@ -54,7 +57,8 @@ def _register() -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the command line `argv`; returns the exit code (0, 1, 2, 130 or 143), never raises."""
-    _register()
+    with ctrl_c_stops_loading():   # the commands' modules: the search, the engines, pandas
+        _register()
     quiet_pool_warnings()   # Ctrl-C: one line, not a worker-cleanup warning after it; no loky races
     args = sys.argv[1:] if argv is None else list(argv)
 

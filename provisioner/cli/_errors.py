@@ -28,9 +28,10 @@ from workloads import WorkloadError
 
 from ..workers import stop_workers
 from ..errors import ProvisionerError
+from ._loading import EXIT_INTERRUPTED, INTERRUPTED_LINE
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
-EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_TERMINATED = 0, 1, 2, 143
 _terminated = False   # set by `on_sigterm`: the interrupt the command stops on is a SIGTERM
 TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
 # The library's errors name Python parameters (their `params`); the CLI says its flags.
@@ -87,7 +88,7 @@ def _stopped() -> int:
     if _terminated:
         _echo_err("terminated (SIGTERM); stopped")
         return EXIT_TERMINATED
-    _echo_err("interrupted (Ctrl-C); stopped")
+    _echo_err(INTERRUPTED_LINE)
     return EXIT_INTERRUPTED
 
 
