@@ -167,8 +167,8 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
     path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents,
                              shipped_ok=shipped_ok)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    stream = _own_stream(path)
     try:
-        stream = _own_stream(path)
         if stream is not None:
             _write_stream(stream, payload)
             return path
@@ -189,6 +189,8 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and stream is not None:
+            raise   # `--report /dev/stdout | head`: the reader has all it wants; the CLI exits 0 quietly
         raise ProvisionerError(os_error_line(exc, path)) from None
     return path
 

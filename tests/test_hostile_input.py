@@ -309,8 +309,9 @@ def test_a_report_on_stdout_beside_json_is_refused():
                                 "write --timeline to a file, or drop --json")
 
 
-@pytest.mark.parametrize("args", [("catalog",), (), SIMULATE, (*SIMULATE, "--json")],
-                         ids=["catalog", "help", "simulate", "simulate-json"])
+@pytest.mark.parametrize("args", [("catalog",), (), SIMULATE, (*SIMULATE, "--json"),
+                                  (*SIMULATE, "--scheduler", "llumnix", "--timeline", "/dev/stdout")],
+                         ids=["catalog", "help", "simulate", "simulate-json", "timeline-on-stdout"])
 def test_a_pipe_whose_reader_left_exits_0_quietly(args):
     """`provision ... | true` under `set -o pipefail`: rich's and typer's broken-pipe handling
     raise SystemExit(1); the reader had all it wanted, so exit 0 and nothing on stderr. The read
