@@ -30,7 +30,7 @@ def cloud_question():
 
 @pytest.mark.parametrize("given, needle", [
     (dict(goal="latency"), "goal must be one of rps, throughput, cost"),   # was answered as goal 'latency'
-    (dict(rps=None), "rps must be a finite number > 0"),        # was a TypeError from rps * duration_s
+    (dict(rps=None), r"goal 'rps' needs rps \(the load to plan for\)"),   # was a TypeError from rps * duration_s
     (dict(rps="4"), "rps must be a finite number > 0"),
     (dict(rps=-4.0), "rps must be a finite number > 0"),        # was 'arrival_s is not sorted ascending'
     (dict(goal="throughput"), "goal throughput finds the rate itself: drop rps"),
