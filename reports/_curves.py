@@ -30,7 +30,8 @@ def question_trace(result: dict, rps: float | None = None, duration_s: float | N
     rps = goal_rps(result) if rps is None else rps
     if not (math.isfinite(rps) and rps > 0):
         raise ProvisionerError("the result names no request rate (constraint.rps, best[].rps)")
-    duration = num(q.get("duration_s", 120.0)) if duration_s is None else duration_s
+    recorded = q.get("duration_s")   # missing: the generator's default window, as when it was asked
+    duration = (None if recorded is None else num(recorded)) if duration_s is None else duration_s
     cv = num(q.get("cv", 2.0))
     return TraceGenerator.from_json({**q, "duration_s": duration, "cv": cv if math.isfinite(cv) else 2.0}).at(rps)
 

@@ -121,7 +121,7 @@ def test_a_recorded_cv_of_zero_is_refused_not_replaced():
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(arrival="uniform"), "arrival must be one of replay, poisson, gamma"),
-    (dict(duration_s=None, arrival="poisson"), "duration_s must be"),
+    (dict(duration_s=0.0, arrival="poisson"), "duration_s must be"),
     (dict(seed=-1), "seed must be an integer >= 0"),
     (dict(cv=0.0, arrival="gamma"), "cv must be"),
 ])
@@ -135,6 +135,84 @@ def test_a_trace_without_a_rate_cannot_be_replayed(tmp_path):
     path = _write_trace(tmp_path / "one.csv", [1.0], [100], [10])
     with pytest.raises(WorkloadError, match="two or more distinct times"):
         TraceGenerator(path, None)
+
+
+# --- no window given: one rule for the CLI and the Python API -------------------------------
+# A replay is the user's own requests: all of them; drawn arrivals: 120 s. The API once
+# defaulted to 120 s for a replay too, and wrapped a 60-s file round to twice its requests.
+
+@pytest.fixture
+def minute_trace(tmp_path):
+    """A 60-s file of 600 requests (10 req/s), shorter than the 120-s default window."""
+    rng = np.random.default_rng(23)
+    arrival = np.sort(rng.uniform(0.0, 60.0, 600))
+    return _write_trace(tmp_path / "minute.csv", arrival, rng.integers(50, 1500, 600), rng.integers(2, 200, 600))
+
+
+def test_a_replay_without_a_window_is_the_whole_file_in_the_api_as_in_the_cli(cli, minute_trace):
+    from provisioner import SLO, make_design, simulate
+    from provisioner.results import latency_json
+
+    typed = json.loads(cli("simulate", "--design", "baseline-h100", "--machines", "2", "--model", "llama2-70b",
+                           "--workload", minute_trace, "--json"))
+    trace = make_workload(minute_trace, None)
+    assert len(trace) == len(TraceGenerator(minute_trace).at()) == typed["requests"] == 600
+    row = simulate(make_design("baseline-h100", machines=2), trace, "llama2-70b", slo=SLO()).iloc[0]
+    assert latency_json(row) == {k: typed[k] for k in latency_json(row)}     # the same percentiles, exactly
+    assert typed["trace"]["duration_s"] == trace.duration_s == pytest.approx(60.0, rel=0.01)
+
+
+def test_a_searched_replay_without_a_window_is_the_same_question_in_the_api_and_the_cli(cli, minute_trace):
+    from provisioner.search import ProvisionRequest, provision
+
+    typed = json.loads(cli("--goal", "cost", "--workload", minute_trace, "--design", "baseline-h100", "--model",
+                           "llama2-70b", "--no-verify", "--json"))
+    request = ProvisionRequest(goal="cost", workload=str(minute_trace), families=("baseline-h100",),
+                               model="llama2-70b", verify=False)
+    api = provision(request).to_json()
+    assert api["question"]["duration_s"] == typed["question"]["duration_s"] == request.duration_s
+    (mine,), (theirs,) = api["best"], typed["best"]
+    assert mine["requests"] == theirs["requests"] == 600
+    assert (mine["design"], mine["ttft_ms"], mine["tbt_ms"], mine["e2e_ms"]) == \
+        (theirs["design"], theirs["ttft_ms"], theirs["tbt_ms"], theirs["e2e_ms"])
+
+
+def test_drawn_arrivals_without_a_window_still_run_120_s(cli):
+    from provisioner.search import ProvisionRequest
+
+    assert len(make_workload("coding", 10)) == 1200 and make_workload("coding", 10).duration_s == 120.0
+    assert TraceGenerator("conversation", arrival="gamma").duration_s == 120.0
+    assert ProvisionRequest(goal="cost", rps=5, verify=False).duration_s == 120.0
+    typed = json.loads(cli("simulate", "--design", "baseline-h100", "--machines", "2", "--model", "llama2-70b",
+                           "--workload", "coding", "--rps", "10", "--json"))
+    assert typed["requests"] == 1200 and typed["trace"]["duration_s"] == 120.0
+    searched = json.loads(cli("--goal", "cost", "--rps", "2", "--design", "baseline-h100", "--model", "llama2-70b",
+                              "--no-verify", "--json"))
+    assert searched["question"]["duration_s"] == 120.0 and searched["best"][0]["requests"] == 240
+
+
+def test_a_result_saved_with_an_explicit_window_reruns_on_that_window(cli, minute_trace, tmp_path):
+    """A window the user gave is recorded and kept: 90 s of the 60-s file wraps it round,
+    and the re-score does too, however the default changes."""
+    text = cli("--goal", "cost", "--workload", minute_trace, "--duration", "90", "--design", "baseline-h100",
+               "--model", "llama2-70b", "--no-verify", "--json")
+    (tmp_path / "result.json").write_text(text)
+    (best,) = json.loads(text)["best"]
+    again = json.loads(cli("simulate", "--from-result", tmp_path / "result.json", "--json"))
+    assert best["trace"]["duration_s"] == again["trace"]["duration_s"] == 90.0
+    assert again["requests"] == best["requests"] > 600
+    assert (again["ttft_ms"], again["tbt_ms"], again["e2e_ms"]) == (best["ttft_ms"], best["tbt_ms"], best["e2e_ms"])
+
+
+def test_cloud_still_asks_for_duration_before_planning_a_long_replay_whole(tmp_path):
+    """`provision cloud` simulates the window at every rate it tries: a replay over 1,200 s
+    taken whole needs the user's word, now that the generator, not the CLI, decides it."""
+    path = _write_trace(tmp_path / "day.csv", np.arange(0.0, 1300.0, 10.0), np.full(130, 500), np.full(130, 50))
+    proc = subprocess.run([PROVISION, "cloud", "--inventory", "thunderserve-32gpu", "--workload", str(path)],
+                          capture_output=True, text=True, timeout=300)   # --goal throughput: its own 0.1 req/s
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: --workload: the replayed window is 1,300 s long")
+    assert "give --duration, e.g. --duration 120, or --duration 1300 to keep it whole" in proc.stderr
 
 
 # --- the shared SplitwiseSim traces, through the CLI ----------------------------------------

@@ -13,7 +13,7 @@ and :func:`make_workload` is its trace at one rate:
 """
 
 from workloads._arrivals import MAX_TRACE_REQUESTS, gamma_arrivals, poisson_arrivals, replay_arrivals
-from workloads._generate import ARRIVAL_PROCESSES, TraceGenerator, default_arrival
+from workloads._generate import ARRIVAL_PROCESSES, DEFAULT_DURATION_S, TraceGenerator, default_arrival
 from workloads._profile import ProfileFormatError, RateProfile, diurnal_profile, read_profile_csv
 from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
@@ -22,6 +22,7 @@ from workloads.errors import TraceFormatError, UnknownWorkloadError, WorkloadErr
 
 __all__ = [
     "ARRIVAL_PROCESSES",
+    "DEFAULT_DURATION_S",
     "MAX_TRACE_REQUESTS",
     "ProfileFormatError",
     "RateProfile",

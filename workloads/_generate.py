@@ -19,6 +19,10 @@ bisection on the rate relies on it).
   than the file wraps around (copies shifted by the file's span plus one mean gap). No
   window (``duration_s=None``) means the whole file once; with neither a rate nor a
   window, the file is replayed exactly as recorded.
+
+No window given (``duration_s=None``, the default) is decided here, once, for every
+caller (the CLI, the search, ``make_workload``): a replay runs the whole file once; drawn
+arrivals run ``DEFAULT_DURATION_S``.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from workloads.errors import UnknownWorkloadError, WorkloadError
 # Past this span (1e100 s) no unit makes sense of it, and a window's arithmetic overflows.
 MAX_RESCALABLE_SPAN_S = 1e100
 MAX_REPLAY_SPAN_S = 1e9
+# The window of drawn arrivals when none is given: Splitwise's 120-s provisioning traces.
+DEFAULT_DURATION_S = 120.0
 
-__all__ = ["ARRIVAL_PROCESSES", "TraceGenerator", "check_positive", "default_arrival"]
+__all__ = ["ARRIVAL_PROCESSES", "DEFAULT_DURATION_S", "TraceGenerator", "check_positive", "default_arrival"]
 
 ARRIVAL_PROCESSES: tuple[str, ...] = ("replay", "poisson", "gamma")
 _ARRIVAL_KEYS = {"poisson": 0x5CA1E, "gamma": 0x6A33A}   # independent arrival streams per seed
@@ -59,8 +65,8 @@ class TraceGenerator:
     Parameters
     ----------
     workload : "coding", "conversation" (aliases "code", "conv"), a CSV path or a Trace.
-    duration_s : window of every trace (s), > 0. None only with ``replay``: the whole
-        file once at the reference rate ``rps``.
+    duration_s : window of every trace (s), > 0. None (default): a replay's whole file
+        once at the reference rate ``rps``; drawn arrivals ``DEFAULT_DURATION_S`` (120 s).
     seed : int; fixes the sizes and arrivals of ``poisson`` and ``gamma``.
     arrival : "replay", "poisson" or "gamma"; default :func:`default_arrival`.
     cv : coefficient of variation of the ``gamma`` gaps, > 0.
@@ -73,7 +79,7 @@ class TraceGenerator:
     UnknownWorkloadError, TraceFormatError : the workload cannot be read.
     """
 
-    def __init__(self, workload, duration_s: float | None = 120.0, seed=0, *, arrival: str | None = None,
+    def __init__(self, workload, duration_s: float | None = None, seed=0, *, arrival: str | None = None,
                  cv: float = 2.0, rps: float | None = None):
         self.arrival = default_arrival(workload) if arrival is None else arrival
         if self.arrival not in ARRIVAL_PROCESSES:
@@ -89,14 +95,18 @@ class TraceGenerator:
         self.cv = float(cv)
         self.native_rps = _native_rps(self.source, self.label) if self.arrival == "replay" else None
         if duration_s is None:
-            if self.arrival != "replay":
-                raise WorkloadError(f"duration_s must be a number of seconds > 0 for {self.arrival} arrivals, "
-                                    f"got None; give the window length, e.g. 120", params=("duration_s",))
-            duration_s = len(self.source) / (rps or self.native_rps)
+            duration_s = self._default_window_s(rps)
         check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
         self.duration_s = float(duration_s)
         self._n = 0
         self._unit = self._sizes = None
+
+    def _default_window_s(self, rps: float | None) -> float:
+        """The window when none is given: a replay is the user's own requests, so all of
+        them (the file once, at `rps` or its own rate); drawn arrivals have no natural end."""
+        if self.arrival != "replay":
+            return DEFAULT_DURATION_S
+        return len(self.source) / (rps or self.native_rps)
 
     @property
     def name(self) -> str:
@@ -183,7 +193,7 @@ class TraceGenerator:
         if not isinstance(obj, dict) or "workload" not in obj:   # {} was a KeyError
             raise WorkloadError(f"a trace generator's JSON needs a 'workload' key, got {obj!r:.60}; give "
                                 f"TraceGenerator.to_json() or a result's 'question'")
-        gen = cls(obj["workload"], obj.get("duration_s", 120.0), obj.get("seed", 0),
+        gen = cls(obj["workload"], obj.get("duration_s"), obj.get("seed", 0),
                   arrival=obj.get("arrival") or "poisson", cv=2.0 if obj.get("cv") is None else obj["cv"])
         want = obj.get("workload_sha256")
         if want and gen.sha256 != want:

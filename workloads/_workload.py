@@ -12,7 +12,7 @@ __all__ = ["ARRIVAL_PROCESSES", "make_workload"]
 
 
 def make_workload(workload: str | os.PathLike[str] | Trace, rps: float | None, *,
-                  duration_s: float | None = 120.0, arrival: str | None = None, cv: float = 2.0,
+                  duration_s: float | None = None, arrival: str | None = None, cv: float = 2.0,
                   seed: RngLike = 0) -> Trace:
     """The trace of a workload at a target rate: ``TraceGenerator(...).at(rps)``.
 
@@ -28,8 +28,9 @@ def make_workload(workload: str | os.PathLike[str] | Trace, rps: float | None, *
     rps : float or None
         Mean request rate in requests per second, > 0. None only with ``"replay"``:
         the trace's own rate.
-    duration_s : float or None, default 120.0
-        Window length in seconds, > 0. None only with ``"replay"``: the whole trace once.
+    duration_s : float or None, default None
+        Window length in seconds, > 0. None: a replay's whole trace once (as the CLI
+        without ``--duration``); drawn arrivals (``"poisson"``, ``"gamma"``) 120 s.
     arrival : {"replay", "poisson", "gamma"}, optional
         Default ``"poisson"`` for a shipped name, ``"replay"`` for a file or a Trace.
         ``"poisson"``: exactly ``n = round(rps * duration_s)`` requests with exponential
@@ -49,7 +50,7 @@ def make_workload(workload: str | os.PathLike[str] | Trace, rps: float | None, *
     Returns
     -------
     Trace
-        With ``duration_s`` as given (so ``rate_rps`` is the requested rate up to the
+        With the window ``duration_s`` (resolved as above; so ``rate_rps`` is the requested rate up to the
         rounding of ``n`` for ``"poisson"`` and ``"gamma"``), named after the source.
 
     Raises

@@ -8,9 +8,9 @@ import typer
 
 from ..errors import ProvisionerError
 from ..sim import ENGINES
-from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, WORKLOAD_HELP, RichProgress, echo_json, input_files,
-                      latency_interp_option, latency_profile_option, load_latency_model, prefill_chunk_option,
-                      refuse_idle_flags, replay_note, scheduler_option, trace_generator)
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, DURATION_DEFAULT_HELP, WORKLOAD_HELP, RichProgress,
+                      echo_json, input_files, latency_interp_option, latency_profile_option, load_latency_model,
+                      prefill_chunk_option, refuse_idle_flags, replay_note, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
 # A replay with no --duration is taken whole; planning simulates that window at every rate
@@ -48,7 +48,9 @@ def cloud_command(
                                                  "(every goal: the sustained rates, --goal throughput's rate, "
                                                  "--goal cost's checks)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the trace and of the tabu search."),
-    duration: float = typer.Option(None, "--duration", help="Trace length (s; default 120)."),
+    duration: float = typer.Option(None, "--duration", help=f"Trace length (s; {DURATION_DEFAULT_HELP}, "
+                                                            f"which past {MAX_IMPLICIT_REPLAY_S:g} s needs "
+                                                            f"--duration)."),
     engine: str = typer.Option("des", "--engine", help="Simulator of the reported attainment: des (exact "
                                                        "reference) or fluid."),
     rescore_engine: str = typer.Option("des", "--rescore-engine", help="Simulator of the re-scoring that "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from workloads import TraceGenerator, default_arrival
+from workloads import DEFAULT_DURATION_S, TraceGenerator, default_arrival
 
 from .._validation import shown
 from ..errors import ProvisionerError
@@ -24,15 +24,16 @@ ARRIVAL_HELP = ("replay (a CSV trace's own arrivals and sizes, request by reques
 CV_HELP = "Coefficient of variation of the gamma arrival gaps (--arrival gamma)."
 DEFAULT_MODEL = "bloom-176b"
 DEFAULT_WORKLOAD = "coding"
-DEFAULT_DURATION_S = 120.0
+# What a --duration help says when the flag is not given (the generator decides the window).
+DURATION_DEFAULT_HELP = f"default {DEFAULT_DURATION_S:g}; a replayed trace: the whole file"
 
 
 def trace_generator(workload: str, arrival: str | None, rps: float | None, duration_s: float | None, seed: int,
                     cv: float = 2.0) -> TraceGenerator:
     """The trace generator a command runs on (validated, one-line errors).
 
-    A replayed trace with no --duration is used whole; with no --rps, at its own rate.
-    Drawn arrivals (poisson, gamma) default to a 120-s window.
+    No --duration (None) is left to the generator, the one rule the Python API shares: a
+    replayed trace runs whole (with no --rps, at its own rate), drawn arrivals 120 s.
     """
     if rps is not None and not 0 < rps < math.inf:
         raise ProvisionerError(f"--rps must be > 0 and finite, in requests per second (got {rps:g})")
@@ -40,8 +41,6 @@ def trace_generator(workload: str, arrival: str | None, rps: float | None, durat
         raise ProvisionerError(f"--duration must be > 0 and finite, in seconds (got {duration_s:g})")
     check_seed(seed)
     arrival = arrival or default_arrival(workload)
-    if duration_s is None and arrival != "replay":
-        duration_s = DEFAULT_DURATION_S
     return TraceGenerator(workload, duration_s, seed, arrival=arrival, cv=cv, rps=rps)
 
 

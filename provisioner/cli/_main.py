@@ -16,7 +16,7 @@ from .._validation import shown
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
 from ..files import check_output_path
-from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_DURATION_S, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
+from ._common import (ARRIVAL_HELP, CV_HELP, DURATION_DEFAULT_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       RichProgress, duplicate_weights_option, echo_json, input_files, latency_interp_option,
                       latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
                       prefill_chunk_option, given, refuse_idle_flags, replay_note, scheduler_option, study_option,
@@ -45,9 +45,8 @@ def main_command(
                                   help="Print the result JSON (its keys: provisioner/RESULT_SCHEMA.md) on stdout."),
     report: Path = typer.Option(None, "--report", readable=False, help="Also write the HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
-    duration: float = typer.Option(None, "--duration", help=f"Search trace length (s; default "
-                                                            f"{DEFAULT_DURATION_S:g}; a replayed trace: the "
-                                                            f"whole file)."),
+    duration: float = typer.Option(None, "--duration", help=f"Search trace length (s; "
+                                                            f"{DURATION_DEFAULT_HELP})."),
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
@@ -131,7 +130,7 @@ def main_command(
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
         workload=workload, model=model, families=families or FAMILIES, seed=seed, arrival=arrival, cv=cv,
-        duration_s=duration if duration is not None or _replays(workload, arrival) else DEFAULT_DURATION_S,
+        duration_s=duration,
         slo_scale=slo_scale, searcher=searcher, verify=verify, verify_duration_s=verify_duration,
         verify_seeds=tuple(seed + k for k in range(1, verify_seeds + 1)) if verify else None,
         prompt_machine_types=ptypes,
@@ -186,11 +185,6 @@ def _all_defaults(ctx: typer.Context) -> bool:
     """True when the user gave no option at all (then the command prints its help)."""
     sources = (ctx.get_parameter_source(p.name) for p in ctx.command.params)
     return all(s is None or s.name in ("DEFAULT", "DEFAULT_MAP") for s in sources)
-
-
-def _replays(workload: str, arrival: str | None) -> bool:
-    from workloads import default_arrival
-    return (arrival or default_arrival(workload)) == "replay"
 
 
 def _names(text: str | None, flag: str) -> tuple[str, ...] | None:

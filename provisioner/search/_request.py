@@ -72,7 +72,8 @@ class ProvisionRequest:
     families : design families to search (CONTRACTS.md names, or "splitwise-custom" /
         "baseline-custom" with `prompt_machine_types` / `token_machine_types`).
     duration_s, seed : the search trace (`workloads.TraceGenerator`); `duration_s` None
-        (replay only): the whole trace once at `rps`. Resolved to seconds on construction.
+        (default): a replay's whole trace once at `rps`, drawn arrivals 120 s (the
+        generator's rule, as the CLI without --duration). Resolved to seconds on construction.
     arrival : "replay", "poisson" or "gamma" (default: replay for a CSV path, Poisson for
         a shipped name); cv : coefficient of variation of the gamma gaps.
     slo, slo_scale : the SLO (Splitwise Table VI) and a factor on every limit.
@@ -115,7 +116,7 @@ class ProvisionRequest:
     workload: str = "coding"
     model: str = "bloom-176b"
     families: tuple[str, ...] = FAMILIES
-    duration_s: float | None = 120.0
+    duration_s: float | None = None
     seed: int = 0
     arrival: str | None = None
     cv: float = 2.0
@@ -234,9 +235,6 @@ class ProvisionRequest:
         if isinstance(self.workload, (str, os.PathLike)) and str(self.workload).strip() == "":
             raise ProvisionerError("workload is empty: use coding, conversation or a CSV path", params=("workload",))
         arrival = self.arrival if self.arrival is not None else default_arrival(self.workload)
-        if self.duration_s is None and arrival != "replay":
-            raise ProvisionerError(f"duration_s is needed with {arrival} arrivals (seconds, e.g. 120)",
-                                   params=("duration_s",))
         object.__setattr__(self, "arrival", arrival)
         traces = self.traces()
         object.__setattr__(self, "duration_s", traces.duration_s)

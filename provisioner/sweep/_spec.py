@@ -275,9 +275,6 @@ def _workload(path: Path, workload):
 
 
 def _request(path: Path, kwargs: dict, origin: tuple[set, set]) -> ProvisionRequest:
-    if "duration_s" not in kwargs:   # as `provision`: a replayed file runs whole, drawn arrivals 120 s
-        replay = (kwargs.get("arrival") or _default_arrival(kwargs["workload"])) == "replay"
-        kwargs["duration_s"] = None if replay else 120.0
     try:
         return ProvisionRequest(**kwargs)
     except (ProvisionerError, CatalogError, WorkloadError, TypeError, ValueError) as exc:
