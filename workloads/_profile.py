@@ -182,6 +182,8 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
         raise ProfileFormatError(f"{name}: cannot read the rate profile ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ProfileFormatError(f"{name}: not a text CSV file; give a CSV with header time_s,rps") from None
+    except csv.Error as exc:   # a field past csv's size limit, a stray quote: was an internal error
+        raise ProfileFormatError(f"{name}: not a valid CSV file ({exc}); give a CSV with header time_s,rps") from None
     lines = [(i + 1, row) for i, row in enumerate(rows) if row and any(c.strip() for c in row)]
     if not lines:
         raise ProfileFormatError(f"{name}: empty file; give a CSV with header time_s,rps")
