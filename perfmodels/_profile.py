@@ -34,6 +34,10 @@ REQUIRED = tuple(REQUIRED_COLUMNS)   # the columns the fit reads are the ones a 
 ALIASES = {"prompt_time": "prompt_time_ms", "token_time": "token_time_ms", "e2e_time": "e2e_time_ms"}
 INTERPS = ("grid", "splitwisesim")
 MAX_MEASURED = 1e9   # the largest number a profile field may hold: 11.6 days in ms, a billion tokens
+# The shortest time (ms) a measurement may hold: no GPU pass takes under a microsecond (a kernel
+# launch alone takes several), and the simulators' clocks, in seconds since the trace began, stop
+# advancing on steps much shorter (1e-12 ms hung the fluid engine, past Ctrl-C and SIGTERM).
+MIN_MEASURED_MS = 1e-3
 # what a numeric cell holds, for the fix of its error
 MEANING = {"tensor_parallel": "the tensor-parallel degree: 1, 2, 4 or 8", "prompt_size": "the tokens per prompt",
            "batch_size": "the requests per batch", "token_size": "the output tokens per request",
@@ -183,6 +187,9 @@ def _cell(catalog, column: str, text: str):
         return int(value)
     if not 0 < value <= MAX_MEASURED:   # NaN fails too; past the bound the fits overflow, and no measurement is so large
         raise _BadCell(f"must be a positive number at most {MAX_MEASURED:g} (got '{text}'); give {MEANING[column]}")
+    if column not in WHOLE and value < MIN_MEASURED_MS:
+        raise _BadCell(f"{text} ms is shorter than any GPU pass (at least {MIN_MEASURED_MS:g} ms, 1 microsecond); "
+                       f"give {MEANING[column]}")
     if column in WHOLE:
         if value != int(value):
             raise _BadCell(f"must be a whole number (got '{text}'); give {MEANING[column]}")

@@ -12,3 +12,15 @@ def test_a_rate_profile_with_a_field_past_the_csv_limit_is_one_line(tmp_path):
     profile.write_text("time_s,rps\n0,5\n600," + "1" * 200_000 + "\n")
     assert_one_line_error(*cli("autoscale", "--profile", profile, "--design", "baseline-a100"),
                           f"{profile}: not a valid CSV file", "field larger than field limit")
+
+
+def test_a_latency_profile_of_times_under_a_microsecond_is_refused(tmp_path):
+    """1e-12 ms per pass hung the simulation: its clock stopped advancing (past Ctrl-C and SIGTERM)."""
+    profile = tmp_path / "fast.csv"
+    profile.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\n"
+                       "llama2-70b,a100-80gb,8,512,1,128,1e-12,1e-12\n"
+                       "llama2-70b,a100-80gb,8,1024,2,128,1e-12,1e-12\n")
+    assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "4", "--rps", "2",
+                               "--duration", "20", "--model", "llama2-70b", "--latency-profile", profile),
+                          f"--latency-profile '{profile}', line 2, column prompt_time_ms", "1e-12 ms is shorter than",
+                          "at least 0.001 ms")
