@@ -3,6 +3,10 @@ UTF-16 from PowerShell) or refused in one line naming the file and the fix, exit
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from test_hostile_input import assert_one_line_error, cli
 
 
@@ -24,3 +28,21 @@ def test_a_latency_profile_of_times_under_a_microsecond_is_refused(tmp_path):
                                "--duration", "20", "--model", "llama2-70b", "--latency-profile", profile),
                           f"--latency-profile '{profile}', line 2, column prompt_time_ms", "1e-12 ms is shorter than",
                           "at least 0.001 ms")
+
+
+@pytest.mark.parametrize("encode", [lambda text: b"\xef\xbb\xbf" + text.encode(),   # Notepad's UTF-8
+                                    lambda text: text.encode("utf-16")],            # PowerShell 5's `>`
+                         ids=["utf-8-bom", "utf-16"])
+def test_a_result_saved_with_a_bom_or_as_utf16_is_read(tmp_path, encode):
+    """`provision --json > r.json` in Windows PowerShell writes UTF-16: it was 'not a UTF-8 JSON
+    text file', and a UTF-8 BOM 'not valid JSON', for report and --from-result alike."""
+    code, out, err = cli("--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--duration", "20",
+                         "--no-verify", "--json")
+    assert code == 0, err
+    saved = tmp_path / "r.json"
+    saved.write_bytes(encode(out))
+    code, rescored, err = cli("simulate", "--from-result", saved, "--json")
+    assert code == 0, err
+    assert json.loads(rescored)["design"] == json.loads(out)["winner"]["design"]
+    code, _, err = cli("report", saved, "--out", tmp_path / "r.html")
+    assert code == 0 and (tmp_path / "r.html").stat().st_size > 0, err

@@ -130,7 +130,7 @@ def test_from_result_of_a_binary_file_is_one_line(tmp_path, capsys):
     path.write_bytes(bytes(range(128, 256)))   # not UTF-8: was an internal error (UnicodeDecodeError), exit 1
     assert run(["simulate", "--from-result", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: --from-result:") and "not a UTF-8 JSON" in err, err
+    assert err.count("\n") == 1 and err.startswith("error: --from-result:") and "not a JSON text file (UTF-8 or UTF-16)" in err, err
 
 
 def _slow_h100() -> LatencyModel:

@@ -56,12 +56,13 @@ def load_result(path: Path) -> dict:
     if not path.is_file():
         raise ProvisionerError(f"result file '{path}' does not exist (save one with `provision ... --json > {path}`)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        # bytes: json finds the encoding, so a BOM or PowerShell's UTF-16 `>` reads as saved
+        return json.loads(path.read_bytes())
     except json.JSONDecodeError as exc:
         raise ProvisionerError(
             f"'{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except UnicodeDecodeError:
-        raise ProvisionerError(f"'{path}' is not a UTF-8 JSON text file") from None
+        raise ProvisionerError(f"'{path}' is not a JSON text file (UTF-8 or UTF-16)") from None
     except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
         raise ProvisionerError(f"'{path}' is not a result of `provision --json` (a number of over 4,300 digits, or "
                                f"nesting thousands deep); give the file saved with `provision ... --json`") from None

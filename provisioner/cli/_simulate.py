@@ -183,16 +183,16 @@ def _read_result(path: Path) -> dict:
     import json
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ProvisionerError(f"--from-result: cannot read '{path}' ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ProvisionerError(f"--from-result: '{path}' is not a UTF-8 JSON text file; give the output of "
-                               f"`provision --json`") from None
-    try:
-        obj = json.loads(text)
+    try:   # bytes: json finds the encoding, so a BOM or PowerShell's UTF-16 `>` reads as saved
+        obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ProvisionerError(f"--from-result: '{path}' is not JSON ({exc.msg} at line {exc.lineno}); give the "
+                               f"output of `provision --json`") from None
+    except UnicodeDecodeError:
+        raise ProvisionerError(f"--from-result: '{path}' is not a JSON text file (UTF-8 or UTF-16); give the "
                                f"output of `provision --json`") from None
     except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
         raise ProvisionerError(f"--from-result: '{path}' is not a result of `provision --json` (a number of over "
