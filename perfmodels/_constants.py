@@ -99,10 +99,13 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         text = resources.files("perfmodels").joinpath("data", DEFAULT_CALIBRATION).read_text()
         where = f"perfmodels/data/{DEFAULT_CALIBRATION}"
     else:
-        try:
-            text = Path(path).read_text()
+        try:   # utf-8-sig: a file saved by Notepad (BOM) reads as written, as inventories do
+            text = Path(path).read_text(encoding="utf-8-sig")
         except OSError as exc:
             raise PerfModelError(f"cannot read calibration '{path}': {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise PerfModelError(f"calibration '{path}' is not UTF-8 text; give a file written by "
+                                 f"`provision perf calibrate`") from None
         where = str(path)
     try:
         raw = tomllib.loads(text)
@@ -119,20 +122,28 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         if lender not in per_gpu:   # else a KeyError at the first latency of that GPU
             raise PerfModelError(f"calibration '{where}': [borrowed] '{gpu}' = {lender!r:.40} names no [gpu] table "
                                  f"(have: {', '.join(sorted(per_gpu))}); borrow from one of those")
-    meta = raw.get("meta", {})
+    meta = _table(raw, "meta", where)
     return Calibration(
         per_gpu=per_gpu,
         borrowed=dict(borrowed),
         source=meta.get("source", ""),
-        holdout_mape_pct=dict(meta.get("holdout_mape_pct", {})),
+        holdout_mape_pct=dict(_table(meta, "holdout_mape_pct", where, parent="meta.")),
     )
 
 
-def _table(raw: dict, key: str, where: str) -> dict:
+def _table(raw: dict, key: str, where: str, parent: str = "") -> dict:
     table = raw.get(key, {})
     if not isinstance(table, dict):
-        raise PerfModelError(f"calibration '{where}': '{key}' must be a table ([{key}]), got {table!r:.40}")
+        raise PerfModelError(f"calibration '{where}': '{parent}{key}' must be a table ([{parent}{key}]), "
+                             f"got {table!r:.40}")
     return table
+
+
+# What each constant can be: a fraction of a peak is in (0, 1] (0 made every latency NaN, a
+# negative one a negative time), the knee's slowdown at least 1x, the rest times or sizes >= 0.
+_FRACTIONS = ("compute_efficiency", "memory_efficiency", "allreduce_link_efficiency")
+_CONSTANT_RANGE = {**{name: (0.0, 1.0, "a fraction of the peak, so > 0 and <= 1") for name in _FRACTIONS},
+                   "allreduce_slowdown": (1.0, math.inf, "how many times slower bytes past the knee move, so >= 1")}
 
 
 def _gpu_constants(table, where: str, gpu: str) -> GpuConstants:
@@ -149,6 +160,10 @@ def _gpu_constants(table, where: str, gpu: str) -> GpuConstants:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise PerfModelError(f"calibration '{where}': gpu '{gpu}' {name} must be a finite number, "
                                  f"got {value!r:.40}")
+        low, high, meaning = _CONSTANT_RANGE.get(name, (0.0, math.inf, "a time or size, so >= 0"))
+        if not (low < value <= high if name in _FRACTIONS else low <= value <= high):
+            raise PerfModelError(f"calibration '{where}': gpu '{gpu}' {name} is {meaning} (got {value!r}); give "
+                                 f"a file written by `provision perf calibrate`")
     return GpuConstants(**{k: table[k] for k in names if k in table})
 
 

@@ -46,3 +46,36 @@ def test_a_result_saved_with_a_bom_or_as_utf16_is_read(tmp_path, encode):
     assert json.loads(rescored)["design"] == json.loads(out)["winner"]["design"]
     code, _, err = cli("report", saved, "--out", tmp_path / "r.html")
     assert code == 0 and (tmp_path / "r.html").stat().st_size > 0, err
+
+
+def _shipped_calibration() -> str:
+    from perfmodels import DEFAULT_CALIBRATION_PATH
+    return DEFAULT_CALIBRATION_PATH.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("content, needle", [
+    (lambda text: text.encode("utf-16"), "is not UTF-8 text"),   # was UnicodeDecodeError
+    (lambda text: ("# caf\xe9\n" + text).encode("latin-1"), "is not UTF-8 text"),
+    (lambda text: ("meta = 5\n" + text[text.index("[gpu."):]).encode(), "'meta' must be a table"),  # AttributeError
+    (lambda text: text.replace("compute_efficiency = ", "compute_efficiency = 0 #", 1).encode(),  # NaN latencies
+     "compute_efficiency is a fraction of the peak, so > 0 and <= 1 (got 0)"),
+    (lambda text: text.replace("memory_efficiency = ", "memory_efficiency = -1 #", 1).encode(),
+     "memory_efficiency is a fraction of the peak"),
+    (lambda text: text.replace("decode_seq_overhead_s = ", "decode_seq_overhead_s = -1 #", 1).encode(),
+     "decode_seq_overhead_s is a time or size, so >= 0 (got -1)"),
+], ids=["utf-16", "latin-1", "meta-not-a-table", "zero-efficiency", "negative-efficiency", "negative-overhead"])
+def test_a_calibration_file_that_cannot_be_used_is_one_line_naming_it(tmp_path, content, needle):
+    from perfmodels import LatencyModel, PerfModelError
+    path = tmp_path / "cal.toml"
+    path.write_bytes(content(_shipped_calibration()))
+    with pytest.raises(PerfModelError, match=f"^calibration '{path}'") as caught:
+        LatencyModel(calibration=path)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_calibration_saved_with_a_bom_reads_as_without(tmp_path):
+    from perfmodels import LatencyModel
+    path = tmp_path / "cal.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + _shipped_calibration().encode())
+    with_bom = LatencyModel(calibration=path).prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
+    assert with_bom == LatencyModel().prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
