@@ -79,3 +79,13 @@ def test_a_calibration_saved_with_a_bom_reads_as_without(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf" + _shipped_calibration().encode())
     with_bom = LatencyModel(calibration=path).prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
     assert with_bom == LatencyModel().prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
+
+
+def test_a_trace_spanning_too_little_time_for_a_rate_names_the_trace_not_duration(tmp_path):
+    """Arrivals 1e-320 s apart: the rate overflowed to inf and the error blamed --duration, not given."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n1e-320,100,10\n0,100,10\n")
+    line = assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "4", "--workload", trace),
+                                 f"trace '{trace}' spans 1e-320 s between its first and last arrival, too short to "
+                                 f"have a rate")
+    assert "--duration" not in line

@@ -294,7 +294,11 @@ def _native_rps(trace: Trace, label: str) -> float:
         raise WorkloadError(f"trace '{label}' has no rate to replay ({len(trace)} request(s) over "
                             f"{span_s:g} s); it needs requests at two or more distinct times, or use "
                             f"arrival='poisson'", params=("arrival",))
-    return (len(trace) - 1) / span_s
+    rate = (len(trace) - 1) / span_s
+    if not math.isfinite(rate):   # a span of 1e-320 s: its window then read 0 s, blamed on --duration
+        raise WorkloadError(f"trace '{label}' spans {span_s:.3g} s between its first and last arrival, too short "
+                            f"to have a rate; write its arrival times in seconds")
+    return rate
 
 
 def _int_seed(seed) -> int:
