@@ -117,7 +117,7 @@ def toml_float(value) -> float | None:
         number = float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) else None
+    return number + 0.0 if math.isfinite(number) else None   # + 0.0: a file's -0 is 0, never shown as "-0 ms"
 
 
 def shown(value, digits: int = 20) -> str:

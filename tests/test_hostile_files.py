@@ -4,6 +4,7 @@ UTF-16 from PowerShell) or refused in one line naming the file and the fix, exit
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,14 @@ def test_a_trace_spanning_too_little_time_for_a_rate_names_the_trace_not_duratio
                                  f"trace '{trace}' spans 1e-320 s between its first and last arrival, too short to "
                                  f"have a rate")
     assert "--duration" not in line
+
+
+def test_a_negative_zero_in_an_inventory_is_zero(tmp_path):
+    """`inter_node_latency_ms = -0.0` was planned and printed as '-0 ms'."""
+    shipped = Path(__file__).resolve().parents[1] / "hardware_catalog" / "data" / "inventories"
+    inventory = tmp_path / "inv.toml"
+    inventory.write_text((shipped / "thunderserve-32gpu.toml").read_text().replace(
+        "inter_node_latency_ms = 0.5", "inter_node_latency_ms = -0.0"))
+    code, out, err = cli("cloud", "--inventory", inventory, "--workload", "coding", "--rps", "2", "--duration", "30")
+    assert code == 0, err
+    assert "40 Gbps per node pair, 0 ms;" in out and "-0 ms" not in out, out
