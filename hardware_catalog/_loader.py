@@ -70,7 +70,7 @@ def _read(file: Traversable, subdir: str) -> tuple[str, str, dict]:
         raise CatalogValidationError(
             f"{rel}: file name must be lowercase letters, digits, '-' or '.' (e.g. 'h100-80gb.toml')")
     try:
-        return name, rel, tomllib.loads(file.read_text(encoding="utf-8"))
+        return name, rel, tomllib.loads(file.read_text(encoding="utf-8-sig"))   # -sig: a BOM (Notepad) is no TOML error
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise CatalogValidationError(f"{rel}: not valid TOML: {err}") from None
     except ValueError:   # Python refuses to read an integer of over 4,300 digits

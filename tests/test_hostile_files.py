@@ -101,3 +101,14 @@ def test_a_negative_zero_in_an_inventory_is_zero(tmp_path):
     code, out, err = cli("cloud", "--inventory", inventory, "--workload", "coding", "--rps", "2", "--duration", "30")
     assert code == 0, err
     assert "40 Gbps per node pair, 0 ms;" in out and "-0 ms" not in out, out
+
+
+def test_a_catalog_file_saved_with_a_bom_reads_as_without(tmp_path):
+    """Every other TOML the tool reads took a BOM; a catalog entry so saved was 'not valid TOML'."""
+    import shutil
+
+    from hardware_catalog import load_catalog
+    shutil.copytree(Path(__file__).resolve().parents[1] / "hardware_catalog" / "data", tmp_path / "catalog")
+    gpu = tmp_path / "catalog" / "gpus" / "h100-80gb.toml"
+    gpu.write_bytes(b"\xef\xbb\xbf" + gpu.read_bytes())
+    assert load_catalog(tmp_path / "catalog").gpu("h100-80gb") == load_catalog().gpu("h100-80gb")
