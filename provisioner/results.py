@@ -130,14 +130,15 @@ def rescoring_question(result: dict, family: str | None = None):
     if isinstance(q, dict) and "workload" not in q:
         raise ProvisionerError("result JSON key 'question.workload' is missing; give the output of "
                                "`provision --json`")
-    try:
-        traces = TraceGenerator.from_json(q)
-    except WorkloadError as exc:   # its parameter names are the JSON's keys here, not flags
-        raise ProvisionerError(f"result JSON 'question' is invalid: {exc}") from None
     rps = entry.get("rps")
     if not isinstance(rps, (int, float)) or not 0 < rps < float("inf"):
         raise ProvisionerError(f"result JSON best[].rps of {entry['design']['family']} is {rps!r}; "
                                f"it needs the load the answer was found at")
+    try:
+        traces = TraceGenerator.from_json(q)
+        traces.check_rate(rps)   # a hand-edited duration_s of 1e-300: no request to re-score
+    except WorkloadError as exc:   # its parameter names are the JSON's keys here, not flags
+        raise ProvisionerError(f"result JSON 'question' is invalid: {exc}") from None
     return design_from_json(entry["design"]), traces, float(rps), str(q["model"]), slo_from_question(q)
 
 

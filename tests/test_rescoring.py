@@ -156,3 +156,22 @@ def test_verification_uses_the_calls_latency_model():
     assert ws["ttft"]["p99"] == pytest.approx(mine["slowdown_ttft_p99"], rel=1e-12)
     assert ws["ttft"]["p50"] == pytest.approx(mine["slowdown_ttft_p50"], rel=1e-12)
     assert abs(mine["slowdown_ttft_p50"] / shipped["slowdown_ttft_p50"] - 1) > 0.05   # the test can tell them apart
+
+
+def test_from_result_with_a_window_of_no_request_names_the_json_not_flags(tmp_path, capsys):
+    """A hand-edited duration_s of 1e-300 said 'too few requests: --rps * --duration', flags the
+    user never gave: the trace comes from the result's question."""
+    from provisioner.cli import run
+
+    design = {"family": "baseline-a100", "prompt_machines": 2, "token_machines": 0, "prompt_machine": "dgx-a100",
+              "token_machine": "dgx-a100", "prompt_power_cap": 1.0, "token_power_cap": 1.0, "prompt_tp": 8,
+              "token_tp": 8, "prompt_batch_cap_tokens": 2048}
+    best = {"design": design, "rps": 5.0}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"question": {"workload": "coding", "model": "bloom-176b", "arrival": "poisson",
+                                             "duration_s": 1e-300, "seed": 0},
+                                "best": [best], "winner": best}))
+    assert run(["simulate", "--from-result", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: result JSON 'question' is invalid: too few requests: rps * duration_s") and \
+        "--" not in err and err.count("\n") == 1, err
