@@ -149,6 +149,17 @@ def test_a_tighter_high_priority_slo_only_judges_the_high_class_and_never_passes
     assert_user_error(run(*SIMULATE, "--high-priority-slo-scale", "0.5"), "--high-priority-fraction")
 
 
+def test_priorities_and_the_timeline_are_refused_under_splitwisesim(tmp_path):
+    """SplitwiseSim's scheduler neither preempts nor migrates: --high-priority-fraction
+    changed no number (the JSON had no per-class block) and --timeline crashed (exit 1)."""
+    splitwisesim = (*SIMULATE, "--scheduler", "splitwisesim")
+    assert_user_error(run(*splitwisesim, "--high-priority-fraction", "0.2"), "--high-priority-fraction",
+                      "splitwisesim", "jsq-migration")
+    page = tmp_path / "t.html"
+    assert_user_error(run(*splitwisesim, "--timeline", str(page)), "--timeline", "splitwisesim", "--scheduler jsq")
+    assert not page.exists()
+
+
 SPLIT = ("simulate", "--design", "splitwise-hh", "--prompt-machines", "3", "--token-machines", "2", "--model",
          "bloom-176b", "--workload", "conversation", "--rps", "20", "--duration", "30")
 

@@ -13,7 +13,7 @@ from ..designs import family_spec, make_design
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
 from ..results import design_result_json, scheduler_json
-from ..schedulers import DEFAULT_SCHEDULER
+from ..schedulers import DEFAULT_SCHEDULER, ON_DEMAND_SCHEDULERS
 from ..sim import ENGINES, simulate
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
@@ -24,6 +24,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WO
                       replay_note, trace_generator, input_files)
 
 DEFAULT_RPS = 70.0
+_ON_DEMAND_CHOICES = ", ".join(ON_DEMAND_SCHEDULERS[:-1]) + " or " + ON_DEMAND_SCHEDULERS[-1]
 # Flags that describe the design or the trace: --from-result takes them from the result.
 QUESTION_FLAGS = ("design", "prompt_machines", "token_machines", "machines", "workload", "rps", "model", "duration",
                   "seed", "arrival", "cv", "prompt_power_cap", "token_power_cap", "slo_scale", "prefill_chunk_tokens",
@@ -107,16 +108,18 @@ def simulate_command(
     trace = traces.at(rps)
     rps = float(rps if rps is not None else traces.native_rps)
     perf = load_latency_model(latency_profile, latency_interp, profile_where)
-    if high_priority_fraction and d.scheduler == DEFAULT_SCHEDULER:   # it would change nothing
-        raise ProvisionerError("--high-priority-fraction sets the priorities of the on-demand schedulers: add "
-                               "--scheduler jsq, llumnix-dispatch or llumnix, or drop it")
+    # Priorities and the timeline are the on-demand schedulers' (least-work and splitwisesim
+    # neither preempt nor migrate): elsewhere the flag would change nothing, or draw nothing.
+    if high_priority_fraction and d.scheduler not in ON_DEMAND_SCHEDULERS:
+        raise ProvisionerError(f"--high-priority-fraction sets the priorities of the on-demand schedulers, not "
+                               f"{d.scheduler}'s: add --scheduler {_ON_DEMAND_CHOICES}, or drop it")
     high_slo = _high_priority_slo(ctx, slo, high_priority_slo_scale, high_priority_fraction)
     check_preemption(preemption, d.scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     if timeline is not None:
-        if d.scheduler == DEFAULT_SCHEDULER:
-            raise ProvisionerError("--timeline draws an on-demand scheduler's preemptions and migrations: add "
-                                   "--scheduler jsq, llumnix-dispatch or llumnix")
+        if d.scheduler not in ON_DEMAND_SCHEDULERS:
+            raise ProvisionerError(f"--timeline draws an on-demand scheduler's preemptions and migrations, which "
+                                   f"{d.scheduler} has none of: add --scheduler {_ON_DEMAND_CHOICES}, or drop it")
         check_output_path(timeline, flag="--timeline", force=force, force_hint="--force",
                           inputs=input_files(workload, latency_profile, from_result),
                           stdout_taken_by="--json" if json_out else None)
