@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from provisioner.designs import DesignBatch
 from provisioner.errors import ProvisionerError
 from provisioner.search import (Evaluator, LoadScaledTraces, ProvisionRequest, capacity_bound, exhaustive_search,
-                                family_space, provision, staircase_search, sustainable_rps)
+                                family_space, max_sustainable_rps, provision, staircase_search,
+                                sustainable_rps)
 from provisioner.sim import simulate
 from provisioner.slo import SLO
 from workloads import make_workload
@@ -163,6 +164,27 @@ def test_sustainable_rps_is_vectorized_and_monotone_in_machines(perf):
         one = designs.take(np.array([d]))
         assert Evaluator(traces.at(r), "bloom-176b", SLO(), perf)(one)["slo_met"].all()
         assert not Evaluator(traces.at(h), "bloom-176b", SLO(), perf)(one)["slo_met"].all()
+
+
+def test_the_bisection_tries_the_smallest_meaningful_load_before_giving_up():
+    """A miss at `rps_lo` halved the load, and a half below the floor (MIN_REQUESTS per
+    trace) gave up untried: the answer then said 'no design meets every SLO even at 2 req/s'
+    of a design that meets them there."""
+    traces = LoadScaledTraces("coding", 10.0, 0)       # the floor: 20 requests in 10 s, 2 req/s
+    designs = family_space("baseline-h100").designs([1])
+    tried = []
+
+    def evaluate_at(batch, trace):   # meets the SLOs up to 2.2 req/s
+        tried.append(trace.rate_rps)
+        return pd.DataFrame({"slo_met": [trace.rate_rps <= 2.2] * len(batch), "min_margin": 0.0})
+
+    rps, frame = max_sustainable_rps(designs, traces, evaluate_at, rps_lo=3.0, rps_hi=5.0)
+    assert 2.0 in tried and 2.0 <= rps < 2.3 and frame["slo_met"].all()   # 2.2 as whole requests
+    assert 2.0 <= sustainable_rps(designs, traces, evaluate_at, rps_lo=3.0, rps_hi=5.0)[0] < 2.3
+    tried.clear()
+    never = max_sustainable_rps(designs, traces, lambda b, t: evaluate_at(b, t).assign(slo_met=False),
+                                rps_lo=3.0, rps_hi=5.0)
+    assert np.isnan(never[0]) and min(tried) == 2.0      # the floor itself tried, nothing below it
 
 
 # -- optuna ---------------------------------------------------------------------------------------

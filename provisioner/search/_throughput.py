@@ -67,9 +67,9 @@ def max_sustainable_rps(designs: DesignBatch, traces: LoadScaledTraces, evaluate
     # Make the bracket valid: some design feasible at lo, none at hi.
     frame_lo = run(lo, alive)
     while not frame_lo["slo_met"].any():
-        hi, lo = lo, lo / 2.0
-        if lo < min_rps:
+        if lo <= min_rps:   # missed even at the fewest requests a p99 means anything on
             return float("nan"), None
+        hi, lo = lo, max(lo / 2.0, min_rps)
         frame_lo = run(lo, alive)
     alive = alive[frame_lo["slo_met"].to_numpy(bool)]
     frame_lo = frame_lo[frame_lo["slo_met"].to_numpy(bool)].reset_index(drop=True)
@@ -135,9 +135,9 @@ def sustainable_rps(designs, traces: LoadScaledTraces, evaluate_at: Callable, *,
             if ok:
                 lo_ok[i] = True
             else:
-                hi[i], lo[i] = lo[i], lo[i] / 2.0
+                dead[i] = lo[i] <= min_rps
+                hi[i], lo[i] = lo[i], max(lo[i] / 2.0, min_rps)
                 hi_ok[i] = True
-                dead[i] = lo[i] < min_rps
         for i, ok in zip(need_hi, met[k1:k2]):
             if ok:
                 lo[i], hi[i] = hi[i], hi[i] * 2.0
