@@ -71,6 +71,8 @@ class Evaluator:
     store : a `provisioner.store.ResultStore` (None: remember in memory only).
     preemption : "recompute" (default) or "swap", for designs under an on-demand scheduler.
     swap_space_gb : with swap, host memory per GPU, GiB (vLLM's `--swap-space`).
+    rps : the load the designs are judged at, recorded in the log (default: the trace's
+        requests over its window, which rounds the load to whole requests).
     keep_requests : also keep each newly simulated design's per-request (first_token_s,
         finish_s) in `request_times` (by design key), e.g. to read a sized cluster's state
         (`provision autoscale`'s calibrated thresholds) without simulating it again.
@@ -85,8 +87,10 @@ class Evaluator:
 
     def __init__(self, trace, model: str, slo, perf, *, engine: str = "fluid", stop_infeasible: bool = True,
                  on_evaluate: Callable[[int], None] | None = None, store=None, preemption: str = "recompute",
-                 keep_requests: bool = False, swap_space_gb: float = DEFAULT_SWAP_SPACE_GB):
+                 keep_requests: bool = False, swap_space_gb: float = DEFAULT_SWAP_SPACE_GB,
+                 rps: float | None = None):
         self.trace = trace
+        self._rps = float(trace.rate_rps if rps is None else rps)
         self.preemption = preemption
         self.swap_space_gb = swap_space_gb
         self.model = model
@@ -106,7 +110,7 @@ class Evaluator:
 
     @property
     def rps(self) -> float:
-        return float(self.trace.rate_rps)
+        return self._rps
 
     def __call__(self, designs) -> pd.DataFrame:
         """One row per design (in order), from one batched simulation of the new ones."""

@@ -316,13 +316,13 @@ class SearchProblem:
         return DurableStudy(self.store, f"{family}-{key[:20]}")
 
     # -- simulations -------------------------------------------------------------------------
-    def evaluator(self, trace, counter: list) -> Evaluator:
-        """The one evaluation path on `trace`; `counter[0]` counts its simulations."""
+    def evaluator(self, trace, counter: list, rps: float | None = None) -> Evaluator:
+        """The one evaluation path on `trace` (drawn at `rps`); `counter[0]` counts its simulations."""
         def tick(n):
             counter[0] += n
             self.progress.advance(n)
         return Evaluator(trace, self.req.model, self.slo, self.perf, on_evaluate=tick, store=self.store,
-                         preemption=self.req.preemption, swap_space_gb=self.req.swap_space_gb)
+                         preemption=self.req.preemption, swap_space_gb=self.req.swap_space_gb, rps=rps)
 
     def final_row(self, design, trace) -> pd.Series:
         """The reported design scored in full (no early stop), for every metric of the result."""
