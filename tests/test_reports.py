@@ -450,6 +450,17 @@ def searched():
     return json.loads(json.dumps(provision(req).to_json()))
 
 
+def test_a_cost_answer_on_a_replayed_window_is_drawn_at_the_asked_load(cli):
+    """A 20-s window of coding's replayed arrivals at 3 req/s holds 12 requests: the design
+    space recorded its rows at 0.6 req/s (requests over the window), and the frontier drew
+    the 3-req/s answer as sustaining 0.6."""
+    text = cli("--goal", "cost", "--rps", "3", "--workload", "coding", "--arrival", "replay", "--duration", "20",
+               "--design", "baseline-h100", "--no-verify", "--json")
+    result = json.loads(text)
+    assert result["best"][0]["requests"] == 12 and {r["rps"] for r in result["evaluated"]} == {3.0}
+    assert set(report_data(result).pareto.throughput_rps) == {3.0}
+
+
 def test_report_of_a_real_search_result(searched, tmp_path):
     data = report_data(searched)
     best = {b["design"]["family"]: b for b in searched["best"]}

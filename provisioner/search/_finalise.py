@@ -58,7 +58,7 @@ def start_choice(problem: SearchProblem, family: str, cand: DesignBatch, objecti
     verify_traces = verification_traces(problem, rps)
     # The verification traces' fluid screen is counted in the verification, not in the
     # family's `evaluations` (which match its `evaluated` rows on the search trace).
-    screen = [ev] + [problem.evaluator(tr, [0]) for tr in verify_traces]
+    screen = [ev] + [problem.evaluator(tr, [0], rps=rps) for tr in verify_traces]
     problem.progress.start(f"{family}: verify (DES)", None)
     pending = start_verification(cand, objective, screen, traces=verify_traces, seeds=req.verification_seeds,
                                  model=req.model, slo=problem.slo, rps=rps, duration_s=req.verification_duration_s,

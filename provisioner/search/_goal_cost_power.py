@@ -53,7 +53,7 @@ def start_least_objective_family(problem: SearchProblem, family: str) -> Callabl
     bound = problem.bound(space, goal=req.goal, rps=req.rps)
     problem.progress.start(f"{family}: search", None)
     counter = [0]
-    ev = problem.evaluator(problem.trace, counter)
+    ev = problem.evaluator(problem.trace, counter, rps=req.rps)
     searcher = "optuna" if not grid else ("ilp+enumeration" if req.searcher == "auto" else "enumeration")
     found = _grids_search(problem, parts, ev, bound, key) if grid else _bayes_search(problem, space, ev, bound, key)
     if found.candidates is None:
