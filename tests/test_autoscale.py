@@ -117,6 +117,17 @@ def test_the_machine_range_counts_the_machines_the_day_starts_with():
     assert plan_scaling(np.array([]), 30.0, 1.0, 3, AutoscalePolicy()).machines_range == (3, 3)   # no tick
 
 
+def test_a_machine_is_stopped_only_after_it_served():
+    """A machine whose weights finished loading at a decision was stopped at it, leaving it
+    the empty window [t, t): the engines refused the schedule ('every availability window
+    needs active_until_s > active_from_s', exit 2). Here a burst starts 11 machines at 60 s,
+    ready at 180 s, and the load is gone by then."""
+    policy = AutoscalePolicy(interval_s=60.0, window_s=60.0, startup_s=120.0, min_machines=1)
+    s = plan_scaling(np.linspace(0.0, 59.9, 600), 600.0, 1.0, 1, policy)
+    stopped = np.isfinite(s.serve_until_s)
+    assert stopped.sum() == 11 and np.all(s.serve_until_s[stopped] > s.serve_from_s[stopped])
+
+
 runner = CliRunner()
 
 
@@ -178,6 +189,17 @@ def test_a_profile_shorter_than_a_decision_interval_starts_what_one_interval_nee
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)
     assert obj["autoscaled"]["machine_hours"] == pytest.approx(obj["static"]["machine_hours"])
+
+
+def test_cli_runs_a_replayed_day(tmp_path):
+    """The coding trace's own gaps, stretched to the profile: bursty enough that a scale-in
+    met a machine just loaded (the empty window above)."""
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1\n300,3\n600,1.5\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100", "--duration",
+                                    "900", "--sizing-duration", "60", "--arrival", "replay", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["scaling_events"] > 0
 
 
 def test_cli_diurnal_day_saves_at_equal_slos():

@@ -251,7 +251,9 @@ def plan_scaling(arrival_s: np.ndarray, duration_s: float, capacity_rps: float, 
                 serve_from.append(t + policy.startup_s)
                 serve_until.append(math.inf)
         elif n > policy.min_machines and rate < policy.scale_in_load * capacity_rps * (n - 1):
-            serving = [k for k in live if serve_from[k] <= t]
+            # those that took requests before t: one whose weights finish loading at t has not
+            # served, and stopped now it would serve in the empty window [t, t)
+            serving = [k for k in live if serve_from[k] < t]
             for k in sorted(serving, key=lambda k: (serve_from[k], k))[::-1][:max(n - wanted, 0)]:
                 if len(serving) <= policy.min_machines:
                     break
