@@ -199,7 +199,12 @@ def test_cli_runs_a_replayed_day(tmp_path):
     res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100", "--duration",
                                     "900", "--sizing-duration", "60", "--arrival", "replay", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["scaling_events"] > 0
+    obj = json.loads(res.stdout)
+    assert obj["scaling_events"] > 0
+    # the controller plans with the peak over the static count, as --capacity-rps says (was:
+    # the 60-s replayed sizing window's 63 requests over its 60 s, 1.05 of the peak's 3 req/s,
+    # so 21 machines ran where 6 are bought for the peak)
+    assert obj["capacity_rps"] == pytest.approx(3.0 / obj["static"]["machines"])
 
 
 def test_cli_diurnal_day_saves_at_equal_slos():

@@ -120,20 +120,24 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
 def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
               engine: str = "fluid", capacity_rps: float | None = None, static_machines: int | None = None,
               initial_rps: float | None = None, preemption: str = "recompute",
-              swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, **overrides) -> AutoscaleResult:
+              swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
+              **overrides) -> AutoscaleResult:
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
     peak_trace : a constant-rate trace at the profile's peak (the static sizing question).
     capacity_rps : requests/s per machine the controller plans with; default the peak
         rate over the static count (what one machine of the static cluster carries at the peak).
+    peak_rps : the profile's peak, req/s (default: `peak_trace`'s requests over its window,
+        which a replayed window's own gaps may put far from the rate it was drawn at).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
     swap_space_gb : with swap, host memory per GPU, GiB (vLLM's `--swap-space`, default 4).
     """
-    validate_params({"capacity_rps": capacity_rps, "static_machines": static_machines},
+    validate_params({"capacity_rps": capacity_rps, "static_machines": static_machines, "peak_rps": peak_rps},
                     {"capacity_rps": [None, Interval(Real, 0, None, closed="neither")],
+                     "peak_rps": [None, Interval(Real, 0, None, closed="neither")],
                      "static_machines": [None, Interval(Integral, 1, MAX_MACHINES)]})
     decisions = float(trace.duration_s) / policy.interval_s
     if decisions > MAX_DECISIONS:   # before any work: the schedule holds one entry per decision
@@ -169,8 +173,9 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                  peak_times, overrides, swap_space_gb)
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
-    capacity = float(capacity_rps) if capacity_rps is not None else float(peak_trace.rate_rps) / n_static
-    at_peak = float(peak_trace.rate_rps) / (capacity * policy.target_load)
+    peak_rps = float(peak_trace.rate_rps if peak_rps is None else peak_rps)
+    capacity = float(capacity_rps) if capacity_rps is not None else peak_rps / n_static
+    at_peak = peak_rps / (capacity * policy.target_load)
     if at_peak > MAX_MACHINES:   # the controller keeps a list entry per machine and tick
         given = "capacity_rps" if capacity_rps is not None else "static_machines"
         raise ProvisionerError(f"{given} {capacity_rps if capacity_rps is not None else n_static:g} means "

@@ -154,7 +154,7 @@ def autoscale_command(
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
                        engine=engine, capacity_rps=capacity_rps, static_machines=static_machines,
-                       preemption=preemption, swap_space_gb=swap_space_gb, **overrides)
+                       preemption=preemption, swap_space_gb=swap_space_gb, peak_rps=rate.peak_rps, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            # the day is TraceGenerator.from_json(trace).with_profile(RateProfile.from_json(profile)),
