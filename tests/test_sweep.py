@@ -116,10 +116,11 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\npower_budget_kw = [100]\n' + SMALL, ["key 'power_budget_kw'", "goal throughput"]),
     ('rps = [5]\ncv = 3\n' + SMALL, ["key 'cv'", 'arrival = "gamma"']),
     ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
+    ('rps = [5]\ntrials = 8\n' + SMALL, ["key 'trials'", 'searcher = "optuna"']),
     # asked the same questions twice: duplicate rows, twice the time
     ('rps = [5, 10, 5.0]\n' + SMALL, ["key 'rps' lists 5.0 twice"]),
     # named the request's field (n_trials) and Python's booleans
-    ('rps = [5]\ntrials = 0\n', ["key 'trials': trials must be an integer"]),
+    ('rps = [5]\nsearcher = "optuna"\ntrials = 0\n', ["key 'trials': trials must be an integer"]),
     ('rps = [5]\nverify = "no"\n', ["key 'verify': verify must be true or false"]),
     # was "cannot read trace '<the spec's folder>': it is a directory" ('' is '.' to Path)
     ('rps = [5]\nworkloads = [""]\n', ["key 'workloads'", "is empty"]),

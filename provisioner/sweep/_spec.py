@@ -237,6 +237,9 @@ def _refuse_idle_keys(path: Path, goals: list, grid: dict, settings: dict) -> No
     if "cv" in settings and settings.get("arrival") != "gamma":
         raise ProvisionerError(f"'{path}': key 'cv' sets the burstiness of gamma arrivals: set arrival = \"gamma\", "
                                f"or drop 'cv'")
+    if "n_trials" in settings and settings.get("searcher") != "optuna":   # a sweep's families have fixed machines
+        raise ProvisionerError(f"'{path}': key 'trials' sets the optuna search, which runs for searcher = "
+                               f"\"optuna\" only here: set searcher = \"optuna\", or drop 'trials'")
     if "verify_duration_s" in settings and settings.get("verify") is False:
         raise ProvisionerError(f"'{path}': key 'verify_duration_s' sets the discrete-event re-check, which "
                                f"verify = false turns off: drop one of them")
