@@ -126,6 +126,7 @@ def rescoring_question(result: dict, family: str | None = None):
 
     entry = _family_entry(result, family)
     q = result["question"]
+    _refuse_missing_trace_file(q)
     from workloads import WorkloadError
     if isinstance(q, dict) and "workload" not in q:
         raise ProvisionerError("result JSON key 'question.workload' is missing; give the output of "
@@ -140,6 +141,22 @@ def rescoring_question(result: dict, family: str | None = None):
     except WorkloadError as exc:   # its parameter names are the JSON's keys here, not flags
         raise ProvisionerError(f"result JSON 'question' is invalid: {exc}") from None
     return design_from_json(entry["design"]), traces, float(rps), str(q["model"]), slo_from_question(q)
+
+
+def _refuse_missing_trace_file(q: dict) -> None:
+    """A replayed file (the question records its SHA-256) that is not where the result says,
+    said with the fix: the path is as `provision` was given it, relative to where it ran."""
+    from pathlib import Path
+
+    from .errors import ProvisionerError
+
+    workload = q.get("workload")
+    if not q.get("workload_sha256") or not isinstance(workload, str) or Path(workload).expanduser().exists():
+        return
+    where = ("; a relative path is read from the current directory: run from the one `provision` ran in"
+             if not Path(workload).expanduser().is_absolute() else "")
+    raise ProvisionerError(f"the answer's trace file '{workload}' (result JSON key 'question.workload') does not "
+                           f"exist{where}, or put the file back at that path")
 
 
 def _family_entry(result: dict, family: str | None) -> dict:

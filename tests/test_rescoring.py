@@ -101,6 +101,26 @@ def test_a_replayed_file_is_searched_verified_and_reproduced(cli, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_replayed_answer_re_scored_from_another_directory_says_where_to_run(tmp_path):
+    """The result keeps the trace path as typed; from another directory it was 'result JSON
+    'question' is invalid: cannot read trace 'prod.csv': no such file', no fix named."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    (here / "prod.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
+                                   + "".join(f"{0.25 * i},{300 + 40 * i},{20 + i}\n" for i in range(40)))
+    found = subprocess.run([PROVISION, "--goal", "cost", "--workload", "prod.csv", "--design", "baseline-h100",
+                            "--no-verify", "--json"], cwd=here, capture_output=True, text=True, timeout=240)
+    assert found.returncode == 0, found.stderr
+    (tmp_path / "result.json").write_text(found.stdout)
+    again = [PROVISION, "simulate", "--from-result", str(tmp_path / "result.json"), "--json"]
+    proc = subprocess.run(again, cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'prod.csv'" in line and "question.workload" in line and "run from the one `provision` ran in" in line
+    proc = subprocess.run(again, cwd=here, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["requests"] == 40, proc.stderr
+
+
 def test_a_custom_familys_answer_is_reproduced(cli, tmp_path):
     """Was 'result JSON design of splitwise-custom is invalid: ... has no machines of its own' (exit 2)."""
     text = cli("--goal", "cost", "--rps", "3", "--design", "splitwise-custom", "--prompt-machine-types", "dgx-h100",
