@@ -29,7 +29,8 @@ def build_autoscale_html(answer: dict) -> str:
                              name="static (peak)", line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
     fig.update_layout(title=f"Autoscaling {answer['family']}: saves {answer['saving_pct']:.1f}% of the cost")
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+    # a fixed id (plotly's default is a random UUID): the same answer, the same bytes
+    return fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart-0")
 
 
 def write_autoscale_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):

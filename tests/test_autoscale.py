@@ -310,6 +310,10 @@ def test_cli_is_reproducible_and_writes_the_report(tmp_path):
     assert json.loads(first.stdout)["trace"]["arrival"] == "gamma"
     html = (tmp_path / "day.html").read_text()
     assert "plotly" in html and "machines (serving or loading)" in html
+    # the saved answer drawn later is the same page, byte for byte (was: plotly's random div id)
+    (tmp_path / "day.json").write_text(first.stdout)
+    drawn = runner.invoke(get_app(), ["report", str(tmp_path / "day.json"), "--out", str(tmp_path / "later.html")])
+    assert drawn.exit_code == 0 and (tmp_path / "later.html").read_text() == html, drawn.output
 
 
 def test_cli_takes_a_measured_latency_profile(tmp_path):

@@ -255,6 +255,9 @@ def test_plot_writes_a_self_contained_html(tmp_path):
     assert "plotly" in html
     assert not re.search(r"<script[^>]*\bsrc=[\"'][^\"']*cdn\.", html)
     assert_user_error(provision("perf", "plot", "--out", "perf.html", cwd=tmp_path), "exists; pass --force")
+    # the same plot is the same bytes (was: plotly's random div id)
+    assert provision("perf", "plot", "--out", "perf.html", "--force", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "perf.html").read_text() == html
 
 
 @pytest.fixture(scope="module")

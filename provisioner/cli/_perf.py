@@ -385,7 +385,7 @@ def plot_command(
     if latency_interp is not None:
         fig.update_layout(title=f"Measured-profile model (--latency-interp {latency_interp}, lines) vs measured "
                                 "medians (markers); the roofline where the profile does not cover a point")
-    write_output(out, fig.to_html(include_plotlyjs=True, full_html=True), flag="--out", force=force,
+    write_output(out, fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart-0"), flag="--out", force=force,
                  force_hint="--force", inputs=(profile,))
     typer.echo(f"wrote {out} ({len(data[data.kind == 'measured'])} measured points, "
                f"{data.panel.nunique()} panels)")
