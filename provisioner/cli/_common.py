@@ -85,6 +85,14 @@ def refuse_idle_flags(ctx: typer.Context, workload: str, arrival: str | None, ve
             flag = "--" + param.replace("_", "-")
             raise ProvisionerError(f"{flag} sets the discrete-event re-check, which --no-verify turns off: "
                                    f"drop one of them")
+    if "verify_seeds" in ctx.params and given(ctx, "verify_seeds") and _replays(workload, arrival):
+        raise ProvisionerError("--verify-seeds sets how many drawn traces the discrete-event re-check runs; a "
+                               "replayed trace draws nothing, so the re-check replays it once: drop --verify-seeds, "
+                               "or draw arrivals with --arrival poisson or gamma")
+
+
+def _replays(workload: str, arrival: str | None) -> bool:
+    return (arrival or default_arrival(workload)) == "replay"
 
 
 def check_seed(seed: int) -> None:
