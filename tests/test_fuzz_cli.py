@@ -114,8 +114,9 @@ def test_simulate_never_crashes(family, prompt, token, machines, rps, duration, 
         if _finite(rps) and _finite(duration) and float(rps) * float(duration) > 100:
             duration = "2"   # bound the work, not the validation: at most ~100 requests
             rps = str(min(float(rps), 50.0))
-        argv = ["simulate", "--design", family, "--rps", rps, "--duration", duration, "--seed", seed,
-                "--engine", engine, "--slo-scale", slo_scale, "--workload", workload, "--json"]
+        argv = ["simulate", "--design", family, "--rps", rps, "--duration", duration, "--engine", engine,
+                "--slo-scale", slo_scale, "--workload", workload, "--json"]
+        argv += ["--seed", seed] if trace is None else []   # a replayed file has no draws to seed (refused)
         argv += (["--prompt-machines", prompt, "--token-machines", token] if family.startswith("splitwise-")
                  else ["--machines", machines])
         if cap is not None:

@@ -169,6 +169,13 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["--goal", "cost", "--rps", "5", "--no-verify", "--verify-duration", "60"], "--verify-duration"),
     # a replay is re-checked once whatever the count: was accepted, and the answer recorded seeds [0]
     (["--goal", "cost", "--rps", "5", "--arrival", "replay", "--verify-seeds", "3"], "replays it once"),
+    # a replay draws nothing to seed: was accepted and changed nothing
+    (["simulate", "--design", "baseline-h100", "--machines", "3", "--arrival", "replay", "--seed", "3"],
+     "a replayed trace has none"),
+    (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--arrival", "replay", "--seed", "3"],
+     "a replayed trace has none"),
+    (["autoscale", "--profile", "diurnal", "--rps", "3", "--design", "baseline-h100", "--arrival", "replay", "--seed",
+      "3"], "a replayed trace has none"),
     (["--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--power-cap-range", "0.5,0.9"],
      "--design splitwise-custom"),
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--trials", "10"], "--searcher optuna"),

@@ -18,6 +18,7 @@ from ..sim import ENGINES, refuse_closed_loop_in_fluid
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
+                      refuse_idle_seed,
                       given, scheduler_option, trace_generator, preemption_option, check_preemption,
                       swap_space_option, check_swap_space_flag, input_files)
 
@@ -117,6 +118,7 @@ def autoscale_command(
     if static_machines is not None and static_machines < 1:
         raise ProvisionerError(f"--static-machines must be >= 1 (got {static_machines})")
     refuse_idle_flags(ctx, workload, arrival)
+    refuse_idle_seed(ctx, workload, arrival)
     scheduler_code(scheduler)   # an unknown name: one line listing the policies
     check_preemption(preemption, scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)

@@ -91,6 +91,13 @@ def refuse_idle_flags(ctx: typer.Context, workload: str, arrival: str | None, ve
                                "or draw arrivals with --arrival poisson or gamma")
 
 
+def refuse_idle_seed(ctx: typer.Context, workload: str, arrival: str | None) -> None:
+    """--seed where it seeds only the trace: a replayed one has no random draws to fix."""
+    if given(ctx, "seed") and _replays(workload, arrival):
+        raise ProvisionerError("--seed fixes the workload's random draws; a replayed trace has none (its own "
+                               "arrivals and sizes): drop --seed, or draw arrivals with --arrival poisson or gamma")
+
+
 def _replays(workload: str, arrival: str | None) -> bool:
     return (arrival or default_arrival(workload)) == "replay"
 

@@ -19,7 +19,8 @@ from ..files import check_output_path
 from ._common import (ARRIVAL_HELP, CV_HELP, DURATION_DEFAULT_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       RichProgress, duplicate_weights_option, echo_json, input_files, latency_interp_option,
                       latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
-                      prefill_chunk_option, given, refuse_idle_flags, replay_note, scheduler_option, study_option,
+                      prefill_chunk_option, given, refuse_idle_flags, refuse_idle_seed, replay_note, scheduler_option,
+                      study_option,
                       preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
                       check_study_path, family_pools)
 from ._tables import render_result
@@ -127,6 +128,8 @@ def main_command(
                                f"--prompt-machine-types machines: add --design {CUSTOM_SPLIT}, or drop "
                                f"--token-machine-types")
     _refuse_idle_search_flags(ctx, families or FAMILIES, searcher)
+    if searcher != "optuna" and not any(f in CUSTOM_FAMILIES for f in families or FAMILIES):
+        refuse_idle_seed(ctx, workload, arrival)   # optuna's sampler is the one other draw --seed fixes
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
         workload=workload, model=model, families=families or FAMILIES, seed=seed, arrival=arrival, cv=cv,

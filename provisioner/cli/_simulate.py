@@ -19,6 +19,7 @@ from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
                       latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
+                      refuse_idle_seed,
                       given, high_priority_option, scheduler_option, preemption_option, check_preemption,
                       swap_space_option, check_swap_space_flag,
                       replay_note, trace_generator, input_files)
@@ -97,6 +98,7 @@ def simulate_command(
         if design is None:
             raise ProvisionerError("--design is required (a family such as splitwise-hh), or --from-result RESULT.json")
         refuse_idle_flags(ctx, workload, arrival)
+        refuse_idle_seed(ctx, workload, arrival)
         d = _design(design, prompt_machines, token_machines, machines, prompt_power_cap, token_power_cap,
                     prefill_chunk_tokens, mps_prefill_share, duplicate_weights, scheduler)
         traces = trace_generator(workload, arrival, rps, duration, seed, cv)
