@@ -521,6 +521,14 @@ def test_the_des_rescoring_picks_what_a_full_bisection_of_every_finalist_picks(p
     assert len(runs) - in_full < in_full
 
 
+def test_target_attainment_help_says_it_judges_every_goal():
+    """Its --help said '--goal throughput: ...', while the sustained rates of every goal and
+    --goal cost's rentals are judged at it (docs/cloud.md)."""
+    res = CliRunner().invoke(get_app(), ["cloud", "--help"], env={"COLUMNS": "400"})
+    (line,) = [row for row in res.stdout.splitlines() if "--target-attainment" in row]
+    assert "every goal" in line and "--goal cost" in line
+
+
 def test_cli_json_contract(tmp_path):
     res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "thunderserve-32gpu", "--workload", "coding",
                                          "--rps", "3", "--duration", "30", "--inter-node-gbps", "20", "--json"])

@@ -44,9 +44,9 @@ def cloud_command(
     slo_scale: float = typer.Option(2.0, "--slo-scale", help="Multiply Table VI's limits (cloud default 2; "
                                                              "slowdowns against the inventory's best node)."),
     target_attainment: float = typer.Option(0.99, "--target-attainment",
-                                            help="Share of requests within every p99 limit a plan must reach "
-                                                 "(every goal: the sustained rates, --goal throughput's rate, "
-                                                 "--goal cost's checks)."),
+                                            help="Share of requests within each p99 limit a plan is judged at: "
+                                                 "the sustained rates (every goal), --goal throughput's rate, "
+                                                 "--goal cost's rentals."),
     seed: int = typer.Option(0, "--seed", help="Seed of the trace and of the tabu search."),
     duration: float = typer.Option(None, "--duration", help=f"Trace length (s; {DURATION_DEFAULT_HELP}, "
                                                             f"which past {MAX_IMPLICIT_REPLAY_S:g} s needs "
