@@ -173,6 +173,21 @@ def test_from_result_of_a_binary_file_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("error: --from-result:") and "not a JSON text file (UTF-8 or UTF-16)" in err, err
 
 
+@pytest.mark.parametrize("answer, command", [
+    ({"goal": "rps", "inventory": "thunderserve-32gpu", "replicas": []}, "provision cloud --json"),
+    ({"static": {}, "autoscaled": {}, "saving_pct": 1.0}, "provision autoscale --json"),
+])
+def test_from_result_of_another_commands_answer_names_that_command(tmp_path, capsys, answer, command):
+    """Was "has no 'question' and 'best'", as `provision report` said before it named the command."""
+    from provisioner.cli import run
+
+    path = tmp_path / "answer.json"
+    path.write_text(json.dumps(answer))
+    assert run(["simulate", "--from-result", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --from-result:") and f"`{command}`" in line and "provision --goal" in line
+
+
 def _slow_h100() -> LatencyModel:
     """The shipped model with H100 GEMMs at 60% of their calibrated efficiency."""
     cal = load_calibration()

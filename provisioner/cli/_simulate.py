@@ -204,8 +204,11 @@ def _read_result(path: Path) -> dict:
                                f"4,300 digits, or nesting thousands deep); give the output of "
                                f"`provision --json`") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("question"), dict) or "best" not in obj:
-        raise ProvisionerError(f"--from-result: '{path}' has no 'question' and 'best'; give the output of "
-                               f"`provision --json`")
+        from reports import answer_kind
+        kind = answer_kind(obj)   # another command's answer: which one, not just what it lacks
+        what = f"is the answer of `provision {kind} --json`, which" if kind else "has no 'question' and 'best', and"
+        raise ProvisionerError(f"--from-result: '{path}' {what} --from-result does not re-score; give the output of "
+                               f"`provision --goal ... --json`")
     return obj
 
 
