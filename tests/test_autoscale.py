@@ -332,12 +332,15 @@ def test_cli_takes_a_measured_latency_profile(tmp_path):
     assert obj["latency_model"]["kind"] == "profile" and obj["latency_model"]["interp"] == "splitwisesim"
 
 
-def test_on_demand_schedulers_honour_availability_windows():
+@pytest.mark.parametrize("scheduler", ["llumnix", "splitwisesim"])
+def test_on_demand_schedulers_honour_availability_windows(scheduler):
     """Freeness dispatch and migration send nothing to a server after its window closes:
-    it drains what it holds, long before the servers that stay on."""
+    it drains what it holds, long before the servers that stay on. So does SplitwiseSim's
+    token_jsq (was: it read no window, and autoscale --scheduler splitwisesim ran its day
+    on every machine ever started, all open from 0 s to the end)."""
 
     trace = TraceGenerator("conversation", 90.0, seed=0).at(6.0)
-    design = make_design("baseline-h100", machines=3, scheduler="llumnix")
+    design = make_design("baseline-h100", machines=3, scheduler=scheduler)
     closes = np.array([np.inf, np.inf, 20.0])
     _, drained = simulate_scaled(design, trace, "bloom-176b", np.zeros(3), closes, engine="des")
     _, always = simulate_scaled(design, trace, "bloom-176b", np.zeros(3), np.full(3, np.inf), engine="des")

@@ -244,8 +244,8 @@ class SplitwiseSimCluster(_Cluster):
     def route(self, r, t):
         s, n = self.S[r], self.N[r]
         pend = self.sched_pending.__getitem__
-        if self.n_token == 0:   # token_jsq
-            p = d = min(range(len(self.machines)), key=pend)
+        if self.n_token == 0:   # token_jsq, among the servers taking new requests
+            p = d = min(self._open_servers(t), key=pend)
         else:
             p, d = self._mixed_pool(s, n)
             self.borrowed_prefills += self.pools[p] == 1
@@ -262,6 +262,15 @@ class SplitwiseSimCluster(_Cluster):
             self.sched_memory[p] += s + 1
             self.sched_memory[d] += s + n
         return self.assign(r, p, d)
+
+    def _open_servers(self, t):
+        """Every server, or under availability windows (autoscaling) those whose window holds
+        t (`available`; the least-work rule reads them through prompt_work, which token_jsq
+        does not: it routed to servers not started yet and to stopped ones)."""
+        taking = self.available(t)
+        if taking is None:
+            return range(len(self.machines))
+        return np.flatnonzero(taking[:len(self.machines)]).tolist()
 
     def kv_link_of(self, p, d):
         """SplitwiseSim's KV transfer: all of it after the prefill (no layer-wise overlap),
