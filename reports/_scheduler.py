@@ -19,12 +19,13 @@ def scheduler_timelines(result: dict, perf=None) -> dict:
     """The timeline of every feasible answer under an on-demand scheduler, re-run by the
     discrete-event engine on the question's trace: {"family (scheduler)": (k, 6) array}."""
     from provisioner.results import preemption_from_question
-    from provisioner.schedulers import DEFAULT_SCHEDULER
+    from provisioner.schedulers import ON_DEMAND_SCHEDULERS
     from provisioner.sim import simulate
 
     from ._curves import question_trace, slo_of, winner_designs
 
-    designs = [d for d in winner_designs(result) if d.scheduler != DEFAULT_SCHEDULER]
+    # splitwisesim keeps no timeline (it neither preempts nor migrates): not re-run for nothing
+    designs = [d for d in winner_designs(result) if d.scheduler in ON_DEMAND_SCHEDULERS]
     if not designs:
         return {}
     trace = question_trace(result)

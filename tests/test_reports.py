@@ -450,6 +450,25 @@ def searched():
     return json.loads(json.dumps(provision(req).to_json()))
 
 
+def test_splitwisesim_answers_have_no_timeline_to_re_run(monkeypatch):
+    """SplitwiseSim's scheduler keeps no timeline: every answer was re-run in the DES for an
+    empty section (minutes on a large question)."""
+    import provisioner.sim
+
+    result = fixture_result(("baseline-h100", "splitwise-hh"))
+    for b in result["best"]:
+        b["design"]["scheduler"] = "splitwisesim"
+    simulate, for_timelines = provisioner.sim.simulate, []
+
+    def recorded(*args, **kwargs):
+        if "timelines" in kwargs:
+            for_timelines.append(args)
+        return simulate(*args, **kwargs)
+    monkeypatch.setattr(provisioner.sim, "simulate", recorded)
+    assert report_data(result, load_factors=(1.0,), curve_duration_s=5.0).scheduler_timelines == {}
+    assert not for_timelines
+
+
 def test_a_cost_answer_on_a_replayed_window_is_drawn_at_the_asked_load(cli):
     """A 20-s window of coding's replayed arrivals at 3 req/s holds 12 requests: the design
     space recorded its rows at 0.6 req/s (requests over the window), and the frontier drew
