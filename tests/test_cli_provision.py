@@ -88,6 +88,16 @@ def test_throughput_goal_json():
     assert best["lower_bound"] >= best["sustainable_rps"]
 
 
+def test_a_throughput_answer_of_a_custom_family_names_the_search_it_ran():
+    """Goal throughput races the budget's designs, the custom family's caps on a grid: its
+    answer said searcher 'optuna', which never ran (--trials changed nothing; now refused)."""
+    proc = run("--goal", "throughput", "--cost-budget-usd-per-h", "120", "--design", "baseline-custom",
+               "--prompt-machine-types", "dgx-h100", "--duration", "10", "--no-verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (best,) = json.loads(proc.stdout)["best"]
+    assert best["feasible"] and best["searcher"] == "enumeration"
+
+
 def test_no_options_prints_help():
     proc = run()
     assert proc.returncode == 0

@@ -179,6 +179,10 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--power-cap-range", "0.5,0.9"],
      "--design splitwise-custom"),
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--trials", "10"], "--searcher optuna"),
+    # goal throughput races every affordable design: both were accepted and changed nothing
+    (["--goal", "throughput", "--power-budget-kw", "40", "--searcher", "optuna"], "drop --searcher"),
+    (["--goal", "throughput", "--power-budget-kw", "40", "--design", "splitwise-custom", "--prompt-machine-types",
+      "dgx-h100", "--trials", "4"], "drop --trials"),
     (["simulate", "--design", "baseline-h100", "--machines", "3", "--high-priority-fraction", "0.2"],
      "--scheduler jsq"),
     # silently added splitwise-custom to the user's own --design list

@@ -117,6 +117,8 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\ncv = 3\n' + SMALL, ["key 'cv'", 'arrival = "gamma"']),
     ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
     ('rps = [5]\ntrials = 8\n' + SMALL, ["key 'trials'", 'searcher = "optuna"']),
+    ('goals = ["throughput"]\npower_budget_kw = [100]\nsearcher = "exhaustive"\n' + SMALL,
+     ["key 'searcher'", "races every design"]),
     # asked the same questions twice: duplicate rows, twice the time
     ('rps = [5, 10, 5.0]\n' + SMALL, ["key 'rps' lists 5.0 twice"]),
     # named the request's field (n_trials) and Python's booleans

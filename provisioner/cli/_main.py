@@ -127,7 +127,7 @@ def main_command(
                                f"{' and '.join(pooled)} {'has' if len(pooled) == 1 else 'have'} one pool of "
                                f"--prompt-machine-types machines: add --design {CUSTOM_SPLIT}, or drop "
                                f"--token-machine-types")
-    _refuse_idle_search_flags(ctx, families or FAMILIES, searcher)
+    _refuse_idle_search_flags(ctx, families or FAMILIES, searcher, goal)
     if searcher != "optuna" and not any(f in CUSTOM_FAMILIES for f in families or FAMILIES):
         refuse_idle_seed(ctx, workload, arrival)   # optuna's sampler is the one other draw --seed fixes
     request = ProvisionRequest(
@@ -149,9 +149,16 @@ def main_command(
     _answer(result, request, latency, report, json_out, perf, input_files(workload, latency_profile))
 
 
-def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str) -> None:
+def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str, goal: str) -> None:
     """--power-cap-range and --trials steer the search of the custom families (and
-    --trials any optuna search): with none of those they would change nothing."""
+    --trials any optuna search): with none of those they would change nothing. Goal
+    throughput races every design its budget affords: no searcher to choose, no trials."""
+    if goal == "throughput":
+        for param, flag in (("searcher", "--searcher"), ("trials", "--trials")):
+            if given(ctx, param) and (param != "searcher" or searcher != "auto"):
+                raise ProvisionerError(f"{flag} steers the search of goals cost and power; --goal throughput "
+                                       f"races every design the budget affords (the custom families' caps on a "
+                                       f"grid): drop {flag}")
     custom = any(f in CUSTOM_FAMILIES for f in families)
     if given(ctx, "power_cap_range") and not custom:
         raise ProvisionerError(f"--power-cap-range sets the power caps the custom families search; the named "

@@ -60,7 +60,7 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     """The design of `family` within the budget that sustains the highest load."""
     req = problem.req
     space = problem.space(family)
-    searcher = "ilp+enumeration" if space.fixed_hardware else "optuna"
+    searcher = "ilp+enumeration" if space.fixed_hardware else "enumeration"   # custom: caps on a grid, no optuna
     cand = budget_candidates(problem, space)
     bound = problem.bound(space, goal="throughput")
     if cand is None or not len(cand):

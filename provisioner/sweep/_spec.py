@@ -237,6 +237,12 @@ def _refuse_idle_keys(path: Path, goals: list, grid: dict, settings: dict) -> No
     if "cv" in settings and settings.get("arrival") != "gamma":
         raise ProvisionerError(f"'{path}': key 'cv' sets the burstiness of gamma arrivals: set arrival = \"gamma\", "
                                f"or drop 'cv'")
+    if not any(g in ("cost", "power") for g in goals):   # goal throughput races every affordable design
+        for key, field in (("searcher", "searcher"), ("trials", "n_trials")):
+            if field in settings:
+                raise ProvisionerError(f"'{path}': key '{key}' steers the search of goals cost and power (goals: "
+                                       f"{listed}); goal throughput races every design the budget affords: drop "
+                                       f"'{key}'")
     if "n_trials" in settings and settings.get("searcher") != "optuna":   # a sweep's families have fixed machines
         raise ProvisionerError(f"'{path}': key 'trials' sets the optuna search, which runs for searcher = "
                                f"\"optuna\" only here: set searcher = \"optuna\", or drop 'trials'")
