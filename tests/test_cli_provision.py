@@ -98,6 +98,17 @@ def test_a_throughput_answer_of_a_custom_family_names_the_search_it_ran():
     assert best["feasible"] and best["searcher"] == "enumeration"
 
 
+def test_a_throughput_answer_keeps_max_machines():
+    """Was ignored by goal throughput: 40 kW buys 3 DGX-H100, and --max-machines 2 answered 3."""
+    proc = run("--goal", "throughput", "--power-budget-kw", "40", "--design", "baseline-h100", "--design",
+               "splitwise-hh", "--max-machines", "2", "--duration", "10", "--no-verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    best = json.loads(proc.stdout)["best"]
+    assert all(b["feasible"] and max(b["design"]["prompt_machines"], b["design"]["token_machines"]) <= 2
+               for b in best)
+    assert best[0]["design"]["prompt_machines"] == 2   # the most the bound and the budget allow
+
+
 def test_no_options_prints_help():
     proc = run()
     assert proc.returncode == 0

@@ -113,17 +113,19 @@ def _verified_rps(problem: SearchProblem, family: str, alive: DesignBatch, obj: 
 
 
 def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch | None:
-    """The designs the budget affords that no other affordable design dominates."""
+    """The designs the budget affords that no other affordable design dominates, each pool
+    within the question's max_machines (when given)."""
     problem.refuse_unenumerable_budget(space)
     bkey = problem.budget_key
     budget = problem.budget * (1 + 1e-9)
+    cap = problem.req.max_machines or np.inf
     frames = []
     steps = 4 if not space.fixed_hardware else 1
     for pm, ptp in space.prompt.choices:
         for pc in space.prompt.cap_grid(steps):
             up = problem.unit_objective(pm, pc, bkey)
             if space.token is None:
-                n = int(np.floor(budget / up))
+                n = int(min(np.floor(budget / up), cap))
                 if n >= 1:
                     frames.append(space.designs([n], prompt_machine=[pm], prompt_power_cap=[pc],
                                                 prompt_tp=[ptp]).to_frame())
@@ -131,7 +133,7 @@ def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch
             for tm, ttp in space.token.choices:
                 for tc in space.token.cap_grid(steps):
                     frame = _split_frontier(space, budget, up, problem.unit_objective(tm, tc, bkey),
-                                            (pm, pc, ptp), (tm, tc, ttp))
+                                            (pm, pc, ptp), (tm, tc, ttp), cap)
                     if frame is not None:
                         frames.append(frame)
     if not frames:
@@ -148,13 +150,14 @@ def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch
 
 
 def _split_frontier(space: FamilySpace, budget: float, up: float, ut: float, prompt: tuple,
-                    token: tuple) -> pd.DataFrame | None:
-    """The undominated affordable (p, t) of one (machine, cap, TP) choice per pool."""
+                    token: tuple, cap: float = np.inf) -> pd.DataFrame | None:
+    """The undominated affordable (p, t) of one (machine, cap, TP) choice per pool, each
+    count at most `cap`."""
     (pm, pc, ptp), (tm, tc, ttp) = prompt, token
-    t = np.arange(1, int(np.floor((budget - up) / ut)) + 1)
+    t = np.arange(1, int(min(np.floor((budget - up) / ut), cap)) + 1)
     if not len(t):
         return None
-    p = np.floor((budget - t * ut) / up).astype(int)
+    p = np.minimum(np.floor((budget - t * ut) / up), cap).astype(int)
     keep = p >= 1
     t, p = t[keep], p[keep]
     # Drop (p, t) when (p, t + 1) is affordable too: it is dominated.
