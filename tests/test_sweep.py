@@ -117,6 +117,8 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\ncv = 3\n' + SMALL, ["key 'cv'", 'arrival = "gamma"']),
     ('rps = [5]\nverify_duration_s = 60\n' + SMALL, ["key 'verify_duration_s'", "verify = false"]),
     ('rps = [5]\ntrials = 8\n' + SMALL, ["key 'trials'", 'searcher = "optuna"']),
+    # a replay has no draws: the same question, row and work once per seed
+    ('rps = [5]\narrival = "replay"\nseeds = [0, 1]\n' + SMALL, ["key 'seeds'", "same question again"]),
     ('goals = ["throughput"]\npower_budget_kw = [100]\nsearcher = "exhaustive"\n' + SMALL,
      ["key 'searcher'", "races every design"]),
     # asked the same questions twice: duplicate rows, twice the time
