@@ -289,8 +289,10 @@ def test_cli_closed_loop_json(tmp_path):
     # were "--machines must be 1-100,000 (got 2000000000)", a flag autoscale does not have, after the sizing
     (["--scale-on", "queue", "--max-machines", "1000000000"], "--max-machines must be at most 50,000"),
     (["--scale-on", "freeness", "--min-machines", "60000"], "--min-machines must be at most 50,000"),
-    (["--scale-out-freeness", "5"], "--scale-out-freeness is a threshold of --scale-on freeness"),
-    (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is a threshold of --scale-on rate"),
+    (["--scale-out-freeness", "5"], "--scale-out-freeness is read by --scale-on freeness, not rate"),
+    (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is read by --scale-on rate, not freeness"),
+    # was "--max-machines is a threshold of --scale-on freeness", and queue reads it too
+    (["--max-machines", "5"], "--max-machines is read by --scale-on freeness or queue, not rate"),
     (["--scale-on", "queue", "--engine", "fluid"], "the fluid engine cannot run closed-loop autoscaling"),
     (["--scale-on", "freeness", "--design", "splitwiser-a100"], "use --scale-on rate for splitwiser-a100"),
     (["--design", "baseline-h100", "--scheduler", "splitwisesim", "--scale-on", "queue", "--scale-out-queue", "5",

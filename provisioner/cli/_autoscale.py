@@ -184,12 +184,13 @@ def autoscale_command(
 def _refuse_other_policy_flags(ctx: typer.Context, scale_on: str) -> None:
     """One line for a threshold flag that the chosen --scale-on does not read."""
     mine = _POLICY_FLAGS.get(scale_on, ())
-    for policy, params in _POLICY_FLAGS.items():
+    for params in _POLICY_FLAGS.values():
         for param in params:
-            if policy != scale_on and param not in mine and given(ctx, param):
+            if param not in mine and given(ctx, param):
                 flag = "--" + param.replace("_", "-")
-                raise ProvisionerError(f"{flag} is a threshold of --scale-on {policy}: add --scale-on {policy}, "
-                                       f"or drop {flag}")
+                readers = " or ".join(p for p, ps in _POLICY_FLAGS.items() if param in ps)   # max_machines: two
+                raise ProvisionerError(f"{flag} is read by --scale-on {readers}, not {scale_on}: add --scale-on "
+                                       f"{readers}, or drop {flag}")
 
 
 def _number_or_auto(value: str, flag: str) -> float | None:
