@@ -304,3 +304,15 @@ def test_exhaustive_simulates_every_cell_and_agrees():
     assert ex.family("splitwise-hh").evaluations == 36
     assert len(ex.evaluated) == 36
     assert _cost(ex) == _cost(auto)
+
+
+def test_an_infeasible_answer_advises_what_its_goal_can_relax():
+    """Goal throughput lowers the load itself and is bounded by a budget: its failed re-check
+    said 'relax with more machines, ... or a lower load', advice for the cost and power goals."""
+    from provisioner.search._finalise import relax_advice
+
+    throughput = ProvisionRequest(goal="throughput", power_budget_kw=70.0, families=("baseline-h100",))
+    assert relax_advice(throughput) == "raise the budget or loosen the SLO (--slo-scale)"
+    for goal in ("cost", "power"):
+        advice = relax_advice(ProvisionRequest(goal=goal, rps=10.0, families=("baseline-h100",)))
+        assert "more machines (--max-machines)" in advice and "lower load" in advice

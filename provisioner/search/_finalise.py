@@ -75,11 +75,10 @@ def _verified_choice(req, cand: DesignBatch, out) -> Choice:
             v = out.last_failure
             reason = (f"designs feasible on the search trace fail the discrete-event re-check ({v.binding} "
                       f"margin {v.min_margin:+.0%} on {v.duration_s:g}-s traces, seeds "
-                      f"{', '.join(map(str, v.seeds))}); relax with more machines, a looser SLO or a lower load")
+                      f"{', '.join(map(str, v.seeds))}); {relax_advice(req)}")
             return Choice(None, {**v.to_json(), "des_runs": out.des_runs, "screened": out.screened}, reason)
         reason = (f"no design passes the fluid screen on the {req.verification_duration_s:g}-s verification "
-                  f"traces (seeds {', '.join(map(str, req.verification_seeds))}); relax with more machines "
-                  f"(--max-machines), a looser SLO or a lower load")
+                  f"traces (seeds {', '.join(map(str, req.verification_seeds))}); {relax_advice(req)}")
         return Choice(None, None, reason)
     return Choice(cand.design(out.index),
                   {**out.verification.to_json(), "des_runs": out.des_runs, "screened": out.screened}, None)
@@ -132,4 +131,12 @@ def _binding_reason(problem: SearchProblem, full: pd.Series, design, rps: float)
     size = (f"{design.prompt_machines} prompt + {design.token_machines} token machines"
             if design.token_machines else f"{design.prompt_machines} machines")
     return (f"{b} binds: slowdown {full[f'slowdown_{b}']:.2f}x > {lim:g}x even with {size} at {rps:g} req/s; "
-            f"relax with more machines (--max-machines), a looser SLO (--slo-scale) or a lower load")
+            f"{relax_advice(problem.req)}")
+
+
+def relax_advice(req) -> str:
+    """What relaxes a question no design meets: goals cost and power fix the load and search
+    the machines; goal throughput fixes the budget and lowers the load itself."""
+    if req.goal == "throughput":
+        return "raise the budget or loosen the SLO (--slo-scale)"
+    return "relax with more machines (--max-machines), a looser SLO (--slo-scale) or a lower load"
