@@ -37,11 +37,17 @@ if TYPE_CHECKING:   # for type checkers and editors: the same names, eagerly
 
 
 def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'provisioner' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-    globals()[name] = value   # once: later lookups skip this hook
-    return value
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value   # once: later lookups skip this hook
+        return value
+    if not name.startswith("_"):   # a subpackage (`provisioner.sim` after `import provisioner`), loaded now
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":   # the module exists; something it imports does not
+                raise
+    raise AttributeError(f"module 'provisioner' has no attribute '{name}'")
 
 
 def __dir__() -> list[str]:

@@ -204,7 +204,7 @@ def test_trace_head_raises_the_packages_error(window):
     (lambda w: w.RateProfile([0.0], [1.0], "10"), "end_s must be a number of seconds"),   # math.isfinite's TypeError
     (lambda w: w.RateProfile(["a"], [1.0], 10.0), "start_s must be numbers"),              # numpy's ValueError
     (lambda w: w.diurnal_profile("5"), "needs a peak rate peak_rps > 0, got '5'"),          # math.isfinite's TypeError
-    (lambda w: w.diurnal_profile(5, "86400"), "needs a duration of at least 900 s, got '86400'"),
+    (lambda w: w.diurnal_profile(5, "86400"), "needs a duration_s of at least one step, 900 s, got '86400'"),
     (lambda w: w.diurnal_profile(5, step_s=0), "step_s must be a number of seconds > 0"),   # np.arange's ZeroDivisionError
     (lambda w: w.TraceGenerator.from_json({}), "JSON needs a 'workload' key"),            # was a KeyError
     (lambda w: w.TraceGenerator.from_json("coding"), "JSON needs a 'workload' key"),

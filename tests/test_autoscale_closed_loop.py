@@ -242,7 +242,7 @@ def test_calibration_reads_the_controllers_freeness_by_hand():
 def test_fluid_engine_declines_in_one_line():
     trace = two_level_trace(high_s=30.0, low_s=30.0)
     ctl = ScalingControl("queue", 2.0, 0.5, 10.0, 60.0, 1, 2, 1, 1, trace.duration_s)
-    with pytest.raises(ProvisionerError, match="fluid engine cannot run closed-loop"):
+    with pytest.raises(ProvisionerError, match="fluid simulator cannot run closed-loop"):
         simulate_controlled(make_design("baseline-a100", machines=4), trace, MODEL, ctl, engine="fluid", perf=PERF)
 
 
@@ -293,7 +293,7 @@ def test_cli_closed_loop_json(tmp_path):
     (["--scale-on", "freeness", "--scale-out-load", "0.9"], "--scale-out-load is read by --scale-on rate, not freeness"),
     # was "--max-machines is a threshold of --scale-on freeness", and queue reads it too
     (["--max-machines", "5"], "--max-machines is read by --scale-on freeness or queue, not rate"),
-    (["--scale-on", "queue", "--engine", "fluid"], "the fluid engine cannot run closed-loop autoscaling"),
+    (["--scale-on", "queue", "--engine", "fluid"], "the fluid simulator cannot run closed-loop autoscaling"),
     (["--scale-on", "freeness", "--design", "splitwiser-a100"], "use --scale-on rate for splitwiser-a100"),
     (["--design", "baseline-h100", "--scheduler", "splitwisesim", "--scale-on", "queue", "--scale-out-queue", "5",
       "--scale-in-queue", "1"], "--scale-on queue cannot run under --scheduler splitwisesim"),

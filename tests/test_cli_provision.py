@@ -107,6 +107,12 @@ def test_a_throughput_answer_keeps_max_machines():
     assert all(b["feasible"] and max(b["design"]["prompt_machines"], b["design"]["token_machines"]) <= 2
                for b in best)
     assert best[0]["design"]["prompt_machines"] == 2   # the most the bound and the budget allow
+    # a budget past what the planner enumerates is a question when --max-machines bounds the counts
+    # (was refused: "buys over 10,000 machines", whatever --max-machines said)
+    proc = run("--goal", "throughput", "--power-budget-kw", "1e9", "--design", "baseline-h100", "--max-machines", "2",
+               "--duration", "10", "--no-verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["best"][0]["design"]["prompt_machines"] == 2
 
 
 def test_no_options_prints_help():

@@ -176,6 +176,14 @@ def test_odd_numbers_are_one_line_errors(args, needle):
      "a replayed trace has none"),
     (["autoscale", "--profile", "diurnal", "--rps", "3", "--design", "baseline-h100", "--arrival", "replay", "--seed",
       "3"], "a replayed trace has none"),
+    # goal throughput runs no optuna, custom families or not: the seed changed nothing
+    (["--goal", "throughput", "--power-budget-kw", "40", "--design", "baseline-custom", "--prompt-machine-types",
+      "dgx-h100", "--arrival", "replay", "--seed", "3"], "a replayed trace has none"),
+    # a mistyped name is not a replayed file: was "--seed ... a replayed trace has none"
+    (["--goal", "cost", "--rps", "5", "--workload", "codng", "--seed", "3"], "unknown workload 'codng'"),
+    (["simulate", "--design", "baseline-h100", "--machines", "3", "--workload", "codng", "--seed", "3"],
+     "unknown workload 'codng'"),
+    (["--goal", "cost", "--rps", "5", "--workload", "codng", "--verify-seeds", "3"], "unknown workload 'codng'"),
     (["--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--power-cap-range", "0.5,0.9"],
      "--design splitwise-custom"),
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--trials", "10"], "--searcher optuna"),
@@ -504,6 +512,16 @@ def test_ctrl_c_while_the_command_loads_is_one_line(module):
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted (Ctrl-C); stopped\n")
 
 
+def test_the_package_loads_on_first_use_and_keeps_its_subpackages():
+    """`import provisioner` loads no pandas (so the command can take a Ctrl-C first), and its
+    public names and subpackages resolve as before (`provisioner.sim` was an AttributeError)."""
+    code = ("import sys, provisioner; assert 'pandas' not in sys.modules; "
+            "from provisioner import simulate, SLO; import provisioner as p; "
+            "assert p.sim.simulate is simulate and p.search.provision is p.provision and p.slo.SLO is SLO; "
+            "assert not hasattr(p, 'no_such_module')")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def test_importing_the_cli_keeps_the_importers_ctrl_c():
     """The loading guard is for the command: an importer (pytest, a notebook) keeps its handler."""
     before = signal.getsignal(signal.SIGINT)
@@ -780,8 +798,9 @@ def test_the_library_names_parameters_and_the_cli_names_flags():
     (["--goal", "cost", "--rps", "5", "--verify-seeds", "99999999999"], "--verify-seeds must be 1-32"),   # was ~GBs
     (["--goal", "throughput", "--design", "splitwise-hh", "--power-budget-kw", "1e9"], "buys over 10,000 machines"),
     (["--goal", "throughput", "--cost-budget-usd-per-h", "1e308"], "--cost-budget-usd-per-h 1e+308 buys over"),
-    (["--goal", "throughput", "--design", "splitwise-hh", "--power-budget-kw", "1e9", "--max-machines", "50"],
-     "buys over 10,000 machines"),   # the affordable designs are enumerated whatever max_machines says
+    (["--goal", "throughput", "--design", "splitwise-hh", "--power-budget-kw", "1e9", "--max-machines", "20000"],
+     "buys over 10,000 machines of one pool of splitwise-hh, more than the planner simulates; give a budget of at "
+     "most"),   # the affordable designs are enumerated up to --max-machines per pool (below 10,000: no refusal)
     (["--goal", "cost", "--rps", "5", "--max-machines", "100000000"], "--max-machines must be an integer in"),
     (["--goal", "cost", "--rps", "inf"], "--rps must be a finite number > 0"),
     (["autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e308", "--design", "baseline-a100"],
@@ -1188,6 +1207,8 @@ def test_library_errors_name_python_parameters_and_the_cli_its_flags():
         diurnal_profile(1.0, 1e9)
     assert_one_line_error(*cli("autoscale", "--profile", "diurnal", "--rps", "15", "--duration", "1e9", "--design",
                                "baseline-a100"), "days (3.16224e+07 s, --duration), got 1e+09 s; shorten it")
+    assert_one_line_error(*cli("autoscale", "--profile", "diurnal", "--rps", "2", "--duration", "100", "--design",
+                               "baseline-a100"), "needs a --duration of at least one step, 900 s, got 100")
     with pytest.raises(ProvisionerError, match=r"^without: no node 'nope' in inventory cloud-prices; its nodes"):
         prices.with_counts([t.available or 1 for t in prices.types]).without("nope")
     one_node = load_inventory("thunderserve-32gpu", perf.catalog)

@@ -119,6 +119,8 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     ('rps = [5]\ntrials = 8\n' + SMALL, ["key 'trials'", 'searcher = "optuna"']),
     # a replay has no draws: the same question, row and work once per seed
     ('rps = [5]\narrival = "replay"\nseeds = [0, 1]\n' + SMALL, ["key 'seeds'", "same question again"]),
+    # a mistyped name is not a replayed file: was "key 'seeds' ... every workload is replayed"
+    ('rps = [5]\nworkloads = ["codng"]\nseeds = [0, 1]\n' + SMALL, ["key 'workloads': unknown workloads 'codng'", "coding"]),
     ('goals = ["throughput"]\npower_budget_kw = [100]\nsearcher = "exhaustive"\n' + SMALL,
      ["key 'searcher'", "races every design"]),
     # asked the same questions twice: duplicate rows, twice the time

@@ -150,7 +150,8 @@ def diurnal_profile(peak_rps: float, duration_s: float = 86400.0, step_s: float 
         raise WorkloadError(f"the diurnal profile's step_s must be a number of seconds > 0, got {step_s!r}; "
                             f"give the length of one step, e.g. {DIURNAL_STEP_S:g}", params=("step_s",))
     if not (_is_number(duration_s) and math.isfinite(duration_s) and duration_s >= step_s):
-        raise WorkloadError(f"the diurnal profile needs a duration of at least {step_s:g} s, got {duration_s!r}")
+        raise WorkloadError(f"the diurnal profile needs a duration_s of at least one step, {step_s:g} s, got "
+                            f"{duration_s!r}", params=("duration_s",))
     if duration_s > DIURNAL_MAX_DAYS * 86400.0:
         raise WorkloadError(f"the diurnal profile lasts at most {DIURNAL_MAX_DAYS} days ({DIURNAL_MAX_DAYS * 86400:g} s, "
                             f"duration_s), got {duration_s:g} s; shorten it", params=("duration_s",))

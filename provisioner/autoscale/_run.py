@@ -91,9 +91,11 @@ def _saving(static: float, scaled: float) -> float:
 
 def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
                   preemption: str = "recompute", request_times: list | None = None,
-                  swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, **overrides) -> int:
+                  swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
+                  **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
-    trace at the profile's peak), scored by the search's `Evaluator` in batches of counts.
+    trace at the profile's peak, `peak_rps`: default its requests over its window), scored by
+    the search's `Evaluator` in batches of counts.
     request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
         kept from the same simulation (the calibrated thresholds read them)."""
     from ..search import Evaluator
@@ -113,7 +115,8 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
             return counts[k]
         lo += SIZING_BATCH
     raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs at the "
-                           f"profile's peak of {peak_trace.rate_rps:g} req/s; lower the profile's rates or "
+                           f"profile's peak of {peak_trace.rate_rps if peak_rps is None else peak_rps:g} req/s; "
+                           f"lower the profile's rates or "
                            f"loosen the SLOs (a larger slo_scale)", params=("slo_scale",))
 
 
@@ -164,8 +167,10 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     sizing_engine = "fluid" if policy.closed_loop and "scheduler" not in overrides else engine
     calibrate = policy.thresholds_auto
     peak_times = [] if calibrate else None
+    peak_rps = float(peak_trace.rate_rps if peak_rps is None else peak_rps)
     n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
-                                                request_times=peak_times, swap_space_gb=swap_space_gb, **overrides)
+                                                request_times=peak_times, swap_space_gb=swap_space_gb,
+                                                peak_rps=peak_rps, **overrides)
     _refuse_floor_above_static(policy.min_machines, n_static, sized=static_machines is None)
     calibration = None
     if calibrate:
@@ -173,7 +178,6 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                  peak_times, overrides, swap_space_gb)
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
-    peak_rps = float(peak_trace.rate_rps if peak_rps is None else peak_rps)
     capacity = float(capacity_rps) if capacity_rps is not None else peak_rps / n_static
     at_peak = peak_rps / (capacity * policy.target_load)
     if at_peak > MAX_MACHINES:   # the controller keeps a list entry per machine and tick

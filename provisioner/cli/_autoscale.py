@@ -107,7 +107,7 @@ def autoscale_command(
     preemption: str = preemption_option(),
     swap_space_gb: float = swap_space_option(),
 ) -> None:
-    from ..autoscale import AutoscalePolicy, autoscale
+    from ..autoscale import SCALE_ON, AutoscalePolicy, autoscale
 
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
@@ -130,6 +130,8 @@ def autoscale_command(
         from ..files import check_output_path
         check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs,
                           stdout_taken_by="--json" if json_out else None)
+    if scale_on not in SCALE_ON:   # before the flags it reads: '--scale-on load' is the error, not them
+        raise ProvisionerError(f"--scale-on must be one of {', '.join(SCALE_ON)} (got '{scale_on}')")
     _refuse_other_policy_flags(ctx, scale_on)
     if interval_s is None:
         interval_s = 60.0 if scale_on == "rate" else CLOSED_LOOP_INTERVAL_S

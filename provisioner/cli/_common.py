@@ -99,7 +99,11 @@ def refuse_idle_seed(ctx: typer.Context, workload: str, arrival: str | None) -> 
 
 
 def _replays(workload: str, arrival: str | None) -> bool:
-    return (arrival or default_arrival(workload)) == "replay"
+    """A replayed trace: --arrival replay, or by default a trace file. A name that is neither
+    shipped nor a file ('codng') is not one: its own error names the nearest workload."""
+    if arrival is not None:
+        return arrival == "replay"
+    return default_arrival(workload) == "replay" and Path(workload).expanduser().is_file()
 
 
 def check_seed(seed: int) -> None:

@@ -128,8 +128,11 @@ def main_command(
                                f"--prompt-machine-types machines: add --design {CUSTOM_SPLIT}, or drop "
                                f"--token-machine-types")
     _refuse_idle_search_flags(ctx, families or FAMILIES, searcher, goal)
-    if searcher != "optuna" and not any(f in CUSTOM_FAMILIES for f in families or FAMILIES):
-        refuse_idle_seed(ctx, workload, arrival)   # optuna's sampler is the one other draw --seed fixes
+    # optuna's sampler is the one other draw --seed fixes; goal throughput never runs it
+    optuna_runs = goal != "throughput" and (searcher == "optuna" or
+                                            any(f in CUSTOM_FAMILIES for f in families or FAMILIES))
+    if not optuna_runs:
+        refuse_idle_seed(ctx, workload, arrival)
     request = ProvisionRequest(
         goal=goal, rps=rps, power_budget_kw=power_budget_kw, cost_budget_usd_per_h=cost_budget_usd_per_h,
         workload=workload, model=model, families=families or FAMILIES, seed=seed, arrival=arrival, cv=cv,

@@ -249,17 +249,19 @@ class SearchProblem:
 
     def refuse_unenumerable_budget(self, sp: FamilySpace) -> None:
         """Refuse a budget that buys over `MAX_BUDGET_MACHINES` machines of one pool: the
-        affordable designs are enumerated count by count (`budget_candidates`), whatever
-        max_machines says."""
+        affordable designs are enumerated count by count (`budget_candidates`), up to
+        max_machines per pool when it is given."""
         per = self._cheapest_units(sp)
         fixed = sum(per) - min(per)   # the other pool's one machine, if any
-        if (self.budget - fixed) / min(per) > MAX_BUDGET_MACHINES:
+        enumerated = min((self.budget - fixed) / min(per), self.req.max_machines or np.inf)
+        if enumerated > MAX_BUDGET_MACHINES:
             param = "power_budget_kw" if self.budget_key == "power_kw" else "cost_budget_usd_per_h"
             unit = "kW" if self.budget_key == "power_kw" else "$/h"
             raise ProvisionerError(
                 f"{param} {self.budget:g} buys over {MAX_BUDGET_MACHINES:,} machines of one pool of {sp.family}, "
                 f"more than the planner simulates; give a budget of at most "
-                f"{fixed + MAX_BUDGET_MACHINES * min(per):,.0f} {unit}", params=(param,))
+                f"{fixed + MAX_BUDGET_MACHINES * min(per):,.0f} {unit}, or max_machines of at most "
+                f"{MAX_BUDGET_MACHINES:,}", params=(param, "max_machines"))
 
     def _cheapest_units(self, sp: FamilySpace) -> list[float]:
         """The least budget one machine of each pool of `sp` takes (its lowest power cap)."""

@@ -103,8 +103,8 @@ def simulate_requests(designs, trace, model="bloom-176b", *, engine: str = "flui
 
 def refuse_closed_loop_in_fluid(metric: str) -> None:
     """The fluid engine runs precomputed windows only (SEMANTICS.md, "Closed-loop autoscaling")."""
-    raise ProvisionerError(f"the fluid engine cannot run closed-loop autoscaling (scale_on {metric} reads the "
-                           f"cluster's state as it runs): use the discrete-event engine, des", params=("scale_on",))
+    raise ProvisionerError(f"the fluid simulator cannot run closed-loop autoscaling (scale_on {metric} reads the "
+                           f"cluster's state as it runs): use engine des", params=("scale_on", "engine"))
 
 
 def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=True, windows=None,

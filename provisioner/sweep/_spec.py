@@ -218,7 +218,20 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict, origin: tup
             request = _request(path, dict(goal=goal, model=model, workload=_workload(path, workload), seed=seed,
                                           families=families, **load, **settings), origin)
             out.append(Question(len(out), request, pname, plist))
+    _refuse_idle_seeds(path, grid, settings, out)
     return out
+
+
+def _refuse_idle_seeds(path: Path, grid: dict, settings: dict, questions: list) -> None:
+    """Several seeds when every workload is replayed (no random draws): each seed asks the
+    same question again. Checked once the requests have read their workloads, so a mistyped
+    name is its own error, not this one."""
+    seeds = grid.get("seeds", [0])
+    if len(seeds) > 1 and settings.get("searcher") != "optuna" and \
+            all(q.request.arrival == "replay" for q in questions):
+        raise ProvisionerError(f"'{path}': key 'seeds' lists {len(seeds)} seeds, and every workload is "
+                               f"replayed (no random draws: each seed asks the same question again); give one "
+                               f"seed, or draw arrivals with arrival = \"poisson\" or \"gamma\"")
 
 
 def _refuse_idle_keys(path: Path, goals: list, grid: dict, settings: dict) -> None:
@@ -243,13 +256,6 @@ def _refuse_idle_keys(path: Path, goals: list, grid: dict, settings: dict) -> No
                 raise ProvisionerError(f"'{path}': key '{key}' steers the search of goals cost and power (goals: "
                                        f"{listed}); goal throughput races every design the budget affords: drop "
                                        f"'{key}'")
-    workloads = grid.get("workloads", ["coding"])
-    replayed = all(isinstance(w, str) and (settings.get("arrival") or _default_arrival(w)) == "replay"
-                   for w in workloads)
-    if len(grid.get("seeds", [0])) > 1 and replayed and settings.get("searcher") != "optuna":
-        raise ProvisionerError(f"'{path}': key 'seeds' lists {len(grid['seeds'])} seeds, and every workload is "
-                               f"replayed (no random draws: each seed asks the same question again); give one "
-                               f"seed, or draw arrivals with arrival = \"poisson\" or \"gamma\"")
     if "n_trials" in settings and settings.get("searcher") != "optuna":   # a sweep's families have fixed machines
         raise ProvisionerError(f"'{path}': key 'trials' sets the optuna search, which runs for searcher = "
                                f"\"optuna\" only here: set searcher = \"optuna\", or drop 'trials'")
