@@ -309,7 +309,7 @@ def test_exhaustive_simulates_every_cell_and_agrees():
 def test_an_infeasible_answer_advises_what_its_goal_can_relax():
     """Goal throughput lowers the load itself and is bounded by a budget: its failed re-check
     said 'relax with more machines, ... or a lower load', advice for the cost and power goals."""
-    from provisioner.search._finalise import relax_advice
+    from provisioner.search import relax_advice
 
     throughput = ProvisionRequest(goal="throughput", power_budget_kw=70.0, families=("baseline-h100",))
     assert relax_advice(throughput) == "raise the budget or loosen the SLO (--slo-scale)"
