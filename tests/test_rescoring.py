@@ -58,16 +58,21 @@ def test_throughput_answers_are_reproduced_at_their_own_load(cli, tmp_path):
     assert all(b["rps"] == b["sustainable_rps"] for b in result["best"] if b["feasible"])
 
 
+def _replay_file(path, requests: int):
+    """A trace file of `requests` requests (5 req/s Poisson arrivals, seed 5) at `path`."""
+    rng = np.random.default_rng(5)
+    arrival = np.cumsum(rng.exponential(0.2, requests))
+    rows = [f"{a!r},{int(p)},{int(o)}" for a, p, o in
+            zip(arrival.tolist(), rng.integers(50, 1500, requests), rng.integers(2, 200, requests))]
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    return path
+
+
 def test_a_throughput_answer_on_a_short_replayed_file_meets_its_slo_at_its_own_load(cli, tmp_path):
     """Was judged at each bisection trace's whole requests over its window: 131 requests of
     this 4.6-s file at 28.66 req/s were judged at 28.5 and the answer, feasible, said the SLO
     was missed at 28.66."""
-    rng = np.random.default_rng(5)
-    arrival = np.cumsum(rng.exponential(0.2, 30))
-    rows = [f"{a!r},{int(p)},{int(o)}" for a, p, o in
-            zip(arrival.tolist(), rng.integers(50, 1500, 30), rng.integers(2, 200, 30))]
-    trace = tmp_path / "short.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    trace = _replay_file(tmp_path / "short.csv", 30)
     text = cli("--goal", "throughput", "--power-budget-kw", "40", "--workload", trace, "--design", "baseline-h100",
                "--no-verify", "--json")
     result = _assert_rescored_equal(cli, tmp_path, text, ("baseline-h100",))
@@ -79,12 +84,7 @@ def test_a_throughput_answer_on_a_short_replayed_file_meets_its_slo_at_its_own_l
 
 
 def test_a_replayed_file_is_searched_verified_and_reproduced(cli, tmp_path):
-    rng = np.random.default_rng(5)
-    arrival = np.cumsum(rng.exponential(0.2, 150))
-    rows = [f"{a!r},{int(p)},{int(o)}" for a, p, o in
-            zip(arrival.tolist(), rng.integers(50, 1500, 150), rng.integers(2, 200, 150))]
-    trace = tmp_path / "prod.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    trace = _replay_file(tmp_path / "prod.csv", 150)
     text = cli("--goal", "cost", "--rps", "8", "--workload", trace, "--design", "splitwise-hh", "--model",
                "llama2-70b", "--json")
     result = _assert_rescored_equal(cli, tmp_path, text, ("splitwise-hh",))
