@@ -13,7 +13,7 @@ import numpy as np
 
 from hardware_catalog import GPU, LLM
 
-from ._model import TP_DEGREES, float_array
+from ._model import check_tp_degrees, float_array
 from .errors import PerfModelError
 
 GB = 1e9
@@ -84,11 +84,7 @@ def _usable_hbm_bytes(gpu, tp, hbm_utilization) -> np.ndarray:
 
 
 def _tp(tp) -> np.ndarray:
-    tp = _tokens(tp, "tp", low=1.0)
-    bad = tp[~np.isin(tp, TP_DEGREES)]
-    if bad.size:   # as LatencyModel.hardware: heads and FFN columns split evenly over 1, 2, 4 or 8 GPUs
-        raise PerfModelError(f"tp must be 1, 2, 4 or 8 (got {bad.flat[0]:g})")
-    return tp
+    return check_tp_degrees(_tokens(tp, "tp", low=1.0), "tp")
 
 
 def _tokens(values, name: str, low: float) -> np.ndarray:

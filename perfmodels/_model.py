@@ -66,11 +66,7 @@ class LatencyModel:
     def hardware(self, gpu, tp=8, power_cap=1.0) -> HardwareArrays:
         """Hardware arrays for one GPU type, broadcast over `tp` and `power_cap` arrays."""
         g = self.gpu(gpu)
-        tp = float_array(tp, "tensor_parallel")
-        bad = tp[~np.isin(tp, TP_DEGREES)]
-        if bad.size:
-            # Attention heads and FFN columns split evenly over 1, 2, 4 or 8 GPUs of one machine.
-            raise PerfModelError(f"tensor_parallel must be 1, 2, 4 or 8 (got {bad.flat[0]:g})")
+        tp = check_tp_degrees(float_array(tp, "tensor_parallel"), "tensor_parallel")
         c = self.calibration.for_gpu(g.name)
         return HardwareArrays(
             peak_flops=np.asarray(g.dense_fp16_tflops * 1e12),
@@ -197,6 +193,15 @@ def float_array(values, name: str) -> np.ndarray:
 @lru_cache(maxsize=64)
 def _shape_cached(llm) -> ModelShape:
     return ModelShape.of(llm)
+
+
+def check_tp_degrees(tp: np.ndarray, name: str) -> np.ndarray:
+    """`tp` (a float array) when every degree is one of TP_DEGREES: attention heads and FFN
+    columns split evenly over 1, 2, 4 or 8 GPUs of one machine."""
+    bad = tp[~np.isin(tp, TP_DEGREES)]
+    if bad.size:
+        raise PerfModelError(f"{name} must be 1, 2, 4 or 8 (got {bad.flat[0]:g})")
+    return tp
 
 
 def _check_positive(x: np.ndarray, name: str) -> None:
