@@ -49,6 +49,50 @@ def test_a_result_saved_with_a_bom_or_as_utf16_is_read(tmp_path, encode):
     assert code == 0 and (tmp_path / "r.html").stat().st_size > 0, err
 
 
+TRACE_CSV = "arrival_s,prompt_tokens,output_tokens\r\n0.0,500,100\r\n1.5,\"800\",200\r\n\r\n3.0,64,8\r\n"
+PROFILE_CSV = "time_s,rps\r\n0,2\r\n600,4\r\n"
+SAVED_AS = {"utf-8-bom": lambda text: b"\xef\xbb\xbf" + text.encode(),   # Excel's CSV UTF-8, Notepad
+            "utf-16": lambda text: text.encode("utf-16"),                  # PowerShell 5's `>`: a BOM, then LE
+            "utf-16-be": lambda text: b"\xfe\xff" + text.encode("utf-16-be")}
+
+
+@pytest.mark.parametrize("saved_as", SAVED_AS)
+def test_a_trace_and_a_rate_profile_saved_with_a_bom_or_as_utf16_are_read(tmp_path, saved_as):
+    """Both were refused as 'not UTF-8 text' while a result JSON so saved was read."""
+    from workloads import read_profile_csv, read_trace_csv
+
+    trace, profile = tmp_path / "t.csv", tmp_path / "rate.csv"
+    trace.write_bytes(SAVED_AS[saved_as](TRACE_CSV))
+    profile.write_bytes(SAVED_AS[saved_as](PROFILE_CSV))
+    plain = tmp_path / "plain.csv"
+    plain.write_text(TRACE_CSV, newline="")
+    read, expected = read_trace_csv(trace), read_trace_csv(plain)
+    assert read.arrival_s.tolist() == expected.arrival_s.tolist() == [0.0, 1.5, 3.0]
+    assert read.prompt_tokens.tolist() == [500, 800, 64] and read.output_tokens.tolist() == [100, 200, 8]
+    rate = read_profile_csv(profile)
+    assert rate.start_s.tolist() == [0.0, 600.0] and rate.rps.tolist() == [2.0, 4.0]
+    code, out, err = cli("simulate", "--design", "baseline-a100", "--machines", "2", "--workload", trace, "--json")
+    assert code == 0, err
+    assert json.loads(out)["requests"] == 3
+
+
+LATIN_1 = "caf\xe9"   # a Latin-1 byte (0xe9) that UTF-8 cannot start a character with
+
+
+def test_a_trace_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(TRACE_CSV.replace("arrival_s", f"arrival_s,{LATIN_1}", 1).encode("latin-1"))
+    assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2", "--workload", trace),
+                          f"cannot read trace '{trace}': not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file")
+
+
+def test_a_rate_profile_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_path):
+    profile = tmp_path / "rate.csv"
+    profile.write_bytes(f"time_s,rps\n0,2\n600,4\n# {LATIN_1}\n".encode("cp1252"))   # Windows' own
+    assert_one_line_error(*cli("autoscale", "--profile", profile, "--design", "baseline-a100"),
+                          f"{profile}: not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file with header time_s,rps")
+
+
 def _shipped_calibration() -> str:
     from perfmodels import DEFAULT_CALIBRATION_PATH
     return DEFAULT_CALIBRATION_PATH.read_text(encoding="utf-8")

@@ -16,6 +16,7 @@ from workloads._arrivals import MAX_TRACE_REQUESTS, gamma_arrivals, poisson_arri
 from workloads._generate import ARRIVAL_PROCESSES, DEFAULT_DURATION_S, TraceGenerator, default_arrival
 from workloads._profile import ProfileFormatError, RateProfile, diurnal_profile, read_profile_csv
 from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
+from workloads._text import decode_text
 from workloads._trace import Trace
 from workloads._workload import make_workload
 from workloads.errors import TraceFormatError, UnknownWorkloadError, WorkloadError
@@ -33,6 +34,7 @@ __all__ = [
     "UnknownWorkloadError",
     "WorkloadError",
     "azure_trace",
+    "decode_text",
     "default_arrival",
     "diurnal_profile",
     "gamma_arrivals",

@@ -15,6 +15,7 @@ built-in diurnal curve (:func:`diurnal_profile`).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import numbers
 import os
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workloads._text import decode_text
 from workloads.errors import WorkloadError
 
 __all__ = ["RateProfile", "ProfileFormatError", "read_profile_csv", "diurnal_profile", "PROFILE_COLUMNS",
@@ -169,7 +171,8 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     Each row starts a step at ``time_s`` (s, strictly increasing; the trace starts at the
     first row's time, shifted to 0) at ``rps`` requests/s. The last step lasts as long
     as the gap before it, unless ``duration_s`` gives the profile's length from the
-    first row (a one-row file needs it).
+    first row (a one-row file needs it). The file is UTF-8 (a byte order mark allowed, as
+    Excel writes) or UTF-16 (as PowerShell writes): see :func:`workloads.decode_text`.
 
     Raises
     ------
@@ -177,12 +180,13 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     """
     name = os.fspath(path)
     try:
-        with open(name, newline="", encoding="utf-8-sig") as stream:
-            rows = list(csv.reader(stream))
+        with open(name, "rb") as stream:   # read whole: a pipe (`<(...)`) cannot be reopened
+            rows = list(csv.reader(io.StringIO(decode_text(stream.read()), newline="")))
     except OSError as exc:
         raise ProfileFormatError(f"{name}: cannot read the rate profile ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise ProfileFormatError(f"{name}: not a text CSV file; give a CSV with header time_s,rps") from None
+        raise ProfileFormatError(f"{name}: not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file with header "
+                                 f"time_s,rps") from None
     except csv.Error as exc:   # a field past csv's size limit, a stray quote: was an internal error
         raise ProfileFormatError(f"{name}: not a valid CSV file ({exc}); give a CSV with header time_s,rps") from None
     lines = [(i + 1, row) for i, row in enumerate(rows) if row and any(c.strip() for c in row)]

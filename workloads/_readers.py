@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -14,6 +15,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
+from workloads._text import decode_text
 from workloads._trace import Trace
 from workloads.errors import TraceFormatError, UnknownWorkloadError
 
@@ -71,7 +73,9 @@ def read_trace_csv(path: str | os.PathLike[str]) -> Trace:
       every row must have ``batch_size`` 1.
 
     Rows whose arrival times are out of order are sorted by arrival time (stable, so
-    ties keep file order); this is not an error. Blank lines are skipped.
+    ties keep file order); this is not an error. Blank lines are skipped. The file is
+    UTF-8 (a byte order mark allowed, as Excel writes) or UTF-16 (as PowerShell writes):
+    see :func:`workloads.decode_text`.
 
     Parameters
     ----------
@@ -88,22 +92,24 @@ def read_trace_csv(path: str | os.PathLike[str]) -> Trace:
     ------
     TraceFormatError
         One line naming the file, the line (as an editor numbers it: the header is
-        line 1) and the column, with the fix: missing or unreadable file, empty file,
+        line 1) and the column, with the fix: missing or unreadable file, another
+        encoding (Latin-1: save it as UTF-8), empty file,
         header only, unknown header, empty or non-numeric cell, non-whole or < 1 token
         count, negative or non-finite time, unparseable timestamp.
     """
     source = os.fspath(path)
     try:
-        with open(source, encoding="utf-8-sig", newline="") as stream:
-            return _parse(stream, source, Path(source).stem)
+        with open(source, "rb") as stream:   # read whole: a pipe (`<(...)`) cannot be reopened
+            text = decode_text(stream.read())
+        return _parse(io.StringIO(text, newline=""), source, Path(source).stem)
     except FileNotFoundError:
         raise TraceFormatError(f"cannot read trace '{source}': no such file") from None
     except IsADirectoryError:
         raise TraceFormatError(f"cannot read trace '{source}': it is a directory; "
                                f"give the path of a CSV file") from None
     except UnicodeDecodeError:
-        raise TraceFormatError(f"cannot read trace '{source}': not UTF-8 text; "
-                               f"give a CSV file") from None
+        raise TraceFormatError(f"cannot read trace '{source}': not UTF-8 or UTF-16 text; "
+                               f"save it as a UTF-8 CSV file") from None
     except csv.Error as exc:
         raise TraceFormatError(f"cannot read trace '{source}': not a valid CSV file "
                                f"({exc})") from None

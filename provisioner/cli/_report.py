@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from workloads import decode_text
+
 from ..errors import ProvisionerError
 from ..files import check_output_path, resolved
 from ._common import load_latency_model, recorded_profile
@@ -56,8 +58,8 @@ def load_result(path: Path) -> dict:
     if not path.is_file():
         raise ProvisionerError(f"result file '{path}' does not exist (save one with `provision ... --json > {path}`)")
     try:
-        # bytes: json finds the encoding, so a BOM or PowerShell's UTF-16 `>` reads as saved
-        return json.loads(path.read_bytes())
+        # a BOM or PowerShell's UTF-16 `>` reads as saved, as a trace or a rate profile does
+        return json.loads(decode_text(path.read_bytes()))
     except json.JSONDecodeError as exc:
         raise ProvisionerError(
             f"'{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None

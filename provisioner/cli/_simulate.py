@@ -187,12 +187,14 @@ def _design(design, prompt_machines, token_machines, machines, prompt_power_cap,
 def _read_result(path: Path) -> dict:
     import json
 
+    from workloads import decode_text
+
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise ProvisionerError(f"--from-result: cannot read '{path}' ({exc.strerror or exc})") from None
-    try:   # bytes: json finds the encoding, so a BOM or PowerShell's UTF-16 `>` reads as saved
-        obj = json.loads(raw)
+    try:   # a BOM or PowerShell's UTF-16 `>` reads as saved, as a trace or a rate profile does
+        obj = json.loads(decode_text(raw))
     except json.JSONDecodeError as exc:
         raise ProvisionerError(f"--from-result: '{path}' is not JSON ({exc.msg} at line {exc.lineno}); give the "
                                f"output of `provision --json`") from None
