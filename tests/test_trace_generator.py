@@ -112,6 +112,16 @@ def test_to_json_rebuilds_the_trace_and_refuses_a_changed_file(small_trace):
     assert "\n" not in str(info.value)
 
 
+def test_a_saved_question_without_an_arrival_key_takes_the_workloads_default(small_trace):
+    """An older result's question had no 'arrival': its replayed CSV was rebuilt as Poisson
+    draws of the file's sizes, another trace than the one it was answered on."""
+    question = {"workload": str(small_trace), "duration_s": 20.0, "seed": 4}
+    gen = TraceGenerator.from_json(question)
+    assert gen.arrival == "replay"
+    assert gen.at(15.0).arrival_s.tobytes() == TraceGenerator(small_trace, 20.0, 4).at(15.0).arrival_s.tobytes()
+    assert TraceGenerator.from_json({"workload": "coding", "seed": 4}).arrival == "poisson"   # a shipped name
+
+
 def test_a_recorded_cv_of_zero_is_refused_not_replaced():
     """A result's `cv: 0` was read as 2.0 (`or`): a re-score on another trace than the answer's."""
     with pytest.raises(WorkloadError, match="cv must be"):

@@ -186,15 +186,17 @@ class TraceGenerator:
 
     @classmethod
     def from_json(cls, obj: dict) -> TraceGenerator:
-        """The generator a :meth:`to_json` object (or a result's ``question``) describes.
+        """The generator a :meth:`to_json` object (or a result's ``question``) describes;
+        without an ``arrival`` key, the workload's :func:`default_arrival`.
 
         Refuses, in one line, a trace file whose SHA-256 differs from the recorded one.
         """
         if not isinstance(obj, dict) or "workload" not in obj:   # {} was a KeyError
             raise WorkloadError(f"a trace generator's JSON needs a 'workload' key, got {obj!r:.60}; give "
                                 f"TraceGenerator.to_json() or a result's 'question'")
+        # no arrival recorded (older results): the workload's default, so a CSV is replayed as it was
         gen = cls(obj["workload"], obj.get("duration_s"), obj.get("seed", 0),
-                  arrival=obj.get("arrival") or "poisson", cv=2.0 if obj.get("cv") is None else obj["cv"])
+                  arrival=obj.get("arrival") or None, cv=2.0 if obj.get("cv") is None else obj["cv"])
         want = obj.get("workload_sha256")
         if want and gen.sha256 != want:
             raise WorkloadError(f"trace file '{obj['workload']}' has SHA-256 {gen.sha256[:12]}..., not the recorded "
