@@ -255,7 +255,8 @@ def test_a_family_with_nothing_feasible_says_what_binds():
     res = provision(ProvisionRequest(goal="cost", rps=12, families=("splitwise-hh",), max_machines=2, **QUICK))
     fr = res.family("splitwise-hh")
     assert not fr.feasible and res.winner is None
-    assert "binds" in fr.reason and "more machines" in fr.reason and "--slo-scale" in fr.reason
+    assert "binds" in fr.reason and "more machines (max_machines)" in fr.reason and "(slo_scale)" in fr.reason
+    assert "--" not in fr.reason   # the Python API names its parameters; the CLI says its flags
     assert res.to_json()["winner"] is None
     with pytest.raises(ProvisionerError, match="'splitwise-aa' was not searched; this result holds splitwise-hh"):
         res.family("splitwise-aa")   # was a bare KeyError
@@ -312,7 +313,30 @@ def test_an_infeasible_answer_advises_what_its_goal_can_relax():
     from provisioner.search import relax_advice
 
     throughput = ProvisionRequest(goal="throughput", power_budget_kw=70.0, families=("baseline-h100",))
-    assert relax_advice(throughput) == "raise the budget or loosen the SLO (--slo-scale)"
+    assert relax_advice(throughput) == "raise the budget or loosen the SLO (slo_scale)"
     for goal in ("cost", "power"):
         advice = relax_advice(ProvisionRequest(goal=goal, rps=10.0, families=("baseline-h100",)))
-        assert "more machines (--max-machines)" in advice and "lower load" in advice
+        assert "more machines (max_machines)" in advice and "lower load" in advice
+
+
+def test_the_cli_says_a_reasons_parameters_as_its_flags():
+    """The reasons of the same infeasible question: the library names max_machines and
+    slo_scale, the CLI's table and --json say --max-machines and --slo-scale (as before)."""
+    import contextlib
+    import io
+    import json
+
+    from provisioner.cli import run
+
+    args = ["--goal", "cost", "--rps", "12", "--design", "splitwise-hh", "--max-machines", "2", "--duration", "30",
+            "--no-verify"]
+    shown = []
+    for extra in ([], ["--json"]):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert run(args + extra) == 0
+        shown.append(out.getvalue())
+    reason = json.loads(shown[1])["best"][0]["reason"]
+    expected = "relax with more machines (--max-machines), a looser SLO (--slo-scale) or a lower load"
+    assert reason.endswith(expected), reason
+    assert expected in " ".join(shown[0].split()), shown[0]   # the table wraps long lines

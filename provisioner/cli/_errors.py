@@ -60,9 +60,16 @@ PARAM_FLAGS = {
 
 def cli_message(exc: BaseException) -> str:
     """The error's message with the Python parameters it names (`exc.params`) replaced by
-    their flags, outside quotes: a quoted path or header is the user's text, kept as is."""
-    parts = re.split(r"('[^']*')", str(exc))   # odd items: quoted spans
-    for param in getattr(exc, "params", ()):
+    their flags (`flag_text`)."""
+    return flag_text(str(exc), getattr(exc, "params", ()))
+
+
+def flag_text(text: str, params) -> str:
+    """`text` (an error, a family's reason) with the Python parameters `params` it names
+    replaced by their flags, outside quotes: a quoted path or header is the user's text,
+    kept as is."""
+    parts = re.split(r"('[^']*')", text)   # odd items: quoted spans
+    for param in params:
         if param in PARAM_FLAGS:
             word = re.compile(rf"(?<![\w-]){re.escape(param)}(?![\w-])")
             parts = [part if k % 2 else word.sub(PARAM_FLAGS[param], part) for k, part in enumerate(parts)]

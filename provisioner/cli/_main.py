@@ -23,7 +23,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DURATION_DEFAULT_HELP, DEFAULT_MODE
                       study_option,
                       preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
                       check_study_path, family_pools)
-from ._tables import render_result
+from ._tables import reason_text, render_result
 
 MAX_VERIFY_SEEDS = 32   # each seed is a discrete-event run of every family's answer
 
@@ -175,6 +175,8 @@ def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str
 def _answer(result, request, latency: dict | None, report, json_out: bool, perf, inputs: tuple) -> None:
     """Write the report, then print the JSON or the tables (and what a replay did)."""
     obj = result.to_json()
+    for entry in obj["best"]:   # `winner` is one of these: translated with them
+        entry["reason"] = reason_text(entry["reason"])
     if latency is not None:
         obj["latency_model"] = latency
     if report is not None:

@@ -5,6 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..slo import METRICS, PERCENTILES
+from ._errors import flag_text
+
+
+def reason_text(reason: str | None) -> str | None:
+    """A family's reason as the CLI says it: the search's parameters it names as the fix
+    (`REASON_PARAMS`: max_machines) are the flags (--max-machines)."""
+    from ..search import REASON_PARAMS   # here: importing the search takes ~0.5 s, not for every command
+
+    return None if reason is None else flag_text(reason, REASON_PARAMS)
 
 
 def render_result(result, console=None) -> None:
@@ -48,7 +57,7 @@ def render_result(result, console=None) -> None:
     console.print(slo)
     for fr in result.families:
         if not fr.feasible and fr.reason:
-            console.print(Text.assemble((fr.family, "yellow"), f": {fr.reason}"))
+            console.print(Text.assemble((fr.family, "yellow"), f": {reason_text(fr.reason)}"))
     if result.winner_family is None:
         console.print("no family has a feasible design", style="bold red")
     else:

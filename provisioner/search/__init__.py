@@ -19,7 +19,7 @@ from ._bayes import BayesOutcome
 from ._capacity import Demand, MachineCapacity, machine_capacity
 from ._enumerate import Staircase, exhaustive_search, staircase_search
 from ._evaluate import Evaluator
-from ._finalise import relax_advice
+from ._finalise import REASON_PARAMS, relax_advice
 from ._ilp import CapacityBound, PoolOption, capacity_bound, pool_options
 from ._problem import SearchProblem
 from ._progress import Progress
@@ -34,4 +34,5 @@ __all__ = [
     "Evaluator", "FamilySpace", "PoolSpace", "family_space", "staircase_search", "exhaustive_search", "Staircase",
     "capacity_bound", "CapacityBound", "PoolOption", "pool_options", "Demand", "MachineCapacity",
     "machine_capacity", "sustainable_rps", "max_sustainable_rps", "LoadScaledTraces", "BayesOutcome", "relax_advice",
+    "REASON_PARAMS",
 ]

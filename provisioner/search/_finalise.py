@@ -134,9 +134,15 @@ def _binding_reason(problem: SearchProblem, full: pd.Series, design, rps: float)
             f"{relax_advice(problem.req)}")
 
 
+# The request's parameters a family's reason names as its fix (`relax_advice`): a front end
+# says them its own way (the CLI: its flags, by the errors' PARAM_FLAGS).
+REASON_PARAMS = ("max_machines", "slo_scale")
+
+
 def relax_advice(req) -> str:
     """What relaxes a question no design meets: goals cost and power fix the load and search
-    the machines; goal throughput fixes the budget and lowers the load itself."""
+    the machines; goal throughput fixes the budget and lowers the load itself. Names the
+    request's parameters (`REASON_PARAMS`)."""
     if req.goal == "throughput":
-        return "raise the budget or loosen the SLO (--slo-scale)"
-    return "relax with more machines (--max-machines), a looser SLO (--slo-scale) or a lower load"
+        return "raise the budget or loosen the SLO (slo_scale)"
+    return "relax with more machines (max_machines), a looser SLO (slo_scale) or a lower load"
