@@ -236,7 +236,8 @@ def test_spec_grid_and_trace_files_relative_to_the_spec(tmp_path):
                                      'rps = [2, 4]\npower_budget_kw = [100]\nseeds = [0, 1]\n'
                                      'families = ["splitwise-hh"]\n[price_lists]\na = {}\nb = "sw-table-v"\n')
     questions = load_sweep_spec(tmp_path / "s.toml").questions
-    assert len(questions) == (2 * 2 + 2 * 1) * 2 * 2   # (workloads x rates + workloads x budgets) x lists x seeds
+    # (rates + budgets) x lists x seeds drawn, x lists once replayed (a replay draws nothing: seed 0 only)
+    assert len(questions) == (2 + 1) * 2 * 2 + (2 + 1) * 2
     assert [q.index for q in questions] == list(range(len(questions)))
     replayed = [q.request for q in questions if q.request.workload != "coding"]
     assert all(r.workload == str(tmp_path / "t.csv") and r.arrival == "replay" for r in replayed)
@@ -246,6 +247,35 @@ def test_spec_grid_and_trace_files_relative_to_the_spec(tmp_path):
     assert all(r.arrival == "poisson" and r.duration_s == 120.0 for r in drawn)
     table_v = next(q for q in questions if q.price_list == "b").prices
     assert table_v["dgx-h100"] == 41.36   # the catalog's sw-table-v option
+
+
+def test_a_replayed_question_runs_once_among_seeded_ones_and_resumes(tmp_path):
+    """seeds = [3, 1] over a drawn and a replayed workload ran the replayed question twice:
+    the same run (a replay ignores the seed) and the same rows. It runs once, under the
+    first seed; the drawn one under each. Run again on its study, the table is the same."""
+    from provisioner.store import open_store
+    from provisioner.sweep import load_sweep_spec, run_sweep
+
+    rows = "\n".join(f"{i * 0.25},{100 + i},{5 + i % 3}" for i in range(16))
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
+    (tmp_path / "s.toml").write_text('rps = [2]\nworkloads = ["t.csv", "coding"]\nseeds = [3, 1]\n' + SMALL)
+    questions = load_sweep_spec(tmp_path / "s.toml").questions
+    assert [(q.request.arrival, q.request.seed) for q in questions] == [("replay", 3), ("poisson", 3), ("poisson", 1)]
+    db = tmp_path / "study.db"
+    table = run_sweep(questions, study=db, n_jobs=1)
+    assert list(zip(table.workload.str.endswith("t.csv"), table.seed)) == [(True, 3), (False, 3), (False, 1)]
+    again = run_sweep(load_sweep_spec(tmp_path / "s.toml").questions, study=db, n_jobs=1)
+    pd.testing.assert_frame_equal(again, table)
+    assert open_store(db).count("sweep-question") == 3
+
+
+def test_optuna_seeds_a_replayed_question_so_each_seed_runs(tmp_path):
+    """searcher optuna draws its trials with the seed: a replayed question differs per seed."""
+    from provisioner.sweep import load_sweep_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [2]\narrival = "replay"\nsearcher = "optuna"\nseeds = [0, 1]\n' + SMALL)
+    assert [q.request.seed for q in load_sweep_spec(spec).questions] == [0, 1]
 
 
 def test_spec_trace_paths_resolve_as_every_path_does(tmp_path):

@@ -20,8 +20,10 @@
 
 The grid is goals x models x workloads x (rates or budgets) x price lists x seeds; each
 point is one `ProvisionRequest`, validated when the spec is read (every error: one line
-naming the file, the key and the fix). `load_sweep_spec` also takes scheduler,
-preemption, swap_space_gb, arrival and cv (the CLI's flags) for every question: a spec
+naming the file, the key and the fix). The seeds apply to the questions they change
+(`_seeded`: drawn arrivals, or searcher optuna); a question on a replayed trace is asked
+once, under the first seed (every seed would ask it again). `load_sweep_spec` also takes
+scheduler, preemption, swap_space_gb, arrival and cv (the CLI's flags) for every question: a spec
 key of the same name must agree with them, or the spec is refused. An error names where
 its values came from: the spec's keys after the file's quoted path, a value given as a
 parameter by that parameter's name (`params` on the error: the CLI prints its flag).
@@ -212,23 +214,33 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict, origin: tup
                                        f"'cost_budget_usd_per_h' (a list of budgets)")
         else:
             raise ProvisionerError(f"'{path}': key 'goals': unknown goal '{goal}'; use cost, power or throughput")
+        seeds = grid.get("seeds", [0])
         combos = itertools.product(grid.get("models", ["bloom-176b"]), grid.get("workloads", ["coding"]), loads,
-                                   prices.items(), grid.get("seeds", [0]))
+                                   prices.items(), seeds)
         for model, workload, load, (pname, plist), seed in combos:
             request = _request(path, dict(goal=goal, model=model, workload=_workload(path, workload), seed=seed,
                                           families=families, **load, **settings), origin)
+            if seed != seeds[0] and not _seeded(request):   # built all the same: a bad seed is still refused
+                continue   # the first seed's question, asked again: the same run, the same rows
             out.append(Question(len(out), request, pname, plist))
-    _refuse_idle_seeds(path, grid, settings, out)
+    _refuse_idle_seeds(path, grid, out)
     return out
 
 
-def _refuse_idle_seeds(path: Path, grid: dict, settings: dict, questions: list) -> None:
-    """Several seeds when every workload is replayed (no random draws): each seed asks the
-    same question again. Checked once the requests have read their workloads, so a mistyped
-    name is its own error, not this one."""
+def _seeded(request: ProvisionRequest) -> bool:
+    """Whether the request's seed changes its answer: it draws the trace's arrivals and sizes
+    (poisson, gamma) and seeds optuna's sampler. A replayed trace draws nothing, and a
+    sweep's families (fixed machines) are searched on a grid unless searcher is optuna: such
+    a question is the same under every seed, so a sweep asks it once, under its first seed."""
+    return request.arrival != "replay" or request.searcher == "optuna"
+
+
+def _refuse_idle_seeds(path: Path, grid: dict, questions: list) -> None:
+    """Several seeds when no question is seeded (every workload replayed: no random draws):
+    the key would change nothing. Checked once the requests have read their workloads, so a
+    mistyped name is its own error, not this one."""
     seeds = grid.get("seeds", [0])
-    if len(seeds) > 1 and settings.get("searcher") != "optuna" and \
-            all(q.request.arrival == "replay" for q in questions):
+    if len(seeds) > 1 and not any(_seeded(q.request) for q in questions):
         raise ProvisionerError(f"'{path}': key 'seeds' lists {len(seeds)} seeds, and every workload is "
                                f"replayed (no random draws: each seed asks the same question again); give one "
                                f"seed, or draw arrivals with arrival = \"poisson\" or \"gamma\"")
