@@ -244,6 +244,10 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     (["--profile", "diurnal", "--rps", "2", "--static-machines", "4", "--min-machines", "5"],
      "--min-machines 5 is above the static cluster's 4 machines (--static-machines): the autoscaled cluster "
      "could never be smaller; give --min-machines of at most 4 or raise --static-machines"),
+    # was refused only after sizing the static cluster at the peak (which gives at most 1024)
+    (["--profile", "diurnal", "--rps", "2", "--min-machines", "1025"],
+     "--min-machines 1025 is above the largest static cluster autoscale sizes for the peak (1024 machines): the "
+     "autoscaled cluster could never be smaller; give --min-machines of at most 1024, or give --static-machines"),
     (["--profile", ""], "--profile is empty"),   # was ": cannot read the rate profile (No such file ...)"
     # said "raise --rps or --duration", neither given: the profile's rates were the cause
     (["--profile", "diurnal", "--rps", "1e-9"], "raise the profile's rates"),
@@ -296,6 +300,34 @@ def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():
     n = size_for_peak("baseline-a100", peak, MODEL, SLO(), PERF)
     rows = simulate([make_design("baseline-a100", machines=k) for k in (n - 1, n)], peak, MODEL, perf=PERF)
     assert rows["slo_met"].tolist() == [False, True]
+
+
+def test_a_floor_above_the_sized_static_cluster_is_refused_after_one_count_not_the_sizing():
+    """--min-machines above the sized static cluster was refused only once the sizing had
+    scored its batch of 32 counts (half a minute in the discrete-event engine). The count
+    min_machines - 1 is scored first: when it meets the SLOs the floor is refused then, and
+    when it does not the sizing answers as it does without a floor."""
+    from provisioner.autoscale import size_for_peak
+    from provisioner.slo import SLO
+
+    gen = TraceGenerator("coding", 300, seed=0)
+    n = size_for_peak("baseline-a100", gen.at(4.0), MODEL, SLO(), PERF)
+    assert size_for_peak("baseline-a100", gen.at(4.0), MODEL, SLO(), PERF, min_machines=n) == n
+    machines = f"{n} machines already meet" if n > 1 else "1 machine already meets"
+    floor = AutoscalePolicy(interval_s=300.0, window_s=300.0, min_machines=n + 1)
+    with pytest.raises(ProvisionerError, match=rf"^min_machines {n + 1} is above the static cluster's machine "
+                                               rf"count: {machines} the SLOs at the profile's peak .*give a lower "
+                                               rf"min_machines$") as refused:
+        autoscale("baseline-a100", gen.with_profile(two_levels((1.0, 4.0))), gen.at(4.0), MODEL, floor, perf=PERF)
+    assert refused.value.params == ("min_machines",)
+
+
+def test_a_floor_above_any_sized_static_cluster_is_refused_before_any_simulation():
+    gen = TraceGenerator("coding", 300, seed=0)
+    floor = AutoscalePolicy(interval_s=300.0, window_s=300.0, min_machines=1025)
+    with pytest.raises(ProvisionerError, match=r"^min_machines 1025 is above the largest static cluster autoscale "
+                                               r"sizes for the peak \(1024 machines\)"):
+        autoscale("baseline-a100", gen.with_profile(two_levels()), gen.at(3.0), MODEL, floor, perf=PERF)
 
 
 def test_cli_is_reproducible_and_writes_the_report(tmp_path):

@@ -12,7 +12,8 @@ The rules are in `provisioner/sim/SEMANTICS.md`, "Autoscaling".
 
 from ._calibrate import SCALE_IN_FACTOR, calibrate
 from ._policy import SCALE_ON, AutoscalePolicy, ScalingSchedule, plan_scaling
-from ._run import AutoscaleResult, ClusterDay, autoscale, machine_hours, run_closed_loop, size_for_peak
+from ._run import AutoscaleResult, ClusterDay, autoscale, check_floor, machine_hours, run_closed_loop, size_for_peak
 
 __all__ = ["SCALE_ON", "AutoscalePolicy", "ScalingSchedule", "plan_scaling", "AutoscaleResult", "ClusterDay",
-           "autoscale", "machine_hours", "size_for_peak", "run_closed_loop", "calibrate", "SCALE_IN_FACTOR"]
+           "autoscale", "check_floor", "machine_hours", "size_for_peak", "run_closed_loop", "calibrate",
+           "SCALE_IN_FACTOR"]

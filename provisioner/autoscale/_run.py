@@ -19,8 +19,8 @@ from ..schedulers import DEFAULT_SWAP_SPACE_GB, ON_DEMAND_SCHEDULERS, SPLITWISES
 from ._calibrate import Calibration, calibrate
 from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
-__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "machine_hours", "size_for_peak", "run_closed_loop",
-           "SIZING_BATCH", "MAX_STATIC_MACHINES"]
+__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "check_floor", "machine_hours", "size_for_peak",
+           "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
@@ -92,17 +92,28 @@ def _saving(static: float, scaled: float) -> float:
 def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
                   preemption: str = "recompute", request_times: list | None = None,
                   swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
-                  **overrides) -> int:
+                  min_machines: int = 1, **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
     trace at the profile's peak, `peak_rps`: default its requests over its window), scored by
     the search's `Evaluator` in batches of counts.
     request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
-        kept from the same simulation (the calibrated thresholds read them)."""
+        kept from the same simulation (the calibrated thresholds read them).
+    min_machines : the autoscaled cluster's floor; refused (ProvisionerError naming it) when
+        min_machines - 1 machines already meet the SLOs, so the count is below it: found by
+        simulating that one count first, not a batch of SIZING_BATCH (in the discrete-event
+        engine, seconds instead of a minute). The batch that holds it recalls its score."""
     from ..search import Evaluator
     from ..search._evaluate import design_keys
 
     evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
                          keep_requests=request_times is not None, swap_space_gb=swap_space_gb)
+    below = min_machines - 1
+    if 1 <= below <= MAX_STATIC_MACHINES and \
+            evaluate([make_design(family, machines=below, **overrides)])["slo_met"].iloc[0]:
+        raise ProvisionerError(f"min_machines {min_machines} is above the static cluster's machine count: {below} "
+                               f"machine{'s' if below > 1 else ''} already meet{'' if below > 1 else 's'} the SLOs at "
+                               f"the profile's peak (the static cluster is the fewest that do): the autoscaled "
+                               f"cluster could never be smaller; give a lower min_machines", params=("min_machines",))
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
@@ -142,6 +153,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                     {"capacity_rps": [None, Interval(Real, 0, None, closed="neither")],
                      "peak_rps": [None, Interval(Real, 0, None, closed="neither")],
                      "static_machines": [None, Interval(Integral, 1, MAX_MACHINES)]})
+    check_floor(policy.min_machines, static_machines)
     decisions = float(trace.duration_s) / policy.interval_s
     if decisions > MAX_DECISIONS:   # before any work: the schedule holds one entry per decision
         raise ProvisionerError(f"interval_s {policy.interval_s:g} makes {decisions:.3g} scaling decisions over the "
@@ -170,8 +182,11 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     peak_rps = float(peak_trace.rate_rps if peak_rps is None else peak_rps)
     n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
                                                 request_times=peak_times, swap_space_gb=swap_space_gb,
-                                                peak_rps=peak_rps, **overrides)
-    _refuse_floor_above_static(policy.min_machines, n_static, sized=static_machines is None)
+                                                peak_rps=peak_rps, min_machines=policy.min_machines, **overrides)
+    if static_machines is None:   # given: checked above
+        # the sizing refused a floor whose count min_machines - 1 meets the SLOs; a smaller count
+        # meeting them where that one does not (the verdict need not grow with the count) shows here
+        _refuse_floor_above_static(policy.min_machines, n_static, sized=True)
     calibration = None
     if calibrate:
         calibration = _calibrate(family, peak_trace, model, policy, perf, slo, sizing_engine, preemption, n_static,
@@ -213,6 +228,21 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration)
+
+
+def check_floor(min_machines: int, static_machines: int | None = None) -> None:
+    """Refuse, before any trace is simulated, a floor (`AutoscalePolicy.min_machines`) above
+    the static cluster when that is known without sizing it: `static_machines` when given,
+    else the most the sizing gives (MAX_STATIC_MACHINES). The sized count is known only
+    after a simulation at the peak: `size_for_peak` checks it there, before the day runs.
+    `autoscale` calls it first; the CLI too, before it draws the day's trace."""
+    if static_machines is not None:
+        _refuse_floor_above_static(min_machines, static_machines, sized=False)
+    elif min_machines > MAX_STATIC_MACHINES:
+        raise ProvisionerError(f"min_machines {min_machines} is above the largest static cluster autoscale sizes "
+                               f"for the peak ({MAX_STATIC_MACHINES} machines): the autoscaled cluster could never "
+                               f"be smaller; give min_machines of at most {MAX_STATIC_MACHINES}, or give "
+                               f"static_machines", params=("min_machines", "static_machines"))
 
 
 def _refuse_floor_above_static(min_machines: int, n_static: int, sized: bool) -> None:

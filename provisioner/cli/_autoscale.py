@@ -107,7 +107,7 @@ def autoscale_command(
     preemption: str = preemption_option(),
     swap_space_gb: float = swap_space_option(),
 ) -> None:
-    from ..autoscale import SCALE_ON, AutoscalePolicy, autoscale
+    from ..autoscale import SCALE_ON, AutoscalePolicy, autoscale, check_floor
 
     if engine not in ENGINES:
         raise ProvisionerError(f"--engine must be one of {', '.join(ENGINES)} (got '{engine}')")
@@ -140,6 +140,7 @@ def autoscale_command(
                              _number_or_auto(scale_in_freeness, "--scale-in-freeness"),
                              _number_or_auto(scale_out_queue, "--scale-out-queue"),
                              _number_or_auto(scale_in_queue, "--scale-in-queue"), max_machines)
+    check_floor(policy.min_machines, static_machines)   # before the day's trace is drawn (seconds for a busy day)
     if policy.closed_loop:
         if engine == "fluid" and given(ctx, "engine"):
             refuse_closed_loop_in_fluid(scale_on)
