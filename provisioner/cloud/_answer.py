@@ -255,7 +255,7 @@ def check_question(inventory, llm, perf, traces, *, goal, rps, seed, target, eng
 def check_without(inventory, node: str, goal: str) -> None:
     """Refuse a node `without` names that the inventory (`goal` cost: any rental of it) lacks."""
     # --goal cost: the price list's counts are what is rented now (often 0); any node it may rent is known
-    rentable = inventory.with_counts([t.count if t.available is None else t.available for t in inventory.types])
+    rentable = inventory.with_counts(inventory.rentable_counts())
     (rentable if goal == "cost" else inventory).without(node)
 
 
@@ -668,7 +668,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     rounds=0 checks the rentals `also` lists, only."""
     if rps is None:
         raise ProvisionerError("goal 'cost' needs rps (the load the rented nodes must serve)", params=("goal", "rps"))
-    limits = [t.available if t.available is not None else t.count for t in price_list.types]
+    limits = price_list.rentable_counts()
     if not any(limits) and any(t.available is not None for t in price_list.types):
         raise ProvisionerError(f"inventory {price_list.name}: every [[nodes]] entry has `available` = 0, so there is "
                                f"nothing to rent: raise `available` of one")

@@ -98,6 +98,11 @@ class Inventory:
     def cost_usd_per_h(self) -> float:
         return sum(t.price_usd_per_h * t.count for t in self.types)
 
+    def rentable_counts(self) -> list[int]:
+        """Per node type, how many nodes may be rented: `available` where the price list gives
+        it, else the count (what the inventory has)."""
+        return [t.count if t.available is None else t.available for t in self.types]
+
     def link_gbps(self) -> np.ndarray:
         """(nodes, nodes) inter-node bandwidth, Gbps (diagonal: inf, the intra-node link is separate)."""
         n = len(self.nodes)
