@@ -8,6 +8,7 @@ Public surface:
   `dump_calibration` read and write them (a small TOML file with provenance);
   `merge_calibration` keeps the GPUs a new fit lacks; `calibration_artifacts` marks the
   profile rows left out of every fit.
+- `TP_DEGREES` (1, 2, 4, 8) and `machine_tp_degrees` (those dividing a machine's GPU count).
 - `predict_points`: prefill and decode-iteration times of a table of configuration points.
 - memory: `kv_cache_bytes`, `kv_capacity_tokens`, `colocated_kv_capacity_tokens`,
   `max_decode_batch`, `weight_bytes_per_gpu`.
@@ -36,7 +37,7 @@ from ._kv_transfer import LAYERWISE_MIN_PROMPT_TOKENS, kv_transfer_time_s, kv_wi
 from ._contention import iteration_parts, jit_contention, shared_iteration_s
 from ._memory import (HBM_UTILIZATION, colocated_kv_capacity_tokens, fits_in_memory, kv_cache_bytes, kv_capacity_tokens,
                       max_decode_batch, weight_bytes_per_gpu)
-from ._model import TP_DEGREES, LatencyModel
+from ._model import TP_DEGREES, LatencyModel, machine_tp_degrees
 from ._power import MIN_POWER_CAP, clock_fraction
 from ._profile import INTERPS, MAX_MEASURED, Profile, read_profile
 from ._profile_eval import jit_profile_lookup, profile_iteration_s
@@ -51,6 +52,7 @@ __all__ = [
     "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate",
     "shipped_profile", "load_calibration", "dump_calibration", "merge_calibration", "DEFAULT_CALIBRATION_PATH", "calibration_artifacts",
     "holdout_mask", "ARTIFACT_RULE", "ARTIFACT_REASON", "POINT_COLUMNS", "PROFILE_COLUMNS", "TP_DEGREES",
+    "machine_tp_degrees",
     "predict_points", "PREDICTED_COLUMNS", "MAX_MEASURED",
     "kv_cache_bytes", "kv_capacity_tokens", "colocated_kv_capacity_tokens",
     "scalar_iteration_s", "roofline_terms_s", "jit_scalar_iteration",

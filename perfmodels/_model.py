@@ -195,6 +195,12 @@ def _shape_cached(llm) -> ModelShape:
     return ModelShape.of(llm)
 
 
+def machine_tp_degrees(gpus_per_machine: int) -> tuple[int, ...]:
+    """The TP_DEGREES that divide a machine's `gpus_per_machine` (>= 1) GPUs, largest first:
+    the replica sizes it can be cut into (at most 8 GPUs each, whatever the machine's count)."""
+    return tuple(tp for tp in sorted(TP_DEGREES, reverse=True) if gpus_per_machine % tp == 0)
+
+
 def check_tp_degrees(tp: np.ndarray, name: str) -> np.ndarray:
     """`tp` (a float array) when every degree is one of TP_DEGREES: attention heads and FFN
     columns split evenly over 1, 2, 4 or 8 GPUs of one machine."""

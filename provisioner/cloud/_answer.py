@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from perfmodels import TP_DEGREES, LatencyModel
+from perfmodels import LatencyModel, machine_tp_degrees
 from workloads import Trace, TraceGenerator
 
 from .._validation import Integral, Interval, Options, Real, validate_params
@@ -821,9 +821,9 @@ def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, tar
     rate = {"prefill": lambda g: ctx.scorer.prefill(g)[0], "decode": lambda g: ctx.scorer.decode(g)[0],
             "both": ctx.scorer.both}
     best = [0.0] * len(phases)
-    for tp in TP_DEGREES:
+    for tp in machine_tp_degrees(gpus):
         group = ((0, tp),)
-        if tp <= gpus and gpus % tp == 0 and ctx.physics.group(group):
+        if ctx.physics.group(group):
             best = [max(b, gpus // tp * rate[ph](group)) for b, ph in zip(best, phases)]
     return tuple(best)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import LatencyModel, kv_capacity_tokens, prompt_compute_s
+from perfmodels import LatencyModel, kv_capacity_tokens, machine_tp_degrees, prompt_compute_s
 
 from ..errors import ProvisionerError
 
@@ -138,8 +138,7 @@ def tp_options(perf: LatencyModel, llm, machine: str) -> tuple[int, ...]:
     from perfmodels import fits_in_memory
     m = perf.catalog.machine(machine)
     gpu = perf.catalog.gpu(m.gpu)
-    divisors = [d for d in (8, 4, 2, 1) if d <= m.gpus_per_machine and m.gpus_per_machine % d == 0]
-    return tuple(d for d in divisors if bool(fits_in_memory(llm, gpu, d)))
+    return tuple(d for d in machine_tp_degrees(m.gpus_per_machine) if bool(fits_in_memory(llm, gpu, d)))
 
 
 def kv_tokens_needed(demand: Demand, rps: float, fastest_iteration_s: float) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodels import TP_DEGREES, kv_capacity_tokens
+from perfmodels import kv_capacity_tokens, machine_tp_degrees
 
 __all__ = ["KV_CAPACITY_CHECK", "unservable_requests", "unservable_reason"]
 
@@ -28,12 +28,6 @@ def unservable_requests(inputs) -> np.ndarray:
     return len(order) - np.searchsorted(order, largest, side="right")
 
 
-def widest_tp(gpus_per_machine: int) -> int:
-    """The largest TP group a machine holds: a request's KV cache lives in one replica, and a
-    replica spans at most 8 GPUs (`perfmodels.TP_DEGREES`), whatever the machine's count."""
-    return max(tp for tp in TP_DEGREES if gpus_per_machine % tp == 0)
-
-
 def unservable_reason(prompt_tokens, output_tokens, llm, perf, machines) -> str | None:
     """Why requests of this trace fit on none of `machines` (a one-line reason), or None."""
     need = np.asarray(prompt_tokens, dtype=float) + np.asarray(output_tokens, dtype=float)
@@ -43,7 +37,8 @@ def unservable_reason(prompt_tokens, output_tokens, llm, perf, machines) -> str 
     best_tokens, best_name = 0.0, None
     for name in dict.fromkeys(machines):
         m = cat.machine(name)
-        tokens = float(kv_capacity_tokens(llm, cat.gpu(m.gpu), widest_tp(m.gpus_per_machine)))
+        # a request's KV cache lives in one replica: the widest TP group the machine holds
+        tokens = float(kv_capacity_tokens(llm, cat.gpu(m.gpu), machine_tp_degrees(m.gpus_per_machine)[0]))
         if tokens > best_tokens or best_name is None:
             best_tokens, best_name = tokens, name
     too_big = need > best_tokens
