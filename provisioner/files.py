@@ -100,9 +100,18 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
     >>> check_output_path("report.html").name
     'report.html'
     """
+    return _checked(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents,
+                    shipped_ok=shipped_ok, stdout_taken_by=stdout_taken_by)[0]
+
+
+def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdout_taken_by=None
+             ) -> tuple[Path, int | None]:
+    """`check_output_path`'s checks; (path, `_own_stream(path)`): the stream is looked up
+    once (stat calls) for the checks and the write."""
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
-    if stdout_taken_by is not None and _is_own_fd(path, 1) and not _same_file(path, Path(os.devnull)):
+    stream = _own_stream(path)   # the checks below create at most the parent folder: the path stays as it is
+    if stdout_taken_by is not None and stream == 1 and not _same_file(path, Path(os.devnull)):
         raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "
                                f"{flag} to a file, or drop {stdout_taken_by}")
     if path.is_dir():
@@ -114,10 +123,10 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
             raise ProvisionerError(f"{flag} '{path}' is also this command's input; write to another file")
     # a file the user redirected standard output or error to (`--report /dev/stdout > f.html`):
     # the shell has opened it as they asked, so there is nothing of theirs left to protect
-    if path.exists() and not force and _is_regular(path) and _own_stream(path) is None:
+    if path.exists() and not force and _is_regular(path) and stream is None:
         raise ProvisionerError(f"{flag} '{path}' already exists; pass {force_hint} to overwrite it")
     special = _special_kind(path)
-    if special is not None and not force and not _exempt_special(path):
+    if special is not None and not force and not _exempt_special(path, stream):
         raise ProvisionerError(f"{flag} '{path}' is {special}, not a regular file; pass {force_hint} to write to it")
     if parents and not path.parent.exists():
         try:
@@ -126,9 +135,9 @@ def check_output_path(path, *, flag: str = "path", force: bool = False, force_hi
             raise ProvisionerError(os_error_line(exc, path)) from None
     if not path.parent.is_dir():
         raise ProvisionerError(f"{flag} '{path}': directory '{path.parent}' does not exist; create it first")
-    if not (path.exists() and not _is_regular(path)) and _own_stream(path) is None:   # those are written in place
+    if not (path.exists() and not _is_regular(path)) and stream is None:   # those are written in place
         _probe_writable(path)
-    return path
+    return path, stream
 
 
 def _replaced(path: Path) -> Path:
@@ -164,10 +173,9 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
     `>>`: renaming over it would drop what `>>` keeps); through a symbolic link, the link's
     target is replaced and the link kept. Errors are one-line `ProvisionerError`s.
     """
-    path = check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents,
-                             shipped_ok=shipped_ok)
+    path, stream = _checked(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=parents,
+                            shipped_ok=shipped_ok)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    stream = _own_stream(path)
     try:
         if stream is not None:
             _write_stream(stream, payload)
@@ -209,15 +217,19 @@ def _special_kind(path: Path) -> str | None:
     return next((kind for test, kind in SPECIAL_KINDS if test(mode)), None)
 
 
-def _exempt_special(path: Path) -> bool:
-    """`/dev/null`, or the very file this process's standard output or error is (a
-    terminal or a pipe: `--report /dev/stdout | less`): written on purpose, never by a slip."""
-    return _same_file(path, Path(os.devnull)) or _is_own_fd(path, 1) or _is_own_fd(path, 2)
+def _exempt_special(path: Path, stream: int | None) -> bool:
+    """`/dev/null`, or the very file this process's standard output or error is (`stream`,
+    a terminal or a pipe: `--report /dev/stdout | less`): written on purpose, never by a slip."""
+    return _same_file(path, Path(os.devnull)) or stream is not None
 
 
 def _own_stream(path: Path) -> int | None:
-    """1 or 2 when `path` is this process's standard output or error, else None."""
-    return next((fd for fd in (1, 2) if _is_own_fd(path, fd)), None)
+    """1 or 2 when `path` is this process's standard output or error (1 when both), else None."""
+    try:
+        target = path.stat()
+    except OSError:   # no such file
+        return None
+    return next((fd for fd in (1, 2) if _is_fd(target, fd)), None)
 
 
 def _write_stream(fd: int, payload: bytes) -> None:
@@ -230,11 +242,11 @@ def _write_stream(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _is_own_fd(path: Path, fd: int) -> bool:
-    """Whether `path` is the file this process's descriptor `fd` is (1: standard output)."""
+def _is_fd(target: os.stat_result, fd: int) -> bool:
+    """Whether the file of stat `target` is the one this process's descriptor `fd` is (1: standard output)."""
     try:
-        target, own = path.stat(), os.fstat(fd)
-    except OSError:   # no such file, or the descriptor is closed
+        own = os.fstat(fd)
+    except OSError:   # the descriptor is closed
         return False
     return (own.st_dev, own.st_ino) == (target.st_dev, target.st_ino)
 
