@@ -88,14 +88,7 @@ def private_imports(root: Path = ROOT) -> list[str]:
 # Imports of another package's private module that predate the rule below, each with why it
 # stays (importer, private module). Make the name public in the package's __init__ and drop
 # its line here, rather than add one.
-KNOWN_PRIVATE_IMPORTS = {
-    # the sizing loop keys its designs as the search's cached Evaluator does
-    ("provisioner.autoscale._run", "provisioner.search._evaluate"),
-    # a cloud plan runs the fluid kernel on its own inputs, past `sim.simulate`'s design batch
-    ("provisioner.cloud._simulate", "provisioner.sim._fluid"),
-    # a DES worker imports the engine on start-up, before its first task
-    ("provisioner.search._verify", "provisioner.sim._des"),
-}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def _is_package(module: str, root: Path) -> bool:

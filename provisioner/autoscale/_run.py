@@ -102,8 +102,7 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
         min_machines - 1 machines already meet the SLOs, so the count is below it: found by
         simulating that one count first, not a batch of SIZING_BATCH (in the discrete-event
         engine, seconds instead of a minute). The batch that holds it recalls its score."""
-    from ..search import Evaluator
-    from ..search._evaluate import design_keys
+    from ..search import Evaluator, design_keys
 
     evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
                          keep_requests=request_times is not None, swap_space_gb=swap_space_gb)

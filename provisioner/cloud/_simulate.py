@@ -98,7 +98,7 @@ def simulate_plan(ctx, plan, trace, routing=None, engine="des", chunk_tokens=0) 
     inputs = plan_inputs(ctx, sp, n_p, n_d, trace, chunk_tokens if n_d == 0 else 0, keep=~unserved)
     if engine == "fluid":
         refuse_on_demand_in_fluid(inputs)   # as for the families (`plan_cloud` refuses it first, naming its flag)
-        from ..sim._fluid import run_fluid
+        from ..sim import run_fluid
         out = run_fluid(inputs)
     else:
         out = run_des(inputs)

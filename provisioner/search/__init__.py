@@ -18,7 +18,7 @@ trace); `FamilyResult` carries a family's answer and how it was found (`bound`,
 from ._bayes import BayesOutcome
 from ._capacity import Demand, MachineCapacity, machine_capacity
 from ._enumerate import Staircase, exhaustive_search, staircase_search
-from ._evaluate import Evaluator
+from ._evaluate import Evaluator, design_keys
 from ._finalise import REASON_PARAMS, relax_advice
 from ._ilp import CapacityBound, PoolOption, capacity_bound, pool_options
 from ._problem import SearchProblem
@@ -34,5 +34,5 @@ __all__ = [
     "Evaluator", "FamilySpace", "PoolSpace", "family_space", "staircase_search", "exhaustive_search", "Staircase",
     "capacity_bound", "CapacityBound", "PoolOption", "pool_options", "Demand", "MachineCapacity",
     "machine_capacity", "sustainable_rps", "max_sustainable_rps", "LoadScaledTraces", "BayesOutcome", "relax_advice",
-    "REASON_PARAMS",
+    "REASON_PARAMS", "design_keys",
 ]

@@ -122,7 +122,7 @@ def _announce(design, traces: list, n_jobs: int) -> None:
 
 def _load_des() -> None:
     """A worker's first task: import what `_des_one` needs."""
-    from ..sim import _des, simulate  # noqa: F401
+    from ..sim import run_des, simulate  # noqa: F401  (provisioner.sim loads the DES engine)
 
 
 def _stored_checks(pool: DesPool, store, design, traces: list, model: str, slo, perf,

@@ -24,7 +24,9 @@ from ._long_run import announce_long_des, des_seconds
 from ._memory import des_check, fluid_plan
 from ._metrics import request_latencies, summarize
 from ._servable import KV_CAPACITY_CHECK, unservable_reason, unservable_requests
-from ._des import run_des                 # the reference engine, for callers that build SimInputs (cloud plans)
+# the reference engine, for callers that build SimInputs (cloud plans); the fluid one,
+# run_fluid, is loaded on first use (`__getattr__`)
+from ._des import run_des
 from ._des_cloud import ServerPlan, plan_holds
 from ._des_llumnix import SCHEDULER_STATS
 from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on_demand_in_fluid
@@ -32,8 +34,9 @@ from ._sched_metrics import add_scheduler_columns, high_priority_mask, refuse_on
 __all__ = ["simulate", "simulate_requests", "solo_latencies", "cluster_cost_power", "ENGINES",
            "SimInputs", "EngineOutput", "build_inputs", "request_latencies", "unservable_reason",
            "fluid_plan", "COMPILING_MESSAGE", "simulate_scaled", "simulate_controlled", "ScalingControl",
-           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "ServerPlan", "plan_holds", "swap_inputs",
-           "PREEMPTION_MODES", "SCHEDULER_STATS", "refuse_on_demand_in_fluid", "des_seconds", "announce_long_des"]
+           "SCALE_METRICS", "refuse_closed_loop_in_fluid", "run_des", "run_fluid", "ServerPlan", "plan_holds",
+           "swap_inputs", "PREEMPTION_MODES", "SCHEDULER_STATS", "refuse_on_demand_in_fluid", "des_seconds",
+           "announce_long_des"]
 
 # Said once on stderr when the fluid kernel is compiled (its cache misses), never on stdout.
 COMPILING_MESSAGE = "compiling the simulator (first run only; a Ctrl-C takes effect once it is done)"
@@ -44,6 +47,16 @@ _CONSTRAINTS = {"engine": [Options(ENGINES)], "slo": [None, SLO], "perf": [None,
 # timelines and requests are filled in place: a tuple was an AttributeError once the run was done
 _SIMULATE_CONSTRAINTS = {**_CONSTRAINTS, "high_priority_slo": [None, SLO], "timelines": [None, list],
                          "requests": [None, list]}
+
+
+def __getattr__(name: str):
+    """`run_fluid`, imported on first use: the fluid kernel imports numba (seconds), which
+    `import provisioner.sim` does not."""
+    if name == "run_fluid":
+        from ._fluid import run_fluid
+        globals()[name] = run_fluid   # once: later lookups skip this hook
+        return run_fluid
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _engine(name: str):
