@@ -11,6 +11,7 @@ them into frozen dataclasses on first use (never at import) and caches the resul
 
 from ._loader import load_catalog
 from ._schema import GPU, LLM, Catalog, Machine
+from ._text import decode_text
 from .errors import CatalogError, CatalogValidationError, UnknownNameError
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "CatalogError",
     "UnknownNameError",
     "CatalogValidationError",
+    "decode_text",
 ]

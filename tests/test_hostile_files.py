@@ -76,6 +76,16 @@ def test_a_trace_and_a_rate_profile_saved_with_a_bom_or_as_utf16_are_read(tmp_pa
     assert json.loads(out)["requests"] == 3
 
 
+def test_one_decoding_rule_under_both_public_names():
+    """Moved to the lowest package so perfmodels and hardware_catalog may use it; workloads
+    still exports it, the same function, not a second copy that could drift."""
+    import hardware_catalog
+    import workloads
+
+    assert workloads.decode_text is hardware_catalog.decode_text
+    assert hardware_catalog.decode_text("time_s".encode("utf-16-le")) == "time_s"   # no BOM: the zero bytes
+
+
 LATIN_1 = "caf\xe9"   # a Latin-1 byte (0xe9) that UTF-8 cannot start a character with
 
 

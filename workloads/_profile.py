@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workloads._text import decode_text
+from hardware_catalog import decode_text
 from workloads.errors import WorkloadError
 
 __all__ = ["RateProfile", "ProfileFormatError", "read_profile_csv", "diurnal_profile", "PROFILE_COLUMNS",
@@ -172,7 +172,7 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     first row's time, shifted to 0) at ``rps`` requests/s. The last step lasts as long
     as the gap before it, unless ``duration_s`` gives the profile's length from the
     first row (a one-row file needs it). The file is UTF-8 (a byte order mark allowed, as
-    Excel writes) or UTF-16 (as PowerShell writes): see :func:`workloads.decode_text`.
+    Excel writes) or UTF-16 (as PowerShell writes): see :func:`hardware_catalog.decode_text`.
 
     Raises
     ------

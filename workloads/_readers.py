@@ -15,7 +15,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from workloads._text import decode_text
+from hardware_catalog import decode_text
 from workloads._trace import Trace
 from workloads.errors import TraceFormatError, UnknownWorkloadError
 
@@ -75,7 +75,7 @@ def read_trace_csv(path: str | os.PathLike[str]) -> Trace:
     Rows whose arrival times are out of order are sorted by arrival time (stable, so
     ties keep file order); this is not an error. Blank lines are skipped. The file is
     UTF-8 (a byte order mark allowed, as Excel writes) or UTF-16 (as PowerShell writes):
-    see :func:`workloads.decode_text`.
+    see :func:`hardware_catalog.decode_text`.
 
     Parameters
     ----------

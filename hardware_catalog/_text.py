@@ -1,4 +1,5 @@
-"""How the project decodes a text file a user gives it (a trace, a rate profile, a saved result)."""
+"""How the project decodes a text file a user gives it (a trace, a rate profile, a saved result).
+Here, in the lowest package, so that every package may read its files by the same rule."""
 
 from __future__ import annotations
 
