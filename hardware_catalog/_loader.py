@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from ._schema import GPU, LLM, Catalog, Machine
+from ._text import decode_text
 from .errors import CatalogValidationError, close_matches, unknown_name_message
 
 PARAMS_TOLERANCE = 0.05
@@ -69,9 +70,11 @@ def _read(file: Traversable, subdir: str) -> tuple[str, str, dict]:
     if not _NAME.fullmatch(name):
         raise CatalogValidationError(
             f"{rel}: file name must be lowercase letters, digits, '-' or '.' (e.g. 'h100-80gb.toml')")
-    try:
-        return name, rel, tomllib.loads(file.read_text(encoding="utf-8-sig"))   # -sig: a BOM (Notepad) is no TOML error
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+    try:   # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
+        return name, rel, tomllib.loads(decode_text(file.read_bytes(), universal_newlines=True))
+    except UnicodeDecodeError:   # before ValueError, which it is
+        raise CatalogValidationError(f"{rel}: not UTF-8 or UTF-16 text; save it as a UTF-8 TOML file") from None
+    except tomllib.TOMLDecodeError as err:
         raise CatalogValidationError(f"{rel}: not valid TOML: {err}") from None
     except ValueError:   # Python refuses to read an integer of over 4,300 digits
         raise CatalogValidationError(f"{rel}: a number has over 4,300 digits; give a real value") from None

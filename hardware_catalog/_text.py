@@ -1,5 +1,6 @@
-"""How the project decodes a text file a user gives it (a trace, a rate profile, a saved result).
-Here, in the lowest package, so that every package may read its files by the same rule."""
+"""How the project decodes a text file a user gives it: a trace, a rate profile, a latency
+profile, a `perf predict --points` CSV, a saved result, a calibration, a sweep spec, an
+inventory, a catalog entry. Here, in the lowest package, so every package reads them alike."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ import json
 __all__ = ["decode_text"]
 
 
-def decode_text(raw: bytes) -> str:
+def decode_text(raw: bytes, *, universal_newlines: bool = False) -> str:
     """`raw` (a whole file's bytes) as text: UTF-8, with or without a byte order mark
     (Notepad and Excel write one), or UTF-16 / UTF-32 (PowerShell 5's `>` writes UTF-16
-    with a BOM), the mark dropped.
+    with a BOM), the mark dropped (so a line's first column is the editor's column 1).
 
     The encoding is chosen by `json.detect_encoding`, the rule `json.loads` applies to
     bytes: a BOM, else the zero bytes that UTF-16 and UTF-32 put beside a leading ASCII
-    character (a CSV header and a JSON object both start with one), else UTF-8. Any
-    other encoding (Latin-1, Windows-1252) is not guessed at: a wrong guess would read
-    other characters without a word.
+    character (a CSV header, a JSON object and a TOML file all start with one), else
+    UTF-8. Any other encoding (Latin-1, Windows-1252) is not guessed at: a wrong guess
+    would read other characters without a word.
+
+    universal_newlines : read '\\r\\n' and a lone '\\r' as '\\n', as `open()` in text mode
+        does (the TOML readers, which read files so before). False (a CSV reader, whose
+        `csv` module wants the line ends as written): the text as decoded.
 
     Raises
     ------
@@ -26,5 +31,8 @@ def decode_text(raw: bytes) -> str:
 
     >>> decode_text(b"\\xef\\xbb\\xbfarrival_s") == decode_text("arrival_s".encode("utf-16")) == "arrival_s"
     True
+    >>> decode_text(b"a = 1\\r\\nb = 2\\rc = 3\\n", universal_newlines=True)
+    'a = 1\\nb = 2\\nc = 3\\n'
     """
-    return raw.decode(json.detect_encoding(raw))
+    text = raw.decode(json.detect_encoding(raw))
+    return text.replace("\r\n", "\n").replace("\r", "\n") if universal_newlines else text

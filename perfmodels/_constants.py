@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
+from hardware_catalog import decode_text
+
 from .errors import PerfModelError
 
 DEFAULT_CALIBRATION = "calibration.toml"
@@ -99,13 +101,15 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         text = resources.files("perfmodels").joinpath("data", DEFAULT_CALIBRATION).read_text()
         where = f"perfmodels/data/{DEFAULT_CALIBRATION}"
     else:
-        try:   # utf-8-sig: a file saved by Notepad (BOM) reads as written, as inventories do
-            text = Path(path).read_text(encoding="utf-8-sig")
+        try:
+            raw_bytes = Path(path).read_bytes()
         except OSError as exc:
             raise PerfModelError(f"cannot read calibration '{path}': {exc.strerror}") from None
+        try:   # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
+            text = decode_text(raw_bytes, universal_newlines=True)
         except UnicodeDecodeError:
-            raise PerfModelError(f"calibration '{path}' is not UTF-8 text; give a file written by "
-                                 f"`provision perf calibrate`") from None
+            raise PerfModelError(f"calibration '{path}' is not UTF-8 or UTF-16 text; save it as UTF-8, as "
+                                 f"`provision perf calibrate` writes it") from None
         where = str(path)
     try:
         raw = tomllib.loads(text)

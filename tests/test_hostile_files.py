@@ -109,8 +109,7 @@ def _shipped_calibration() -> str:
 
 
 @pytest.mark.parametrize("content, needle", [
-    (lambda text: text.encode("utf-16"), "is not UTF-8 text"),   # was UnicodeDecodeError
-    (lambda text: ("# caf\xe9\n" + text).encode("latin-1"), "is not UTF-8 text"),
+    (lambda text: ("# caf\xe9\n" + text).encode("latin-1"), "is not UTF-8 or UTF-16 text; save it as UTF-8"),
     (lambda text: ("meta = 5\n" + text[text.index("[gpu."):]).encode(), "'meta' must be a table"),  # AttributeError
     (lambda text: text.replace("compute_efficiency = ", "compute_efficiency = 0 #", 1).encode(),  # NaN latencies
      "compute_efficiency is a fraction of the peak, so > 0 and <= 1 (got 0)"),
@@ -118,7 +117,7 @@ def _shipped_calibration() -> str:
      "memory_efficiency is a fraction of the peak"),
     (lambda text: text.replace("decode_seq_overhead_s = ", "decode_seq_overhead_s = -1 #", 1).encode(),
      "decode_seq_overhead_s is a time or size, so >= 0 (got -1)"),
-], ids=["utf-16", "latin-1", "meta-not-a-table", "zero-efficiency", "negative-efficiency", "negative-overhead"])
+], ids=["latin-1", "meta-not-a-table", "zero-efficiency", "negative-efficiency", "negative-overhead"])
 def test_a_calibration_file_that_cannot_be_used_is_one_line_naming_it(tmp_path, content, needle):
     from perfmodels import LatencyModel, PerfModelError
     path = tmp_path / "cal.toml"
@@ -128,12 +127,35 @@ def test_a_calibration_file_that_cannot_be_used_is_one_line_naming_it(tmp_path, 
     assert needle in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_a_calibration_saved_with_a_bom_reads_as_without(tmp_path):
-    from perfmodels import LatencyModel
+# A TOML file as an editor may save it; "cr": classic Mac line ends, which every TOML reader
+# read (text mode) before it read bytes, and still does.
+TOML_SAVED_AS = {**SAVED_AS, "cr": lambda text: text.replace("\n", "\r").encode()}
+
+
+@pytest.mark.parametrize("saved_as", TOML_SAVED_AS)
+def test_a_calibration_saved_with_a_bom_or_as_utf16_reads_as_without(tmp_path, saved_as):
+    """A UTF-16 calibration was refused as 'not UTF-8 text' while a trace so saved was read."""
+    from perfmodels import LatencyModel, load_calibration
     path = tmp_path / "cal.toml"
-    path.write_bytes(b"\xef\xbb\xbf" + _shipped_calibration().encode())
-    with_bom = LatencyModel(calibration=path).prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
-    assert with_bom == LatencyModel().prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
+    path.write_bytes(TOML_SAVED_AS[saved_as](_shipped_calibration()))
+    assert load_calibration(path) == load_calibration()
+    saved = LatencyModel(calibration=path).prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
+    assert saved == LatencyModel().prefill_time_s("llama2-70b", "a100-80gb", 8, 512)
+
+
+@pytest.mark.parametrize("saved_as", SAVED_AS)
+def test_a_calibration_syntax_error_names_the_editors_line_and_column_whatever_the_encoding(tmp_path, saved_as):
+    """The BOM is dropped before TOML reads the text: it is no column of line 1."""
+    from perfmodels import PerfModelError, load_calibration
+    body = 'x = [1,\n"a" = 2\n'
+    errors = []
+    for name, encode in (("plain", str.encode), (saved_as, SAVED_AS[saved_as])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cal.toml").write_bytes(encode(body))
+        with pytest.raises(PerfModelError) as caught:
+            load_calibration(tmp_path / name / "cal.toml")
+        errors.append(str(caught.value).replace(str(tmp_path / name), "DIR"))
+    assert errors[0] == errors[1] and "(at line 2, column 5)" in errors[0], errors
 
 
 def test_a_trace_spanning_too_little_time_for_a_rate_names_the_trace_not_duration(tmp_path):
@@ -157,12 +179,94 @@ def test_a_negative_zero_in_an_inventory_is_zero(tmp_path):
     assert "40 Gbps per node pair, 0 ms;" in out and "-0 ms" not in out, out
 
 
-def test_a_catalog_file_saved_with_a_bom_reads_as_without(tmp_path):
-    """Every other TOML the tool reads took a BOM; a catalog entry so saved was 'not valid TOML'."""
+def _catalog_copy(tmp_path) -> Path:
     import shutil
-
-    from hardware_catalog import load_catalog
     shutil.copytree(Path(__file__).resolve().parents[1] / "hardware_catalog" / "data", tmp_path / "catalog")
-    gpu = tmp_path / "catalog" / "gpus" / "h100-80gb.toml"
-    gpu.write_bytes(b"\xef\xbb\xbf" + gpu.read_bytes())
-    assert load_catalog(tmp_path / "catalog").gpu("h100-80gb") == load_catalog().gpu("h100-80gb")
+    return tmp_path / "catalog"
+
+
+@pytest.mark.parametrize("saved_as", TOML_SAVED_AS)
+def test_a_catalog_file_saved_with_a_bom_or_as_utf16_reads_as_without(tmp_path, saved_as):
+    """Every other TOML the tool reads took a BOM; a catalog entry so saved was 'not valid TOML',
+    and one in UTF-16 too."""
+    from hardware_catalog import load_catalog
+    root = _catalog_copy(tmp_path)
+    gpu = root / "gpus" / "h100-80gb.toml"
+    gpu.write_bytes(TOML_SAVED_AS[saved_as](gpu.read_text(encoding="utf-8")))
+    assert load_catalog(root).gpu("h100-80gb") == load_catalog().gpu("h100-80gb")
+
+
+def test_a_catalog_file_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_path):
+    from hardware_catalog import CatalogValidationError, load_catalog
+    root = _catalog_copy(tmp_path)
+    gpu = root / "gpus" / "h100-80gb.toml"
+    gpu.write_bytes(f"# {LATIN_1}\n".encode("latin-1") + gpu.read_bytes())
+    with pytest.raises(CatalogValidationError) as caught:
+        load_catalog(root)
+    assert str(caught.value) == "gpus/h100-80gb.toml: not UTF-8 or UTF-16 text; save it as a UTF-8 TOML file"
+
+
+SPEC_TOML = '# a small sweep\nrps = [5, 10]\nfamilies = ["baseline-a100"]\nduration_s = 3\nverify = false\n'
+
+
+@pytest.mark.parametrize("saved_as", TOML_SAVED_AS)
+def test_a_sweep_spec_saved_with_a_bom_or_as_utf16_reads_as_without(tmp_path, saved_as):
+    """A UTF-16 spec was refused as "cannot read it ('utf-8' codec can't decode byte 0xff ...)"."""
+    from provisioner.sweep import load_sweep_spec
+    plain, saved = tmp_path / "plain.toml", tmp_path / "saved.toml"
+    plain.write_text(SPEC_TOML)
+    saved.write_bytes(TOML_SAVED_AS[saved_as](SPEC_TOML))
+    questions = load_sweep_spec(saved).questions
+    assert questions == load_sweep_spec(plain).questions and [q.request.rps for q in questions] == [5.0, 10.0]
+
+
+@pytest.mark.parametrize("saved_as", SAVED_AS)
+def test_a_sweep_spec_syntax_error_names_the_editors_line_and_column_whatever_the_encoding(tmp_path, saved_as):
+    errors = []
+    for name, encode in (("plain", str.encode), (saved_as, SAVED_AS[saved_as])):
+        (tmp_path / name).mkdir()
+        spec = tmp_path / name / "spec.toml"
+        spec.write_bytes(encode('rps = [5]\nfamilies = ["baseline-a100",\n  x]\n'))
+        line = assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / name / "out"))
+        errors.append(line.replace(str(tmp_path / name), "DIR"))
+    assert errors[0] == errors[1] and "(at line 3, column 3)" in errors[0], errors
+
+
+def test_a_sweep_spec_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(f"# {LATIN_1}\n{SPEC_TOML}".encode("cp1252"))
+    assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / "out"),
+                          f"'{spec}': not UTF-8 or UTF-16 text; save it as a UTF-8 TOML file")
+    assert not (tmp_path / "out").exists()
+
+
+def _shipped_inventory() -> str:
+    shipped = Path(__file__).resolve().parents[1] / "hardware_catalog" / "data" / "inventories"
+    return (shipped / "thunderserve-32gpu.toml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("saved_as", TOML_SAVED_AS)
+def test_an_inventory_saved_with_a_bom_or_as_utf16_reads_as_without(tmp_path, saved_as):
+    from provisioner.cloud import load_inventory
+    inventory = tmp_path / "inv.toml"
+    inventory.write_bytes(TOML_SAVED_AS[saved_as](_shipped_inventory()))
+    assert load_inventory(inventory) == load_inventory("thunderserve-32gpu")
+
+
+@pytest.mark.parametrize("saved_as", SAVED_AS)
+@pytest.mark.parametrize("body, line, field", [
+    ('[[nodes]]\ntype = "a40-8x"\ntype = "a6000-4x"\n', 3, " type:"),   # tomllib's line, the key on it
+    ('[[nodes]]\ntype = "a40-8x"\ncount = -1\n', 3, " nodes[1].count:"),  # the inventory's own line lookup
+])
+def test_an_inventory_error_names_the_editors_line_whatever_the_encoding(tmp_path, saved_as, body, line, field):
+    inventory = tmp_path / "inv.toml"
+    inventory.write_bytes(SAVED_AS[saved_as](body))
+    assert_one_line_error(*cli("cloud", "--inventory", inventory, "--rps", "1", "--json"),
+                          f"{inventory}:{line}:{field}")
+
+
+def test_an_inventory_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_path):
+    inventory = tmp_path / "inv.toml"
+    inventory.write_bytes(f"# {LATIN_1}\n{_shipped_inventory()}".encode("latin-1"))
+    assert_one_line_error(*cli("cloud", "--inventory", inventory, "--rps", "1"),
+                          f"--inventory: '{inventory}' is not UTF-8 or UTF-16 text; save it as a UTF-8 TOML file")

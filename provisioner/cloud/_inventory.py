@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hardware_catalog import Catalog, load_catalog
+from hardware_catalog import Catalog, decode_text, load_catalog
 
 from .._validation import PRICE_USD_PER_H_RANGE, toml_float
 from ..errors import ProvisionerError
@@ -176,11 +176,14 @@ def load_inventory(spec: str | Path, catalog=None) -> Inventory:
         res = resources.files("hardware_catalog") / "data" / "inventories" / f"{spec}.toml"
         text, where = res.read_text(encoding="utf-8"), f"{spec}.toml"
     else:
-        try:
-            text, where = path.read_text(encoding="utf-8-sig"), str(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProvisionerError(f"--inventory: cannot read '{spec}' ({getattr(exc, 'strerror', None) or exc}); "
+        try:   # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
+            text, where = decode_text(path.read_bytes(), universal_newlines=True), str(path)
+        except OSError as exc:
+            raise ProvisionerError(f"--inventory: cannot read '{spec}' ({exc.strerror or exc}); "
                                    f"give a TOML file or a shipped example: {', '.join(SHIPPED)}") from None
+        except UnicodeDecodeError:
+            raise ProvisionerError(f"--inventory: '{spec}' is not UTF-8 or UTF-16 text; save it as a UTF-8 "
+                                   f"TOML file") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -39,7 +39,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hardware_catalog import CatalogError, load_catalog
+from hardware_catalog import CatalogError, decode_text, load_catalog
 from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival
 
 from .._validation import PRICE_USD_PER_H_RANGE, Interval, Options, Real, shown, toml_float, validate_params
@@ -118,11 +118,14 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
     validate_params(overrides, _OVERRIDES)   # named as parameters, not spec keys
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+        # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
+        raw = tomllib.loads(decode_text(path.read_bytes(), universal_newlines=True))
     except FileNotFoundError:
         raise ProvisionerError(f"'{path}': no such sweep spec; give a TOML file (see provision sweep --help)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProvisionerError(f"'{path}': cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    except OSError as exc:
+        raise ProvisionerError(f"'{path}': cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:   # before ValueError, which it is
+        raise ProvisionerError(f"'{path}': not UTF-8 or UTF-16 text; save it as a UTF-8 TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProvisionerError(f"'{path}': not valid TOML ({exc}); fix the syntax") from None
     except ValueError:   # Python refuses to read an integer of over 4,300 digits
