@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_catalog import UnknownNameError
+from hardware_catalog import UnknownNameError, decode_text
 
 from ._calibrate import REQUIRED_COLUMNS
 from ._model import TP_DEGREES
@@ -127,10 +127,10 @@ def _read_bytes(path: Path, where: str) -> bytes:
 def _records(raw: bytes, where: str) -> tuple[int, list[str] | None, list[tuple[int, list[str]]]]:
     """(line of the header, its cells or None, [(line, fields)] of each data row). Blank lines
     are skipped but counted, so a line is the one an editor shows where the row starts."""
-    try:
-        text = raw.decode("utf-8-sig")
+    try:   # a BOM (Excel) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
+        text = decode_text(raw)
     except UnicodeDecodeError:
-        raise PerfModelError(f"{where}: not a UTF-8 text CSV file") from None
+        raise PerfModelError(f"{where}: not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     header, header_line, rows, start = None, 1, [], 1
     try:

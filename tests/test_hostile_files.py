@@ -103,6 +103,62 @@ def test_a_rate_profile_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_p
                           f"{profile}: not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file with header time_s,rps")
 
 
+LATENCY_PROFILE_CSV = ("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\r\n"
+                       "llama2-70b,h100-80gb,8,512,1,128,53.8,30.5\r\n\r\n"
+                       "llama2-70b,h100-80gb,8,1024,1,128,77.9,29.7\r\n")
+
+
+@pytest.mark.parametrize("saved_as", SAVED_AS)
+def test_a_latency_profile_saved_with_a_bom_or_as_utf16_is_read(tmp_path, saved_as):
+    """UTF-16 was 'not a UTF-8 text CSV file' (--latency-profile, perf calibrate/plot --profile)."""
+    from hardware_catalog import load_catalog
+    from perfmodels import read_profile
+    plain, saved = tmp_path / "plain.csv", tmp_path / "saved.csv"
+    plain.write_text(LATENCY_PROFILE_CSV, newline="")
+    saved.write_bytes(SAVED_AS[saved_as](LATENCY_PROFILE_CSV))
+    read = read_profile(saved, load_catalog()).frame()
+    assert read.equals(read_profile(plain, load_catalog()).frame()) and read.prompt_time_ms.tolist() == [53.8, 77.9]
+    # an error names the line an editor shows, the BOM and the blank line notwithstanding
+    saved.write_bytes(SAVED_AS[saved_as](LATENCY_PROFILE_CSV.replace("77.9", "fast")))
+    assert_one_line_error(*cli("simulate", "--design", "baseline-h100", "--machines", "2", "--latency-profile", saved),
+                          f"--latency-profile '{saved}', line 4, column prompt_time_ms")
+
+
+def test_a_latency_profile_in_another_encoding_is_one_line_naming_it_and_utf8(tmp_path):
+    profile = tmp_path / "p.csv"
+    profile.write_bytes(LATENCY_PROFILE_CSV.replace("\r\n\r\n", f"\r\n# {LATIN_1}\r\n").encode("latin-1"))
+    assert_one_line_error(*cli("simulate", "--design", "baseline-h100", "--machines", "2", "--latency-profile", profile),
+                          f"--latency-profile '{profile}': not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file")
+
+
+POINTS_CSV = "model,hardware,tensor_parallel,prompt_size,batch_size,power_cap\r\nllama2-70b,h100-80gb,8,512,4,\r\n" \
+             "llama2-70b,dgx-a100,8,1024,2,0.5\r\n"
+
+
+@pytest.mark.parametrize("saved_as", SAVED_AS)
+def test_perf_predict_points_saved_with_a_bom_or_as_utf16_are_read(tmp_path, saved_as):
+    """UTF-16 `--points` was 'not a UTF-8 text CSV file'."""
+    plain, saved = tmp_path / "plain.csv", tmp_path / "saved.csv"
+    plain.write_text(POINTS_CSV, newline="")
+    saved.write_bytes(SAVED_AS[saved_as](POINTS_CSV))
+    for points in (plain, saved):
+        code, _, err = cli("perf", "predict", "--points", points, "--out", tmp_path / f"out-{points.stem}.csv")
+        assert code == 0, err
+    out = (tmp_path / "out-saved.csv").read_text()
+    assert out == (tmp_path / "out-plain.csv").read_text() and out.startswith("model,hardware,"), out
+    saved.write_bytes(SAVED_AS[saved_as](POINTS_CSV.replace(",0.5", ",5")))
+    assert_one_line_error(*cli("perf", "predict", "--points", saved, "--out", tmp_path / "bad.csv"),
+                          f"--points '{saved}': line 3, column power_cap: must be a fraction of rated power")
+
+
+def test_perf_predict_points_in_another_encoding_are_one_line_naming_them_and_utf8(tmp_path):
+    points = tmp_path / "p.csv"
+    points.write_bytes(POINTS_CSV.replace("power_cap", f"power_cap,{LATIN_1}").encode("cp1252"))
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", tmp_path / "o.csv"),
+                          f"--points '{points}': not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file")
+    assert not (tmp_path / "o.csv").exists()
+
+
 def _shipped_calibration() -> str:
     from perfmodels import DEFAULT_CALIBRATION_PATH
     return DEFAULT_CALIBRATION_PATH.read_text(encoding="utf-8")

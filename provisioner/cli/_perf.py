@@ -14,6 +14,7 @@ module parses, calls and prints.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import warnings
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import pandas as pd
 import typer
 
 import perfmodels
-from hardware_catalog import UnknownNameError, load_catalog
+from hardware_catalog import UnknownNameError, decode_text, load_catalog
 from perfmodels import (MIN_POWER_CAP, TP_DEGREES, CalibrationReport, LatencyModel, Profile, calibrate,
                         dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
                         read_profile, PREDICTED_COLUMNS)
@@ -166,20 +167,19 @@ def _csv_records(path: Path, where: str) -> tuple[list[str] | None, list[tuple[i
     (None, []) when it holds nothing. Blank lines are skipped but counted, so `line` is the
     one an editor shows where the row starts (the header is line 1 when it comes first):
     pandas skips them too, and its row index + 2 named the wrong line after one."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header, rows, start = None, [], 1
-            for record in reader:
-                line, start = start, reader.line_num + 1   # a quoted field may span lines
-                if not any(cell.strip() for cell in record):
-                    continue
-                if header is None:
-                    header = [c.strip() for c in record]
-                    continue
-                rows.append((line, record))
+    try:   # a BOM (Excel) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
+        reader = csv.reader(io.StringIO(decode_text(path.read_bytes()), newline=""))
+        header, rows, start = None, [], 1
+        for record in reader:
+            line, start = start, reader.line_num + 1   # a quoted field may span lines
+            if not any(cell.strip() for cell in record):
+                continue
+            if header is None:
+                header = [c.strip() for c in record]
+                continue
+            rows.append((line, record))
     except UnicodeDecodeError:
-        raise ProvisionerError(f"{where}: not a UTF-8 text CSV file") from None
+        raise ProvisionerError(f"{where}: not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file") from None
     except csv.Error as exc:
         raise ProvisionerError(f"{where}: not a valid CSV file ({exc})") from None
     return header, rows
