@@ -67,7 +67,7 @@ class CalibrationReport:
 
 def shipped_profile() -> pd.DataFrame:
     """The Llama2-70B DGX-A100/H100 profiles shipped with the package."""
-    with resources.files("perfmodels").joinpath("data", "llama2-70b_dgx.csv").open() as f:
+    with resources.files("perfmodels").joinpath("data", "llama2-70b_dgx.csv").open(encoding="utf-8") as f:
         return pd.read_csv(f)
 
 

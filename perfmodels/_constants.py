@@ -98,7 +98,7 @@ class Calibration:
 def load_calibration(path: str | Path | None = None) -> Calibration:
     """Read a calibration TOML (default: the one shipped with the package)."""
     if path is None:
-        text = resources.files("perfmodels").joinpath("data", DEFAULT_CALIBRATION).read_text()
+        text = resources.files("perfmodels").joinpath("data", DEFAULT_CALIBRATION).read_text(encoding="utf-8")
         where = f"perfmodels/data/{DEFAULT_CALIBRATION}"
     else:
         try:
