@@ -54,8 +54,8 @@ register_jitable(kv_link_fifo_s)
 
 # Per-design statistics columns.
 ST_BUSY0, ST_BUSY1, ST_DBT0, ST_DBT1, ST_DT0, ST_DT1, ST_BORROW_D, ST_BORROW_P, ST_KV_SUM, ST_KV_N, ST_LATE_TTFT, \
-    ST_LATE_TBT, ST_LATE_E2E, ST_ABORTED, ST_LAST_FINISH = range(15)
-N_STATS = 15
+    ST_LATE_TBT, ST_LATE_E2E, ST_ABORTED, ST_LAST_FINISH, ST_STALLED, ST_STALL_AT_S, ST_STALL_ITER_S = range(18)
+N_STATS = 18   # ST_STALLED: 1 when the clock stopped (`_run_until`), at ST_STALL_AT_S, on an iteration of ST_STALL_ITER_S
 # Float state per machine.
 F_NOW, F_ITER, F_RATE, F_END, F_LEN, F_SUM_S, F_SUM_JOIN, F_KV_USED, F_RESERVED, F_PEND_P, \
     F_DEC_ASSIGNED, F_BATCH_TOK, F_INV_LEN, F_HEAD_DONE, F_REAL_START, F_SOLO, F_COMPUTE, F_HBM, F_REST, \
@@ -71,6 +71,14 @@ EPS = 1e-9
 INF = np.inf
 _BLOCK_SHIFT = 3   # machines per block of the earliest-event index: 8
 _INTERLEAVE = 16   # stride of the design interleaving that balances the threads' blocks
+# Events one instant can hold in a run whose clock advances: each machine ends an iteration
+# and starts the next, and each request arrives, joins a queue or is admitted there, a few
+# times over at most. Past this many in a row at one time the clock has stopped (an
+# iteration shorter than half its spacing: 1e-18 s at t = 100 s, where doubles are 1.4e-14
+# apart), and the design would loop for ever: `_run_until` ends it instead (within two
+# such spans of events).
+STALL_EVENTS_PER_ITEM = 4
+STALL_EVENTS_MIN = 1024
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
@@ -180,9 +188,11 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cl
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
      arrival, late_s, earliest_t, earliest_m, lent) = sim   # lent: [number of lent machines]
+    stall_limit = STALL_EVENTS_PER_ITEM * (M + R) + STALL_EVENTS_MIN
     for r in range(R):
         t = arrival[r]
-        _run_until(t, sim, cloud)
+        if not _run_until(t, sim, cloud, stall_limit):
+            return
         if abort_after > 0 and _fmax(_fmax(stats[ST_LATE_TTFT], stats[ST_LATE_TBT]), stats[ST_LATE_E2E]) >= abort_after:
             stats[ST_ABORTED] = 1.0
             return
@@ -212,20 +222,45 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cl
             req[st[p, I_QTAIL], 0] = r
         st[p, I_QTAIL] = r
         _schedule(p, sim)
-    _run_until(INF, sim, cloud)
+    _run_until(INF, sim, cloud, stall_limit)
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
-def _run_until(t, sim, cloud):
-    """Process every machine event up to time t, in time order."""
+def _run_until(t, sim, cloud, stall_limit):
+    """Process every machine event up to time t, in time order. False when the clock stopped
+    (`stall_limit` events in a row at one time): the stall is in the statistics.
+
+    The clock is read every `stall_limit` events only (one integer count per event, not a
+    time comparison): a clock that has not moved over that many events has stopped."""
     earliest_t, earliest_m = sim[23], sim[24]
+    mark = -INF
+    count = 0
     while True:
         tm = earliest_t[0]
         if tm > t or tm == INF:
-            return
+            return True
         first = earliest_m[0]
+        count += 1
+        if count >= stall_limit:
+            if tm <= mark:
+                _stalled(first, tm, sim)
+                return False
+            mark = tm
+            count = 0
         _step(first, tm, sim, cloud)
         _schedule(first, sim)
+
+
+@njit(cache=True, _nrt=False)
+def _stalled(m, t, sim):
+    """Record a stopped clock: when, and the iteration machine m was running (s)."""
+    stats, fs, st = sim[11], sim[12], sim[13]
+    stats[ST_STALLED] = 1.0
+    stats[ST_STALL_AT_S] = t
+    if st[m, I_PREFILL] == 1:
+        stats[ST_STALL_ITER_S] = fs[m, F_LEN]
+    elif fs[m, F_RATE] > 0.0:
+        stats[ST_STALL_ITER_S] = 1.0 / fs[m, F_RATE]
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
@@ -791,6 +826,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         inputs.prompt_tokens.astype(np.float64), inputs.output_tokens.astype(np.float64),
         np.ascontiguousarray(late_s, dtype=np.float64), int(abort_after), inv_solo, want_pct,
         keep_requests, order, window, drained, plan)
+    _refuse_stopped_clock(stats)
     return EngineOutput(
         first_token_s=first if keep_requests else None, finish_s=finish if keep_requests else None,
         busy_s=stats[:, [ST_BUSY0, ST_BUSY1]], decode_batch_time_s=stats[:, [ST_DBT0, ST_DBT1]],
@@ -800,6 +836,19 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
         makespan_s=stats[:, ST_LAST_FINISH] - inputs.arrival_s[0],
         latency_pct_s=pct[:, 0] if want_pct else None, slowdown_pct=pct[:, 1] if want_pct else None,
         drained_s=drained)
+
+
+def _refuse_stopped_clock(stats: np.ndarray) -> None:
+    """One line when a design's clock stopped (`_run_until`): its results are not a simulation."""
+    stalled = np.flatnonzero(stats[:, ST_STALLED] > 0)
+    if len(stalled) == 0:
+        return
+    row = stats[stalled[0]]
+    raise ProvisionerError(
+        f"the fluid simulator's clock stopped at {row[ST_STALL_AT_S]:.6g} s of simulated time: the latency model "
+        f"timed an iteration at {row[ST_STALL_ITER_S]:.3g} s, too short for the clock to advance; check the latency "
+        f"model's times (a measured profile's cells, and what its grid's product rule or splitwisesim's "
+        f"extrapolation makes of them, must stay above 1 microsecond per pass)")
 
 
 def cloud_rows(inputs: SimInputs, idx: np.ndarray):
