@@ -79,6 +79,14 @@ _INTERLEAVE = 16   # stride of the design interleaving that balances the threads
 # such spans of events).
 STALL_EVENTS_PER_ITEM = 4
 STALL_EVENTS_MIN = 1024
+# How often a long stretch of events reads the stop flag `_run_batch` sets on Ctrl-C (a power
+# of 2): 4,096 events take a few milliseconds; the flag is also read at every arrival.
+STOP_CHECK_EVENTS = 4096
+# Below this many (design, request) pairs a batch on one thread runs in the calling thread:
+# ~0.1 s at the kernel's ~0.5 us per pair (Fig. 12 space: 13.4M pairs in 6.5 s of CPU), so
+# Ctrl-C waits that long at most, where a worker thread would add 0.1-1 ms to every call
+# (a one-design call takes 0.25 ms on 50 requests).
+INLINE_DESIGN_REQUESTS = 200_000
 
 
 @njit(cache=True, forceinline=True, _nrt=False)
@@ -138,8 +146,9 @@ def _pop(keys, vals, st, col, m):
 @njit(cache=True)
 def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                      layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, first_out, finish_out,
-                     stats, window, drained, plan):
-    """plan : a cloud plan's table (`cloud_rows`), or None: the families' rules."""
+                     stats, window, drained, stop, plan):
+    """stop : [0] set by another thread to end the run early (Ctrl-C, `_run_batch`).
+    plan : a cloud plan's table (`cloud_rows`), or None: the families' rules."""
     R = arrival.shape[0]
     M = n0 + n1
     fs = np.zeros((M, N_F))
@@ -165,7 +174,7 @@ def _simulate_design(n0, n1, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per
         earliest_m[1 + b] = b << _BLOCK_SHIFT
     sim = (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
            first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-           arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64))
+           arrival, late_s, earliest_t, earliest_m, np.zeros(1, np.int64), stop)
     if plan is None:
         _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, None)
     else:   # the plan, its dispatch's credits and a scratch row of loads
@@ -187,11 +196,11 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cl
     """Route each request at its arrival, after every machine event due before it."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
      first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, next_s,
-     arrival, late_s, earliest_t, earliest_m, lent) = sim   # lent: [number of lent machines]
+     arrival, late_s, earliest_t, earliest_m, lent, stop) = sim   # lent: [number of lent machines]
     stall_limit = STALL_EVENTS_PER_ITEM * (M + R) + STALL_EVENTS_MIN
     for r in range(R):
         t = arrival[r]
-        if not _run_until(t, sim, cloud, stall_limit):
+        if not _run_until(t, sim, cloud, stall_limit) or stop[0] != 0:
             return
         if abort_after > 0 and _fmax(_fmax(stats[ST_LATE_TTFT], stats[ST_LATE_TBT]), stats[ST_LATE_E2E]) >= abort_after:
             stats[ST_ABORTED] = 1.0
@@ -227,11 +236,13 @@ def _arrivals(n0, n1, M, R, allow_borrow, overload, abort_after, sim, window, cl
 
 @njit(cache=True, forceinline=True, _nrt=False)
 def _run_until(t, sim, cloud, stall_limit):
-    """Process every machine event up to time t, in time order. False when the clock stopped
-    (`stall_limit` events in a row at one time): the stall is in the statistics.
+    """Process every machine event up to time t, in time order. False when the run must end:
+    the stop flag is set (Ctrl-C), or the clock stopped (`stall_limit` events in a row at one
+    time; the stall is in the statistics).
 
-    The clock is read every `stall_limit` events only (one integer count per event, not a
-    time comparison): a clock that has not moved over that many events has stopped."""
+    Both are read every `STOP_CHECK_EVENTS` events only (one integer count and mask per event):
+    the clock is compared once `stall_limit` events have passed, and one that has not moved
+    over that many has stopped."""
     earliest_t, earliest_m = sim[23], sim[24]
     mark = -INF
     count = 0
@@ -241,12 +252,15 @@ def _run_until(t, sim, cloud, stall_limit):
             return True
         first = earliest_m[0]
         count += 1
-        if count >= stall_limit:
-            if tm <= mark:
-                _stalled(first, tm, sim)
+        if count & (STOP_CHECK_EVENTS - 1) == 0:
+            if sim[26][0] != 0:
                 return False
-            mark = tm
-            count = 0
+            if count >= stall_limit:
+                if tm <= mark:
+                    _stalled(first, tm, sim)
+                    return False
+                mark = tm
+                count = 0
         _step(first, tm, sim, cloud)
         _schedule(first, sim)
 
@@ -564,7 +578,8 @@ def _schedule(m, sim):
 def _step(m, e, sim, cloud):
     """Process machine m's event at time e: an iteration end, a finish or a boundary."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _,
+     _) = sim
     pm = st[m, I_POOL]
     if st[m, I_PREFILL] == 1:
         dur = fs[m, F_LEN]
@@ -660,7 +675,8 @@ def _finish_due(m, e, sim):
 def _start(m, t, sim):
     """At an iteration boundary t: admit waiting decodes, form a prefill batch, set the decode rate."""
     (coef, kv_cap, prompt_budget, kv_s_per_token, kv_setup, n_layers, layerwise_min, s_arr, n_arr,
-     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _) = sim
+     first_out, finish_out, stats, fs, st, req, join_iter, fin_key, fin_val, wait_key, wait_val, _, _, _, _, _, _,
+     _) = sim
     pm = st[m, I_POOL]
     row = st[m, I_ROW]
     cap = kv_cap[row]
@@ -921,7 +937,14 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     Python threads over a `nogil` kernel instead of numba's `parallel=True` prange:
     same blocks, same results, but no parfor passes and gufunc to compile (~17 s CPU of
     the first run). `numba.get_num_threads()` (NUMBA_NUM_THREADS, or less after
-    `numba.set_num_threads`) sets the number of threads, as it did for prange."""
+    `numba.set_num_threads`) sets the number of threads, as it did for prange.
+
+    The kernels run on worker threads, even one alone, so that the main thread, waiting,
+    takes Ctrl-C (and SIGTERM's KeyboardInterrupt) at once: it sets the stop flag, which the
+    kernels read at every arrival and every `STOP_CHECK_EVENTS` events, and re-raises once
+    they have returned (milliseconds). A kernel in the main thread kept the signal waiting
+    until the whole batch was done (9 s for the Fig. 12 space without early stop). One
+    thread's short batch (`INLINE_DESIGN_REQUESTS`) still runs in the calling thread."""
     D = n_machines.shape[0]
     R = arrival.shape[0]
     kept = D if keep_requests else 0
@@ -929,20 +952,25 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     finish = np.empty((kept, R))
     stats = np.zeros((D, N_STATS))
     pct = np.zeros((D, 2, 3, 3))   # (latency | slowdown, ttft/tbt/e2e, p50/p90/p99)
+    stop = np.zeros(1, np.int64)   # set to 1 to end every kernel of this batch early
     args = tuple(_writable(a) for a in (
         n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers, layerwise_min,
         overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct, keep_requests, first, finish,
-        stats, pct, window, drained, plan))
+        stats, pct, window, drained, stop, plan))
     _compile_with_signals_held(_run_block, (order, 0, D, *args))
     n_threads = max(1, min(numba.get_num_threads(), D))
-    bounds = [D * k // n_threads for k in range(n_threads + 1)]
-    if n_threads == 1:
+    if n_threads == 1 and D * R < INLINE_DESIGN_REQUESTS:
         _run_block(order, 0, D, *args)
-    else:
-        with ThreadPoolExecutor(n_threads) as pool:
-            done = [pool.submit(_run_block, order, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return first, finish, stats, pct
+    bounds = [D * k // n_threads for k in range(n_threads + 1)]
+    with ThreadPoolExecutor(n_threads) as pool:
+        done = [pool.submit(_run_block, order, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        try:
             for future in done:
                 future.result()
+        except BaseException:   # Ctrl-C or SIGTERM while waiting: stop the kernels; the pool joins them
+            stop[0] = 1
+            raise
     return first, finish, stats, pct
 
 
@@ -959,17 +987,19 @@ def _compile_with_signals_held(kernel, args) -> None:
 @njit(cache=True, nogil=True)
 def _run_block(order, lo, hi, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-               keep_requests, first, finish, stats, pct, window, drained, plan):
+               keep_requests, first, finish, stats, pct, window, drained, stop, plan):
     for j in range(lo, hi):
+        if stop[0] != 0:
+            return
         _one_design(order[j], n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup,
                     n_layers, layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo,
-                    want_pct, keep_requests, first, finish, stats, pct, window, drained, plan)
+                    want_pct, keep_requests, first, finish, stats, pct, window, drained, stop, plan)
 
 
 @njit(cache=True)
 def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_token, kv_setup, n_layers,
                 layerwise_min, overload, arrival, s_arr, n_arr, late_s, abort_after, inv_solo, want_pct,
-                keep_requests, first, finish, stats, pct, window, drained, plan):
+                keep_requests, first, finish, stats, pct, window, drained, stop, plan):
     """Simulate design i into row i of the outputs."""
     R = arrival.shape[0]
     if keep_requests:
@@ -980,7 +1010,7 @@ def _one_design(i, n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_p
     finish_i[:] = INF
     args = (n_machines[i, 0], n_machines[i, 1], coef[i], kv_cap[i], prompt_budget[i], allow_borrow[i],
             kv_s_per_token[i], kv_setup[i], n_layers, layerwise_min, overload[i], arrival, s_arr, n_arr, late_s,
-            abort_after, first_i, finish_i, stats[i], window[i], drained[i])
+            abort_after, first_i, finish_i, stats[i], window[i], drained[i], stop)
     # numba prunes the branch the type of `plan` excludes: the families' kernel (None) never
     # compiles the cloud rules, the cloud plans' kernel never the families' routing
     if plan is None:
