@@ -201,10 +201,40 @@ def test_cli_runs_a_replayed_day(tmp_path):
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)
     assert obj["scaling_events"] > 0
-    # the controller plans with the peak over the static count, as --capacity-rps says (was:
-    # the 60-s replayed sizing window's 63 requests over its 60 s, 1.05 of the peak's 3 req/s,
-    # so 21 machines ran where 6 are bought for the peak)
-    assert obj["capacity_rps"] == pytest.approx(3.0 / obj["static"]["machines"])
+    # the controller plans with the peak over the static count, as --capacity-rps says: the
+    # rate of the replay's busiest 60-s window at the profile's peak, which the static cluster
+    # is sized on (was: the first window's 63 requests over its 60 s, 1.05 req/s for a 3-req/s
+    # peak, so 21 machines ran where 6 were bought; then the peak of 3 over those 6 machines,
+    # which the first window had sized)
+    assert obj["sizing"]["rps"] > 3.0
+    assert obj["capacity_rps"] == pytest.approx(obj["sizing"]["rps"] / obj["static"]["machines"])
+
+
+def test_a_replayed_day_is_sized_on_its_busiest_window(tmp_path):
+    """A file quiet for 60 s, busy for 60 s (a request every 0.5 s), then quiet, replayed over
+    a day peaking at 1 req/s: the static cluster was sized on the file's first 60 s at the
+    peak (41 requests: 3 machines) and missed its SLOs over the day it was bought for. Now on
+    the busiest 60 s the day plays at that rate (123 requests: 6 machines), and meets them."""
+    from provisioner.autoscale import size_for_peak
+    from provisioner.slo import SLO
+    from workloads import read_profile_csv
+
+    arrival = np.concatenate([6.0 * np.arange(10), 60 + 0.5 * np.arange(120), 120 + 6.0 * np.arange(10)])
+    trace = tmp_path / "bursty.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:g},1500,200\n" for a in arrival))
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,0.5\n600,1\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-a100",
+                                    "--workload", str(trace), "--sizing-duration", "60", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    gen = TraceGenerator.from_json(obj["trace"])
+    first = gen.at(1.0)
+    busiest, start_s = gen.busiest_window(1.0, read_profile_csv(profile))
+    assert obj["sizing"] == {"start_s": start_s, "requests": len(busiest), "rps": len(busiest) / 60}
+    assert (len(first), len(busiest)) == (41, 123) and start_s > 0
+    assert size_for_peak("baseline-a100", first, "bloom-176b", SLO(), PERF) == 3
+    assert obj["static"]["machines"] == 6 and obj["static"]["slo"]["met"]
 
 
 def test_cli_diurnal_day_saves_at_equal_slos():

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workloads import TraceGenerator, WorkloadError, azure_trace, make_workload, read_trace_csv
+from workloads import RateProfile, TraceGenerator, WorkloadError, azure_trace, make_workload, read_trace_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLITWISE_TRACES = ROOT.parent / "shared" / "validation" / "splitwise_sim_llama" / "traces"
@@ -91,6 +91,29 @@ def test_replay_rps_rescales_time_and_duration_cuts_a_window(small_trace):
     wrapped = TraceGenerator(small_trace, 100.0).at()                 # longer than the file: wraps
     assert len(src) < len(wrapped) and wrapped.arrival_s[-1] < 100.0
     np.testing.assert_array_equal(wrapped.prompt_tokens, src.prompt_tokens[np.arange(len(wrapped)) % len(src)])
+
+
+def test_the_busiest_window_of_a_replay_is_its_burst_not_its_first_window(tmp_path):
+    """A file quiet for 60 s (a request every 6 s), busy for 60 s (every 0.5 s), then quiet:
+    at its own rate a 60-s window from its start holds 10 requests, the busiest one (from
+    the first busy request, at 60 s) 120. Drawn arrivals have no busiest part."""
+    arrival = np.concatenate([6.0 * np.arange(10), 60 + 0.5 * np.arange(120), 120 + 6.0 * np.arange(10)])
+    path = _write_trace(tmp_path / "bursty.csv", arrival, 100 + np.arange(140), np.full(140, 50))
+    gen = TraceGenerator(path, 60.0)
+    own = gen.native_rps
+    busiest, start_s = gen.busiest_window(own)
+    assert (len(gen.at(own)), len(busiest), start_s) == (10, 120, 60.0)
+    np.testing.assert_allclose(busiest.arrival_s, arrival[10:130] - 60.0, atol=1e-9)
+    np.testing.assert_array_equal(busiest.prompt_tokens, 110 + np.arange(120))
+    assert busiest.duration_s == 60.0 and busiest.rate_rps == 2.0
+    # a 100-s day at the file's rate plays its first 100 s: the busiest window inside starts
+    # at 36 s (4 quiet requests and the burst's first 72), not in the burst it never plays whole
+    early, start_s = gen.busiest_window(own, RateProfile(np.array([0.0]), np.array([own]), 100.0, "short"))
+    assert (len(early), start_s) == (76, 36.0)
+    # drawn arrivals: the first window, as `at`
+    drawn = TraceGenerator("coding", 60.0, 1)
+    trace, start_s = drawn.busiest_window(5.0)
+    assert start_s == 0.0 and trace.arrival_s.tobytes() == drawn.at(5.0).arrival_s.tobytes()
 
 
 def test_replay_of_a_shipped_name_rescales_the_azure_trace():

@@ -131,6 +131,35 @@ class TraceGenerator:
         self._grow(k)
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
+    def busiest_window(self, rps: float, profile=None) -> tuple[Trace, float]:
+        """The window of ``duration_s`` at ``rps`` that holds the most requests, as a trace
+        starting at 0, and where it starts in the trace at ``rps`` (s).
+
+        Drawn arrivals are one stationary process, so any window is as busy as another:
+        ``(at(rps), 0.0)``. A replay is the file's own arrivals, whose rate varies: its window
+        starts at the arrival after which the most requests arrive within ``duration_s``
+        (wrapping around the file as ``with_profile`` does; the earliest on ties, so a file
+        whose first window is busiest gives ``at(rps)``). With a :class:`RateProfile`, only
+        windows of the requests ``with_profile(profile)`` replays count (the first window if
+        none fits): a burst the day never reaches is not its peak. What a cluster sized for
+        the peak of a replayed day must carry (``provision autoscale``).
+        """
+        if self.arrival != "replay":
+            return self.at(rps), 0.0
+        check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+        src = self.source
+        m = len(src)
+        pos, factor, window_s = self._replay_positions(float(rps), extra_copies=1)   # windows from any start
+        counts = np.searchsorted(pos, pos[:m] + window_s, side="left") - np.arange(m)
+        if profile is not None:   # the day's requests end at unit time `expected_requests` (`_replay_unit`)
+            counts[1:][pos[1:m] + window_s > profile.expected_requests / self.native_rps] = 0
+        i = int(np.argmax(counts))
+        k = int(counts[i])
+        self._check_replay_window(k, float(rps), float((pos[i + k - 1] - pos[i]) * factor))
+        rows = (i + np.arange(k)) % m
+        return (Trace((pos[i:i + k] - pos[i]) * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
+                      self.duration_s), float(pos[i] * factor))
+
     def check_rate(self, rps: float) -> None:
         """Refuse, before drawing anything, a rate whose trace would hold no request or more
         than a trace holds (drawn arrivals; a replay is checked as :meth:`at` cuts it)."""
@@ -224,17 +253,32 @@ class TraceGenerator:
     def _replay(self, rps: float) -> Trace:
         src = self.source
         m = len(src)
+        pos, factor, window_s = self._replay_positions(rps)
+        k = int(np.searchsorted(pos, window_s, side="left"))
+        self._check_replay_window(k, rps, float(pos[k - 1] * factor) if k > 0 else 0.0)
+        rows = np.arange(k) % m
+        return Trace(pos[:k] * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
+                     self.duration_s)
+
+    def _replay_positions(self, rps: float, extra_copies: int = 0):
+        """(the file's arrivals wrapped over the window, in its own seconds from 0; the factor
+        to seconds at `rps`; the window in its own seconds). `extra_copies` more copies of the
+        file, for windows that start past its beginning."""
+        src = self.source
+        m = len(src)
         offset_s = src.arrival_s - src.arrival_s[0]
         period_s = m / self.native_rps           # the file's span plus one mean gap
         factor = self.native_rps / rps           # exactly 1.0 at the file's own rate
         window_s = self.duration_s / factor * (1.0 - _WINDOW_REL_TOL)   # in the file's own seconds
-        copies = max(1, math.ceil(window_s / period_s))
+        copies = max(1, math.ceil(window_s / period_s)) + extra_copies
         if copies * m > 2 * MAX_TRACE_REQUESTS:   # before allocating: a window far longer than the file
             raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.label}' at {rps:g} req/s repeats the "
                                 f"file {copies:,} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
                                 f"requests); shorten duration_s", params=("duration_s",))
-        pos = (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel()
-        k = int(np.searchsorted(pos, window_s, side="left"))
+        return (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel(), factor, window_s
+
+    def _check_replay_window(self, k: int, rps: float, span_s: float) -> None:
+        """Refuse a replayed window of `k` requests over `span_s` seconds that no trace holds."""
         if k > MAX_TRACE_REQUESTS:
             raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.label}' at {rps:g} req/s is {k:,} "
                                 f"requests, more than a trace holds ({MAX_TRACE_REQUESTS:,}); shorten duration_s",
@@ -242,14 +286,10 @@ class TraceGenerator:
         if k < 1:
             raise WorkloadError(f"no request of trace '{self.label}' arrives in a {self.duration_s:g}-s window at "
                                 f"{rps:g} req/s; use a longer duration_s", params=("duration_s",))
-        span_s = float(pos[k - 1] * factor)
         if span_s > MAX_REPLAY_SPAN_S:   # the simulators would step through ages of idle time
             raise WorkloadError(f"trace '{self.label}' at {rps:.3g} req/s spans {span_s:.3g} s ({span_s / 3.156e7:.3g} "
                                 f"years): write its arrival times in seconds (milliseconds / 1e3, nanoseconds / "
                                 f"1e9), or give rps to rescale it", params=("rps",))
-        rows = np.arange(k) % m
-        return Trace(pos[:k] * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
-                     self.duration_s)
 
 
 def _shipped_name(workload) -> str | None:

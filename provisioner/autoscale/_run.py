@@ -138,11 +138,14 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
-    peak_trace : a constant-rate trace at the profile's peak (the static sizing question).
+    peak_trace : a constant-rate trace at the profile's peak (the static sizing question):
+        `TraceGenerator.busiest_window(peak, profile)`, for a replayed file its busiest
+        window (its first may hold a fraction of the peak's requests).
     capacity_rps : requests/s per machine the controller plans with; default the peak
         rate over the static count (what one machine of the static cluster carries at the peak).
-    peak_rps : the profile's peak, req/s (default: `peak_trace`'s requests over its window,
-        which a replayed window's own gaps may put far from the rate it was drawn at).
+    peak_rps : the peak, req/s (default: `peak_trace`'s requests over its window: for a
+        replayed file's busiest window the rate the static cluster is sized to carry; drawn
+        arrivals pass the profile's peak, which their window only rounds).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.

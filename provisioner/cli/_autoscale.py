@@ -57,9 +57,12 @@ def autoscale_command(
                                         "fewest machines meeting the SLOs at the profile's peak)."),
     sizing_duration: float = typer.Option(DEFAULT_SIZING_S, "--sizing-duration",
                                           help="Length (s) of the constant-rate trace at the peak the static "
-                                               "cluster is sized on."),
+                                               "cluster is sized on (a replayed --workload: its busiest window "
+                                               "of this length among those the day plays)."),
     capacity_rps: float = typer.Option(None, "--capacity-rps", help="Requests/s one machine carries, for the "
-                                       "controller (default: the peak over the static machine count)."),
+                                       "controller (default: the peak over the static machine count; a replayed "
+                                       "--workload's peak is its busiest --sizing-duration window at the profile's "
+                                       "peak rate)."),
     scale_out_load: float = typer.Option(0.95, "--scale-out-load", help="Add machines when the observed rate "
                                          "exceeds this fraction of the capacity of the machines up or starting."),
     scale_in_load: float = typer.Option(0.7, "--scale-in-load", help="Stop machines when the rate would stay "
@@ -156,16 +159,25 @@ def autoscale_command(
                                f"--rps, its peak) or --sizing-duration")
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
+    # The static cluster is sized on the workload at the profile's peak rate: drawn arrivals'
+    # first window, a replayed file's busiest one among those the day plays (its first could
+    # hold a third of the peak's requests), whose own rate is then the peak it carries.
+    sizing, sizing_start_s = traces.busiest_window(rate.peak_rps, rate)
+    replayed = traces.arrival == "replay"
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
-    result = autoscale(design, day, traces.at(rate.peak_rps), model, policy, perf=perf, slo=SLO().scaled(slo_scale),
+    result = autoscale(design, day, sizing, model, policy, perf=perf, slo=SLO().scaled(slo_scale),
                        engine=engine, capacity_rps=capacity_rps, static_machines=static_machines,
-                       preemption=preemption, swap_space_gb=swap_space_gb, peak_rps=rate.peak_rps, **overrides)
+                       preemption=preemption, swap_space_gb=swap_space_gb,
+                       peak_rps=sizing.rate_rps if replayed else rate.peak_rps, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            # the day is TraceGenerator.from_json(trace).with_profile(RateProfile.from_json(profile)),
-           # the sizing trace the same generator `.at(peak_rps)` (its duration_s: --sizing-duration)
+           # the sizing trace the same generator's `.busiest_window(peak_rps, profile)` (its
+           # duration_s: --sizing-duration; `.at(peak_rps)` for drawn arrivals)
            "profile": {**rate.to_json(), "requests": len(day)},
-           "trace": traces.to_json(), **result.to_json()}
+           "trace": traces.to_json(),
+           "sizing": {"start_s": sizing_start_s, "requests": len(sizing), "rps": float(sizing.rate_rps)},
+           **result.to_json()}
     if preemption != "recompute":   # recompute results keep their keys
         obj["preemption"] = preemption
         obj["swap_space_gb"] = swap_space_gb
@@ -250,6 +262,10 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     how = (f"the controller plans with {obj['capacity_rps']:.3g} req/s per machine" if obj["scale_on"] == "rate" else
            f"the controller scales on {obj['scale_on']} inside the discrete-event engine "
            f"({obj['scaling_events']} scaling events)")
+    if obj["trace"]["arrival"] == "replay" and "sizing" in obj:
+        z = obj["sizing"]
+        console.print(f"the static cluster is sized on the replay's busiest {obj['trace']['duration_s']:g}-s window "
+                      f"at the peak rate: from {z['start_s']:.6g} s, {z['requests']:,} requests ({z['rps']:.3g} req/s)")
     if obj["scale_on"] != "rate":
         console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
