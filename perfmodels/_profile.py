@@ -27,17 +27,14 @@ from hardware_catalog import UnknownNameError, decode_text
 
 from ._calibrate import REQUIRED_COLUMNS
 from ._model import TP_DEGREES
-from ._profile_eval import KIND_GRID, KIND_SPLITWISESIM
+from ._profile_eval import KIND_GRID, KIND_SPLITWISESIM, MIN_TIME_MS
 from .errors import PerfModelError
 
 REQUIRED = tuple(REQUIRED_COLUMNS)   # the columns the fit reads are the ones a profile must have
 ALIASES = {"prompt_time": "prompt_time_ms", "token_time": "token_time_ms", "e2e_time": "e2e_time_ms"}
 INTERPS = ("grid", "splitwisesim")
 MAX_MEASURED = 1e9   # the largest number a profile field may hold: 11.6 days in ms, a billion tokens
-# The shortest time (ms) a measurement may hold: no GPU pass takes under a microsecond (a kernel
-# launch alone takes several), and the simulators' clocks, in seconds since the trace began, stop
-# advancing on steps much shorter (1e-12 ms hung the fluid engine, past Ctrl-C and SIGTERM).
-MIN_MEASURED_MS = 1e-3
+MIN_MEASURED_MS = MIN_TIME_MS   # the shortest time (ms) a measurement may hold (why: `_profile_eval`)
 # what a numeric cell holds, for the fix of its error
 MEANING = {"tensor_parallel": "the tensor-parallel degree: 1, 2, 4 or 8", "prompt_size": "the tokens per prompt",
            "batch_size": "the requests per batch", "token_size": "the output tokens per request",

@@ -35,6 +35,12 @@ HEADER = 5
 # SplitwiseSim costs an iteration mixing prompts and decodes as the prefill of all its
 # tokens times this factor (performance_model.py, get_iteration_duration).
 SPLITWISESIM_MIXED_FACTOR = 1.1
+# The shortest time (ms) a profile may give a pass: no GPU pass takes under a microsecond (a kernel
+# launch alone takes several), and the simulators' clocks, in seconds since the trace began, stop
+# advancing on steps much shorter (1e-12 ms hung the fluid engine, past Ctrl-C and SIGTERM). The
+# reader refuses measurements under it, `ProfileLatencyModel.fit` a table whose interpolation gives
+# one at the smallest sizes.
+MIN_TIME_MS = 1e-3
 
 
 def _bracket(c, lo, n, x):

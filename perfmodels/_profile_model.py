@@ -12,7 +12,7 @@ import numpy as np
 
 from ._model import LatencyModel, solo_request_tokens
 from ._profile import INTERPS, Profile, pack_table, read_profile
-from ._profile_eval import HEADER, KIND_GRID, N_COEF, profile_iteration_s
+from ._profile_eval import HEADER, KIND_GRID, MIN_TIME_MS, N_COEF, _lerp_extrapolate, profile_iteration_s
 from ._roofline import time_from_coefficients
 from .errors import PerfModelError
 
@@ -44,9 +44,15 @@ class ProfileLatencyModel(LatencyModel):
         super().__init__(calibration, catalog)
         self.interp = interp
 
-    def fit(self, profile: Profile) -> "ProfileLatencyModel":
+    def fit(self, profile: Profile, where: str | None = None) -> "ProfileLatencyModel":
+        """Build the tables; refuse one whose interpolation times a pass under `MIN_TIME_MS`.
+
+        where : how that error names the file, e.g. "--latency-profile 'p.csv'" (default: its path).
+        """
         self.profile_ = profile
         self.tables_ = {key: pack_table(profile, profile.rows(*key), self.interp) for key in profile.keys()}
+        for key, table in self.tables_.items():
+            _check_smallest_times(profile, key, table, where or profile.source)
         self.n_coef = N_COEF + max(len(t) for t in self.tables_.values())
         return self
 
@@ -145,9 +151,56 @@ class ProfileLatencyModel(LatencyModel):
         return notes
 
 
+def _check_smallest_times(profile: Profile, key, table: np.ndarray, where: str) -> None:
+    """Refuse a table whose lookups can time a pass under `MIN_TIME_MS` (or not a finite time).
+
+    The reader bounds the measurements; what the interpolation makes of them is bounded at
+    the extremes of what the engines ask (a prompt of 1 token, a batch of 1 request or more):
+    - grid: inside the axes a lookup is a convex combination of cells, so its smallest is
+      the smallest cell, and a product-rule fill can be far below the measured ones
+      (outside the axes the roofline is used);
+    - splitwisesim: between knots the same; below the first knot the first segment is
+      extrapolated down to 1 batch token, the smallest point it is asked (a prefill of 1
+      token, a decode of 1 request), and a line's smallest on [1, first knot] is at an end.
+      Beyond the last knot a falling line is not checked: refusing a falling last segment
+      would refuse the shipped profile (its TP2 tables fall there).
+    """
+    na, nb = int(table[3]), int(table[4])
+    data = HEADER
+    here = f"{where}: {key[0]} on {key[1]} TP {key[2]}: "
+
+    def bad(v):
+        return not (MIN_TIME_MS <= v < np.inf)
+
+    def why(v):
+        return f"{v:.3g} ms ({'under 1 us' if v < MIN_TIME_MS else 'not a finite time'})"
+
+    if table[0] == KIND_GRID:
+        s_axis, b_axis = table[data:data + na], table[data + na:data + na + nb]
+        idx = profile.rows(*key)
+        measured = set(zip(profile.prompt_tokens[idx], profile.batch_size[idx]))
+        for phase, lo in (("prefill", data + na + nb), ("decode iteration", data + na + nb + na * nb)):
+            cells = table[lo:lo + na * nb].reshape(na, nb)
+            worst = [(cells[i, j], i, j) for i in range(na) for j in range(nb)
+                     if not np.isnan(cells[i, j]) and bad(cells[i, j])]
+            if worst:
+                v, i, j = min(worst)
+                s, b = s_axis[i], b_axis[j]
+                how = "the grid's measurements give" if (s, b) in measured else "the grid's product-rule fill gives"
+                raise PerfModelError(f"{here}{how} {why(v)} for a {phase} at prompt_size {s:g}, batch_size {b:g}; "
+                                     f"give a measurement there")
+    elif table[data] > 1.0:   # splitwisesim, the first knot above 1 batch token: extrapolated down to 1
+        for what, ys in (("a prefill of 1 token", data + na), ("a decode iteration of 1 request", data + 3 * na)):
+            v = _lerp_extrapolate(table, data, ys, na, 1.0)
+            if bad(v):
+                raise PerfModelError(f"{here}the splitwisesim rule extrapolates {what} to {why(v)}; give "
+                                     f"measurements at smaller prompt_size x batch_size (down to 1) or use "
+                                     f"--latency-interp grid")
+
+
 def load_profile_model(path, interp: str = "grid", calibration=None, catalog=None,
                        where: str | None = None) -> ProfileLatencyModel:
     """Read a profile CSV and fit a `ProfileLatencyModel` on it (errors name file, line, column;
     `where` says how they name the file, as in `read_profile`)."""
     model = ProfileLatencyModel(interp, calibration, catalog)
-    return model.fit(read_profile(path, model.catalog, where))
+    return model.fit(read_profile(path, model.catalog, where), where)

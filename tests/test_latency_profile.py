@@ -246,3 +246,37 @@ def test_a_one_point_profile(tmp_path):
         load_profile_model(path, "splitwisesim")
     with pytest.raises(PerfModelError, match="--latency-interp must be one of grid, splitwisesim"):
         load_profile_model(path, "cubic")
+
+
+# -- the smallest times an interpolation gives ---------------------------------------------
+HEAD = "model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\n"
+
+
+@pytest.mark.parametrize("interp, rows, tail", [
+    # a cross (batch 1 over prompts, prompt 512 over batches): the product rule fills (1024, 64)
+    # with t(1024, 1) x t(512, 64) / t(512, 1) = 0.001 x 0.001 / 1 ms
+    ("grid", "512,1,128,100,1.0\n1024,1,128,200,0.001\n512,64,128,300,0.001\n",
+     "the grid's product-rule fill gives 1e-06 ms (under 1 us) for a decode iteration at prompt_size 1024, "
+     "batch_size 64; give a measurement there"),
+    # SplitwiseSim's rule: a decode of 1 request, extrapolated from the knots 2 and 3 batch tokens
+    ("splitwisesim", "2,1,128,1.0,0.001\n3,1,128,1.1,0.001999999999999\n",
+     "the splitwisesim rule extrapolates a decode iteration of 1 request to 1e-15 ms (under 1 us); give "
+     "measurements at smaller prompt_size x batch_size (down to 1) or use --latency-interp grid"),
+    # a prefill of 1 token extrapolated below zero (it used the roofline without a word)
+    ("splitwisesim", "2,1,128,1.0,1.0\n3,1,128,3.0,1.1\n",
+     "the splitwisesim rule extrapolates a prefill of 1 token to -1 ms (under 1 us); give measurements at "
+     "smaller prompt_size x batch_size (down to 1) or use --latency-interp grid"),
+])
+def test_an_interpolation_under_a_microsecond_is_refused_when_built(tmp_path, interp, rows, tail):
+    """Every measurement is above the reader's 1-us floor, but the model would time a pass the
+    engines ask (a batch of 1, a prompt of 1 token, a filled cell) under it: refused at load,
+    not mid-simulation (the fluid engine's clock stopped; the DES gave meaningless results)."""
+    path = tmp_path / "p.csv"
+    path.write_text(HEAD + "".join(f"{LLAMA},{A100},8,{r}\n" for r in rows.splitlines()))
+    with pytest.raises(PerfModelError) as err:
+        load_profile_model(path, interp)
+    assert str(err.value) == f"{path}: {LLAMA} on {A100} TP 8: {tail}"
+    # the other interpolation reads the same file: grid does not extrapolate, and the
+    # splitwisesim knots 512, 1024 and 32768 batch tokens give no lookup under 1 us
+    load_profile_model(path, "splitwisesim" if interp == "grid" else "grid")
+

@@ -379,7 +379,7 @@ def plot_command(
         from reports import profile_curves
         shipped = Path(perfmodels.__file__).resolve().parent / "data" / "llama2-70b_dgx.csv"
         model = (load_profile_model(shipped, latency_interp) if measured is None else
-                 ProfileLatencyModel(latency_interp).fit(measured))   # the file read once
+                 ProfileLatencyModel(latency_interp).fit(measured, f"--profile '{profile}'"))   # read once
         data = profile_curves(data, model)
     fig = perf_figure(data)
     if latency_interp is not None:
