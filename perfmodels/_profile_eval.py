@@ -5,7 +5,8 @@ fallback) followed by a table (layout below, written by `_profile.pack_table`). 
 simulator engines call `profile_iteration_s` (the fluid engine compiles it with numba,
 the discrete-event engine runs it as Python), and `ProfileLatencyModel` loops it over
 arrays, so all three agree to the last bit. It returns -1.0 where the table does not
-cover the iteration; the caller then uses the roofline coefficients.
+cover the iteration (or gives under `MIN_TIME_MS`); the caller then uses the roofline
+coefficients.
 
 Layout after the roofline coefficients (offset `N_COEF`):
     [kind, prefill_scale, decode_scale, na, nb, data...]
@@ -39,7 +40,8 @@ SPLITWISESIM_MIXED_FACTOR = 1.1
 # launch alone takes several), and the simulators' clocks, in seconds since the trace began, stop
 # advancing on steps much shorter (1e-12 ms hung the fluid engine, past Ctrl-C and SIGTERM). The
 # reader refuses measurements under it, `ProfileLatencyModel.fit` a table whose interpolation gives
-# one at the smallest sizes.
+# one at the smallest sizes, and a lookup under it (an extrapolation beyond the largest knot that
+# falls through zero) is not covered: the roofline is used.
 MIN_TIME_MS = 1e-3
 
 
@@ -138,7 +140,7 @@ def profile_iteration_s(c, prefill_tokens, prefill_sq_tokens, prefill_seqs, deco
             t_ms = _lerp_extrapolate(c, px, py, na, prefill_tokens) * prefill_scale
         else:
             t_ms = _lerp_extrapolate(c, dx, dy, nb, decode_batch) * decode_scale
-    if t_ms <= 0:
+    if t_ms < MIN_TIME_MS:
         return -1.0
     return t_ms * 1e-3
 

@@ -162,8 +162,9 @@ def _check_smallest_times(profile: Profile, key, table: np.ndarray, where: str) 
     - splitwisesim: between knots the same; below the first knot the first segment is
       extrapolated down to 1 batch token, the smallest point it is asked (a prefill of 1
       token, a decode of 1 request), and a line's smallest on [1, first knot] is at an end.
-      Beyond the last knot a falling line is not checked: refusing a falling last segment
-      would refuse the shipped profile (its TP2 tables fall there).
+      Beyond the last knot a falling line ends under 1 us at some size: those lookups use
+      the roofline (`profile_iteration_s`); refusing a falling last segment would refuse
+      the shipped profile (its TP2 tables fall there).
     """
     na, nb = int(table[3]), int(table[4])
     data = HEADER

@@ -343,8 +343,9 @@ def test_a_latency_profile_extrapolated_to_near_zero_is_refused_when_loaded(tmp_
     engine runs.
 
     The fluid engine's guard ("the fluid simulator's clock stopped ...", `provisioner/sim/
-    _fluid.py`) stays as a backstop: a splitwisesim line falling beyond its last knot can
-    still give a sub-us time at some size, but no test here drives it through the CLI."""
+    _fluid.py`) stays as a backstop, but no --latency-profile reaches it any more (sub-us
+    lookups are refused at load, or use the roofline beyond the last knot), so no test here
+    drives it through the CLI."""
     profile = tmp_path / "extrapolated.csv"
     profile.write_text(NEAR_ZERO_PROFILE)
     line = assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "4", "--rps", "2",

@@ -280,3 +280,15 @@ def test_an_interpolation_under_a_microsecond_is_refused_when_built(tmp_path, in
     # splitwisesim knots 512, 1024 and 32768 batch tokens give no lookup under 1 us
     load_profile_model(path, "splitwisesim" if interp == "grid" else "grid")
 
+
+def test_a_splitwisesim_line_falling_under_a_microsecond_past_the_last_knot_uses_the_roofline(tmp_path):
+    """Beyond its last knot a falling line gives times under 1 us, then under zero, at some
+    size: the roofline is used for both (the shipped profile's TP2 tables fall there, so a
+    falling last segment is not refused)."""
+    path = tmp_path / "p.csv"
+    path.write_text(HEAD + f"{LLAMA},{A100},8,1,1,128,1.0,1.0005\n{LLAMA},{A100},8,2,1,128,2.0,0.5005\n")
+    sws = load_profile_model(path, "splitwisesim")
+    roof = LatencyModel()
+    assert sws.decode_time_s(LLAMA, A100, 8, 2, 100) == pytest.approx(0.5005e-3, rel=1e-12)
+    for batch in (3, 4):   # 0.0005 ms, then -0.4995 ms
+        assert sws.decode_time_s(LLAMA, A100, 8, batch, 100) == roof.decode_time_s(LLAMA, A100, 8, batch, 100)
