@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 import numpy as np
 import numba
@@ -860,9 +861,10 @@ def _refuse_stopped_clock(stats: np.ndarray) -> None:
     if len(stalled) == 0:
         return
     row = stats[stalled[0]]
-    raise ProvisionerError(
+    iteration = f"an iteration at {row[ST_STALL_ITER_S]:.3g} s" if row[ST_STALL_ITER_S] > 0 else "an iteration"
+    raise ProvisionerError(   # for the whole batch: a search's other designs share the latency model at fault
         f"the fluid simulator's clock stopped at {row[ST_STALL_AT_S]:.6g} s of simulated time: the latency model "
-        f"timed an iteration at {row[ST_STALL_ITER_S]:.3g} s, too short for the clock to advance; check the latency "
+        f"timed {iteration}, too short for the clock to advance; check the latency "
         f"model's times (a measured profile's cells, and what its grid's product rule or splitwisesim's "
         f"extrapolation makes of them, must stay above 1 microsecond per pass)")
 
@@ -944,7 +946,10 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
     kernels read at every arrival and every `STOP_CHECK_EVENTS` events, and re-raises once
     they have returned (milliseconds). A kernel in the main thread kept the signal waiting
     until the whole batch was done (9 s for the Fig. 12 space without early stop). One
-    thread's short batch (`INLINE_DESIGN_REQUESTS`) still runs in the calling thread."""
+    thread's batch runs in the calling thread when it is short (`INLINE_DESIGN_REQUESTS`)
+    or that thread is not the main one: no signal reaches a Dask or thread-pool task's
+    thread, and a worker thread there would only hold the interpreter's exit (it joins
+    pool threads, not the daemon threads Dask runs tasks on) until the batch is done."""
     D = n_machines.shape[0]
     R = arrival.shape[0]
     kept = D if keep_requests else 0
@@ -959,18 +964,21 @@ def _run_batch(n_machines, coef, kv_cap, prompt_budget, allow_borrow, kv_s_per_t
         stats, pct, window, drained, stop, plan))
     _compile_with_signals_held(_run_block, (order, 0, D, *args))
     n_threads = max(1, min(numba.get_num_threads(), D))
-    if n_threads == 1 and D * R < INLINE_DESIGN_REQUESTS:
+    if n_threads == 1 and (D * R < INLINE_DESIGN_REQUESTS or threading.current_thread() is not threading.main_thread()):
         _run_block(order, 0, D, *args)
         return first, finish, stats, pct
     bounds = [D * k // n_threads for k in range(n_threads + 1)]
-    with ThreadPoolExecutor(n_threads) as pool:
+    pool = ThreadPoolExecutor(n_threads)
+    try:   # the submits inside: a Ctrl-C between two of them stops the first too
         done = [pool.submit(_run_block, order, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        try:
-            for future in done:
-                future.result()
-        except BaseException:   # Ctrl-C or SIGTERM while waiting: stop the kernels; the pool joins them
-            stop[0] = 1
-            raise
+        finished, _ = wait(done, return_when=FIRST_EXCEPTION)   # all of them, unless one raised first
+        for future in finished:
+            future.result()
+    except BaseException:   # Ctrl-C, SIGTERM or a kernel's exception: stop the other kernels
+        stop[0] = 1
+        raise
+    finally:
+        pool.shutdown(wait=True)   # milliseconds once stopped
     return first, finish, stats, pct
 
 
