@@ -136,8 +136,9 @@ def test_to_json_rebuilds_the_trace_and_refuses_a_changed_file(small_trace):
 
 
 def test_a_saved_question_without_an_arrival_key_takes_the_workloads_default(small_trace):
-    """An older result's question had no 'arrival': its replayed CSV was rebuilt as Poisson
-    draws of the file's sizes, another trace than the one it was answered on."""
+    """A hand-written question with no 'arrival' (every result the tool writes records one):
+    its CSV was rebuilt as Poisson draws of the file's sizes, where the CLI and
+    TraceGenerator() replay a CSV by default."""
     question = {"workload": str(small_trace), "duration_s": 20.0, "seed": 4}
     gen = TraceGenerator.from_json(question)
     assert gen.arrival == "replay"

@@ -223,7 +223,8 @@ class TraceGenerator:
         if not isinstance(obj, dict) or "workload" not in obj:   # {} was a KeyError
             raise WorkloadError(f"a trace generator's JSON needs a 'workload' key, got {obj!r:.60}; give "
                                 f"TraceGenerator.to_json() or a result's 'question'")
-        # no arrival recorded (older results): the workload's default, so a CSV is replayed as it was
+        # no arrival given (a hand-written question; every result the tool writes records one): the
+        # workload's default, as the CLI and TraceGenerator() apply it, so a CSV is replayed
         gen = cls(obj["workload"], obj.get("duration_s"), obj.get("seed", 0),
                   arrival=obj.get("arrival") or None, cv=2.0 if obj.get("cv") is None else obj["cv"])
         want = obj.get("workload_sha256")
