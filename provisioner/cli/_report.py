@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from workloads import decode_text
+from hardware_catalog import decode_text
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, resolved
@@ -64,7 +64,8 @@ def load_result(path: Path) -> dict:
         raise ProvisionerError(
             f"'{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except UnicodeDecodeError:
-        raise ProvisionerError(f"'{path}' is not a JSON text file (UTF-8 or UTF-16)") from None
+        raise ProvisionerError(f"'{path}' is not a JSON text file (UTF-8 or UTF-16); give the file saved with "
+                               f"`provision ... --json`") from None
     except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
         raise ProvisionerError(f"'{path}' is not a result of `provision --json` (a number of over 4,300 digits, or "
                                f"nesting thousands deep); give the file saved with `provision ... --json`") from None

@@ -187,7 +187,7 @@ def _design(design, prompt_machines, token_machines, machines, prompt_power_cap,
 def _read_result(path: Path) -> dict:
     import json
 
-    from workloads import decode_text
+    from hardware_catalog import decode_text
 
     try:
         raw = Path(path).read_bytes()
