@@ -373,6 +373,28 @@ def test_the_scores_shortcut_past_the_lp_agree_with_the_lp(perf, workload, gbps)
     assert 0 < ctx.scorer.lp_solves < len(split)   # both ways were taken
 
 
+def test_rentals_that_share_their_rates_plan_as_each_does_alone(perf):
+    """--goal cost plans many rentals of one price list, and their replicas and pairs of one
+    physics share their rates (`SharedRates`): each rental's finalists, scores and order are
+    those it finds alone. The store pickles empty (a worker computes its own) and refuses a
+    scorer of another question (here 4-bit KV)."""
+    import pickle
+
+    from provisioner.cloud import SharedRates, finalist_plans
+
+    prices = load_inventory("cloud-prices", perf.catalog)
+    llm = perf.llm("llama-30b")
+    sizes = size_sample(TraceGenerator("coding", 60.0, 0, arrival="poisson", rps=4.0), 4.0)
+    shared = SharedRates()
+    for counts in [(1, 2, 1, 0), (1, 3, 0, 1), (0, 2, 1, 1)]:
+        alone = make_context(prices.with_counts(counts), llm, perf, sizes, reference=prices)
+        together = make_context(prices.with_counts(counts), llm, perf, sizes, reference=prices, shared=shared)
+        assert finalist_plans(together, 0, steps=10) == finalist_plans(alone, 0, steps=10)
+    assert shared.values and not pickle.loads(pickle.dumps(shared)).values
+    with pytest.raises(ValueError, match="another question"):
+        make_context(prices.with_counts((1, 1, 0, 0)), llm, perf, sizes, kv_bits=4, reference=prices, shared=shared)
+
+
 def test_at_a_tight_slo_the_search_climbs_from_whole_node_groups(perf):
     """At Table VI x 1.25 small groups miss coding's limits: the fine start (each node cut
     into its smallest TP groups) and 44 of its 48 neighbours score 0, and a search from it

@@ -30,7 +30,7 @@ from ._physics import Physics, split_layers
 from ._plan import (DEFAULT_SLO_SCALE, check_cloud_scheduler, make_context, node_local_starts, plan_routing,
                     replicas_json, search_plan, size_sample)
 from ._routing import Routing
-from ._score import Scorer, Workload
+from ._score import Scorer, SharedRates, Workload
 from ._search import MAX_GROUPS, canon, exhaustive, initial_plan, neighbours, score, symmetry_key, tabu_search
 from ._simulate import plan_load, server_plan, shared_links, simulate_plan
 from ._steady import steady_state_load
@@ -39,7 +39,8 @@ __all__ = ["COMPARISON_CHUNK_TOKENS", "FINALISTS", "RENTAL_SEARCH_STEPS", "load_
            "SHIPPED", "plan_cloud", "check_question", "check_without", "TARGET_ATTAINMENT", "sustained_rps", "best_by_des",
            "best_chunked_non_split", "best_of_budgets", "chunked_non_split_by_budget", "finalist_plans",
            "Physics", "split_layers", "make_context", "size_sample", "search_plan", "plan_routing", "replicas_json",
-           "DEFAULT_SLO_SCALE", "Scorer", "Workload", "Routing", "exhaustive", "tabu_search", "initial_plan", "MAX_GROUPS",
+           "DEFAULT_SLO_SCALE", "Scorer", "SharedRates", "Workload", "Routing", "exhaustive", "tabu_search",
+           "initial_plan", "MAX_GROUPS",
            "neighbours", "score", "symmetry_key", "canon", "upper_bound_rps", "simulate_plan", "server_plan",
            "shared_links", "REPLICA_COLUMNS", "REPLAN_CASES", "gpus_text", "nodes_text", "layers_text", "tp_text",
            "replica_cells", "replan_changes", "replan_event", "replan_rows", "REPLAN_METRICS", "rented_text",

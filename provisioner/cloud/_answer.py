@@ -23,7 +23,7 @@ from ..workers import beside
 from ._plan import (SEARCH_STEPS, bounds, check_cloud_scheduler, make_context, no_split_plan_reason,
                     node_local_starts, plan_routing, replicas_json, search_plan, size_sample, uncompressed)
 from ._routing import Routing
-from ._score import TARGET_ATTAINMENT
+from ._score import TARGET_ATTAINMENT, SharedRates
 from ._search import canon, score, search_value, symmetry_key, tie_break, valid_plan
 from ._format import rented_text
 from ._inventory import Inventory
@@ -103,13 +103,17 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
                                f"the links between the nodes of a fixed inventory, and --goal cost chooses the "
                                f"nodes; give network.inter_node_gbps (or --inter-node-gbps) instead")
     met_plan = None
+    # --goal cost plans many rentals of one price list for one question: their replicas and
+    # pairs alike share their rates (`SharedRates`), and the answer's plan reads them again
+    shared = SharedRates() if goal == "cost" else None
     if goal == "cost":
         progress.start("choosing what to rent (a search and a simulation per rental)")
         inventory, ns_rental, met_plan = _rentals(reference, llm, perf, traces, rps, kv_bits, slo_scale, seed,
-                                                  target, rescore_engine, engine, prefill_chunk_tokens, scheduler)
+                                                  target, rescore_engine, engine, prefill_chunk_tokens, scheduler,
+                                                  shared)
     sizes = size_sample(traces, rps)
     ctx = make_context(inventory, llm, perf, sizes, slo_scale, kv_bits, reference=reference, target=target,
-                       scheduler=scheduler)
+                       scheduler=scheduler, shared=shared)
     budgets = _chunk_budgets(prefill_chunk_tokens)
     # a long simulation of a plan far past its capacity would only say that little is served
     crawls = goal == "rps" and rps * traces.duration_s > CRAWL_REQUESTS
@@ -278,44 +282,47 @@ def _refuse_past_headroom(rps, carried, what) -> None:
 
 
 def _rentals(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine, engine,
-             prefill_chunk_tokens, scheduler=DEFAULT_SCHEDULER):
+             prefill_chunk_tokens, scheduler=DEFAULT_SCHEDULER, shared=None):
     """--goal cost: (the cheapest split rental, `non_split_rental`, the split plan that met the
     target on the rental at `rps`). Each search also checks
     the other's rental: the single-node rates that propose rentals are analytic and rank
     node types apart from the simulation (conversation on cloud-prices at 3 req/s: the
     split search alone rented 7.43 $/h; given the non-split rental it found one of 5.90)."""
     args = (price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target)
-    ns = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens, scheduler=scheduler)
+    ns = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens, scheduler=scheduler, shared=shared)
     also = [] if ns["rented"] is None else [tuple(ns["rented"][t.name] for t in price_list.types)]
     try:
-        rental, (met_plan, _) = choose_rental(*args, engine=rescore_engine, also=also, scheduler=scheduler)
+        rental, (met_plan, _) = choose_rental(*args, engine=rescore_engine, also=also, scheduler=scheduler,
+                                              shared=shared)
     except ProvisionerError as e:
         raise _with_non_split_rental(e, ns, rps) from None
     if ns["rented"] is None or rental.cost_usd_per_h < ns["cost_usd_per_h"]:
         # may the split rental serve the rate non-split?
         on_split_rental = non_split_rental(*args, rescore_engine, engine, prefill_chunk_tokens, rounds=0,
-                                           also=[tuple(t.count for t in rental.types)], scheduler=scheduler)
+                                           also=[tuple(t.count for t in rental.types)], scheduler=scheduler,
+                                           shared=shared)
         ns = on_split_rental if on_split_rental["rented"] is not None else ns
     return rental, ns, met_plan
 
 
 def non_split_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target, rescore_engine,
                      engine, prefill_chunk_tokens=COMPARISON_CHUNK_TOKENS, rounds=12, also=(),
-                     scheduler=DEFAULT_SCHEDULER) -> dict:
+                     scheduler=DEFAULT_SCHEDULER, shared=None) -> dict:
     """`non_split_rental` of a `--goal cost` answer: the cheapest rental whose non-split
     plan meets the target at `rps`, whole prompts or chunked with `prefill_chunk_tokens`
     (`choose_rental` with phases ("both",)): its cost, plan, budget and attainment; or why
     there is none (`cost_usd_per_h` None). The answer's rental is the cheapest split one; a
-    capacity planner compares the two prices. `rounds` and `also` as `choose_rental`'s."""
+    capacity planner compares the two prices. `rounds`, `also` and `shared` as `choose_rental`'s."""
     budgets = (0,) + _chunk_budgets(prefill_chunk_tokens)
     try:
         rental, (plan, chunk) = choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target,
                                               rounds=rounds, engine=rescore_engine, phases=NON_SPLIT_PHASES,
-                                              chunk_budgets=budgets, also=also, scheduler=scheduler)
+                                              chunk_budgets=budgets, also=also, scheduler=scheduler,
+                                              shared=shared)
     except ProvisionerError as e:
         return {"rented": None, "cost_usd_per_h": None, "why": str(e)}
     ctx = make_context(rental, llm, perf, size_sample(traces, rps), slo_scale, kv_bits, reference=price_list,
-                       target=target, scheduler=scheduler)
+                       target=target, scheduler=scheduler, shared=shared)
     sim = simulate_plan(ctx, plan, trace_at(traces, rps), engine=engine, chunk_tokens=chunk)
     return {"rented": {t.name: t.count for t in rental.types}, "cost_usd_per_h": round(rental.cost_usd_per_h, 4),
             "replicas": replicas_json(ctx, plan), "prefill_chunk_tokens": int(chunk),
@@ -647,7 +654,7 @@ def _keep_old_routing(ctx2, routed, k, trace, engine) -> dict:
 
 def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, target=TARGET_ATTAINMENT,
                   rounds=12, engine="des", phases=SPLIT_PHASES, chunk_budgets=(0,), also=(),
-                  scheduler=DEFAULT_SCHEDULER):
+                  scheduler=DEFAULT_SCHEDULER, shared=None):
     """(rental, (plan, chunk budget)): the cheapest node counts (within availability) with a
     plan of `phases` (split, or non-split: ("both",)) that meets `target` attainment at `rps`
     in the simulation (`engine`), that plan, and the chunked-prefill budget of its replicas
@@ -665,7 +672,9 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     rentals (counts per type) to check (the cheapest non-split rental, say, may serve the
     rate split too), and up to CHEAPER_RENTAL_CHECKS rentals under the best pass whose rates
     could carry rps are checked (`_cheaper_pass`); the cheapest passing one of all is chosen.
-    rounds=0 checks the rentals `also` lists, only."""
+    rounds=0 checks the rentals `also` lists, only.
+    shared : a `SharedRates` for the rentals' scorers (one question's: the same requests, SLO
+    reference and KV bits), kept in this process (a worker's checks compute their own)."""
     if rps is None:
         raise ProvisionerError("goal 'cost' needs rps (the load the rented nodes must serve)", params=("goal", "rps"))
     limits = price_list.rentable_counts()
@@ -677,7 +686,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
                                f"`available` limits)", params=("goal",))
     split = phases != NON_SPLIT_PHASES
     trace, sizes = trace_at(traces, rps), size_sample(traces, rps)   # as the answer then simulates it
-    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases, target)
+    shared = SharedRates() if shared is None else shared
+    rates = [_node_rates(price_list, k, llm, perf, sizes, slo_scale, kv_bits, phases, target, shared)
              for k in range(len(limits))]
     how = "split" if split else "non-split"
     everything = tuple(limits)
@@ -701,7 +711,8 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         return verdicts[counts]
 
     def passes(counts, measure_miss=False):
-        return verdicts[counts] if counts in verdicts else record(counts, check_rental(counts, *question, measure_miss))
+        return verdicts[counts] if counts in verdicts else record(counts, check_rental(counts, *question, measure_miss,
+                                                                                      shared))
 
     lo, need, best = 0.0, float(rps), None     # best: (counts, need) of the cheapest pass
     for _ in range(rounds):
@@ -727,7 +738,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         # whose rates could carry rps are checked too, the cheapest and the likeliest to pass.
         cheaper = [c for c in _rentals_by_cost(price_list, limits, rates, rps, _cost(price_list, best[0]))
                    if c not in verdicts][:MAX_CHEAPER_RENTALS]
-        best = _cheaper_pass(cheaper, rates, verdicts, question, record, engine) or best
+        best = _cheaper_pass(cheaper, rates, verdicts, question, record, engine, shared) or best
     if best is None and everything in no_split:
         raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
                                f"can hold a prefill and a decode replica")
@@ -738,17 +749,17 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
 
 
 def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bits, slo_scale, seed, target, engine,
-                 phases, chunk_budgets, scheduler=DEFAULT_SCHEDULER, measure_miss=True) -> tuple:
+                 phases, chunk_budgets, scheduler=DEFAULT_SCHEDULER, measure_miss=True, shared=None) -> tuple:
     """`choose_rental`'s check of one rental (`counts` nodes per type of `price_list`): its
     shorter search's finalists simulated at `rps` on `trace`. Returns ((passes, sustained /
     predicted rate, (plan, chunk budget) that met the target or None), why the rental has
     no plan of `phases` or None). The sustained rate of a failing rental takes a bisection
     of DES runs; with `measure_miss` False it is not measured (nan): only `choose_rental`'s
     steps before its first pass read it (coding on cloud-prices at 4 req/s: a third of the
-    answer's DES runs measured rates nothing read)."""
+    answer's DES runs measured rates nothing read). shared : as `choose_rental`'s."""
     split = phases != NON_SPLIT_PHASES
     ctx = make_context(price_list.with_counts(counts), llm, perf, sizes, slo_scale, kv_bits, reference=price_list,
-                       target=target, scheduler=scheduler)
+                       target=target, scheduler=scheduler, shared=shared)
     ranked = finalist_plans(ctx, seed, phases=phases, steps=RENTAL_SEARCH_STEPS)
     if not ranked:   # room for one replica: nothing to split, at any rate
         return (False, 0.0, None), no_split_plan_reason(ctx, f"every node {price_list.name} makes available")
@@ -763,7 +774,7 @@ def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bi
     return (met is not None, realised, met), None
 
 
-def _cheaper_pass(candidates, rates, verdicts, question, record, engine) -> tuple | None:
+def _cheaper_pass(candidates, rates, verdicts, question, record, engine, shared=None) -> tuple | None:
     """(counts, None) of the cheapest of `candidates` (cheapest first) seen to pass
     `check_rental` in at most CHEAPER_RENTAL_CHECKS checks, or None. Two walks share
     them, a check of each at a time: the cheapest candidate left, in this process, and the
@@ -791,7 +802,7 @@ def _cheaper_pass(candidates, rates, verdicts, question, record, engine) -> tupl
         ahead = max(left[1:], key=headroom.get) if len(left) > 1 and checks + 1 < CHEAPER_RENTAL_CHECKS else None
         with beside(check_rental, ahead, *question, False, parallel=ahead is not None and engine == "des") as next_one:
             checks += 1
-            if record(here, check_rental(here, *question, False))[0]:
+            if record(here, check_rental(here, *question, False, shared))[0]:
                 next_one.abandon()   # every candidate left is dearer: its verdict is not needed
                 return here, None
             failed.append(here)
@@ -806,7 +817,7 @@ def _cheaper_pass(candidates, rates, verdicts, question, record, engine) -> tupl
     return (found, None) if found is not None else None
 
 
-def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, target) -> tuple[float, ...]:
+def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, target, shared=None) -> tuple[float, ...]:
     """The rps of one node of type k cut into equal TP groups, per phase of `phases` (the
     best TP for each). Network cards are not a cap here: a node may host a prefill and a
     decode replica, whose KV never crosses its card (capping each node's rate by its card
@@ -814,7 +825,8 @@ def _node_rates(price_list, k, llm, perf, trace, slo_scale, kv_bits, phases, tar
     3 req/s with 40-Gbps cards)."""
     one = price_list.with_counts([int(i == k) for i in range(len(price_list.types))])
     try:
-        ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list, target=target)
+        ctx = make_context(one, llm, perf, trace, slo_scale, kv_bits, reference=price_list, target=target,
+                           shared=shared)
     except ProvisionerError:
         return (0.0,) * len(phases)
     gpus = one.types[k].gpus

@@ -179,7 +179,13 @@ class Physics:
         return out
 
     def kv_seconds(self, src: tuple, dst: tuple, kv_bits: int) -> tuple[float, float]:
-        """(setup s, s per prompt token) of moving a request's KV cache from src to dst.
+        """(setup s, s per prompt token) of moving a request's KV cache from src to dst
+        (`kv_terms`)."""
+        return self.kv_terms(src, dst, kv_bits)[:2]
+
+    def kv_terms(self, src: tuple, dst: tuple, kv_bits: int) -> tuple[float, float, dict]:
+        """(setup s, s per prompt token, {shared link: share of a request's KV bytes}) of
+        moving a request's KV cache from src to dst (the pair's traffic listed once).
 
         Alpha-beta over the real links, the node pairs in parallel: the most loaded link (an
         in-node pair's, or a shared link with the bytes of every pair crossing it) sets the
@@ -196,11 +202,12 @@ class Physics:
                 worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / bw)
             else:
                 setup = max(setup, self.inv.inter_node_latency_s)
-        for key, share in self.link_shares(traffic).items():
+        shares = self.link_shares(traffic)
+        for key, share in shares.items():
             worst = max(worst, share * per_token_bytes * kv_bits / 16.0 / self.capacity_bytes_per_s(key))
         if kv_bits < 16:
             worst += sum(self._codec_s_per_token(g, kv_bits) for g in (src, dst))
-        return setup, worst
+        return setup, worst, shares
 
     def _codec_s_per_token(self, stages, kv_bits) -> float:
         gpus = [self.gpus[self.node_type[n]] for n, _ in stages]

@@ -51,14 +51,17 @@ class Context:
 
 
 def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bits=16, reference=None,
-                 target=TARGET_ATTAINMENT, scheduler=DEFAULT_SCHEDULER) -> Context:
+                 target=TARGET_ATTAINMENT, scheduler=DEFAULT_SCHEDULER, shared=None) -> Context:
     """reference : the inventory whose best node defines the SLO (default: `inventory`;
     a price list's every node type when choosing what to rent).
     target : the attainment plans are judged at (the analytic score's decode replicas let
     at most 1 - target of the requests miss a deadline).
     scheduler : the policy the engines simulate plans under (`provisioner.schedulers`;
     SEMANTICS.md, "Cloud plans under an on-demand scheduler"); the analytic score that
-    ranks plans is least-work's (KV reserved per request)."""
+    ranks plans is least-work's (KV reserved per request).
+    shared : a `SharedRates` the scorer takes its replicas' and pairs' values from and adds
+    to: one per question that plans several inventories alike (`--goal cost`'s rentals of
+    one price list); None, its own."""
     if kv_bits not in (16, 8, 4):
         raise ProvisionerError(f"kv_bits must be 16, 8 or 4 (got {kv_bits})", params=("kv_bits",))
     validate_params({"slo_scale": slo_scale}, {"slo_scale": [Interval(Real, 0, None, closed="neither")]})
@@ -83,7 +86,7 @@ def make_context(inventory, llm, perf, trace, slo_scale=DEFAULT_SLO_SCALE, kv_bi
                  tbt_p99_s=np.nan_to_num(limits[1, -1] * tbt_ref, nan=np.inf), e2e_p99_s=limits[2, -1] * e2e_ref,
                  target=float(target), fit_prompt_tokens=np.asarray(trace.prompt_tokens),
                  fit_output_tokens=np.asarray(trace.output_tokens))
-    return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits),
+    return Context(inventory, llm, perf, trace, slo, kv_bits, ref, physics, Scorer(physics, w, kv_bits, shared),
                    ref_physics, check_cloud_scheduler(scheduler))
 
 

@@ -186,21 +186,34 @@ class RoutingLP:
         class's requests or None, the links they cross) that cross it}: `link_limits` of the
         LP's arcs, and of the proportional routing's pairs (`_proportional_bound`)."""
         out: dict = {}
+        senders = _Senders(pg)
         for i, j, among, links in crossings:
             for link in links:
-                out[link] = min(out.get(link, 1.0), self.network_limit(pg[i], dg[j], _senders(pg, link), among))
+                out[link] = min(out.get(link, 1.0), self.network_limit(pg[i], dg[j], senders(link), among))
         return out
 
 
-def _senders(pg, link) -> int:
-    """The prefill replicas that may send over `link` (`Physics.links`): those with a stage on
+class _Senders:
+    """The prefill replicas that may send over a link (`Physics.links`): those with a stage on
     its sending node, or for a node's incoming card on any other node. Whether they are
     routed over it or not: the count may not grow as pairs become usable (a faster network
-    would lower the link's limit), and more senders only assume more waiting."""
-    kind, *ends = link
-    if kind == "in":
-        return sum(any(node != ends[0] for node, _ in g) for g in pg)
-    return sum(any(node == ends[0] for node, _ in g) for g in pg)
+    would lower the link's limit), and more senders only assume more waiting. Counted per
+    node once for the prefill groups `pg`, not once per link a pair crosses."""
+
+    def __init__(self, pg):
+        self.n = len(pg)
+        self.on: dict = {}     # node -> groups with a stage on it
+        self.only: dict = {}   # node -> groups with every stage on it
+        for g in pg:
+            nodes = {node for node, _ in g}
+            for node in nodes:
+                self.on[node] = self.on.get(node, 0) + 1
+            if len(nodes) == 1:
+                self.only[node] = self.only.get(node, 0) + 1
+
+    def __call__(self, link) -> int:
+        kind, node = link[0], link[1]
+        return self.n - self.only.get(node, 0) if kind == "in" else self.on.get(node, 0)
 
 class Arc(NamedTuple):
     """A routing LP variable: requests/s of routing class c (`Holding.classes`; 0 without

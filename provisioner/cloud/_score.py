@@ -137,14 +137,58 @@ class TransferRoom:
 
 _HOLDS_ALL = Holding(0.0)   # every request fits every replica of the plan
 
-class Scorer(RoutingLP):
-    """Rates per replica (cached per group), pairs and links, and the routing LP of a plan."""
 
-    def __init__(self, physics, workload: Workload, kv_bits: int = 16):
+class SharedRates:
+    """What a `Scorer` computes of one replica or one prefill -> decode pair, keyed by the
+    numbers it is computed from (a replica's iteration vector and KV budget; a pair's
+    transfer terms, `Scorer._room_key`), not by the nodes that hold them: replicas and
+    pairs of one physics share it, on the interchangeable nodes of one inventory and, given
+    to several scorers, across inventories. `--goal cost` gives one to every rental of a
+    price list it plans (the same requests, SLOs and KV bits: `admit` refuses another
+    question's): coding on cloud-prices at 4 req/s planned eight rentals with 8,438 pairs'
+    transfer terms and 12,411 transfer rooms, of which 1,504 and 2,717 differ. Pickles
+    empty: a worker computes its own (the store of a price list's rentals is tens of MB)."""
+
+    def __init__(self):
+        self.values: dict = {}
+        self.admissions: dict = {}   # (KV budget (tokens), among) -> its `KvAdmission`
+        self.held: dict = {}   # (KV budget, whole, among) -> the requests it holds (`Scorer._held`)
+        self._question = None   # (workload, KV bits, model name) of the values
+
+    def admit(self, workload: Workload, kv_bits: int, model: str) -> None:
+        """Take a scorer's question; one whose requests, limits, KV bits or model differ
+        from the values' is refused (they would be another question's)."""
+        question = (workload, int(kv_bits), model)
+        if self._question is None:
+            self._question = question
+        elif not _same_question(self._question, question):
+            raise ValueError("SharedRates holds another question's rates (requests, SLOs, KV bits or model)")
+
+    def __reduce__(self):
+        return SharedRates, ()
+
+
+def _same_question(a, b) -> bool:
+    """Whether two (workload, KV bits, model) are one question: every field equal."""
+    def same(x, y):
+        if x is None or y is None:
+            return x is None and y is None
+        return bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True))
+
+    return a[1:] == b[1:] and (a[0] is b[0] or all(same(getattr(a[0], f), getattr(b[0], f))
+                                                   for f in a[0].__dataclass_fields__))
+
+
+class Scorer(RoutingLP):
+    """Rates per replica (cached per group), pairs and links, and the routing LP of a plan.
+    shared : a `SharedRates` to take and give the replicas' and pairs' values (default: one
+    of its own)."""
+
+    def __init__(self, physics, workload: Workload, kv_bits: int = 16, shared: SharedRates | None = None):
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
+        self._shared = SharedRates() if shared is None else shared
+        self._shared.admit(workload, self.kv_bits, physics.llm.name)
         self._rates: dict = {}
-        self._admissions: dict = {}   # (KV budget (tokens), among) -> its `KvAdmission`
-        self._held_workloads: dict = {}   # (KV budget, whole, among) -> the requests it holds (`_held`)
         self._pairs: dict = {}
         self._plans: dict = {}
         self._throughputs: dict = {}
@@ -155,9 +199,19 @@ class Scorer(RoutingLP):
         """(sustainable rps, mean service s) of a prefill replica."""
         key = ("p", group)
         if key not in self._rates:
-            g = self.ph.group(group)
-            self._rates[key] = self._prefill(g.coef, self._held(g.kv_cap_tokens, whole=False))
+            self._rates[key] = self._alike("p", group, lambda g: self._prefill(g.coef, self._held(g.kv_cap_tokens,
+                                                                                                  whole=False)))
         return self._rates[key]
+
+    def _alike(self, kind, group, rate):
+        """rate(group's physics), computed once per (kind, KV budget, iteration vector): all
+        a replica's rates read of its group, so groups alike share them (`SharedRates`)."""
+        g = self.ph.group(group)
+        same = (kind, float(g.kv_cap_tokens), g.coef.tobytes())
+        alike = self._shared.values
+        if same not in alike:
+            alike[same] = rate(g)
+        return alike[same]
 
     def _prefill_moments(self, coef, w) -> tuple[float, float]:
         """(E[S], E[S^2]) of a prompt's prefill time s over `w`'s prompts on a replica with this vector."""
@@ -177,11 +231,13 @@ class Scorer(RoutingLP):
         its two limits (`decode_limits`)."""
         key = ("d", group)
         if key not in self._rates:
-            g = self.ph.group(group)
-            slots = self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)
-            self._rates[key] = min(slots, self._admission_limit(g.coef, g.kv_cap_tokens, 0.0, slots[0]),
-                                   key=lambda r: r[0])
+            self._rates[key] = self._alike("d", group, self._decode)
         return self._rates[key]
+
+    def _decode(self, g) -> tuple[float, float]:
+        """`decode` of a group's physics `g`."""
+        slots = self._slots_limit(g.coef, g.kv_cap_tokens, 0.0)
+        return min(slots, self._admission_limit(g.coef, g.kv_cap_tokens, 0.0, slots[0]), key=lambda r: r[0])
 
     def class_rate(self, group, phase, among, key: bytes | None = None) -> float | None:
         """Sustainable rps of a prefill or decode replica serving only the requests `among`
@@ -199,9 +255,9 @@ class Scorer(RoutingLP):
             # groups of one physics (the same stages on interchangeable nodes) share a rate:
             # on coding 166 rates serve 214 (group, class) pairs
             alike = (phase, float(g.kv_cap_tokens), g.coef.tobytes(), among_key)
-            if alike not in self._rates:
-                self._rates[alike] = self._class_rate(g, phase, among)
-            self._rates[key] = self._rates[alike]
+            if alike not in self._shared.values:
+                self._shared.values[alike] = self._class_rate(g, phase, among)
+            self._rates[key] = self._shared.values[alike]
         return self._rates[key]
 
     def _class_rate(self, g, phase, among) -> float | None:
@@ -360,13 +416,14 @@ class Scorer(RoutingLP):
         tokens and every small decode replica's slots limit 0, and 5% of 100k-token
         prompts rated an A5000 TP4 prefill replica 0.04 req/s instead of 1.9."""
         key = (float(kv_cap), bool(whole), None if among is None else among.tobytes())
-        if key not in self._held_workloads:
+        held = self._shared.held
+        if key not in held:
             w = self.w
             keep = (w.prompt_tokens + w.output_tokens if whole else w.prompt_tokens) <= kv_cap
             if among is not None:
                 keep = keep & among
-            self._held_workloads[key] = w.subset(keep) if keep.any() else None
-        return self._held_workloads[key]
+            held[key] = w.subset(keep) if keep.any() else None
+        return held[key]
 
     def decode_limits(self, group) -> dict:
         """A decode replica's two limits, rps each:
@@ -417,9 +474,10 @@ class Scorer(RoutingLP):
         """The admission model of a budget over the requests (of those `among`) it holds
         whole (`_held`): its rate and miss share are of the requests the replica is sent."""
         key = (float(kv_cap), None if among is None else among.tobytes())
-        if key not in self._admissions:
-            self._admissions[key] = KvAdmission.of(self._held(kv_cap, among=among) or self.w, kv_cap)
-        return self._admissions[key]
+        admissions = self._shared.admissions
+        if key not in admissions:
+            admissions[key] = KvAdmission.of(self._held(kv_cap, among=among) or self.w, kv_cap)
+        return admissions[key]
 
     def _step_curve(self, coef, prefill_busy, full_load, w) -> tuple[np.ndarray, np.ndarray]:
         """(offered loads up to the KV budget's full load, iteration s at each): the mean
@@ -475,18 +533,21 @@ class Scorer(RoutingLP):
         the admission limit spends."""
         key = ("b", group)
         if key not in self._rates:
-            g = self.ph.group(group)
-            es, es2 = self._prefill_moments(g.coef, self.w)   # the whole mix, as the slots limit here
-            lo, hi = 0.0, _prefill_rate(es, es2, self.w.ttft_limit_s)
-            for _ in range(30):
-                mid = 0.5 * (lo + hi)
-                busy = mid * es
-                # prefill slows too: its queue sees the decode iterations' share of time
-                ok = busy < 1 and _mean_ttft_s(es, es2, busy) <= self.w.ttft_limit_s
-                ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy, held=False)[0] >= mid
-                lo, hi = (mid, hi) if ok else (lo, mid)
-            self._rates[key] = lo
+            self._rates[key] = self._alike("b", group, self._both)
         return self._rates[key]
+
+    def _both(self, g) -> float:
+        """`both` of a group's physics `g`."""
+        es, es2 = self._prefill_moments(g.coef, self.w)   # the whole mix, as the slots limit here
+        lo, hi = 0.0, _prefill_rate(es, es2, self.w.ttft_limit_s)
+        for _ in range(30):
+            mid = 0.5 * (lo + hi)
+            busy = mid * es
+            # prefill slows too: its queue sees the decode iterations' share of time
+            ok = busy < 1 and _mean_ttft_s(es, es2, busy) <= self.w.ttft_limit_s
+            ok = ok and self._slots_limit(g.coef, g.kv_cap_tokens, busy, held=False)[0] >= mid
+            lo, hi = (mid, hi) if ok else (lo, mid)
+        return lo
 
     def both_shares(self, groups) -> np.ndarray:
         """Routing shares of a non-split plan's replicas: in proportion to their sustainable
@@ -619,22 +680,27 @@ class Scorer(RoutingLP):
         the misses of coding's plan at 20 Gbps 10x above the DES's, two senders on each
         link; this rule, 1.2-1.5x above (1-2x at 10 Gbps). among : over a routing class's
         requests only (`HeldClass.sample`)."""
-        key = ("network", src, dst, int(senders), None if among is None else among.tobytes())
+        among_key = None if among is None else among.tobytes()
+        key = ("network", src, dst, int(senders), among_key)
         if key not in self._pairs:
-            room = self._transfer_room(src, dst, among)
-            allowed = 1.0 - self.w.target
-            if room.missed > allowed:
-                limit = 0.0
-            elif room.service is None or room.misses(1.0, senders) <= allowed:
-                limit = 1.0   # no shared link, or no wait it may find makes too many miss
-            else:
-                lo, hi = 0.0, 1.0
-                for _ in range(_WAIT_BISECTIONS):
-                    mid = 0.5 * (lo + hi)
-                    lo, hi = (mid, hi) if room.misses(mid, senders) <= allowed else (lo, mid)
-                limit = lo
-            self._pairs[key] = limit
+            same, alike = ("network", self._room_key(src, dst), int(senders), among_key), self._shared.values
+            if same not in alike:
+                alike[same] = self._network_limit(self._transfer_room(src, dst, among), senders)
+            self._pairs[key] = alike[same]
         return self._pairs[key]
+
+    def _network_limit(self, room, senders) -> float:
+        """`network_limit` of a pair's `TransferRoom`."""
+        allowed = 1.0 - self.w.target
+        if room.missed > allowed:
+            return 0.0
+        if room.service is None or room.misses(1.0, senders) <= allowed:
+            return 1.0   # no shared link, or no wait it may find makes too many miss
+        lo, hi = 0.0, 1.0
+        for _ in range(_WAIT_BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if room.misses(mid, senders) <= allowed else (lo, mid)
+        return lo
 
     def _transfer_room(self, src, dst, among=None) -> "TransferRoom":
         """The pair's requests (those the decode replica holds) and the wait each may add to
@@ -649,51 +715,75 @@ class Scorer(RoutingLP):
         one-token request moves no KV (it ends with its prefill): it counts among the
         requests, never as a miss or a transfer. among : of those, a routing class's
         (`HeldClass.sample`; a class the sample lacks is judged as the pair's mix)."""
+        among_key = None if among is None else among.tobytes()
+        key = ("room", src, dst, among_key)
+        if key not in self._pairs:
+            same, alike = ("room", self._room_key(src, dst), among_key), self._shared.values
+            if same not in alike:
+                alike[same] = self._room(src, dst, among)
+            self._pairs[key] = alike[same]
+        return self._pairs[key]
+
+    def _room_key(self, src, dst) -> tuple:
+        """All `_transfer_room` reads of a pair: the prefill replica's iteration vector (its
+        passes), the decode replica's KV budget and iteration at its rate, the transfer's
+        setup and s per prompt token, and its link-seconds per token on the busiest shared
+        link. Pairs with one key share their rooms and link limits (`SharedRates`)."""
+        key = ("room_key", src, dst)
+        if key not in self._pairs:
+            setup, per_token, shares = self._link_terms(src, dst)
+            self._pairs[key] = (self.ph.group(src).coef.tobytes(), float(self.ph.group(dst).kv_cap_tokens),
+                                self.decode(dst)[1], setup, per_token, self._link_s_per_token(shares))
+        return self._pairs[key]
+
+    def _link_s_per_token(self, shares) -> float:
+        """Link-seconds a prompt token's KV takes on the busiest of the shared links
+        (`_link_terms`' {link: share}); 0 for an in-node pair."""
+        return max((share * self.ph.llm.kv_bytes_per_token * self.kv_bits / 16.0 / self.ph.capacity_bytes_per_s(link)
+                    for link, share in shares.items()), default=0.0)
+
+    def _room(self, src, dst, among) -> "TransferRoom":
+        """`_transfer_room`, computed."""
         w = self.w
         s, steps = w.prompt_tokens.astype(float), w.decode_steps
         mine = s + w.output_tokens <= self.ph.group(dst).kv_cap_tokens
         if among is not None and not (mine & among).any():
-            among = None   # none of the class in the sample: no requests of its own to judge it by
-        key = ("room", src, dst, None if among is None else among.tobytes())
-        if key not in self._pairs:
-            if among is not None:
-                mine = mine & among
-            if not mine.any():
-                mine = np.ones(len(s), dtype=bool)   # `pair`'s fallback: the mix
-            setup, per_token, shares = self._link_terms(src, dst)
-            prefill_s = self._prefill_times(src)
-            total = per_token * s
-            last = total / self.ph.llm.n_layers
-            layerwise = s >= LAYERWISE_MIN_PROMPT_TOKENS
-            visible = setup + np.where(layerwise, last + np.maximum(total - last - prefill_s, 0.0), total)
-            hidden = np.where(layerwise, np.maximum(prefill_s - (total - last), 0.0), 0.0)
-            step = self.decode(dst)[1]
-            with np.errstate(invalid="ignore"):   # one-token requests: no TBT (an infinite limit, 0 steps)
-                tbt_room = np.where(steps > 0, steps * (w.tbt_p99_s - step), np.inf)
-            # a class's misses count among all the requests, as the attainment does
-            requests = len(s) if among is not None else int(mine.sum())
-            mine = mine & (steps > 0)   # those that move their KV
-            slack = (np.minimum(tbt_room, w.e2e_p99_s - prefill_s - steps * step) - visible)[mine]
-            link_s_per_token = max((share * self.ph.llm.kv_bytes_per_token * self.kv_bits / 16.0
-                                    / self.ph.capacity_bytes_per_s(link) for link, share in shares.items()),
-                                   default=0.0)
-            if link_s_per_token > 0 and mine.any():
-                service = link_s_per_token * s[mine]
-                overrun = float(np.maximum(service - prefill_s[mine], 0.0).sum() / service.sum())
-                service = np.sort(service)
-            else:
-                service, overrun = None, 0.0
-            self._pairs[key] = TransferRoom(float((slack < 0).sum()) / requests, (slack + hidden[mine])[slack >= 0],
-                                            requests, service, overrun)
-        return self._pairs[key]
+            return self._transfer_room(src, dst)   # none of the class in the sample: no requests of its own
+        if among is not None:
+            mine = mine & among
+        if not mine.any():
+            mine = np.ones(len(s), dtype=bool)   # `pair`'s fallback: the mix
+        setup, per_token, shares = self._link_terms(src, dst)
+        prefill_s = self._prefill_times(src)
+        total = per_token * s
+        last = total / self.ph.llm.n_layers
+        layerwise = s >= LAYERWISE_MIN_PROMPT_TOKENS
+        visible = setup + np.where(layerwise, last + np.maximum(total - last - prefill_s, 0.0), total)
+        hidden = np.where(layerwise, np.maximum(prefill_s - (total - last), 0.0), 0.0)
+        step = self.decode(dst)[1]
+        with np.errstate(invalid="ignore"):   # one-token requests: no TBT (an infinite limit, 0 steps)
+            tbt_room = np.where(steps > 0, steps * (w.tbt_p99_s - step), np.inf)
+        # a class's misses count among all the requests, as the attainment does
+        requests = len(s) if among is not None else int(mine.sum())
+        mine = mine & (steps > 0)   # those that move their KV
+        slack = (np.minimum(tbt_room, w.e2e_p99_s - prefill_s - steps * step) - visible)[mine]
+        link_s_per_token = self._link_s_per_token(shares)
+        if link_s_per_token > 0 and mine.any():
+            service = link_s_per_token * s[mine]
+            overrun = float(np.maximum(service - prefill_s[mine], 0.0).sum() / service.sum())
+            service = np.sort(service)
+        else:
+            service, overrun = None, 0.0
+        return TransferRoom(float((slack < 0).sum()) / requests, (slack + hidden[mine])[slack >= 0], requests,
+                            service, overrun)
 
     def _prefill_times(self, group) -> np.ndarray:
         """(r,) each sampled prompt's prefill pass alone on `group`, s."""
         key = ("prefill_s", group)
         if key not in self._pairs:
             s = self.w.prompt_tokens.astype(float)
-            self._pairs[key] = time_from_coefficients(self.ph.group(group).coef, prefill_tokens=s,
-                                                      prefill_sq_tokens=s * s, prefill_seqs=1.0)
+            self._pairs[key] = self._alike("prefill_s", group, lambda g: time_from_coefficients(
+                g.coef, prefill_tokens=s, prefill_sq_tokens=s * s, prefill_seqs=1.0))
         return self._pairs[key]
 
     def _transfer(self, src, dst, mean_prompt) -> tuple[dict, float]:
@@ -715,8 +805,7 @@ class Scorer(RoutingLP):
         routing class's mean prompt (a class's mean moves with the plan's KV budgets)."""
         key = ("links", src, dst)
         if key not in self._pairs:
-            self._pairs[key] = (*self.ph.kv_seconds(src, dst, self.kv_bits),
-                                self.ph.link_shares(self.ph.kv_traffic(src, dst)))
+            self._pairs[key] = self.ph.kv_terms(src, dst, self.kv_bits)
         return self._pairs[key]
 
 
