@@ -1,8 +1,9 @@
 """`provision cloud`'s answer time with its independent work beside the plan, and without.
 
-`plan_cloud` runs the chunked non-split comparison (its own search and bisections), and
-`--goal cost` the checks of the cheaper rentals two at a time, in a worker process beside
-its own work (`provisioner.workers.beside`). This benchmark times the whole `plan_cloud`
+`plan_cloud` runs the chunked non-split comparison (its own search and bisections) in a
+worker process beside its own work (`provisioner.workers.beside`; `--goal cost` checked
+its cheaper rentals two at a time so until 2026-12-02, when the rentals came to share their
+rates, which a worker cannot read: they now run in this process). This benchmark times the whole `plan_cloud`
 call (wall, the interpreter's start aside) and its `elapsed_s` (search and DES re-scoring
 of the split plan) both ways, alternating runs so that both see the machine alike: beside
 (the default) and one after the other in this process (`beside(..., parallel=False)`, the

@@ -674,7 +674,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
     could carry rps are checked (`_cheaper_pass`); the cheapest passing one of all is chosen.
     rounds=0 checks the rentals `also` lists, only.
     shared : a `SharedRates` for the rentals' scorers (one question's: the same requests, SLO
-    reference and KV bits), kept in this process (a worker's checks compute their own)."""
+    reference and KV bits; default: one for this call's rentals)."""
     if rps is None:
         raise ProvisionerError("goal 'cost' needs rps (the load the rented nodes must serve)", params=("goal", "rps"))
     limits = price_list.rentable_counts()
@@ -738,7 +738,7 @@ def choose_rental(price_list, llm, perf, traces, rps, kv_bits, slo_scale, seed, 
         # whose rates could carry rps are checked too, the cheapest and the likeliest to pass.
         cheaper = [c for c in _rentals_by_cost(price_list, limits, rates, rps, _cost(price_list, best[0]))
                    if c not in verdicts][:MAX_CHEAPER_RENTALS]
-        best = _cheaper_pass(cheaper, rates, verdicts, question, record, engine, shared) or best
+        best = _cheaper_pass(cheaper, rates, verdicts, question, record, shared) or best
     if best is None and everything in no_split:
         raise ProvisionerError(f"{no_split[everything]}: raise `available` of a [[nodes]] entry so that the rental "
                                f"can hold a prefill and a decode replica")
@@ -774,20 +774,23 @@ def check_rental(counts, price_list, llm, perf, traces, trace, sizes, rps, kv_bi
     return (met is not None, realised, met), None
 
 
-def _cheaper_pass(candidates, rates, verdicts, question, record, engine, shared=None) -> tuple | None:
+def _cheaper_pass(candidates, rates, verdicts, question, record, shared=None) -> tuple | None:
     """(counts, None) of the cheapest of `candidates` (cheapest first) seen to pass
     `check_rental` in at most CHEAPER_RENTAL_CHECKS checks, or None. Two walks share
-    them, a check of each at a time: the cheapest candidate left, in this process, and the
-    one whose nodes carry the most at their single-node rates (`_most_carried`), in a worker
-    beside it (`beside`; the DES only, as `plan_cloud`'s chunked comparison). The analytic
-    rates overrate most rentals (the DES sustains 0.84-1.0 of them on cloud-prices), so
-    the candidates with the most headroom are the likeliest to pass; the cheapest-first walk
-    alone spent its checks on near misses (coding at 4 req/s: six rentals with 1.06-1.14x
-    headroom failed, and the 6.79 $/h one with 1.33x, ninth cheapest, went unchecked; at
-    4.5 req/s it was rented: a dearer answer for a lighter load). A pass drops every dearer
-    candidate; a failure drops the candidates it holds node for node (fewer nodes of every
-    type serve no more). The choice is a function of the verdicts alone: the same one-
-    process or two."""
+    them, a check of each in turn: the cheapest candidate left, and the one whose nodes
+    carry the most at their single-node rates (`_most_carried`), checked when the first
+    fails. The analytic rates overrate most rentals (the DES sustains 0.84-1.0 of them on
+    cloud-prices), so the candidates with the most headroom are the likeliest to pass; the
+    cheapest-first walk alone spent its checks on near misses (coding at 4 req/s: six
+    rentals with 1.06-1.14x headroom failed, and the 6.79 $/h one with 1.33x, ninth
+    cheapest, went unchecked; at 4.5 req/s it was rented: a dearer answer for a lighter
+    load). A pass drops every dearer candidate; a failure drops the candidates it holds node
+    for node (fewer nodes of every type serve no more).
+    The second walk's check ran in a worker beside the first's until the rentals shared
+    their rates (`SharedRates`, which a worker cannot read: it pickles empty): here it takes
+    half the CPU time of a worker's, and coding at 4 req/s answered in 15.6-16.2 s against
+    15.5-22.5 s with the worker (load average ~3, 2 cores); the verdicts, and so the
+    choice, are the same."""
     price_list = question[0]
     headroom = dict(zip(candidates, _most_carried(candidates, rates))) if candidates else {}
     failed = [c for c, (ok, _, _) in verdicts.items() if not ok]
@@ -800,18 +803,16 @@ def _cheaper_pass(candidates, rates, verdicts, question, record, engine, shared=
     while left and checks < CHEAPER_RENTAL_CHECKS:
         here = left[0]
         ahead = max(left[1:], key=headroom.get) if len(left) > 1 and checks + 1 < CHEAPER_RENTAL_CHECKS else None
-        with beside(check_rental, ahead, *question, False, parallel=ahead is not None and engine == "des") as next_one:
+        checks += 1
+        if record(here, check_rental(here, *question, False, shared))[0]:
+            return here, None   # every candidate left is dearer
+        failed.append(here)
+        if ahead is not None:
             checks += 1
-            if record(here, check_rental(here, *question, False, shared))[0]:
-                next_one.abandon()   # every candidate left is dearer: its verdict is not needed
-                return here, None
-            failed.append(here)
-            if ahead is not None:
-                checks += 1
-                if record(ahead, next_one.result())[0]:
-                    found = ahead
-                else:
-                    failed.append(ahead)
+            if record(ahead, check_rental(ahead, *question, False, shared))[0]:
+                found = ahead
+            else:
+                failed.append(ahead)
         below = _cost(price_list, found) if found is not None else math.inf
         left = [c for c in left if c not in (here, ahead) and worth_checking(c, below)]
     return (found, None) if found is not None else None
