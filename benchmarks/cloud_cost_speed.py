@@ -76,9 +76,8 @@ def _child(tree: Path, question, one_process: bool) -> dict:
 def _measure(inventory, goal, workload, one_process) -> dict:
     """Wall s of the whole `plan_cloud` call, or (one_process) its CPU s with the searches'
     and the simulations' CPU s, and a digest of the answer (its JSON but `elapsed_s`)."""
-    import provisioner.cloud._answer as answer
     from perfmodels import LatencyModel
-    from provisioner.cloud import load_inventory, plan_cloud
+    from provisioner.cloud import finalist_plans, load_inventory, plan_cloud, simulate_plan
     from provisioner.workers import beside
     from workloads import TraceGenerator
 
@@ -96,11 +95,11 @@ def _measure(inventory, goal, workload, one_process) -> dict:
                 spent[stage] += time.process_time() - t0
         return run
 
-    patches = [mock.patch.object(answer, "finalist_plans", timed(answer.finalist_plans, "search")),
-               mock.patch.object(answer, "simulate_plan", timed(answer.simulate_plan, "des"))]
+    where = "provisioner.cloud._answer."   # the names plan_cloud calls them by
+    patches = [mock.patch(where + "finalist_plans", timed(finalist_plans, "search")),
+               mock.patch(where + "simulate_plan", timed(simulate_plan, "des"))]
     if one_process:
-        patches.append(mock.patch.object(answer, "beside", lambda fn, *a, parallel=True: beside(fn, *a,
-                                                                                              parallel=False)))
+        patches.append(mock.patch(where + "beside", lambda fn, *a, parallel=True: beside(fn, *a, parallel=False)))
     for p in patches:
         p.start()
     t0, c0 = time.perf_counter(), time.process_time()
