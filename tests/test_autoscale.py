@@ -202,10 +202,10 @@ def test_cli_runs_a_replayed_day(tmp_path):
     obj = json.loads(res.stdout)
     assert obj["scaling_events"] > 0
     # the controller plans with the peak over the static count, as --capacity-rps says: the
-    # rate of the replay's busiest 60-s window at the profile's peak, which the static cluster
-    # is sized on (was: the first window's 63 requests over its 60 s, 1.05 req/s for a 3-req/s
-    # peak, so 21 machines ran where 6 were bought; then the peak of 3 over those 6 machines,
-    # which the first window had sized)
+    # rate of the day's busiest 60-s window, which the static cluster is sized on (was: the
+    # first window's 63 requests over its 60 s, 1.05 req/s for a 3-req/s peak, so 21 machines
+    # ran where 6 were bought; then the peak of 3 over those 6 machines, which the first
+    # window had sized)
     assert obj["sizing"]["rps"] > 3.0
     assert obj["capacity_rps"] == pytest.approx(obj["sizing"]["rps"] / obj["static"]["machines"])
 
@@ -214,7 +214,8 @@ def test_a_replayed_day_is_sized_on_its_busiest_window(tmp_path):
     """A file quiet for 60 s, busy for 60 s (a request every 0.5 s), then quiet, replayed over
     a day peaking at 1 req/s: the static cluster was sized on the file's first 60 s at the
     peak (41 requests: 3 machines) and missed its SLOs over the day it was bought for. Now on
-    the busiest 60 s the day plays at that rate (123 requests: 6 machines), and meets them."""
+    the day's own busiest 60 s, which the day plays at its peak (123 requests: 6 machines),
+    and meets them."""
     from provisioner.autoscale import size_for_peak
     from provisioner.slo import SLO
     from workloads import read_profile_csv
@@ -235,6 +236,32 @@ def test_a_replayed_day_is_sized_on_its_busiest_window(tmp_path):
     assert (len(first), len(busiest)) == (41, 123) and start_s > 0
     assert size_for_peak("baseline-a100", first, "bloom-176b", SLO(), PERF) == 3
     assert obj["static"]["machines"] == 6 and obj["static"]["slo"]["met"]
+
+
+def test_a_burst_the_day_plays_in_a_trough_is_sized_where_it_arrives(tmp_path):
+    """A file quiet for 600 s (a request every 6 s), 400 requests in the next 120 s, then
+    quiet, replayed over a day rising from 0.5 to 3 req/s in 1800 s and staying there 100 s:
+    the day plays the burst near its start, at about 0.7 req/s, and its busiest 120 s hold
+    430 requests (from 173 s). The file's busiest window at the peak rate (675 requests) sized
+    the static cluster as if the burst came at the peak: 7 H100 machines and a 79% "saving",
+    where 3 meet every SLO all day."""
+    arrival = np.concatenate([6.0 * np.arange(100), 600 + 0.3 * np.arange(400), 720 + 6.0 * np.arange(1600)])
+    trace = tmp_path / "bursty.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:g},1500,200\n" for a in arrival))
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,0.5\n1800,3\n1900,3\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100",
+                                    "--workload", str(trace), "--model", MODEL, "--sizing-duration", "120", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    day = TraceGenerator.from_json(obj["trace"]).with_profile(RateProfile.from_json(obj["profile"]))
+    start = int(np.searchsorted(day.arrival_s, obj["sizing"]["start_s"]))
+    assert day.arrival_s[start] == obj["sizing"]["start_s"] < 600   # in the day, where the rate is under 1 req/s
+    assert obj["sizing"]["requests"] == 430 and obj["sizing"]["rps"] == pytest.approx(430 / 120)
+    # no 120 s of the day holds more
+    assert (np.searchsorted(day.arrival_s, day.arrival_s + 120.0) - np.arange(len(day))).max() == 430
+    assert obj["static"]["machines"] == 3 and obj["static"]["slo"]["met"]
+    assert obj["capacity_rps"] == pytest.approx(430 / 120 / 3)
 
 
 def test_cli_diurnal_day_saves_at_equal_slos():

@@ -106,10 +106,21 @@ def test_the_busiest_window_of_a_replay_is_its_burst_not_its_first_window(tmp_pa
     np.testing.assert_allclose(busiest.arrival_s, arrival[10:130] - 60.0, atol=1e-9)
     np.testing.assert_array_equal(busiest.prompt_tokens, 110 + np.arange(120))
     assert busiest.duration_s == 60.0 and busiest.rate_rps == 2.0
-    # a 100-s day at the file's rate plays its first 100 s: the busiest window inside starts
-    # at 36 s (4 quiet requests and the burst's first 72), not in the burst it never plays whole
-    early, start_s = gen.busiest_window(own, RateProfile(np.array([0.0]), np.array([own]), 100.0, "short"))
-    assert (len(early), start_s) == (76, 36.0)
+    # with a profile, the day's own busiest window as the day plays it: a 100-s day at the
+    # file's rate plays its first 100 s, whose busiest 60 s start at 42 s (3 quiet requests
+    # and the 80 of the burst the day plays), not in the burst it never plays whole
+    short = RateProfile(np.array([0.0]), np.array([own]), 100.0, "short")
+    early, start_s = gen.busiest_window(own, short)
+    assert (len(early), start_s) == (83, 42.0) and early.duration_s == 60.0
+    day = gen.with_profile(short)
+    np.testing.assert_allclose(early.arrival_s, day.arrival_s[7:90] - 42.0, atol=1e-9)
+    np.testing.assert_array_equal(early.prompt_tokens, day.prompt_tokens[7:90])
+    # at the day's rate, not the one given: a 100-s day at twice the file's rate plays the
+    # burst from 30 s, twice as fast: its 120 requests, the 10 quiet ones after it, and the
+    # wrapped file's first (at 87.6 s)
+    fast = RateProfile(np.array([0.0]), np.array([2 * own]), 100.0, "fast")
+    burst, start_s = gen.busiest_window(own, fast)
+    assert (len(burst), start_s) == (131, 30.0)
     # drawn arrivals: the first window, as `at`
     drawn = TraceGenerator("coding", 60.0, 1)
     trace, start_s = drawn.busiest_window(5.0)

@@ -132,33 +132,48 @@ class TraceGenerator:
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
     def busiest_window(self, rps: float, profile=None) -> tuple[Trace, float]:
-        """The window of ``duration_s`` at ``rps`` that holds the most requests, as a trace
-        starting at 0, and where it starts in the trace at ``rps`` (s).
+        """The window of ``duration_s`` that holds the most requests, as a trace starting at 0,
+        and where it starts (s).
 
         Drawn arrivals are one stationary process, so any window is as busy as another:
-        ``(at(rps), 0.0)``. A replay is the file's own arrivals, whose rate varies: its window
-        starts at the arrival after which the most requests arrive within ``duration_s``
-        (wrapping around the file as ``with_profile`` does; the earliest on ties, so a file
-        whose first window is busiest gives ``at(rps)``). With a :class:`RateProfile`, only
-        windows of the requests ``with_profile(profile)`` replays count (the first window if
-        none fits): a burst the day never reaches is not its peak. What a cluster sized for
-        the peak of a replayed day must carry (``provision autoscale``).
+        ``(at(rps), 0.0)``, the peak's window. A replay is the file's own arrivals, whose rate
+        varies. Without a profile: the window of the trace at ``rps`` that starts at the
+        arrival after which the most requests arrive within ``duration_s`` (wrapping around
+        the file as ``with_profile`` does; the earliest on ties, so a file whose first window
+        is busiest gives ``at(rps)``), and where it starts in that trace. With a
+        :class:`RateProfile`: the day's own busiest window, ``rps`` unused: of the requests
+        ``with_profile(profile)`` replays, at the times it plays them (a burst the day plays
+        in a trough arrives at the trough's rate, not the peak's), the most in any window
+        starting at a request (the earliest on ties), with their own sizes, and where it
+        starts in the day. What a static cluster for a replayed day must carry (``provision
+        autoscale``).
         """
         if self.arrival != "replay":
             return self.at(rps), 0.0
         check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+        if profile is not None:
+            return self._busiest_of_day(profile)
         src = self.source
         m = len(src)
         pos, factor, window_s = self._replay_positions(float(rps), extra_copies=1)   # windows from any start
         counts = np.searchsorted(pos, pos[:m] + window_s, side="left") - np.arange(m)
-        if profile is not None:   # the day's requests end at unit time `expected_requests` (`_replay_unit`)
-            counts[1:][pos[1:m] + window_s > profile.expected_requests / self.native_rps] = 0
         i = int(np.argmax(counts))
         k = int(counts[i])
         self._check_replay_window(k, float(rps), float((pos[i + k - 1] - pos[i]) * factor))
         rows = (i + np.arange(k)) % m
         return (Trace((pos[i:i + k] - pos[i]) * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
                       self.duration_s), float(pos[i] * factor))
+
+    def _busiest_of_day(self, profile) -> tuple[Trace, float]:
+        """The busiest ``duration_s`` of the replayed day under `profile`, as it plays it."""
+        day = self.with_profile(profile)   # at least one request, at most a trace's
+        arrival = day.arrival_s
+        window_s = self.duration_s * (1.0 - _WINDOW_REL_TOL)
+        counts = np.searchsorted(arrival, arrival + window_s, side="left") - np.arange(len(arrival))
+        i = int(np.argmax(counts))
+        k = int(counts[i])
+        return (Trace(arrival[i:i + k] - arrival[i], day.prompt_tokens[i:i + k], day.output_tokens[i:i + k],
+                      self.name, self.duration_s), float(arrival[i]))
 
     def check_rate(self, rps: float) -> None:
         """Refuse, before drawing anything, a rate whose trace would hold no request or more

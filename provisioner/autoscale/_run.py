@@ -93,9 +93,10 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
                   preemption: str = "recompute", request_times: list | None = None,
                   swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
                   min_machines: int = 1, **overrides) -> int:
-    """The fewest machines of `family` that meet every SLO on `peak_trace` (a constant-rate
-    trace at the profile's peak, `peak_rps`: default its requests over its window), scored by
-    the search's `Evaluator` in batches of counts.
+    """The fewest machines of `family` that meet every SLO on `peak_trace` (the sizing trace:
+    a constant-rate trace at the profile's peak, or a replayed day's busiest window; its rate
+    `peak_rps`, default its requests over its window), scored by the search's `Evaluator` in
+    batches of counts.
     request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
         kept from the same simulation (the calibrated thresholds read them).
     min_machines : the autoscaled cluster's floor; refused (ProvisionerError naming it) when
@@ -138,13 +139,13 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
-    peak_trace : a constant-rate trace at the profile's peak (the static sizing question):
-        `TraceGenerator.busiest_window(peak, profile)`, for a replayed file its busiest
-        window (its first may hold a fraction of the peak's requests).
+    peak_trace : the sizing trace (the static sizing question):
+        `TraceGenerator.busiest_window(peak, profile)`: drawn arrivals' constant-rate trace
+        at the profile's peak, a replayed file's busiest window of the day as it plays it.
     capacity_rps : requests/s per machine the controller plans with; default the peak
         rate over the static count (what one machine of the static cluster carries at the peak).
     peak_rps : the peak, req/s (default: `peak_trace`'s requests over its window: for a
-        replayed file's busiest window the rate the static cluster is sized to carry; drawn
+        replayed day's busiest window the rate the static cluster is sized to carry; drawn
         arrivals pass the profile's peak, which their window only rounds).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).

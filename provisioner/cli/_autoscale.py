@@ -56,13 +56,13 @@ def autoscale_command(
     static_machines: int = typer.Option(None, "--static-machines", help="The static cluster's size (default: the "
                                         "fewest machines meeting the SLOs at the profile's peak)."),
     sizing_duration: float = typer.Option(DEFAULT_SIZING_S, "--sizing-duration",
-                                          help="Length (s) of the constant-rate trace at the peak the static "
-                                               "cluster is sized on (a replayed --workload: its busiest window "
-                                               "of this length among those the day plays)."),
+                                          help="Length (s) of the trace the static cluster is sized on: a "
+                                               "constant-rate one at the peak (a replayed --workload: the day's "
+                                               "own busiest window of this length, as the day plays it)."),
     capacity_rps: float = typer.Option(None, "--capacity-rps", help="Requests/s one machine carries, for the "
                                        "controller (default: the peak over the static machine count; a replayed "
-                                       "--workload's peak is its busiest --sizing-duration window at the profile's "
-                                       "peak rate)."),
+                                       "--workload's peak is the rate of the day's busiest --sizing-duration "
+                                       "window)."),
     scale_out_load: float = typer.Option(0.95, "--scale-out-load", help="Add machines when the observed rate "
                                          "exceeds this fraction of the capacity of the machines up or starting."),
     scale_in_load: float = typer.Option(0.7, "--scale-in-load", help="Stop machines when the rate would stay "
@@ -159,9 +159,10 @@ def autoscale_command(
                                f"--rps, its peak) or --sizing-duration")
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
-    # The static cluster is sized on the workload at the profile's peak rate: drawn arrivals'
-    # first window, a replayed file's busiest one among those the day plays (its first could
-    # hold a third of the peak's requests), whose own rate is then the peak it carries.
+    # The static cluster is sized on the day's busiest load: drawn arrivals' first window at
+    # the profile's peak rate (a stationary stream), a replayed file's busiest window of the
+    # day as the day plays it (the file at the peak rate would size a burst the day plays in a
+    # trough as if it came at the peak), whose own rate is then the peak it carries.
     sizing, sizing_start_s = traces.busiest_window(rate.peak_rps, rate)
     replayed = traces.arrival == "replay"
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
@@ -173,7 +174,8 @@ def autoscale_command(
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            # the day is TraceGenerator.from_json(trace).with_profile(RateProfile.from_json(profile)),
            # the sizing trace the same generator's `.busiest_window(peak_rps, profile)` (its
-           # duration_s: --sizing-duration; `.at(peak_rps)` for drawn arrivals)
+           # duration_s: --sizing-duration; `.at(peak_rps)` for drawn arrivals, the day's own
+           # busiest window for a replay, from `sizing.start_s` in the day)
            "profile": {**rate.to_json(), "requests": len(day)},
            "trace": traces.to_json(),
            "sizing": {"start_s": sizing_start_s, "requests": len(sizing), "rps": float(sizing.rate_rps)},
@@ -264,8 +266,8 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
            f"({obj['scaling_events']} scaling events)")
     if obj["trace"]["arrival"] == "replay" and "sizing" in obj:
         z = obj["sizing"]
-        console.print(f"the static cluster is sized on the replay's busiest {obj['trace']['duration_s']:g}-s window "
-                      f"at the peak rate: from {z['start_s']:.6g} s, {z['requests']:,} requests ({z['rps']:.3g} req/s)")
+        console.print(f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window: "
+                      f"from {z['start_s']:.6g} s, {z['requests']:,} requests ({z['rps']:.3g} req/s)")
     if obj["scale_on"] != "rate":
         console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
