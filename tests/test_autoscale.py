@@ -359,24 +359,26 @@ def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():
     assert rows["slo_met"].tolist() == [False, True]
 
 
-def test_a_floor_above_the_sized_static_cluster_is_refused_after_one_count_not_the_sizing():
+def test_a_floor_above_the_sized_static_cluster_is_refused_naming_the_static_count():
     """--min-machines above the sized static cluster was refused only once the sizing had
     scored its batch of 32 counts (half a minute in the discrete-event engine). The count
-    min_machines - 1 is scored first: when it meets the SLOs the floor is refused then, and
-    when it does not the sizing answers as it does without a floor."""
+    min_machines - 1 is scored first: when it meets the SLOs the counts below it, one batch,
+    find the static cluster, and the refusal names it as the most the floor may be (the
+    early refusal said only "give a lower min_machines"); when it does not the sizing
+    answers as it does without a floor."""
     from provisioner.autoscale import size_for_peak
     from provisioner.slo import SLO
 
     gen = TraceGenerator("coding", 300, seed=0)
     n = size_for_peak("baseline-a100", gen.at(4.0), MODEL, SLO(), PERF)
     assert size_for_peak("baseline-a100", gen.at(4.0), MODEL, SLO(), PERF, min_machines=n) == n
-    machines = f"{n} machines already meet" if n > 1 else "1 machine already meets"
-    floor = AutoscalePolicy(interval_s=300.0, window_s=300.0, min_machines=n + 1)
-    with pytest.raises(ProvisionerError, match=rf"^min_machines {n + 1} is above the static cluster's machine "
-                                               rf"count: {machines} the SLOs at the profile's peak .*give a lower "
-                                               rf"min_machines$") as refused:
+    floor = AutoscalePolicy(interval_s=300.0, window_s=300.0, min_machines=n + 3)
+    with pytest.raises(ProvisionerError) as refused:
         autoscale("baseline-a100", gen.with_profile(two_levels((1.0, 4.0))), gen.at(4.0), MODEL, floor, perf=PERF)
-    assert refused.value.params == ("min_machines",)
+    assert str(refused.value) == (f"min_machines {n + 3} is above the static cluster's {n} machines (the fewest "
+                                  f"meeting the SLOs on the sizing trace): the autoscaled cluster could never be "
+                                  f"smaller; give min_machines of at most {n}")
+    assert refused.value.params == ("min_machines", "static_machines")
 
 
 def test_a_floor_above_any_sized_static_cluster_is_refused_before_any_simulation():

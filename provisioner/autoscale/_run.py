@@ -99,10 +99,12 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
     batches of counts.
     request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
         kept from the same simulation (the calibrated thresholds read them).
-    min_machines : the autoscaled cluster's floor; refused (ProvisionerError naming it) when
-        min_machines - 1 machines already meet the SLOs, so the count is below it: found by
-        simulating that one count first, not a batch of SIZING_BATCH (in the discrete-event
-        engine, seconds instead of a minute). The batch that holds it recalls its score."""
+    min_machines : the autoscaled cluster's floor; refused (ProvisionerError naming the
+        static count, the most it may be) when min_machines - 1 machines already meet the
+        SLOs, so the count is below it: found by simulating that one count first, not a
+        batch of SIZING_BATCH (in the discrete-event engine, seconds instead of a minute),
+        then counts 1..min_machines - 1 in one batch for the count. The batch that holds
+        min_machines - 1 recalls its score."""
     from ..search import Evaluator, design_keys
 
     evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
@@ -110,10 +112,9 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
     below = min_machines - 1
     if 1 <= below <= MAX_STATIC_MACHINES and \
             evaluate([make_design(family, machines=below, **overrides)])["slo_met"].iloc[0]:
-        raise ProvisionerError(f"min_machines {min_machines} is above the static cluster's machine count: {below} "
-                               f"machine{'s' if below > 1 else ''} already meet{'' if below > 1 else 's'} the SLOs at "
-                               f"the profile's peak (the static cluster is the fewest that do): the autoscaled "
-                               f"cluster could never be smaller; give a lower min_machines", params=("min_machines",))
+        counts = range(1, below + 1)   # the static count is at most `below`: one batch names it
+        met = evaluate([make_design(family, machines=n, **overrides) for n in counts])["slo_met"].to_numpy(bool)
+        _refuse_floor_above_static(min_machines, counts[int(np.argmax(met))], sized=True)
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
@@ -125,8 +126,8 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
                 request_times.append(evaluate.request_times[design_keys(DesignBatch.from_designs([designs[k]]))[0]])
             return counts[k]
         lo += SIZING_BATCH
-    raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs at the "
-                           f"profile's peak of {peak_trace.rate_rps if peak_rps is None else peak_rps:g} req/s; "
+    raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs on the "
+                           f"sizing trace ({peak_trace.rate_rps if peak_rps is None else peak_rps:g} req/s); "
                            f"lower the profile's rates or "
                            f"loosen the SLOs (a larger slo_scale)", params=("slo_scale",))
 
@@ -253,7 +254,7 @@ def _refuse_floor_above_static(min_machines: int, n_static: int, sized: bool) ->
     scales in to the static size, so it only costs more (a negative saving), which answers
     no autoscaling question."""
     if min_machines > n_static:
-        where = ("the fewest meeting the SLOs at the profile's peak" if sized
+        where = ("the fewest meeting the SLOs on the sizing trace" if sized
                  else "static_machines")
         fix = "" if sized else " or raise static_machines"
         raise ProvisionerError(f"min_machines {min_machines} is above the static cluster's {n_static} machines "
