@@ -359,7 +359,7 @@ def test_static_cluster_is_the_fewest_machines_meeting_the_slos_at_the_peak():
     assert rows["slo_met"].tolist() == [False, True]
 
 
-def test_a_floor_above_the_sized_static_cluster_is_refused_naming_the_static_count():
+def test_a_floor_above_the_sized_static_cluster_is_refused_naming_the_static_count(monkeypatch):
     """--min-machines above the sized static cluster was refused only once the sizing had
     scored its batch of 32 counts (half a minute in the discrete-event engine). The count
     min_machines - 1 is scored first: when it meets the SLOs the counts below it, one batch,
@@ -373,12 +373,23 @@ def test_a_floor_above_the_sized_static_cluster_is_refused_naming_the_static_cou
     n = size_for_peak("baseline-a100", gen.at(4.0), MODEL, SLO(), PERF)
     assert size_for_peak("baseline-a100", gen.at(4.0), MODEL, SLO(), PERF, min_machines=n) == n
     floor = AutoscalePolicy(interval_s=300.0, window_s=300.0, min_machines=n + 3)
+    import provisioner.search
+
+    scored = []   # the designs each Evaluator call is given: the sizing's batch of 32 is not among them
+
+    class CountingEvaluator(provisioner.search.Evaluator):
+        def __call__(self, designs, *args, **kwargs):
+            scored.append(len(designs))
+            return super().__call__(designs, *args, **kwargs)
+
+    monkeypatch.setattr(provisioner.search, "Evaluator", CountingEvaluator)
     with pytest.raises(ProvisionerError) as refused:
         autoscale("baseline-a100", gen.with_profile(two_levels((1.0, 4.0))), gen.at(4.0), MODEL, floor, perf=PERF)
     assert str(refused.value) == (f"min_machines {n + 3} is above the static cluster's {n} machines (the fewest "
                                   f"meeting the SLOs on the sizing trace): the autoscaled cluster could never be "
                                   f"smaller; give min_machines of at most {n}")
-    assert refused.value.params == ("min_machines", "static_machines")
+    assert refused.value.params == ("min_machines",)   # no static_machines was given: the fix is the floor
+    assert scored == [1, n + 2]   # min_machines - 1 alone, then the counts 1..min_machines - 1
 
 
 def test_a_floor_above_any_sized_static_cluster_is_refused_before_any_simulation():

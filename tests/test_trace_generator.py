@@ -111,7 +111,9 @@ def test_the_busiest_window_of_a_replay_is_its_burst_not_its_first_window(tmp_pa
     # and the 80 of the burst the day plays), not in the burst it never plays whole
     short = RateProfile(np.array([0.0]), np.array([own]), 100.0, "short")
     early, start_s = gen.busiest_window(own, short)
-    assert (len(early), start_s) == (83, 42.0) and early.duration_s == 60.0
+    # the day ends 58 s into that window: it lasts 58 s, so its rate is the one it carries
+    # (over 60 s a 300-s day's 600-s window at 1 req/s read 0.5 req/s)
+    assert (len(early), start_s) == (83, 42.0) and early.duration_s == 58.0 and early.rate_rps == 83 / 58
     day = gen.with_profile(short)
     np.testing.assert_allclose(early.arrival_s, day.arrival_s[7:90] - 42.0, atol=1e-9)
     np.testing.assert_array_equal(early.prompt_tokens, day.prompt_tokens[7:90])

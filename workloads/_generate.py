@@ -131,7 +131,7 @@ class TraceGenerator:
         self._grow(k)
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
-    def busiest_window(self, rps: float, profile=None) -> tuple[Trace, float]:
+    def busiest_window(self, rps: float, profile=None, *, day: Trace | None = None) -> tuple[Trace, float]:
         """The window of ``duration_s`` that holds the most requests, as a trace starting at 0,
         and where it starts (s).
 
@@ -146,13 +146,15 @@ class TraceGenerator:
         in a trough arrives at the trough's rate, not the peak's), the most in any window
         starting at a request (the earliest on ties), with their own sizes, and where it
         starts in the day. What a static cluster for a replayed day must carry (``provision
-        autoscale``).
+        autoscale``). A window the day's end cuts short lasts what is left of the day, so its
+        ``rate_rps`` is the rate it carries. ``day``: ``with_profile(profile)``, when the caller
+        drew it already (a 24-h replay is not drawn twice).
         """
         if self.arrival != "replay":
             return self.at(rps), 0.0
         check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
         if profile is not None:
-            return self._busiest_of_day(profile)
+            return self._busiest_of_day(profile, self.with_profile(profile) if day is None else day)
         src = self.source
         m = len(src)
         pos, factor, window_s = self._replay_positions(float(rps), extra_copies=1)   # windows from any start
@@ -164,16 +166,18 @@ class TraceGenerator:
         return (Trace((pos[i:i + k] - pos[i]) * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
                       self.duration_s), float(pos[i] * factor))
 
-    def _busiest_of_day(self, profile) -> tuple[Trace, float]:
-        """The busiest ``duration_s`` of the replayed day under `profile`, as it plays it."""
-        day = self.with_profile(profile)   # at least one request, at most a trace's
-        arrival = day.arrival_s
+    def _busiest_of_day(self, profile, day: Trace) -> tuple[Trace, float]:
+        """The busiest ``duration_s`` of the replayed `day` under `profile`, as it plays it."""
+        arrival = day.arrival_s   # at least one request, at most a trace's
         window_s = self.duration_s * (1.0 - _WINDOW_REL_TOL)
         counts = np.searchsorted(arrival, arrival + window_s, side="left") - np.arange(len(arrival))
         i = int(np.argmax(counts))
         k = int(counts[i])
+        # cut short by the day's end (a day shorter than the window, or its busiest part last):
+        # over the 600 s of a 300-s day at 1 req/s the rate was 0.5 req/s, half what it carries
+        covered_s = min(self.duration_s, profile.end_s - float(arrival[i]))
         return (Trace(arrival[i:i + k] - arrival[i], day.prompt_tokens[i:i + k], day.output_tokens[i:i + k],
-                      self.name, self.duration_s), float(arrival[i]))
+                      self.name, covered_s), float(arrival[i]))
 
     def check_rate(self, rps: float) -> None:
         """Refuse, before drawing anything, a rate whose trace would hold no request or more

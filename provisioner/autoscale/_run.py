@@ -103,8 +103,9 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
         static count, the most it may be) when min_machines - 1 machines already meet the
         SLOs, so the count is below it: found by simulating that one count first, not a
         batch of SIZING_BATCH (in the discrete-event engine, seconds instead of a minute),
-        then counts 1..min_machines - 1 in one batch for the count. The batch that holds
-        min_machines - 1 recalls its score."""
+        then counts from 1 in batches of SIZING_BATCH up to the first that meets them (a
+        floor of 200 over a static 3 is one batch, not 199 clusters of up to 199
+        machines). The batch that holds min_machines - 1 recalls its score."""
     from ..search import Evaluator, design_keys
 
     evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
@@ -112,9 +113,11 @@ def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: s
     below = min_machines - 1
     if 1 <= below <= MAX_STATIC_MACHINES and \
             evaluate([make_design(family, machines=below, **overrides)])["slo_met"].iloc[0]:
-        counts = range(1, below + 1)   # the static count is at most `below`: one batch names it
-        met = evaluate([make_design(family, machines=n, **overrides) for n in counts])["slo_met"].to_numpy(bool)
-        _refuse_floor_above_static(min_machines, counts[int(np.argmax(met))], sized=True)
+        for lo in range(1, below + 1, SIZING_BATCH):   # the static count is at most `below`
+            counts = range(lo, min(lo + SIZING_BATCH, below + 1))
+            met = evaluate([make_design(family, machines=n, **overrides) for n in counts])["slo_met"].to_numpy(bool)
+            if met.any():
+                _refuse_floor_above_static(min_machines, counts[int(np.argmax(met))], sized=True)
     lo = 1
     while lo <= MAX_STATIC_MACHINES:
         counts = range(lo, lo + SIZING_BATCH)
@@ -259,7 +262,8 @@ def _refuse_floor_above_static(min_machines: int, n_static: int, sized: bool) ->
         fix = "" if sized else " or raise static_machines"
         raise ProvisionerError(f"min_machines {min_machines} is above the static cluster's {n_static} machines "
                                f"({where}): the autoscaled cluster could never be smaller; give min_machines "
-                               f"of at most {n_static}{fix}", params=("min_machines", "static_machines"))
+                               f"of at most {n_static}{fix}",
+                               params=("min_machines",) if sized else ("min_machines", "static_machines"))
 
 
 def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides,

@@ -54,7 +54,7 @@ def autoscale_command(
                                                          "--scale-on freeness or queue, which need it)."),
     slo_scale: float = typer.Option(1.0, "--slo-scale", help="Multiply every SLO slowdown limit (looser > 1)."),
     static_machines: int = typer.Option(None, "--static-machines", help="The static cluster's size (default: the "
-                                        "fewest machines meeting the SLOs at the profile's peak)."),
+                                        "fewest machines meeting the SLOs on the sizing trace: see --sizing-duration)."),
     sizing_duration: float = typer.Option(DEFAULT_SIZING_S, "--sizing-duration",
                                           help="Length (s) of the trace the static cluster is sized on: a "
                                                "constant-rate one at the peak (a replayed --workload: the day's "
@@ -163,7 +163,7 @@ def autoscale_command(
     # the profile's peak rate (a stationary stream), a replayed file's busiest window of the
     # day as the day plays it (the file at the peak rate would size a burst the day plays in a
     # trough as if it came at the peak), whose own rate is then the peak it carries.
-    sizing, sizing_start_s = traces.busiest_window(rate.peak_rps, rate)
+    sizing, sizing_start_s = traces.busiest_window(rate.peak_rps, rate, day=day)
     replayed = traces.arrival == "replay"
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
     result = autoscale(design, day, sizing, model, policy, perf=perf, slo=SLO().scaled(slo_scale),
