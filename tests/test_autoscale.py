@@ -210,6 +210,18 @@ def test_cli_runs_a_replayed_day(tmp_path):
     assert obj["capacity_rps"] == pytest.approx(obj["sizing"]["rps"] / obj["static"]["machines"])
 
 
+def _autoscale_replayed_day(tmp_path, arrival, profile_rows: str, *args):
+    """`provision autoscale --json` replaying `arrival` (1,500-token prompts, 200-token outputs)
+    over the rate profile of `profile_rows` (`time_s,rps` lines): its JSON and the profile's path."""
+    trace = tmp_path / "bursty.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:g},1500,200\n" for a in arrival))
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n" + profile_rows)
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--workload", str(trace), *args, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout), profile
+
+
 def test_a_replayed_day_is_sized_on_its_busiest_window(tmp_path):
     """A file quiet for 60 s, busy for 60 s (a request every 0.5 s), then quiet, replayed over
     a day peaking at 1 req/s: the static cluster was sized on the file's first 60 s at the
@@ -221,14 +233,8 @@ def test_a_replayed_day_is_sized_on_its_busiest_window(tmp_path):
     from workloads import read_profile_csv
 
     arrival = np.concatenate([6.0 * np.arange(10), 60 + 0.5 * np.arange(120), 120 + 6.0 * np.arange(10)])
-    trace = tmp_path / "bursty.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:g},1500,200\n" for a in arrival))
-    profile = tmp_path / "rate.csv"
-    profile.write_text("time_s,rps\n0,0.5\n600,1\n")
-    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-a100",
-                                    "--workload", str(trace), "--sizing-duration", "60", "--json"])
-    assert res.exit_code == 0, res.output
-    obj = json.loads(res.stdout)
+    obj, profile = _autoscale_replayed_day(tmp_path, arrival, "0,0.5\n600,1\n",
+                                           "--design", "baseline-a100", "--sizing-duration", "60")
     gen = TraceGenerator.from_json(obj["trace"])
     first = gen.at(1.0)
     busiest, start_s = gen.busiest_window(1.0, read_profile_csv(profile))
@@ -246,14 +252,8 @@ def test_a_burst_the_day_plays_in_a_trough_is_sized_where_it_arrives(tmp_path):
     the static cluster as if the burst came at the peak: 7 H100 machines and a 79% "saving",
     where 3 meet every SLO all day."""
     arrival = np.concatenate([6.0 * np.arange(100), 600 + 0.3 * np.arange(400), 720 + 6.0 * np.arange(1600)])
-    trace = tmp_path / "bursty.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:g},1500,200\n" for a in arrival))
-    profile = tmp_path / "rate.csv"
-    profile.write_text("time_s,rps\n0,0.5\n1800,3\n1900,3\n")
-    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--design", "baseline-h100",
-                                    "--workload", str(trace), "--model", MODEL, "--sizing-duration", "120", "--json"])
-    assert res.exit_code == 0, res.output
-    obj = json.loads(res.stdout)
+    obj, _ = _autoscale_replayed_day(tmp_path, arrival, "0,0.5\n1800,3\n1900,3\n",
+                                     "--design", "baseline-h100", "--model", MODEL, "--sizing-duration", "120")
     day = TraceGenerator.from_json(obj["trace"]).with_profile(RateProfile.from_json(obj["profile"]))
     start = int(np.searchsorted(day.arrival_s, obj["sizing"]["start_s"]))
     assert day.arrival_s[start] == obj["sizing"]["start_s"] < 600   # in the day, where the rate is under 1 req/s
