@@ -107,6 +107,31 @@ def test_signals_held_delivers_ctrl_c_after_the_block():
         signal.signal(signal.SIGINT, before)
 
 
+# Ctrl-C 20 ms into loading the fluid engine, in a fresh interpreter (numba not yet loaded)
+_CTRL_C_WHILE_NUMBA_LOADS = (
+    "import os, signal, sys, threading\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    "import provisioner.sim as sim\n"
+    "assert 'numba' not in sys.modules\n"
+    "threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+    "try:\n"
+    "    sim.run_fluid\n"
+    "    print('no interrupt')\n"
+    "except KeyboardInterrupt:\n"   # loaded whole by the time it comes?
+    "    print('provisioner.sim._fluid' in sys.modules, hasattr(sys.modules.get('numba'), 'njit'))\n"
+    "from provisioner.sim import run_fluid\n")
+
+
+def test_ctrl_c_while_the_fluid_engine_loads_comes_after_numba_is_whole():
+    """`provision` starts its first re-check workers, then loads numba: a Ctrl-C in that
+    second left numba half-imported and came back as "ImportError: numba._devicearray failed
+    to import", an internal error instead of "interrupted" (seen in CI). The load now holds
+    the signal, so numba and the engine load whole and the interrupt follows."""
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_NUMBA_LOADS], capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stdout.strip()) == (0, "True True"), done.stderr
+
+
 def test_the_cli_drops_lokys_idle_worker_race_warning_and_no_other(monkeypatch):
     """loky warns when a worker whose idle timeout ran out leaves tasks just submitted (it
     starts another for them); the CLI drops that line, matched on loky's own text."""

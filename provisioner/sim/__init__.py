@@ -19,6 +19,7 @@ from .._validation import Options, validate_params
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, check_preemption_mode
 from ..slo import SLO, SLO_REFERENCE_TP
+from ..workers import signals_held
 from ._inputs import EngineOutput, SimInputs, build_inputs, swap_inputs
 from ._long_run import announce_long_des, des_seconds
 from ._memory import des_check, fluid_plan
@@ -53,16 +54,26 @@ def __getattr__(name: str):
     """`run_fluid`, imported on first use: the fluid kernel imports numba (seconds), which
     `import provisioner.sim` does not."""
     if name == "run_fluid":
-        from ._fluid import run_fluid
+        run_fluid = _load_run_fluid()
         globals()[name] = run_fluid   # once: later lookups skip this hook
         return run_fluid
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _load_run_fluid():
+    """The fluid engine, with Ctrl-C and SIGTERM held while numba loads (a second or two,
+    usually while `provision`'s first re-check workers start): a KeyboardInterrupt inside
+    numba's import leaves it half-loaded, and its C extension reports that as
+    "ImportError: numba._devicearray failed to import" with the interrupt gone from the
+    chain, so Ctrl-C then read as an internal error (seen in CI). Once loaded, a no-op."""
+    with signals_held():
+        from ._fluid import run_fluid
+    return run_fluid
+
+
 def _engine(name: str):
     if name == "fluid":
-        from ._fluid import run_fluid
-        return run_fluid
+        return _load_run_fluid()
     if name == "des":
         from ._des import run_des
         return run_des
@@ -149,9 +160,8 @@ def _run(designs, trace, llm, perf, engine, slo, stop_infeasible, keep_requests=
     if engine != "fluid":
         des_check(inputs.n_designs, len(trace), duration_s)
         return batch, inputs, _engine(engine)(inputs), solo_latencies(trace, llm, perf, slo)
-    import numba
-
-    from ._fluid import run_fluid
+    run_fluid = _load_run_fluid()
+    import numba   # loaded by then
     threads = numba.get_num_threads()
     plan = fluid_plan(inputs.n_machines.sum(axis=1), len(trace), keep_requests, threads, duration_s)
     solo = solo_latencies(trace, llm, perf, slo)
