@@ -354,3 +354,22 @@ def test_a_latency_profile_extrapolated_to_near_zero_is_refused_when_loaded(tmp_
     assert line == (f"error: --latency-profile '{profile}': llama2-70b on a100-80gb TP 8: the splitwisesim rule "
                     f"extrapolates a decode iteration of 1 request to 1e-15 ms (under 1 us); give measurements at "
                     f"smaller prompt_size x batch_size (down to 1) or use --latency-interp grid")
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: None, "does not exist"),
+    (lambda p: p.write_text("{not json"), "is not valid JSON (line 1, column 2: Expecting property name"),
+    (lambda p: p.write_bytes(bytes(range(128, 256))), "is not a JSON text file (UTF-8 or UTF-16)"),
+    (lambda p: p.write_text("[" * 100_000), "nesting thousands deep"),
+], ids=["directory", "missing", "not-json", "binary", "deep"])
+def test_report_and_from_result_read_a_saved_answer_alike(tmp_path, make, why):
+    """One reader for both (they were two, each with its own words and checks: --from-result
+    said "cannot read 'd' (Is a directory)" where report said "is a directory")."""
+    saved = tmp_path / "r.json"
+    make(saved)
+    fix = "give the file saved with `provision ... --json > result.json`"
+    report = assert_one_line_error(*cli("report", saved, "--out", tmp_path / "r.html"), why, fix)
+    rescore = assert_one_line_error(*cli("simulate", "--from-result", saved), why, fix)
+    assert report.replace(f"result file '{saved}'", "X") == rescore.replace(f"--from-result '{saved}'", "X")
+    assert not (tmp_path / "r.html").exists()

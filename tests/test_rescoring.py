@@ -170,7 +170,7 @@ def test_from_result_of_a_binary_file_is_one_line(tmp_path, capsys):
     path.write_bytes(bytes(range(128, 256)))   # not UTF-8: was an internal error (UnicodeDecodeError), exit 1
     assert run(["simulate", "--from-result", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: --from-result:") and "not a JSON text file (UTF-8 or UTF-16)" in err, err
+    assert err.count("\n") == 1 and err.startswith("error: --from-result '") and "not a JSON text file (UTF-8 or UTF-16)" in err, err
 
 
 @pytest.mark.parametrize("answer, command", [
@@ -185,7 +185,7 @@ def test_from_result_of_another_commands_answer_names_that_command(tmp_path, cap
     path.write_text(json.dumps(answer))
     assert run(["simulate", "--from-result", str(path)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: --from-result:") and f"`{command}`" in line and "provision --goal" in line
+    assert line.startswith("error: --from-result '") and f"`{command}`" in line and "provision --goal" in line
 
 
 def _slow_h100() -> LatencyModel:

@@ -45,27 +45,32 @@ def report_command(
     typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
-def load_result(path: Path) -> dict:
-    """Read a result JSON file; a missing file or bad JSON is a one-line error."""
+def load_result(path: Path, flag: str = "result file") -> dict:
+    """A saved answer's JSON, for `provision report` and `provision simulate --from-result`
+    alike (`flag` names the argument): a missing, unreadable or non-JSON file is one line
+    naming `flag`, the path and how to save one. What the object must hold is the caller's."""
     path = Path(path)
-    resolved(path, "result file")   # a loop of symbolic links says so, not "does not exist"
+    save = "give the file saved with `provision ... --json > result.json`"
+    resolved(path, flag)   # a loop of symbolic links says so, not "does not exist"
     if path.is_dir():
-        raise ProvisionerError(f"result file '{path}' is a directory; give the file saved with "
-                               f"`provision ... --json > result.json`")
+        raise ProvisionerError(f"{flag} '{path}' is a directory; {save}")
     if path.exists() and not path.is_file():   # /dev/null, a pipe: nothing a result was saved in
-        raise ProvisionerError(f"result file '{path}' is not a regular file; give the file saved with "
-                               f"`provision ... --json > result.json`")
+        raise ProvisionerError(f"{flag} '{path}' is not a regular file; {save}")
     if not path.is_file():
-        raise ProvisionerError(f"result file '{path}' does not exist (save one with `provision ... --json > {path}`)")
+        raise ProvisionerError(f"{flag} '{path}' does not exist; {save}")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ProvisionerError(f"{flag} '{path}' cannot be read ({exc.strerror or exc}); check its permissions "
+                               f"or {save}") from None
     try:
         # a BOM or PowerShell's UTF-16 `>` reads as saved, as a trace or a rate profile does
-        return json.loads(decode_text(path.read_bytes()))
+        return json.loads(decode_text(raw))
     except json.JSONDecodeError as exc:
-        raise ProvisionerError(
-            f"'{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        raise ProvisionerError(f"{flag} '{path}' is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                               f"{exc.msg}); {save}") from None
     except UnicodeDecodeError:
-        raise ProvisionerError(f"'{path}' is not a JSON text file (UTF-8 or UTF-16); give the file saved with "
-                               f"`provision ... --json`") from None
+        raise ProvisionerError(f"{flag} '{path}' is not a JSON text file (UTF-8 or UTF-16); {save}") from None
     except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
-        raise ProvisionerError(f"'{path}' is not a result of `provision --json` (a number of over 4,300 digits, or "
-                               f"nesting thousands deep); give the file saved with `provision ... --json`") from None
+        raise ProvisionerError(f"{flag} '{path}' is not a result of `provision --json` (a number of over 4,300 "
+                               f"digits, or nesting thousands deep); {save}") from None

@@ -185,31 +185,14 @@ def _design(design, prompt_machines, token_machines, machines, prompt_power_cap,
 
 
 def _read_result(path: Path) -> dict:
-    import json
+    from ._report import load_result
 
-    from hardware_catalog import decode_text
-
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ProvisionerError(f"--from-result: cannot read '{path}' ({exc.strerror or exc})") from None
-    try:   # a BOM or PowerShell's UTF-16 `>` reads as saved, as a trace or a rate profile does
-        obj = json.loads(decode_text(raw))
-    except json.JSONDecodeError as exc:
-        raise ProvisionerError(f"--from-result: '{path}' is not JSON ({exc.msg} at line {exc.lineno}); give the "
-                               f"output of `provision --json`") from None
-    except UnicodeDecodeError:
-        raise ProvisionerError(f"--from-result: '{path}' is not a JSON text file (UTF-8 or UTF-16); give the "
-                               f"output of `provision --json`") from None
-    except (ValueError, RecursionError):   # an integer of over 4,300 digits; arrays nested thousands deep
-        raise ProvisionerError(f"--from-result: '{path}' is not a result of `provision --json` (a number of over "
-                               f"4,300 digits, or nesting thousands deep); give the output of "
-                               f"`provision --json`") from None
+    obj = load_result(path, flag="--from-result")
     if not isinstance(obj, dict) or not isinstance(obj.get("question"), dict) or "best" not in obj:
         from reports import answer_kind
         kind = answer_kind(obj)   # another command's answer: which one, not just what it lacks
         what = f"is the answer of `provision {kind} --json`, which" if kind else "has no 'question' and 'best', and"
-        raise ProvisionerError(f"--from-result: '{path}' {what} --from-result does not re-score; give the output of "
+        raise ProvisionerError(f"--from-result '{path}' {what} --from-result does not re-score; give the output of "
                                f"`provision --goal ... --json`")
     return obj
 
