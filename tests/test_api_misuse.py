@@ -332,7 +332,7 @@ def test_unservable_requests_are_judged_by_one_replica_of_a_machine_wider_than_t
 @pytest.mark.parametrize("given, needle", [
     # were ignored: the named families fix their machines
     (dict(families=("splitwise-hh",), prompt_machine_types=("dgx-h100",)),
-     r"prompt_machine_types sets the machines of the custom families .*none of which families names"),
+     r"prompt_machine_types sets the machines of a custom family .*none of which families names"),
     (dict(families=("baseline-h100",), token_machine_types=("dgx-h100",)), "or drop token_machine_types"),
     # only splitwise-custom has a token pool
     (dict(families=("baseline-custom",), prompt_machine_types=("dgx-h100",), token_machine_types=("dgx-a100",)),

@@ -195,7 +195,7 @@ def test_odd_numbers_are_one_line_errors(args, needle):
      "--scheduler jsq"),
     # silently added splitwise-custom to the user's own --design list
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--token-machine-types", "dgx-h100"],
-     "add --design splitwise-custom"),
+     "add 'splitwise-custom' (or another custom family) to --design, or drop --token-machine-types"),
     # every point held out: an internal KeyError
     (["perf", "calibrate", "--holdout", "0.995", "--out", "c.toml"], "use --holdout 0.99 or less"),
     # wrote its three files into the working directory
@@ -1425,7 +1425,7 @@ def test_token_machine_types_without_splitwise_custom_are_refused(designs):
                                "--token-machine-types", "a40-8x", "--trials", "1"),
                           "--token-machine-types sets the token pool of splitwise-custom; "
                           f"{' and '.join(d for d in designs if d != 'splitwise-hh')} ha",
-                          "add --design splitwise-custom, or drop --token-machine-types")
+                          "add 'splitwise-custom' to --design, or drop --token-machine-types")
 
 
 def test_a_trial_budget_past_any_use_is_refused():

@@ -50,6 +50,7 @@ PARAM_FLAGS = {
     "capacity_rps": "--capacity-rps", "static_machines": "--static-machines", "interval_s": "--interval-s",
     "min_machines": "--min-machines", "peak_rps": "--rps", "scale_on": "--scale-on", "startup_s": "--startup-s",
     "window_s": "--window-s", "scale_out_load": "--scale-out-load", "scale_in_load": "--scale-in-load",
+    "prompt_machine_types": "--prompt-machine-types", "token_machine_types": "--token-machine-types",
     "target_load": "--target-load", "scale_out_freeness": "--scale-out-freeness",
     "scale_in_freeness": "--scale-in-freeness", "scale_out_queue": "--scale-out-queue",
     "scale_in_queue": "--scale-in-queue",

@@ -114,19 +114,9 @@ def main_command(
         if flag_given and families and not any(f.startswith("splitwiser") for f in families):
             raise ProvisionerError(f"{flag} applies to the splitwiser families: add --design splitwiser-h100 "
                                    f"(or splitwiser-a100, splitwiser-custom)")
-    if (ptypes or ttypes) and not any(f in CUSTOM_FAMILIES for f in (families or ())):
-        if design:   # the user's own list: machine types must not widen it silently
-            flag = "--prompt-machine-types" if ptypes else "--token-machine-types"
-            raise ProvisionerError(f"{flag} sets the machines of the custom families "
-                                   f"({', '.join(CUSTOM_FAMILIES)}), none of which --design names: add --design "
-                                   f"{CUSTOM_SPLIT} (or another custom family), or drop {flag}")
-        families = (*(families or ()), CUSTOM_SPLIT)
-    if ttypes and CUSTOM_SPLIT not in families:   # then a one-pool custom family was named
-        pooled = [f for f in families if f in (CUSTOM_BASELINE, CUSTOM_COLOCATED)]
-        raise ProvisionerError(f"--token-machine-types sets the token pool of {CUSTOM_SPLIT}; "
-                               f"{' and '.join(pooled)} {'has' if len(pooled) == 1 else 'have'} one pool of "
-                               f"--prompt-machine-types machines: add --design {CUSTOM_SPLIT}, or drop "
-                               f"--token-machine-types")
+    if (ptypes or ttypes) and not design and not any(f in CUSTOM_FAMILIES for f in (families or ())):
+        families = (*(families or ()), CUSTOM_SPLIT)   # the default list: the types name the family
+    # machine types a --design list gives no family for: ProvisionRequest refuses them
     _refuse_idle_search_flags(ctx, families or FAMILIES, searcher, goal)
     # optuna's sampler is the one other draw --seed fixes; goal throughput never runs it
     optuna_runs = goal != "throughput" and (searcher == "optuna" or

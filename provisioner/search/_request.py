@@ -216,19 +216,19 @@ class ProvisionRequest:
                 object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
 
     def _check_machine_types(self) -> None:
-        """Machine types with no family that uses them were ignored: refused, as the CLI refuses them."""
+        """Machine types no family uses were ignored: refused (the CLI's --design list too)."""
         custom = [f for f in self.families if f in CUSTOM_FAMILIES]
         for name in ("prompt_machine_types", "token_machine_types"):
             if getattr(self, name) and not custom:
-                raise ProvisionerError(f"{name} sets the machines of the custom families "
-                                       f"({', '.join(CUSTOM_FAMILIES)}), none of which families names: add "
-                                       f"'{CUSTOM_SPLIT}' (or another custom family) to families, or drop {name}",
-                                       params=(name,))
+                raise ProvisionerError(f"{name} sets the machines of a custom family ({', '.join(CUSTOM_FAMILIES)}), "
+                                       f"none of which families names: add '{CUSTOM_SPLIT}' (or another custom "
+                                       f"family) to families, or drop {name}", params=(name, "families"))
         if self.token_machine_types and CUSTOM_SPLIT not in custom:
             raise ProvisionerError(f"token_machine_types sets the token pool of {CUSTOM_SPLIT}; "
                                    f"{' and '.join(custom)} {'has' if len(custom) == 1 else 'have'} one pool of "
                                    f"prompt_machine_types machines: add '{CUSTOM_SPLIT}' to families, or drop "
-                                   f"token_machine_types", params=("token_machine_types",))
+                                   f"token_machine_types",
+                                   params=("token_machine_types", "prompt_machine_types", "families"))
 
     def _resolve_trace(self) -> None:
         """Default the arrival process, read the trace, fill `duration_s` (and a replay's `rps`)."""
