@@ -54,9 +54,7 @@ def __getattr__(name: str):
     """`run_fluid`, imported on first use: the fluid kernel imports numba (seconds), which
     `import provisioner.sim` does not."""
     if name == "run_fluid":
-        run_fluid = _load_run_fluid()
-        globals()[name] = run_fluid   # once: later lookups skip this hook
-        return run_fluid
+        return _load_run_fluid()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -65,10 +63,13 @@ def _load_run_fluid():
     usually while `provision`'s first re-check workers start): a KeyboardInterrupt inside
     numba's import leaves it half-loaded, and its C extension reports that as
     "ImportError: numba._devicearray failed to import" with the interrupt gone from the
-    chain, so Ctrl-C then read as an internal error (seen in CI). Once loaded, a no-op."""
-    with signals_held():
-        from ._fluid import run_fluid
-    return run_fluid
+    chain, so Ctrl-C then read as an internal error (seen in CI)."""
+    loaded = globals().get("run_fluid")
+    if loaded is None:
+        with signals_held():
+            from ._fluid import run_fluid as loaded
+        globals()["run_fluid"] = loaded   # once: later lookups skip `__getattr__` and this
+    return loaded
 
 
 def _engine(name: str):
