@@ -395,26 +395,6 @@ def test_rentals_that_share_their_rates_plan_as_each_does_alone(perf):
         make_context(prices.with_counts((1, 1, 0, 0)), llm, perf, sizes, kv_bits=4, reference=prices, shared=shared)
 
 
-def test_4_bit_rentals_share_their_16_bit_searches_rates_too(perf):
-    """Under --kv-bits 4 each rental's search also runs a 16-bit one (`uncompressed`), which
-    built a store of its own per rental; it takes the shared store's 16-bit sibling
-    (`SharedRates.at_bits`), and each rental still plans as it does alone."""
-    from provisioner.cloud import SharedRates, finalist_plans
-
-    prices = load_inventory("cloud-prices", perf.catalog)
-    llm = perf.llm("llama-30b")
-    sizes = size_sample(TraceGenerator("conversation", 60.0, 0, arrival="poisson", rps=4.0), 4.0)
-    shared = SharedRates()
-    for counts in [(1, 2, 1, 0), (0, 2, 1, 1)]:
-        alone = make_context(prices.with_counts(counts), llm, perf, sizes, kv_bits=4, reference=prices)
-        together = make_context(prices.with_counts(counts), llm, perf, sizes, kv_bits=4, reference=prices,
-                                shared=shared)
-        assert finalist_plans(together, 0, steps=10) == finalist_plans(alone, 0, steps=10)
-    sixteen = shared.at_bits(16)
-    assert shared.at_bits(4) is shared and shared.at_bits(16) is sixteen is not shared
-    assert shared.values and sixteen.values   # both searches took and gave values
-
-
 def test_at_a_tight_slo_the_search_climbs_from_whole_node_groups(perf):
     """At Table VI x 1.25 small groups miss coding's limits: the fine start (each node cut
     into its smallest TP groups) and 44 of its 48 neighbours score 0, and a search from it

@@ -250,10 +250,8 @@ def no_split_plan_reason(ctx: Context, where: str | None = None) -> str:
 
 
 def uncompressed(ctx: Context) -> Context:
-    """The same question with 16-bit KV on the wire: its own scorer (a plan's rates are
-    cached per scorer), whose replica and pair values are shared as the compressed
-    scorer's are (`SharedRates.at_bits`)."""
-    return replace(ctx, kv_bits=16, scorer=Scorer(ctx.physics, ctx.scorer.w, 16, ctx.scorer.shared.at_bits(16)))
+    """The same question with 16-bit KV on the wire (its own scorer: rates are cached per scorer)."""
+    return replace(ctx, kv_bits=16, scorer=Scorer(ctx.physics, ctx.scorer.w, 16))
 
 
 def plan_routing(ctx: Context, plan, rps: float | None = None):

@@ -154,16 +154,6 @@ class SharedRates:
         self.admissions: dict = {}   # (KV budget (tokens), among) -> its `KvAdmission`
         self.held: dict = {}   # (KV budget, whole, among) -> the requests it holds (`Scorer._held`)
         self._question = None   # (workload, KV bits, model name) of the values
-        self._other_bits: dict = {}   # KV bits -> the store of this question at those bits
-
-    def at_bits(self, kv_bits: int) -> SharedRates:
-        """The store of this question with `kv_bits` on the wire: this one at its own bits,
-        else one kept beside it (`uncompressed`'s 16-bit searches under `--kv-bits 4`, one
-        per rental of a price list, share theirs as the compressed ones do). Its scorers
-        still `admit` their question."""
-        if self._question is not None and self._question[1] == int(kv_bits):
-            return self
-        return self._other_bits.setdefault(int(kv_bits), SharedRates())
 
     def admit(self, workload: Workload, kv_bits: int, model: str) -> None:
         """Take a scorer's question; one whose requests, limits, KV bits or model differ
@@ -196,8 +186,8 @@ class Scorer(RoutingLP):
 
     def __init__(self, physics, workload: Workload, kv_bits: int = 16, shared: SharedRates | None = None):
         self.ph, self.w, self.kv_bits = physics, workload, int(kv_bits)
-        self.shared = SharedRates() if shared is None else shared
-        self.shared.admit(workload, self.kv_bits, physics.llm.name)
+        self._shared = SharedRates() if shared is None else shared
+        self._shared.admit(workload, self.kv_bits, physics.llm.name)
         self._rates: dict = {}
         self._pairs: dict = {}
         self._plans: dict = {}
@@ -218,7 +208,7 @@ class Scorer(RoutingLP):
         a replica's rates read of its group, so groups alike share them (`SharedRates`)."""
         g = self.ph.group(group)
         same = (kind, float(g.kv_cap_tokens), g.coef.tobytes())
-        alike = self.shared.values
+        alike = self._shared.values
         if same not in alike:
             alike[same] = rate(g)
         return alike[same]
@@ -265,9 +255,9 @@ class Scorer(RoutingLP):
             # groups of one physics (the same stages on interchangeable nodes) share a rate:
             # on coding 166 rates serve 214 (group, class) pairs
             alike = (phase, float(g.kv_cap_tokens), g.coef.tobytes(), among_key)
-            if alike not in self.shared.values:
-                self.shared.values[alike] = self._class_rate(g, phase, among)
-            self._rates[key] = self.shared.values[alike]
+            if alike not in self._shared.values:
+                self._shared.values[alike] = self._class_rate(g, phase, among)
+            self._rates[key] = self._shared.values[alike]
         return self._rates[key]
 
     def _class_rate(self, g, phase, among) -> float | None:
@@ -426,7 +416,7 @@ class Scorer(RoutingLP):
         tokens and every small decode replica's slots limit 0, and 5% of 100k-token
         prompts rated an A5000 TP4 prefill replica 0.04 req/s instead of 1.9."""
         key = (float(kv_cap), bool(whole), None if among is None else among.tobytes())
-        held = self.shared.held
+        held = self._shared.held
         if key not in held:
             w = self.w
             keep = (w.prompt_tokens + w.output_tokens if whole else w.prompt_tokens) <= kv_cap
@@ -484,7 +474,7 @@ class Scorer(RoutingLP):
         """The admission model of a budget over the requests (of those `among`) it holds
         whole (`_held`): its rate and miss share are of the requests the replica is sent."""
         key = (float(kv_cap), None if among is None else among.tobytes())
-        admissions = self.shared.admissions
+        admissions = self._shared.admissions
         if key not in admissions:
             admissions[key] = KvAdmission.of(self._held(kv_cap, among=among) or self.w, kv_cap)
         return admissions[key]
@@ -693,7 +683,7 @@ class Scorer(RoutingLP):
         among_key = None if among is None else among.tobytes()
         key = ("network", src, dst, int(senders), among_key)
         if key not in self._pairs:
-            same, alike = ("network", self._room_key(src, dst), int(senders), among_key), self.shared.values
+            same, alike = ("network", self._room_key(src, dst), int(senders), among_key), self._shared.values
             if same not in alike:
                 alike[same] = self._network_limit(self._transfer_room(src, dst, among), senders)
             self._pairs[key] = alike[same]
@@ -728,7 +718,7 @@ class Scorer(RoutingLP):
         among_key = None if among is None else among.tobytes()
         key = ("room", src, dst, among_key)
         if key not in self._pairs:
-            same, alike = ("room", self._room_key(src, dst), among_key), self.shared.values
+            same, alike = ("room", self._room_key(src, dst), among_key), self._shared.values
             if same not in alike:
                 alike[same] = self._room(src, dst, among)
             self._pairs[key] = alike[same]
