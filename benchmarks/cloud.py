@@ -200,13 +200,14 @@ def comparison_row(lead, ctx, plan, split, mixed, extra=()) -> str:
     return row
 
 
-def write_results(script: str, title: str, machine: str, doc: str, columns: list[str], rows: list[str]) -> None:
-    """results/SCRIPT.md: the title, the machine, the first paragraph after `doc`'s summary
-    line and the table of `rows` under `columns`."""
+def write_results(script: str, title: str, machine: str, doc: str, columns: list[str], rows: list[str],
+                  name: str | None = None) -> None:
+    """results/NAME.md (default SCRIPT.md): the title, the machine, the first paragraph after
+    `doc`'s summary line and the table of `rows` under `columns`."""
     about = doc.split("\n\n")[1].replace("\n", " ")
     head = (f"# {title} (benchmarks/{script}.py)\n\n{machine}\n\n{about}\n\n| " + " | ".join(columns)
             + " |\n|" + "---|" * len(columns) + "\n")
-    Path(__file__).with_name("results").joinpath(f"{script}.md").write_text(head + "\n".join(rows) + "\n")
+    Path(__file__).with_name("results").joinpath(f"{name or script}.md").write_text(head + "\n".join(rows) + "\n")
 
 
 def _equal_attainment(ctx, workload, engine) -> tuple:
