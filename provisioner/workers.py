@@ -3,9 +3,9 @@ caller goes on), the pool size (`worker_count`), and Ctrl-C.
 
 A terminal sends Ctrl-C (SIGINT) to every process of the foreground group, so joblib's
 worker processes would each die with a KeyboardInterrupt traceback of their own. Workers
-are started while SIGINT is ignored (an ignored signal stays ignored across fork and
-exec, and Python then never turns it into KeyboardInterrupt), so only the parent sees a
-Ctrl-C; `stop_workers` then ends them.
+are started while SIGINT is blocked in the starting thread (a blocked signal stays blocked
+across fork and exec, so it stays pending in the worker and never becomes a
+KeyboardInterrupt there), so only the parent sees a Ctrl-C; `stop_workers` then ends them.
 """
 
 from __future__ import annotations
@@ -32,18 +32,38 @@ IDLE_WORKER_RACE_MESSAGE = "A worker stopped while some jobs were given to the e
 
 
 def start_executor_deaf_to_ctrl_c(executor) -> None:
-    """Start the worker processes of a loky executor while SIGINT is ignored.
+    """Start the worker processes of a loky executor deaf to Ctrl-C, this process not.
 
-    loky starts every worker when the first task is submitted (fork + exec, synchronous),
-    so the window in which a Ctrl-C would be ignored lasts only those few milliseconds."""
+    loky starts every worker when the first task is submitted (fork + exec, synchronous,
+    in this thread). SIGINT is blocked in this thread meanwhile, so the workers inherit it
+    blocked; it is not ignored, since ignoring it is process-wide and discarded a Ctrl-C
+    that came in those milliseconds: `provision` ran on to the end, exit 0 (seen: Ctrl-C
+    0.8 s into `provision --goal cost --rps 70`, as its re-check workers started). That
+    Ctrl-C (or a SIGTERM) is held (`signals_held`) and delivered here once they have started."""
     if threading.current_thread() is not threading.main_thread():
         executor.submit(int)
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        executor.submit(int)   # a builtin: the task needs no import in the worker
-    finally:
-        signal.signal(signal.SIGINT, old)
+    with signals_held():
+        _start_resource_trackers()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            executor.submit(int)   # a builtin: the task needs no import in the worker
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _start_resource_trackers() -> None:
+    """loky's and multiprocessing's resource trackers (processes), started before the
+    workers: loky starts them with a worker's launch if not yet running, and
+    multiprocessing's start ends by unblocking SIGINT in the calling thread (Python
+    3.11's `ensure_running`: SIG_UNBLOCK, not the mask it found), so the workers launched
+    after it would take Ctrl-C. Running already: nothing to do."""
+    from multiprocessing import resource_tracker
+
+    from joblib.externals.loky.backend import resource_tracker as loky_resource_tracker
+
+    loky_resource_tracker.ensure_running()
+    resource_tracker.ensure_running()
 
 
 def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:

@@ -544,8 +544,8 @@ def test_ctrl_c_stops_the_search_with_one_line(phase):
         _wait_for_workers_to_settle(p)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGINT)
-    # a signal that came while the workers were starting (SIGINT is ignored then, so they
-    # inherit that) is lost and the job runs on (33-60 s): then the test skips below
+    # a signal that came while the workers were starting is held until they have
+    # (`start_executor_deaf_to_ctrl_c`; it was lost, and the job ran on, exit 0)
     out, err = p.communicate(timeout=300)
     if p.returncode == 0:
         pytest.skip("the search finished before the signal")
@@ -633,8 +633,8 @@ def test_sigterm_to_the_command_alone_stops_its_workers_too():
 
 
 def _wait_for_workers_to_settle(p, settle_s=0.5, timeout_s=120) -> None:
-    """Until worker processes exist and none has started for `settle_s`: the parent ignores
-    Ctrl-C while it starts them (~30 ms here), and a signal then would be lost."""
+    """Until worker processes exist and none has started for `settle_s`: the phase the test
+    means to interrupt (the re-check running), not the workers' start."""
     deadline = time.time() + timeout_s
     seen, since = set(), time.time()
     while p.poll() is None and time.time() < deadline:

@@ -107,6 +107,58 @@ def test_signals_held_delivers_ctrl_c_after_the_block():
         signal.signal(signal.SIGINT, before)
 
 
+def test_a_ctrl_c_while_workers_start_stops_this_process_once_they_have():
+    """Workers start deaf to Ctrl-C; this process did too, for those milliseconds (SIGINT was
+    ignored, process-wide), and a Ctrl-C then was lost: `provision` ran to its end, exit 0
+    (seen: Ctrl-C 0.8 s into `provision --goal cost --rps 70`). It now comes once they have."""
+    import signal
+
+    from provisioner.workers import start_executor_deaf_to_ctrl_c
+
+    class Starting:   # an executor whose workers take a Ctrl-C to start
+        submitted = []
+
+        def submit(self, fn):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)   # a KeyboardInterrupt would have come by now
+            self.submitted.append(fn)
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)   # as from a terminal
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            start_executor_deaf_to_ctrl_c(Starting())
+        assert Starting.submitted == [int]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+# workers started deaf, each then sent a Ctrl-C of its own: all alive and computing after it
+_CTRL_C_TO_DEAF_WORKERS = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    "from joblib.externals.loky import get_reusable_executor\n"
+    "from provisioner.workers import start_executor_deaf_to_ctrl_c\n"
+    "executor = get_reusable_executor(max_workers=2)\n"
+    "start_executor_deaf_to_ctrl_c(executor)\n"
+    "pids = sorted(executor._processes)\n"
+    "for pid in pids:\n"
+    "    os.kill(pid, signal.SIGINT)\n"
+    "time.sleep(0.5)\n"
+    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
+    "executor.submit(sum, [1, 2]).result())\n")
+
+
+def test_workers_started_deaf_to_ctrl_c_stay_so():
+    """The workers inherit SIGINT blocked (no longer ignored: that lost the parent's Ctrl-C),
+    and loky's start-up must not unblock it before they are launched (multiprocessing's
+    resource tracker, started with the first worker, unblocks SIGINT in the launching thread)."""
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_TO_DEAF_WORKERS], capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True 3", ""), done.stderr
+
+
 # Ctrl-C 20 ms into loading the fluid engine, in a fresh interpreter (numba not yet loaded)
 _CTRL_C_WHILE_NUMBA_LOADS = (
     "import os, signal, sys, threading\n"
