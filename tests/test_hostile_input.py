@@ -488,7 +488,7 @@ _AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, sig
                        "os.execv(sys.argv[1], sys.argv[1:])")
 
 
-# Ctrl-C the moment `module` starts to load: an import hook raises SIGINT then
+# Ctrl-C (or SIGTERM) the moment `module` starts to load: an import hook raises the signal then
 _CTRL_C_WHILE_LOADING = """
 import importlib.abc, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)   # as a terminal starts it
@@ -496,7 +496,7 @@ class CtrlC(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == sys.argv[1]:
             sys.meta_path.remove(self)
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(getattr(signal, sys.argv[2]))
 sys.meta_path.insert(0, CtrlC())
 from provisioner.cli import main   # as the console script does
 main(["--goal", "cost", "--rps", "70"])
@@ -507,9 +507,19 @@ main(["--goal", "cost", "--rps", "70"])
 def test_ctrl_c_while_the_command_loads_is_one_line(module):
     """The first second of a run loads numpy, pandas and typer (the package's modules, then the
     commands'): a Ctrl-C there was a KeyboardInterrupt traceback."""
-    proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_LOADING, module], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, "SIGINT"], capture_output=True,
+                          text=True, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted (Ctrl-C); stopped\n")
+
+
+@pytest.mark.parametrize("module", ["pandas", "provisioner.cli._main"])
+def test_sigterm_while_the_command_loads_is_one_line(module):
+    """SIGTERM in that first second: while the package loaded (before `main` installs its
+    handler) it killed the process without a word (exit -15), and while the commands loaded
+    it was a KeyboardInterrupt traceback."""
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_LOADING, module, "SIGTERM"], capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", "terminated (SIGTERM); stopped\n")
 
 
 def test_the_package_loads_on_first_use_and_keeps_its_subpackages():

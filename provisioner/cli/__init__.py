@@ -57,12 +57,12 @@ def _register() -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the command line `argv`; returns the exit code (0, 1, 2, 130 or 143), never raises."""
-    with ctrl_c_stops_loading():   # the commands' modules: the search, the engines, pandas
-        _register()
-    quiet_pool_warnings()   # Ctrl-C: one line, not a worker-cleanup warning after it; no loky races
     args = sys.argv[1:] if argv is None else list(argv)
 
-    def command():
+    def command():   # all of it inside `run_guarded`: a signal between two steps is one line too
+        with ctrl_c_stops_loading():   # the commands' modules: the search, the engines, pandas
+            _register()
+        quiet_pool_warnings()   # Ctrl-C: one line, not a worker-cleanup warning after it; no loky races
         refuse_repeated_options(typer.main.get_command(app), args)   # before click keeps the last
         return app(args=args, prog_name="provision", standalone_mode=False)
     return run_guarded(command)

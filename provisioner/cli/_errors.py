@@ -28,10 +28,10 @@ from workloads import WorkloadError
 
 from ..workers import stop_workers
 from ..errors import ProvisionerError
-from ._loading import EXIT_INTERRUPTED, INTERRUPTED_LINE
+from ._loading import EXIT_INTERRUPTED, EXIT_TERMINATED, INTERRUPTED_LINE, TERMINATED_LINE
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
-EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR, EXIT_TERMINATED = 0, 1, 2, 143
+EXIT_OK, EXIT_INTERNAL, EXIT_USER_ERROR = 0, 1, 2
 _terminated = False   # set by `on_sigterm`: the interrupt the command stops on is a SIGTERM
 TRACEBACK_DIR_ENV = "PROVISIONER_TRACEBACK_DIR"
 # The library's errors name Python parameters (their `params`); the CLI says its flags.
@@ -94,7 +94,7 @@ def _stopped() -> int:
     """After an interrupt: stop the worker processes, say so in one line; the exit code."""
     stop_workers()
     if _terminated:
-        _echo_err("terminated (SIGTERM); stopped")
+        _echo_err(TERMINATED_LINE)
         return EXIT_TERMINATED
     _echo_err(INTERRUPTED_LINE)
     return EXIT_INTERRUPTED
