@@ -17,7 +17,7 @@ import sys
 import threading
 import warnings
 
-__all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "stop_workers",
+__all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "submit_deaf_to_ctrl_c", "stop_workers",
            "quiet_pool_warnings", "worker_count", "in_worker_process", "beside", "signals_held"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
@@ -40,14 +40,21 @@ def start_executor_deaf_to_ctrl_c(executor) -> None:
     that came in those milliseconds: `provision` ran on to the end, exit 0 (seen: Ctrl-C
     0.8 s into `provision --goal cost --rps 70`, as its re-check workers started). That
     Ctrl-C (or a SIGTERM) is held (`signals_held`) and delivered here once they have started."""
+    submit_deaf_to_ctrl_c(executor, int)   # a builtin: the task needs no import in the worker
+
+
+def submit_deaf_to_ctrl_c(executor, fn, *args):
+    """`executor.submit(fn, *args)`, any worker it starts deaf to Ctrl-C (as
+    `start_executor_deaf_to_ctrl_c`). loky starts workers with a later task too, when it finds
+    some gone: a reusable executor's workers end after 10 s idle, and the next plain submit
+    started their replacements able to take Ctrl-C (each then a KeyboardInterrupt traceback)."""
     if threading.current_thread() is not threading.main_thread():
-        executor.submit(int)
-        return
+        return executor.submit(fn, *args)
     with signals_held():
         _start_resource_trackers()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            executor.submit(int)   # a builtin: the task needs no import in the worker
+            return executor.submit(fn, *args)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

@@ -159,6 +159,34 @@ def test_workers_started_deaf_to_ctrl_c_stay_so():
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True 3", ""), done.stderr
 
 
+# workers that ended idle (loky's timeout, 1 s here), replaced by the next task: deaf too?
+_WORKERS_REPLACED_AFTER_IDLING = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    "from joblib.externals.loky import get_reusable_executor\n"
+    "from provisioner.workers import start_executor_deaf_to_ctrl_c, submit_deaf_to_ctrl_c\n"
+    "executor = get_reusable_executor(max_workers=2, timeout=1)\n"
+    "start_executor_deaf_to_ctrl_c(executor)\n"
+    "first = set(executor._processes)\n"
+    "time.sleep(3)\n"   # idle: they end
+    "submit_deaf_to_ctrl_c(executor, int).result()\n"
+    "pids = set(executor._processes)\n"
+    "for pid in pids:\n"
+    "    os.kill(pid, signal.SIGINT)\n"
+    "time.sleep(0.5)\n"
+    "print(len(pids), pids.isdisjoint(first), all(p.is_alive() for p in executor._processes.values()), "
+    "submit_deaf_to_ctrl_c(executor, sum, [1, 2]).result())\n")
+
+
+def test_workers_that_replace_idle_ones_are_deaf_to_ctrl_c_too():
+    """loky ends a reusable executor's idle workers (10 s) and starts others with the next
+    task: `provision`'s re-check submitted to its workers plainly, so after a long search its
+    workers were new ones that a Ctrl-C killed, each with a traceback."""
+    done = subprocess.run([sys.executable, "-c", _WORKERS_REPLACED_AFTER_IDLING], capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True True 3", ""), done.stderr
+
+
 # Ctrl-C 20 ms into loading the fluid engine, in a fresh interpreter (numba not yet loaded)
 _CTRL_C_WHILE_NUMBA_LOADS = (
     "import os, signal, sys, threading\n"

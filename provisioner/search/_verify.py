@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..workers import in_worker_process, start_executor_deaf_to_ctrl_c, worker_count
+from ..workers import in_worker_process, start_executor_deaf_to_ctrl_c, submit_deaf_to_ctrl_c, worker_count
 from ..designs import DesignBatch
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB
 from ..results import json_number
@@ -106,8 +106,9 @@ class DesPool:
             return [_Done(_des_one(design, tr, model, slo, perf, preemption, swap_space_gb)) for tr in traces]
         _announce(design, traces, self.n_jobs)
         self.start()
-        return [self._executor.submit(_des_one, design, tr, model, slo, perf, preemption, swap_space_gb)
-                for tr in traces]
+        # deaf: the workers may have ended, idle, while the search ran (loky then starts others)
+        return [submit_deaf_to_ctrl_c(self._executor, _des_one, design, tr, model, slo, perf, preemption,
+                                      swap_space_gb) for tr in traces]
 
 
 def _announce(design, traces: list, n_jobs: int) -> None:
