@@ -48,8 +48,8 @@ def submit_deaf_to_ctrl_c(executor, fn, *args):
     `start_executor_deaf_to_ctrl_c`). loky starts workers with a later task too, when it finds
     some gone: a reusable executor's workers end after 10 s idle, and the next plain submit
     started their replacements able to take Ctrl-C (each then a KeyboardInterrupt traceback)."""
-    if threading.current_thread() is not threading.main_thread():
-        return executor.submit(fn, *args)
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        return executor.submit(fn, *args)   # no signal mask (Windows): no fork either, nothing inherits one
     with signals_held():
         _start_resource_trackers()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
