@@ -4,6 +4,7 @@ UTF-16 from PowerShell) or refused in one line naming the file and the fix, exit
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -362,7 +363,8 @@ def test_a_latency_profile_extrapolated_to_near_zero_is_refused_when_loaded(tmp_
     (lambda p: p.write_text("{not json"), "is not valid JSON (line 1, column 2: Expecting property name"),
     (lambda p: p.write_bytes(bytes(range(128, 256))), "is not a JSON text file (UTF-8 or UTF-16)"),
     (lambda p: p.write_text("[" * 100_000), "nesting thousands deep"),
-], ids=["directory", "missing", "not-json", "binary", "deep"])
+    (lambda p: p.write_text(" \n"), "is empty"),
+], ids=["directory", "missing", "not-json", "binary", "deep", "empty"])
 def test_report_and_from_result_read_a_saved_answer_alike(tmp_path, make, why):
     """One reader for both (they were two, each with its own words and checks: --from-result
     said "cannot read 'd' (Is a directory)" where report said "is a directory")."""
@@ -373,3 +375,27 @@ def test_report_and_from_result_read_a_saved_answer_alike(tmp_path, make, why):
     rescore = assert_one_line_error(*cli("simulate", "--from-result", saved), why, fix)
     assert report.replace(f"result file '{saved}'", "X") == rescore.replace(f"--from-result '{saved}'", "X")
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("command", [["simulate", "--from-result"], ["report"]])
+def test_a_saved_answer_is_read_from_a_pipe(tmp_path, command):
+    """`--from-result <(provision ... --json)` and `... | provision report /dev/stdin` read a
+    pipe; the one reader of both refused every file that is not a regular one."""
+    import threading
+
+    code, saved, err = cli("--goal", "cost", "--rps", "2", "--design", "baseline-h100", "--duration", "30",
+                           "--no-verify", "--json")
+    assert code == 0, err
+    pipe = tmp_path / "answer.pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_text, args=(saved,))
+    writer.start()
+    out = ["--out", tmp_path / "r.html"] if command == ["report"] else ["--json"]
+    code, printed, err = cli(*command, pipe, *out)
+    writer.join(30)
+    assert code == 0, err
+    if command == ["report"]:
+        assert (tmp_path / "r.html").stat().st_size > 0
+    else:
+        assert json.loads(printed)["design"] == json.loads(saved)["winner"]["design"]

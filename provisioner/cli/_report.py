@@ -54,15 +54,16 @@ def load_result(path: Path, flag: str = "result file") -> dict:
     resolved(path, flag)   # a loop of symbolic links says so, not "does not exist"
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; {save}")
-    if path.exists() and not path.is_file():   # /dev/null, a pipe: nothing a result was saved in
-        raise ProvisionerError(f"{flag} '{path}' is not a regular file; {save}")
-    if not path.is_file():
+    if not path.exists():
         raise ProvisionerError(f"{flag} '{path}' does not exist; {save}")
-    try:
+    try:   # a pipe too: `--from-result <(provision ... --json)`, `... | provision report /dev/stdin`
         raw = path.read_bytes()
     except OSError as exc:
         raise ProvisionerError(f"{flag} '{path}' cannot be read ({exc.strerror or exc}); check its permissions "
                                f"or {save}") from None
+    if not raw.strip():
+        what = "is empty" if path.is_file() else "is not a regular file and gave nothing"   # /dev/null
+        raise ProvisionerError(f"{flag} '{path}' {what}; {save}")
     try:
         # a BOM or PowerShell's UTF-16 `>` reads as saved, as a trace or a rate profile does
         return json.loads(decode_text(raw))
