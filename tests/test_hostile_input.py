@@ -195,7 +195,7 @@ def test_odd_numbers_are_one_line_errors(args, needle):
      "--scheduler jsq"),
     # silently added splitwise-custom to the user's own --design list
     (["--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--token-machine-types", "dgx-h100"],
-     "add 'splitwise-custom' (or another custom family) to --design, or drop --token-machine-types"),
+     "add 'splitwise-custom' to --design, or drop --token-machine-types"),
     # every point held out: an internal KeyError
     (["perf", "calibrate", "--holdout", "0.995", "--out", "c.toml"], "use --holdout 0.99 or less"),
     # wrote its three files into the working directory
@@ -1436,6 +1436,16 @@ def test_token_machine_types_without_splitwise_custom_are_refused(designs):
                           "--token-machine-types sets the token pool of splitwise-custom; "
                           f"{' and '.join(d for d in designs if d != 'splitwise-hh')} ha",
                           "add 'splitwise-custom' to --design, or drop --token-machine-types")
+
+
+@pytest.mark.parametrize("also", [["--trials", "3"], ["--power-cap-range", "0.5,1.0"],
+                                  ["--verify-duration", "0.001"]])
+def test_machine_types_no_named_family_uses_are_named_first(also):
+    """The flags a custom family takes were refused first ("drop --trials"), hiding the real
+    mistake: no custom family in --design."""
+    assert_one_line_error(*cli("--goal", "cost", "--rps", "5", "--design", "baseline-h100",
+                               "--prompt-machine-types", "dgx-h100", *also),
+                          "--prompt-machine-types sets the machines of a custom family", "none of which --design names")
 
 
 def test_a_trial_budget_past_any_use_is_refused():

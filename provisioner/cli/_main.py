@@ -102,7 +102,7 @@ def main_command(
                           inputs=input_files(workload, latency_profile), stdout_taken_by="--json" if json_out else None)
     check_preemption(preemption, scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
-    from ..search import ProvisionRequest, provision
+    from ..search import ProvisionRequest, check_machine_types, provision
 
     families = tuple(design) if design else None
     if families is None and (scheduler, preemption) != (DEFAULT_SCHEDULER, "recompute"):   # those they apply to
@@ -116,7 +116,7 @@ def main_command(
                                    f"(or splitwiser-a100, splitwiser-custom)")
     if (ptypes or ttypes) and not design and not any(f in CUSTOM_FAMILIES for f in (families or ())):
         families = (*(families or ()), CUSTOM_SPLIT)   # the default list: the types name the family
-    # machine types a --design list gives no family for: ProvisionRequest refuses them
+    check_machine_types(families or FAMILIES, ptypes, ttypes)   # before the flags a custom family takes
     _refuse_idle_search_flags(ctx, families or FAMILIES, searcher, goal)
     # optuna's sampler is the one other draw --seed fixes; goal throughput never runs it
     optuna_runs = goal != "throughput" and (searcher == "optuna" or

@@ -24,7 +24,7 @@ from ._ilp import CapacityBound, PoolOption, capacity_bound, pool_options
 from ._problem import SearchProblem
 from ._progress import Progress
 from ._provision import provision
-from ._request import GOALS, SEARCHERS, ProvisionRequest
+from ._request import GOALS, SEARCHERS, ProvisionRequest, check_machine_types
 from ._result import FamilyResult, ProvisionResult
 from ._space import FamilySpace, PoolSpace, family_space
 from ._throughput import LoadScaledTraces, max_sustainable_rps, sustainable_rps
@@ -34,5 +34,5 @@ __all__ = [
     "Evaluator", "FamilySpace", "PoolSpace", "family_space", "staircase_search", "exhaustive_search", "Staircase",
     "capacity_bound", "CapacityBound", "PoolOption", "pool_options", "Demand", "MachineCapacity",
     "machine_capacity", "sustainable_rps", "max_sustainable_rps", "LoadScaledTraces", "BayesOutcome", "relax_advice",
-    "REASON_PARAMS", "design_keys",
+    "REASON_PARAMS", "design_keys", "check_machine_types",
 ]

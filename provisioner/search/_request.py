@@ -55,6 +55,24 @@ _CONSTRAINTS = {
 }
 
 
+def check_machine_types(families, prompt_machine_types=None, token_machine_types=None) -> None:
+    """Refuse machine types that no family of `families` uses (they were ignored). The
+    CLI calls it as soon as it knows the families, so this mistake is named before a flag
+    the user gave for the custom family they meant (--trials, --power-cap-range)."""
+    custom = [f for f in families if f in CUSTOM_FAMILIES]
+    for name, given in (("prompt_machine_types", prompt_machine_types), ("token_machine_types", token_machine_types)):
+        if given and not custom:
+            which = "" if name == "token_machine_types" else " (or another custom family)"   # one has a token pool
+            raise ProvisionerError(f"{name} sets the machines of a custom family ({', '.join(CUSTOM_FAMILIES)}), "
+                                   f"none of which families names: add '{CUSTOM_SPLIT}'{which} to families, or "
+                                   f"drop {name}", params=(name, "families"))
+    if token_machine_types and CUSTOM_SPLIT not in custom:
+        raise ProvisionerError(f"token_machine_types sets the token pool of {CUSTOM_SPLIT}; "
+                               f"{' and '.join(custom)} {'has' if len(custom) == 1 else 'have'} one pool of "
+                               f"prompt_machine_types machines: add '{CUSTOM_SPLIT}' to families, or drop "
+                               f"token_machine_types", params=("token_machine_types", "prompt_machine_types", "families"))
+
+
 @dataclass(frozen=True)
 class ProvisionRequest:
     """What to provision for.
@@ -175,7 +193,7 @@ class ProvisionRequest:
             if f not in CUSTOM_FAMILIES:
                 family_spec(f)      # unknown name -> error with the nearest one
         object.__setattr__(self, "families", fams)
-        self._check_machine_types()
+        check_machine_types(fams, self.prompt_machine_types, self.token_machine_types)
         check_preemption(self.preemption, self.scheduler)
         refuse_scheduler_families(self.scheduler, fams, self.preemption)
         lo, hi = self.power_cap_range
@@ -214,21 +232,6 @@ class ProvisionRequest:
                            ("verify_seeds", int), ("prompt_batch_caps", int), ("power_cap_range", float)):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
-
-    def _check_machine_types(self) -> None:
-        """Machine types no family uses were ignored: refused (the CLI's --design list too)."""
-        custom = [f for f in self.families if f in CUSTOM_FAMILIES]
-        for name in ("prompt_machine_types", "token_machine_types"):
-            if getattr(self, name) and not custom:
-                raise ProvisionerError(f"{name} sets the machines of a custom family ({', '.join(CUSTOM_FAMILIES)}), "
-                                       f"none of which families names: add '{CUSTOM_SPLIT}' (or another custom "
-                                       f"family) to families, or drop {name}", params=(name, "families"))
-        if self.token_machine_types and CUSTOM_SPLIT not in custom:
-            raise ProvisionerError(f"token_machine_types sets the token pool of {CUSTOM_SPLIT}; "
-                                   f"{' and '.join(custom)} {'has' if len(custom) == 1 else 'have'} one pool of "
-                                   f"prompt_machine_types machines: add '{CUSTOM_SPLIT}' to families, or drop "
-                                   f"token_machine_types",
-                                   params=("token_machine_types", "prompt_machine_types", "families"))
 
     def _resolve_trace(self) -> None:
         """Default the arrival process, read the trace, fill `duration_s` (and a replay's `rps`)."""
