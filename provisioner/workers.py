@@ -18,7 +18,8 @@ import threading
 import warnings
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "submit_deaf_to_ctrl_c", "stop_workers",
-           "quiet_pool_warnings", "worker_count", "in_worker_process", "beside", "signals_held"]
+           "quiet_pool_warnings", "worker_count", "in_worker_process", "beside", "signals_held",
+           "handlers_swapped"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -47,8 +48,11 @@ def submit_deaf_to_ctrl_c(executor, fn, *args):
     """`executor.submit(fn, *args)`, any worker it starts deaf to Ctrl-C (as
     `start_executor_deaf_to_ctrl_c`). loky starts workers with a later task too, when it finds
     some gone: a reusable executor's workers end after 10 s idle, and the next plain submit
-    started their replacements able to take Ctrl-C (each then a KeyboardInterrupt traceback)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    started their replacements able to take Ctrl-C (each then a KeyboardInterrupt traceback).
+    Off the main thread too: the signal mask is per thread, and a worker forked from a thread
+    that takes SIGINT would take it (`signals_held` holds nothing there; none is needed,
+    since Python runs its handlers in the main thread only)."""
+    if not hasattr(signal, "pthread_sigmask"):
         return executor.submit(fn, *args)   # no signal mask (Windows): no fork either, nothing inherits one
     with signals_held():
         _start_resource_trackers()
@@ -82,6 +86,40 @@ def start_workers_deaf_to_ctrl_c(parallel, n_workers: int) -> None:
 
 
 @contextlib.contextmanager
+def handlers_swapped(handler, signums):
+    """Run the block with `handler` for each of `signums`, the handlers before it put back
+    after, every one, even when a signal comes mid-change and its handler raises (Ctrl-C's
+    KeyboardInterrupt): that exception left the rest unswapped or never put back (a Ctrl-C
+    while `signals_held` put SIGINT back left SIGTERM held for good). Blocking the signals
+    meanwhile would not do: the mask is per thread, and the kernel hands a signal to any
+    thread not blocking it (loky's, joblib's), Python then running its handler here.
+    Main thread only, where handlers live."""
+    previous = {}
+    try:
+        for s in signums:
+            previous[s] = signal.getsignal(s)
+            signal.signal(s, handler)
+        yield
+    finally:
+        _put_back(previous)
+
+
+def _put_back(handlers) -> None:
+    """Install `handlers`, going on when one just installed raises, and raise its exception
+    (the first) once all are in."""
+    interruption, remaining = None, dict(handlers)
+    while remaining:
+        try:
+            for s, old in list(remaining.items()):
+                signal.signal(s, old if old is not None else signal.SIG_DFL)
+                del remaining[s]
+        except BaseException as error:   # noqa: BLE001 - re-raised below, once the rest are in
+            interruption = interruption or error
+    if interruption is not None:
+        raise interruption
+
+
+@contextlib.contextmanager
 def signals_held(signums=(signal.SIGINT, signal.SIGTERM)):
     """Hold Ctrl-C and SIGTERM while the block runs, and deliver them once it is done (in the
     main thread, whose handlers they are; elsewhere the block just runs). For a step that a
@@ -92,12 +130,10 @@ def signals_held(signums=(signal.SIGINT, signal.SIGTERM)):
         yield
         return
     held: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in signums}
     try:
-        yield
+        with handlers_swapped(lambda signum, _frame: held.append(signum), signums):
+            yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         for signum in dict.fromkeys(held):   # each once, in the order they came
             signal.raise_signal(signum)
 

@@ -107,6 +107,40 @@ def test_signals_held_delivers_ctrl_c_after_the_block():
         signal.signal(signal.SIGINT, before)
 
 
+def test_a_ctrl_c_while_handlers_are_put_back_finds_every_one_back(monkeypatch):
+    """A Ctrl-C that came while `signals_held` put the handlers back raised between two
+    `signal.signal` calls: SIGINT was back, SIGTERM still held for good (a later SIGTERM then
+    did nothing). The rest are put back, then the KeyboardInterrupt goes on."""
+    import signal
+
+    from provisioner.workers import signals_held
+
+    before = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),   # as from a terminal
+              signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+    real_signal, putting_back = signal.signal, []
+
+    def ctrl_c_after_the_first_change(signum, handler):
+        old = real_signal(signum, handler)
+        if putting_back == [True]:
+            putting_back.append("sent")   # one Ctrl-C, after the first handler is back
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)   # a KeyboardInterrupt would have come by now
+        return old
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_held():
+                monkeypatch.setattr(signal, "signal", ctrl_c_after_the_first_change)
+                putting_back.append(True)
+        monkeypatch.undo()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is before[signal.SIGTERM]
+    finally:
+        monkeypatch.undo()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def test_a_ctrl_c_while_workers_start_stops_this_process_once_they_have():
     """Workers start deaf to Ctrl-C; this process did too, for those milliseconds (SIGINT was
     ignored, process-wide), and a Ctrl-C then was lost: `provision` ran to its end, exit 0
@@ -185,6 +219,31 @@ def test_workers_that_replace_idle_ones_are_deaf_to_ctrl_c_too():
     done = subprocess.run([sys.executable, "-c", _WORKERS_REPLACED_AFTER_IDLING], capture_output=True, text=True,
                           timeout=300)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True True 3", ""), done.stderr
+
+
+# workers started from a thread other than the main one (a search's background verifier)
+_WORKERS_STARTED_OFF_THE_MAIN_THREAD = (
+    "import os, signal, threading, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    "from joblib.externals.loky import get_reusable_executor\n"
+    "from provisioner.workers import submit_deaf_to_ctrl_c\n"
+    "executor = get_reusable_executor(max_workers=2)\n"
+    "starter = threading.Thread(target=lambda: submit_deaf_to_ctrl_c(executor, int).result())\n"
+    "starter.start(); starter.join()\n"
+    "pids = sorted(executor._processes)\n"
+    "for pid in pids:\n"
+    "    os.kill(pid, signal.SIGINT)\n"
+    "time.sleep(0.5)\n"
+    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
+    "executor.submit(sum, [1, 2]).result())\n")
+
+
+def test_workers_started_off_the_main_thread_are_deaf_to_ctrl_c_too():
+    """The signal mask is per thread: a submit from another thread started its workers plainly,
+    each then killed by a Ctrl-C with a traceback of its own."""
+    done = subprocess.run([sys.executable, "-c", _WORKERS_STARTED_OFF_THE_MAIN_THREAD], capture_output=True,
+                          text=True, timeout=300)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True 3", ""), done.stderr
 
 
 # more tasks than the workers hold, then stopped as Ctrl-C stops them

@@ -11,6 +11,8 @@ import os
 import signal
 import threading
 
+from ..workers import handlers_swapped
+
 INTERRUPTED_LINE = "interrupted (Ctrl-C); stopped"
 EXIT_INTERRUPTED = 130
 TERMINATED_LINE = "terminated (SIGTERM); stopped"
@@ -32,9 +34,6 @@ def ctrl_c_stops_loading():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, _stop_while_loading) for s in _STOPPED if signal.getsignal(s) is not signal.SIG_IGN}
-    try:
+    heeded = [s for s in _STOPPED if signal.getsignal(s) is not signal.SIG_IGN]
+    with handlers_swapped(_stop_while_loading, heeded):
         yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
