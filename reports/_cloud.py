@@ -84,13 +84,24 @@ def cloud_figures(answer: dict) -> list[tuple[str, object]]:
     return figs
 
 
+def _latency_model_text(answer: dict) -> str:
+    """The roofline, or the roofline fitted on `--latency-profile` (the answer's `latency_model`)."""
+    lm = answer.get("latency_model")
+    if not isinstance(lm, dict):
+        return "the roofline, the catalog's constants"
+    gpus = lm.get("gpus") if isinstance(lm.get("gpus"), dict) else {}
+    return (f"the roofline with constants fitted on the measured profile {lm.get('profile')} ("
+            + "; ".join(f"{g}: {how}" for g, how in gpus.items()) + ")")
+
+
 def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:
     from ._html import CSS, PLOTLY_CONFIG, plotly_js
 
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>",
              f"<h1>{escape(title)}: {escape(str(answer['inventory']))}</h1>", f'<p class="lead">{_lead(answer)}</p>',
-             f"<p>Network: {escape(str(answer['network']))}; {escape(str(answer['kv_bits']))}-bit KV on the wire.</p>",
+             f"<p>Network: {escape(str(answer['network']))}; {escape(str(answer['kv_bits']))}-bit KV on the wire. "
+             f"Latency model: {escape(_latency_model_text(answer))}.</p>",
              "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
              f'<script id="plotly-js" charset="utf-8">{plotly_js({"scatter", "bar"})}</script>']
     charts = {}

@@ -38,20 +38,71 @@ def _ctx(perf, inv, workload="coding", rps=4.0, duration=30.0, kv_bits=16):
     return make_context(inv, perf.llm("llama-30b"), perf, trace, kv_bits=kv_bits)
 
 
-def test_a_latency_profile_leaves_the_plan_and_its_slo_references_on_the_roofline(perf, tmp_path):
-    """The plan's groups ran on the roofline while the SLO references (the best node alone)
-    were read off the profile: `provision cloud --latency-profile` mixed two models."""
+def _slow_a40_profile(perf, path, slowdown=2.0):
+    """A profile of llama-30b on A40 measured `slowdown` times slower than the roofline says."""
+    rows = ["model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms"]
+    for tp, s, b in itertools.product((2, 4, 8), (256, 1024, 4096), (1, 8, 32)):
+        prefill = perf.prefill_time_s("llama-30b", "a40", tp, s, b)
+        decode = perf.decode_time_s("llama-30b", "a40", tp, b, s + 64)   # mean context of 128 output tokens
+        rows.append(f"llama-30b,a40,{tp},{s},{b},128,{slowdown * 1e3 * float(prefill):.6f},"
+                    f"{slowdown * 1e3 * float(decode):.6f}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_latency_profile_fits_the_roofline_of_the_gpus_it_measures(perf, tmp_path):
+    """A measured table is per whole replica of one GPU type, and a cloud group's pipeline
+    stages may mix types: the profile sets the roofline's constants of the GPUs it measures,
+    and every group, and the SLO references beside them, use that one model (the references
+    once came off the profile, the groups off the roofline: two models mixed)."""
     from perfmodels import load_profile_model
-    profile = load_profile_model(Path(__file__).parents[1] / "perfmodels" / "data" / "llama2-70b_dgx.csv")
-    path = tmp_path / "a100.toml"
-    path.write_text('name = "a100"\n[network]\ninter_node_gbps = 100\n[[nodes]]\ngpu = "a100-80gb"\ngpus = 4\n'
-                    'count = 2\n', encoding="utf-8")
+    profile = load_profile_model(_slow_a40_profile(perf, tmp_path / "slow_a40.csv"))
+    fitted = profile.fitted_roofline()
+    for tp, s in ((2, 512), (8, 2048)):   # points between and beyond the measured ones
+        ratio = fitted.prefill_time_s("llama-30b", "a40", tp, s) / perf.prefill_time_s("llama-30b", "a40", tp, s)
+        assert float(ratio) == pytest.approx(2.0, rel=0.1)
+        ratio = fitted.decode_time_s("llama-30b", "a40", tp, 16, 1500) / perf.decode_time_s("llama-30b", "a40", tp,
+                                                                                            16, 1500)
+        assert float(ratio) == pytest.approx(2.0, rel=0.1)
+    np.testing.assert_array_equal(fitted.coefficients("llama-30b", "a6000", 4),   # not measured: as before
+                                  perf.coefficients("llama-30b", "a6000", 4))
+    assert set(profile.roofline_fit_) == {"a40"} and profile.roofline_fit_["a40"]["points"] == 27
+    path = tmp_path / "mixed.toml"
+    path.write_text('name = "mixed"\n[network]\ninter_node_gbps = 100\n[[nodes]]\ntype = "a40-8x"\n'
+                    '[[nodes]]\ntype = "a6000-4x"\n', encoding="utf-8")
     inv = load_inventory(path, perf.catalog)
     trace = TraceGenerator("coding", 20.0, 0, arrival="poisson", rps=2.0).at(2.0)
-    assert profile.table("llama2-70b", "a100-80gb", 4) is not None   # measured: the profile would differ
-    roofline, measured = (make_context(inv, p.llm("llama2-70b"), p, trace).ref for p in (perf, profile))
-    for a, b in zip(roofline, measured):
+    via_profile, via_fit, roofline = (make_context(inv, p.llm("llama-30b"), p, trace)
+                                      for p in (profile, fitted, perf))
+    for a, b in zip(via_profile.ref, via_fit.ref):
         np.testing.assert_array_equal(a, b)
+    a40_group = ((0, 4),)   # 4 GPUs of node 0, the A40 node
+    np.testing.assert_array_equal(via_profile.physics.group(a40_group).coef, via_fit.physics.group(a40_group).coef)
+    assert via_profile.physics.group(a40_group).coef[0] > 1.5 * roofline.physics.group(a40_group).coef[0]
+
+
+def test_cloud_plans_on_the_measured_speed_of_a_profile(perf, tmp_path, capsys):
+    """`provision cloud --latency-profile` changed nothing but a warning; an A40 measured twice
+    as slow now halves what an A40 inventory is predicted to serve, and the answer says how."""
+    profile = _slow_a40_profile(perf, tmp_path / "slow_a40.csv")
+    path = tmp_path / "a40.toml"
+    path.write_text('name = "a40"\n[network]\ninter_node_gbps = 100\n[[nodes]]\ntype = "a40-8x"\n',
+                    encoding="utf-8")
+    answers = []
+    for extra in ([], ["--latency-profile", str(profile)]):
+        assert run(["cloud", "--inventory", str(path), "--rps", "1", "--duration", "30", "--json", *extra]) == 0
+        out = capsys.readouterr()
+        answers.append((json.loads(out.out), out.err))
+    (roofline, _), (measured, err) = answers
+    assert "latency_model" not in roofline
+    assert measured["latency_model"]["gpus"] == {"a40": "fitted"}
+    assert measured["latency_model"]["fitted"]["a40"]["points"] == 27
+    assert measured["throughput_rps"] == pytest.approx(roofline["throughput_rps"] / 2, rel=0.25)
+    assert err.startswith("latency profile: the roofline's constants fitted on a40 (27 points, MAPE prefill ")
+    assert err.count("\n") == 1 and err.rstrip().endswith("here a40: fitted"), err
+    from reports import build_cloud_html
+    assert f"constants fitted on the measured profile {profile} (a40: fitted)" in build_cloud_html(measured)
+    assert "Latency model: the roofline, the catalog&#x27;s constants." in build_cloud_html(roofline)
 
 
 def test_shipped_inventory_matches_thunderserve(perf):

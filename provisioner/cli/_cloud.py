@@ -102,12 +102,10 @@ def cloud_command(
     from perfmodels import LatencyModel
 
     from ..cloud import COMPARISON_CHUNK_TOKENS, check_without, load_inventory, plan_cloud
-    perf = load_latency_model(latency_profile, latency_interp)
-    if perf is not None:
-        typer.echo("warning: --latency-profile: cloud plans use the roofline, their SLO references too (a "
-                   "measured table is per whole replica; mixed-GPU pipeline groups have none)", err=True)
-    perf = perf or LatencyModel()
+    measured = load_latency_model(latency_profile, latency_interp)
+    perf = LatencyModel() if measured is None else measured.fitted_roofline()
     inv = load_inventory(inventory, perf.catalog)
+    latency = None if measured is None else _fitted_profile(measured, inv, latency_interp)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
     if nic_gbps is not None:
@@ -134,6 +132,8 @@ def cloud_command(
                                                   else prefill_chunk_tokens), new_mix=new_mix, scheduler=scheduler,
                             progress=progress)
     answer["workload"] = workload
+    if latency is not None:
+        answer["latency_model"] = latency
     if report is not None:
         from reports import write_cloud_report
         write_cloud_report(answer, report, force=True)   # checked before the search
@@ -152,6 +152,29 @@ def cloud_command(
             typer.echo(flag + note)
     if report is not None:
         typer.echo(f"report: {report}")
+
+
+def _fitted_profile(measured, inv, interp: str | None) -> dict:
+    """Say (stderr, one line each) what `--latency-profile` set on this inventory; return the
+    JSON's `latency_model`. A measured table is per whole replica of one GPU type and TP, and
+    a cloud group's pipeline stages may mix types: the profile fits the roofline's constants
+    of the GPUs it measures (as `provision perf calibrate`), which every group then uses."""
+    fit = measured.roofline_fit_
+    cal = measured.fitted_roofline().calibration
+    gpus = {}
+    for gpu in dict.fromkeys(t.gpu for t in inv.types):
+        lender = gpu if gpu in fit else cal.borrowed.get(gpu)
+        gpus[gpu] = ("fitted" if gpu in fit else f"borrows {lender}'s fitted constants" if lender in fit else
+                     "not measured: the catalog's constants")
+    fitted = ", ".join(f"{g} ({f['points']} points, MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
+                       f"{f['decode_mape_pct']:.1f}%)" for g, f in fit.items())
+    typer.echo(f"latency profile: the roofline's constants fitted on {fitted}; here "
+               + "; ".join(f"{g}: {how}" for g, how in gpus.items()), err=True)
+    if interp is not None:
+        typer.echo(f"warning: --latency-interp {interp}: cloud fits the roofline to the profile and interpolates "
+                   f"nothing (a group's pipeline stages may mix GPUs, which no measured table describes)", err=True)
+    return {"kind": "profile", "use": "roofline fitted", "profile": measured.profile_.source,
+            "sha256": measured.profile_.sha256, "fitted": fit, "gpus": gpus}
 
 
 def _render(a: dict) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodels import COEF_NAMES, HBM_UTILIZATION, N_COEF, TP_DEGREES, LatencyModel, ProfileLatencyModel
+from perfmodels import COEF_NAMES, HBM_UTILIZATION, N_COEF, TP_DEGREES, ProfileLatencyModel
 
 GB = 1e9
 MAX_RELABELLINGS = 1000   # node relabellings `Physics.relabellings` lists; beyond, none
@@ -46,8 +46,8 @@ class Physics:
     """Group physics for one inventory and model, cached per group (the search revisits groups)."""
 
     def __init__(self, inventory, llm, perf):
-        if isinstance(perf, ProfileLatencyModel):   # a measured table is per whole replica: the plan's groups,
-            perf = LatencyModel(perf.calibration, perf.catalog)   # and the SLO references beside them, use the roofline
+        if isinstance(perf, ProfileLatencyModel):   # a measured table is per whole replica of one GPU type: the
+            perf = perf.fitted_roofline()           # groups, and the SLO references, use the roofline fitted on it
         self.inv, self.llm, self.perf = inventory, llm, perf
         cat = perf.catalog
         self.node_type = np.array([ti for _, ti in inventory.nodes], dtype=np.int64)
