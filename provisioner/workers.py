@@ -19,7 +19,7 @@ import warnings
 
 __all__ = ["start_executor_deaf_to_ctrl_c", "start_workers_deaf_to_ctrl_c", "submit_deaf_to_ctrl_c", "stop_workers",
            "quiet_pool_warnings", "worker_count", "in_worker_process", "beside", "signals_held",
-           "handlers_swapped"]
+           "handlers_swapped", "shared_executor"]
 
 # loky's resource tracker, a child process, cleans up after the workers at exit; when
 # Ctrl-C has just killed them it can find a semaphore already gone and print a UserWarning
@@ -252,9 +252,20 @@ def in_worker_process() -> bool:
 
 
 def _pool():
-    """loky's reusable executor of `worker_count()` workers, started deaf to Ctrl-C."""
-    from joblib.externals.loky import get_reusable_executor
+    """The shared pool of `worker_count()` workers (`shared_executor`)."""
+    return shared_executor(worker_count())
 
-    executor = get_reusable_executor(max_workers=worker_count())
+
+def shared_executor(n_workers: int):
+    """The process's one pool of worker processes (loky's reusable executor) of `n_workers`,
+    started deaf to Ctrl-C. Made the way joblib makes its own (`get_memmapping_executor`):
+    joblib's next `Parallel` may adopt the current pool, and expects what joblib sets on
+    its pools; a plain loky pool failed it (AttributeError: '_temp_folder_manager'), e.g.
+    `run_sweep` after `provision()` in one notebook. Arguments are pickled, never memory-
+    mapped (max_nbytes None), so a worker may write to the arrays it is given, and idle
+    workers end after loky's 10 s, as before."""
+    from joblib.executor import get_memmapping_executor
+
+    executor = get_memmapping_executor(n_workers, timeout=10, max_nbytes=None)
     start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
     return executor

@@ -246,6 +246,26 @@ def test_workers_started_off_the_main_thread_are_deaf_to_ctrl_c_too():
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True 3", ""), done.stderr
 
 
+# this package's pool and joblib's Parallel in turn in one process (a notebook's provision()
+# then run_sweep(), and back)
+_OUR_POOL_THEN_JOBLIBS = (
+    "from joblib import Parallel, delayed\n"
+    "from provisioner.workers import shared_executor\n"
+    "for _ in range(2):\n"
+    "    ours = shared_executor(2).submit(sum, [1, 2]).result()\n"
+    "    theirs = Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(3))\n"
+    "    print(ours, theirs)\n")
+
+
+def test_joblib_runs_after_this_packages_pool_in_one_process():
+    """joblib's first Parallel adopts the process's current loky pool; made plainly, ours
+    lacked what joblib sets on its own, and `run_sweep` after `provision()` failed with
+    "AttributeError: '_ReusablePoolExecutor' object has no attribute '_temp_folder_manager'"."""
+    done = subprocess.run([sys.executable, "-c", _OUR_POOL_THEN_JOBLIBS], capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "3 [0, 1, 2]\n" * 2, ""), done.stderr
+
+
 # more tasks than the workers hold, then stopped as Ctrl-C stops them
 _STOPPED_WITH_TASKS_QUEUED = (
     "import time\n"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..workers import in_worker_process, start_executor_deaf_to_ctrl_c, submit_deaf_to_ctrl_c, worker_count
+from ..workers import in_worker_process, shared_executor, submit_deaf_to_ctrl_c, worker_count
 from ..designs import DesignBatch
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB
 from ..results import json_number
@@ -92,9 +92,7 @@ class DesPool:
         """Start the workers and load the DES in each: called before the search, so their
         start-up (a second or so of imports each) overlaps it instead of the first check."""
         if self.n_jobs > 1 and self._executor is None:
-            from joblib.externals.loky import get_reusable_executor
-            self._executor = get_reusable_executor(max_workers=self.n_jobs)
-            start_executor_deaf_to_ctrl_c(self._executor)   # Ctrl-C: one line from the parent only
+            self._executor = shared_executor(self.n_jobs)   # deaf to Ctrl-C: one line from the parent only
             for _ in range(self.n_jobs):
                 self._executor.submit(_load_des)
 
