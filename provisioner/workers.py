@@ -48,17 +48,26 @@ def submit_deaf_to_ctrl_c(executor, fn, *args):
     """`executor.submit(fn, *args)`, any worker it starts deaf to Ctrl-C (as
     `start_executor_deaf_to_ctrl_c`). loky starts workers with a later task too, when it finds
     some gone: a reusable executor's workers end after 10 s idle, and the next plain submit
-    started their replacements able to take Ctrl-C (each then a KeyboardInterrupt traceback).
-    Off the main thread too: the signal mask is per thread, and a worker forked from a thread
-    that takes SIGINT would take it (`signals_held` holds nothing there; none is needed,
-    since Python runs its handlers in the main thread only)."""
+    started their replacements able to take Ctrl-C (each then a KeyboardInterrupt traceback)."""
+    with _workers_launched_deaf():
+        return executor.submit(fn, *args)
+
+
+@contextlib.contextmanager
+def _workers_launched_deaf():
+    """Worker processes launched in the block inherit SIGINT blocked; a Ctrl-C (or SIGTERM)
+    meanwhile is held and comes after it. Off the main thread too: the signal mask is per
+    thread, and a worker forked from a thread that takes SIGINT would take it
+    (`signals_held` holds nothing there; none is needed, since Python runs its handlers in
+    the main thread only)."""
     if not hasattr(signal, "pthread_sigmask"):
-        return executor.submit(fn, *args)   # no signal mask (Windows): no fork either, nothing inherits one
+        yield   # no signal mask (Windows): no fork either, nothing inherits one
+        return
     with signals_held():
         _start_resource_trackers()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            return executor.submit(fn, *args)
+            yield
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -183,7 +192,8 @@ def quiet_pool_warnings() -> None:
 
 def worker_count() -> int:
     """Worker processes of a pool here: one per core, 2 to 8 (`provision`'s DES checks and
-    `beside` ask loky's reusable executor for the same size, so they share its workers)."""
+    `beside` ask `shared_executor` for the same size, so they share its workers; another
+    size would resize the pool, its workers stopped or started at once)."""
     return min(max(2, os.cpu_count() or 1), 8)
 
 
@@ -266,6 +276,7 @@ def shared_executor(n_workers: int):
     workers end after loky's 10 s, as before."""
     from joblib.executor import get_memmapping_executor
 
-    executor = get_memmapping_executor(n_workers, timeout=10, max_nbytes=None)
+    with _workers_launched_deaf():   # asked for another size, loky resizes the pool, starting workers here
+        executor = get_memmapping_executor(n_workers, timeout=10, max_nbytes=None)
     start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
     return executor

@@ -266,6 +266,28 @@ def test_joblib_runs_after_this_packages_pool_in_one_process():
     assert (done.returncode, done.stdout, done.stderr) == (0, "3 [0, 1, 2]\n" * 2, ""), done.stderr
 
 
+# the shared pool asked for a larger size: loky starts the extra workers at once, in the asking thread
+_POOL_RESIZED = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    "from provisioner.workers import shared_executor\n"
+    "shared_executor(2).submit(int).result()\n"   # idle: loky resizes a busy pool only once its tasks end
+    "executor = shared_executor(3)\n"
+    "pids = sorted(executor._processes)\n"
+    "for pid in pids:\n"
+    "    os.kill(pid, signal.SIGINT)\n"
+    "time.sleep(0.5)\n"
+    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
+    "executor.submit(sum, [1, 2]).result())\n")
+
+
+def test_workers_a_resize_starts_are_deaf_to_ctrl_c_too():
+    """A library caller asking for another pool size: loky started the extra workers outside
+    any deaf submit, and a Ctrl-C killed each (TerminatedWorkerError, found by helper 60)."""
+    done = subprocess.run([sys.executable, "-c", _POOL_RESIZED], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "3 True 3", ""), done.stderr
+
+
 # more tasks than the workers hold, then stopped as Ctrl-C stops them
 _STOPPED_WITH_TASKS_QUEUED = (
     "import time\n"
