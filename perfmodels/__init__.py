@@ -7,7 +7,8 @@ Public surface:
 - `calibrate`: fits the constants on measured profiles; `load_calibration` /
   `dump_calibration` read and write them (a small TOML file with provenance);
   `merge_calibration` keeps the GPUs a new fit lacks; `calibration_artifacts` marks the
-  profile rows left out of every fit.
+  profile rows left out of every fit; `fit_roofline` (a `RooflineFit`) is the roofline with
+  the constants of each GPU a profile measures at `MIN_FIT_POINTS` points or more fitted on it.
 - `TP_DEGREES` (1, 2, 4, 8) and `machine_tp_degrees` (those dividing a machine's GPU count).
 - `predict_points`: prefill and decode-iteration times of a table of configuration points.
 - memory: `kv_cache_bytes`, `kv_capacity_tokens`, `colocated_kv_capacity_tokens`,
@@ -30,7 +31,8 @@ Public surface:
 """
 
 from ._calibrate import (ARTIFACT_REASON, ARTIFACT_RULE, POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS,
-                         CalibrationReport, calibrate, calibration_artifacts, holdout_mask, shipped_profile)
+                         MIN_FIT_POINTS, CalibrationReport, RooflineFit, calibrate, calibration_artifacts, fit_roofline,
+                         holdout_mask, shipped_profile)
 from ._constants import (DEFAULT_CALIBRATION_PATH, Calibration, GpuConstants, dump_calibration, load_calibration,
                          merge_calibration)
 from ._kv_transfer import LAYERWISE_MIN_PROMPT_TOKENS, kv_transfer_time_s, kv_wire_bytes_per_s
@@ -49,7 +51,7 @@ from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, decode_t
 from .errors import PerfModelError
 
 __all__ = [
-    "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate",
+    "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate", "fit_roofline", "RooflineFit", "MIN_FIT_POINTS",
     "shipped_profile", "load_calibration", "dump_calibration", "merge_calibration", "DEFAULT_CALIBRATION_PATH", "calibration_artifacts",
     "holdout_mask", "ARTIFACT_RULE", "ARTIFACT_REASON", "POINT_COLUMNS", "PROFILE_COLUMNS", "TP_DEGREES",
     "machine_tp_degrees",

@@ -22,6 +22,7 @@ import pandas as pd
 from ._constants import Calibration, GpuConstants
 from ._model import LatencyModel
 from ._roofline import ModelShape, iteration_time_s
+from .errors import PerfModelError
 
 POINT_COLUMNS = ["hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
 REQUIRED_COLUMNS = ["model", *POINT_COLUMNS, "prompt_time_ms", "token_time_ms"]
@@ -72,8 +73,10 @@ def shipped_profile() -> pd.DataFrame:
 
 
 def calibrate(profile: pd.DataFrame | None = None, *, catalog=None, holdout_fraction: float = 0.2,
-              seed: int = 0) -> CalibrationReport:
-    """Fit constants per GPU present in `profile`; report MAPE on held-out points."""
+              seed: int = 0, where: str | None = None) -> CalibrationReport:
+    """Fit constants per GPU present in `profile`; report MAPE on held-out points.
+
+    where : how an error names the profile, e.g. "--profile 'p.csv'"."""
     if catalog is None:
         from hardware_catalog import load_catalog
         catalog = load_catalog()
@@ -82,6 +85,10 @@ def calibrate(profile: pd.DataFrame | None = None, *, catalog=None, holdout_frac
     if missing:
         raise ValueError(f"profile lacks columns {missing}; expected {REQUIRED_COLUMNS}")
     artifacts = calibration_artifacts(df)
+    if artifacts.all():
+        raise PerfModelError(f"{where or 'the profile'}: every row is a measurement artifact left out of the fit "
+                             f"({ARTIFACT_RULE}: {ARTIFACT_REASON}); add measurements at other batch sizes or "
+                             f"TP degrees")
     df = df.loc[~artifacts].copy()
     df["is_test"] = holdout_mask(df, holdout_fraction, seed)
     fitted, rows = {}, []
@@ -99,6 +106,55 @@ def calibrate(profile: pd.DataFrame | None = None, *, catalog=None, holdout_frac
         holdout_mape_pct={f"{r.gpu}/{r.phase}": r.mape_pct for r in test.itertuples()},
     )
     return CalibrationReport(cal, mape, int(artifacts.sum()), ARTIFACT_RULE, ARTIFACT_REASON)
+
+
+# Configuration points a GPU needs before `fit_roofline` fits its constants: ten constants,
+# two residuals a point (prefill, decode), with room to spare. One point fitted all ten
+# "perfectly" (0% MAPE) and moved the GPU's TP-8 decode by 0.78x off a TP-2 measurement.
+MIN_FIT_POINTS = 10
+
+
+@dataclass(frozen=True)
+class RooflineFit:
+    """The roofline with constants fitted on a measured profile (`fit_roofline`)."""
+
+    model: LatencyModel     # the fitted GPUs' constants in place of the calibration's (borrowers follow)
+    fitted: dict            # {gpu: {"points", "prefill_mape_pct", "decode_mape_pct"}}: in-sample MAPE
+    too_few: dict           # {gpu: configuration points}, fewer than MIN_FIT_POINTS: constants kept
+    excluded_rows: int      # artifact rows left out (ARTIFACT_RULE)
+
+
+def fit_roofline(profile: pd.DataFrame, calibration=None, catalog=None, where: str | None = None) -> RooflineFit:
+    """The roofline with the constants of each GPU the profile measures at `MIN_FIT_POINTS`
+    configuration points or more fitted on all its rows (`calibrate`, nothing held out; the
+    artifact rows left out), the others as in `calibration` (default: the shipped one), and
+    the GPUs that borrow a fitted GPU's constants following it. For a planner whose
+    replicas no measured table describes (a cloud group whose pipeline stages mix GPU
+    types): the measurements set each GPU's efficiencies and overheads, through the physics.
+
+    profile : rows as `Profile.frame()` gives them; where : how errors name it."""
+    import warnings
+
+    from ._constants import merge_calibration
+    base = LatencyModel(calibration, catalog)
+    artifacts = calibration_artifacts(profile)
+    kept = profile.loc[~artifacts]
+    points = kept.drop_duplicates(["model", *POINT_COLUMNS]).groupby("hardware").size()
+    enough = [str(g) for g, n in points.items() if n >= MIN_FIT_POINTS]
+    too_few = {str(g): int(n) for g, n in points.items() if n < MIN_FIT_POINTS}
+    if not enough:
+        return RooflineFit(base, {}, too_few, int(artifacts.sum()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # the empty held-out split's mean
+        report = calibrate(kept.loc[kept.hardware.isin(enough)], catalog=base.catalog, holdout_fraction=0.0,
+                           where=where)
+    merged, _ = merge_calibration(report.calibration, base.calibration)
+    train = report.mape[report.mape.split == "train"]
+    fitted = {str(gpu): {"points": int(g.points.max()),
+                         "prefill_mape_pct": float(g.mape_pct[g.phase == "prompt_time"].iloc[0]),
+                         "decode_mape_pct": float(g.mape_pct[g.phase == "token_time"].iloc[0])}
+              for gpu, g in train.groupby("gpu")}
+    return RooflineFit(LatencyModel(merged, base.catalog), fitted, too_few, int(artifacts.sum()))
 
 
 def calibration_artifacts(df: pd.DataFrame) -> np.ndarray:

@@ -50,6 +50,7 @@ class ProfileLatencyModel(LatencyModel):
         where : how that error names the file, e.g. "--latency-profile 'p.csv'" (default: its path).
         """
         self.profile_ = profile
+        self._roofline_fit = None
         self.tables_ = {key: pack_table(profile, profile.rows(*key), self.interp) for key in profile.keys()}
         for key, table in self.tables_.items():
             _check_smallest_times(profile, key, table, where or profile.source)
@@ -117,31 +118,14 @@ class ProfileLatencyModel(LatencyModel):
         return ttft, tbt, ttft + np.maximum(n - 1.0, 0.0) * tbt
 
     # -- the roofline fitted on the measurements ---------------------------------
-    def fitted_roofline(self) -> LatencyModel:
-        """The roofline with the constants of every GPU the profile measures fitted on all its
-        rows (`calibrate`, nothing held out), the other GPUs' as in this model's calibration
-        (those that borrow a fitted GPU's constants follow it). For a planner whose replicas
-        no table describes, such as a cloud group whose pipeline stages mix GPU types: the
-        measurements still set each GPU's efficiencies and overheads, through the physics.
-        Fitted once (about half a second per GPU); `roofline_fit_` then holds the fit's MAPE
-        per GPU and phase ({gpu: {"prefill_mape_pct", "decode_mape_pct", "points"}})."""
-        if getattr(self, "_fitted_roofline", None) is None:
-            import warnings
-
-            from ._calibrate import calibrate
-            from ._constants import merge_calibration
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)   # the empty held-out split's mean
-                report = calibrate(self.profile_.frame(), catalog=self.catalog, holdout_fraction=0.0)
-            merged, _kept = merge_calibration(report.calibration, self.calibration)
-            self._fitted_roofline = LatencyModel(merged, self.catalog)
-            train = report.mape[report.mape.split == "train"]
-            self.roofline_fit_ = {
-                gpu: {"prefill_mape_pct": float(g.mape_pct[g.phase == "prompt_time"].iloc[0]),
-                      "decode_mape_pct": float(g.mape_pct[g.phase == "token_time"].iloc[0]),
-                      "points": int(g.points.max())}
-                for gpu, g in train.groupby("gpu")}
-        return self._fitted_roofline
+    def roofline_fit(self):
+        """`fit_roofline` on this model's profile and calibration (a `RooflineFit`), computed
+        once per `fit`: a planner builds its physics several times per question."""
+        if getattr(self, "_roofline_fit", None) is None:
+            from ._calibrate import fit_roofline
+            self._roofline_fit = fit_roofline(self.profile_.frame(), self.calibration, self.catalog,
+                                              where=self.profile_.source)
+        return self._roofline_fit
 
     # -- what the user is told -------------------------------------------------
     def describe(self) -> dict:

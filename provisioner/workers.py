@@ -115,8 +115,10 @@ def handlers_swapped(handler, signums):
 
 def _put_back(handlers) -> None:
     """Install `handlers`, going on when one just installed raises, and raise its exception
-    (the first) once all are in."""
-    interruption, remaining = None, dict(handlers)
+    (the first) once all are in. Last in, first back: the first swapped (SIGINT, whose
+    KeyboardInterrupt is the one that raises) goes back last, so a flood of Ctrl-C, one
+    raising where the retry cannot catch it, finds the others back already."""
+    interruption, remaining = None, dict(reversed(list(handlers.items())))
     while remaining:
         try:
             for s, old in list(remaining.items()):

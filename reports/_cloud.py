@@ -88,10 +88,10 @@ def _latency_model_text(answer: dict) -> str:
     """The roofline, or the roofline fitted on `--latency-profile` (the answer's `latency_model`)."""
     lm = answer.get("latency_model")
     if not isinstance(lm, dict):
-        return "the roofline, the catalog's constants"
+        return "the roofline, the shipped calibration's constants"
     gpus = lm.get("gpus") if isinstance(lm.get("gpus"), dict) else {}
-    return (f"the roofline with constants fitted on the measured profile {lm.get('profile')} ("
-            + "; ".join(f"{g}: {how}" for g, how in gpus.items()) + ")")
+    return (f"the roofline with constants fitted on the measured profile {lm.get('profile', '(not named)')}"
+            + (" (" + "; ".join(f"{g}: {how}" for g, how in gpus.items()) + ")" if gpus else ""))
 
 
 def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:

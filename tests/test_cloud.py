@@ -57,7 +57,7 @@ def test_a_latency_profile_fits_the_roofline_of_the_gpus_it_measures(perf, tmp_p
     once came off the profile, the groups off the roofline: two models mixed)."""
     from perfmodels import load_profile_model
     profile = load_profile_model(_slow_a40_profile(perf, tmp_path / "slow_a40.csv"))
-    fitted = profile.fitted_roofline()
+    fitted = profile.roofline_fit().model
     for tp, s in ((2, 512), (8, 2048)):   # points between and beyond the measured ones
         ratio = fitted.prefill_time_s("llama-30b", "a40", tp, s) / perf.prefill_time_s("llama-30b", "a40", tp, s)
         assert float(ratio) == pytest.approx(2.0, rel=0.1)
@@ -66,7 +66,7 @@ def test_a_latency_profile_fits_the_roofline_of_the_gpus_it_measures(perf, tmp_p
         assert float(ratio) == pytest.approx(2.0, rel=0.1)
     np.testing.assert_array_equal(fitted.coefficients("llama-30b", "a6000", 4),   # not measured: as before
                                   perf.coefficients("llama-30b", "a6000", 4))
-    assert set(profile.roofline_fit_) == {"a40"} and profile.roofline_fit_["a40"]["points"] == 27
+    assert set(profile.roofline_fit().fitted) == {"a40"} and profile.roofline_fit().fitted["a40"]["points"] == 27
     path = tmp_path / "mixed.toml"
     path.write_text('name = "mixed"\n[network]\ninter_node_gbps = 100\n[[nodes]]\ntype = "a40-8x"\n'
                     '[[nodes]]\ntype = "a6000-4x"\n', encoding="utf-8")
@@ -98,11 +98,46 @@ def test_cloud_plans_on_the_measured_speed_of_a_profile(perf, tmp_path, capsys):
     assert measured["latency_model"]["gpus"] == {"a40": "fitted"}
     assert measured["latency_model"]["fitted"]["a40"]["points"] == 27
     assert measured["throughput_rps"] == pytest.approx(roofline["throughput_rps"] / 2, rel=0.25)
-    assert err.startswith("latency profile: the roofline's constants fitted on a40 (27 points, MAPE prefill ")
+    assert measured["latency_model"]["kept"] == {} and measured["latency_model"]["excluded_rows"] == 0
+    assert err.startswith("latency profile: the roofline's constants fitted on a40 (27 points, in-sample MAPE "
+                          "prefill ")
     assert err.count("\n") == 1 and err.rstrip().endswith("here a40: fitted"), err
     from reports import build_cloud_html
     assert f"constants fitted on the measured profile {profile} (a40: fitted)" in build_cloud_html(measured)
-    assert "Latency model: the roofline, the catalog&#x27;s constants." in build_cloud_html(roofline)
+    assert "Latency model: the roofline, the shipped calibration&#x27;s constants." in build_cloud_html(roofline)
+
+
+def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
+    """One measured point fitted all ten constants "perfectly" (0% MAPE) and moved the GPU's
+    other TP degrees by a fifth: under MIN_FIT_POINTS a GPU keeps its constants, and says so."""
+    from perfmodels import MIN_FIT_POINTS, fit_roofline, read_profile
+    path = _slow_a40_profile(perf, tmp_path / "slow_a40.csv")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    few = tmp_path / "few.csv"
+    few.write_text("\n".join(lines[:MIN_FIT_POINTS]) + "\n", encoding="utf-8")   # header + MIN_FIT_POINTS - 1
+    fit = fit_roofline(read_profile(few, perf.catalog).frame())
+    assert (fit.fitted, fit.too_few) == ({}, {"a40": MIN_FIT_POINTS - 1})
+    np.testing.assert_array_equal(fit.model.coefficients("llama-30b", "a40", 8),
+                                  perf.coefficients("llama-30b", "a40", 8))
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5",
+                "--latency-profile", str(few), "--latency-interp", "nope"]) == 2   # refused before any plan
+    from perfmodels import load_profile_model
+    model = load_profile_model(path)
+    assert set(model.roofline_fit().fitted) == {"a40"}
+    model.fit(read_profile(few, perf.catalog))   # fitted again: the fit of the old rows is gone
+    assert model.roofline_fit().fitted == {}
+
+
+def test_a_profile_of_artifact_rows_only_is_refused_in_one_line(tmp_path, capsys):
+    """Every row matching the rule the fit leaves out: "internal error (ValueError: No objects
+    to concatenate)" from `provision perf calibrate`, and from `provision cloud` too."""
+    path = tmp_path / "artifacts.csv"
+    path.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\n"
+                    "llama2-70b,a100-80gb,2,512,64,128,300.0,60.0\n", encoding="utf-8")
+    assert run(["perf", "calibrate", "--profile", str(path), "--out", str(tmp_path / "c.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --profile '{path}': every row is a measurement artifact left out of the fit "
+                          f"(batch_size == 64 and tensor_parallel == 2: ") and err.count("\n") == 1, err
 
 
 def test_shipped_inventory_matches_thunderserve(perf):

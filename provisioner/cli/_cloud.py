@@ -9,7 +9,7 @@ import typer
 from ..errors import ProvisionerError
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, DURATION_DEFAULT_HELP, WORKLOAD_HELP, RichProgress,
-                      echo_json, input_files, latency_interp_option, latency_profile_option, load_latency_model,
+                      echo_json, input_files, latency_interp_option, latency_profile_option,
                       prefill_chunk_option, refuse_idle_flags, replay_note, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
@@ -63,8 +63,11 @@ def cloud_command(
     report: Path = typer.Option(None, "--report", readable=False,
                                 help="Also write the plan's HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
-    latency_profile: str = latency_profile_option(),
-    latency_interp: str = latency_interp_option(),
+    latency_profile: str = latency_profile_option(
+        "Measured prefill and decode-iteration times (SplitwiseSim's perf_model.csv columns): the roofline's "
+        "constants of each GPU measured at 10 points or more are fitted on them (as provision perf calibrate), "
+        "since a group's pipeline stages may mix GPUs, which no measured table describes."),
+    latency_interp: str = latency_interp_option("Ignored here (with a warning): cloud interpolates no profile."),
     scheduler: str = scheduler_option("least-work (default: KV reserved per request, the least-loaded replica "
                                       "within the routing LP's shares), jsq, llumnix-dispatch, llumnix or "
                                       "jsq-migration (KV on demand with vLLM preemption; llumnix* dispatch by "
@@ -102,10 +105,11 @@ def cloud_command(
     from perfmodels import LatencyModel
 
     from ..cloud import COMPARISON_CHUNK_TOKENS, check_without, load_inventory, plan_cloud
-    measured = load_latency_model(latency_profile, latency_interp)
-    perf = LatencyModel() if measured is None else measured.fitted_roofline()
+    perf = LatencyModel()
     inv = load_inventory(inventory, perf.catalog)
-    latency = None if measured is None else _fitted_profile(measured, inv, latency_interp)
+    latency = None
+    if latency_profile is not None or latency_interp is not None:
+        perf, latency = _fitted_profile(latency_profile, latency_interp, perf, inv)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
     if nic_gbps is not None:
@@ -154,27 +158,50 @@ def cloud_command(
         typer.echo(f"report: {report}")
 
 
-def _fitted_profile(measured, inv, interp: str | None) -> dict:
-    """Say (stderr, one line each) what `--latency-profile` set on this inventory; return the
-    JSON's `latency_model`. A measured table is per whole replica of one GPU type and TP, and
-    a cloud group's pipeline stages may mix types: the profile fits the roofline's constants
-    of the GPUs it measures (as `provision perf calibrate`), which every group then uses."""
-    fit = measured.roofline_fit_
-    cal = measured.fitted_roofline().calibration
+def _fitted_profile(path, interp: str | None, perf, inv) -> tuple:
+    """(latency model, the JSON's `latency_model`) of `--latency-profile`: the roofline with
+    the constants of the GPUs it measures fitted on it (`perfmodels.fit_roofline`, as
+    `provision perf calibrate`). A measured table is per whole replica of one GPU type and
+    TP, and a cloud group's pipeline stages may mix types, so nothing is interpolated and
+    `--latency-interp` is ignored. What was fitted, kept or left out goes to stderr."""
+    from perfmodels import ARTIFACT_RULE, INTERPS, MIN_FIT_POINTS, fit_roofline, read_profile
+    if path is None:
+        raise ProvisionerError("--latency-interp needs --latency-profile PATH.csv (the measurements to interpolate)")
+    if interp is not None:
+        if interp not in INTERPS:
+            raise ProvisionerError(f"--latency-interp must be one of {', '.join(INTERPS)} (got '{interp}')")
+        typer.echo(f"warning: --latency-interp {interp}: ignored; cloud fits the roofline to the profile and "
+                   f"interpolates nothing (a group's pipeline stages may mix GPUs, which no measured table "
+                   f"describes)", err=True)
+    where = f"--latency-profile '{path}'"
+    profile = read_profile(path, perf.catalog, where)
+    fit = fit_roofline(profile.frame(), perf.calibration, perf.catalog, where=where)
+    cal = fit.model.calibration
     gpus = {}
     for gpu in dict.fromkeys(t.gpu for t in inv.types):
-        lender = gpu if gpu in fit else cal.borrowed.get(gpu)
-        gpus[gpu] = ("fitted" if gpu in fit else f"borrows {lender}'s fitted constants" if lender in fit else
-                     "not measured: the catalog's constants")
-    fitted = ", ".join(f"{g} ({f['points']} points, MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
-                       f"{f['decode_mape_pct']:.1f}%)" for g, f in fit.items())
-    typer.echo(f"latency profile: the roofline's constants fitted on {fitted}; here "
-               + "; ".join(f"{g}: {how}" for g, how in gpus.items()), err=True)
-    if interp is not None:
-        typer.echo(f"warning: --latency-interp {interp}: cloud fits the roofline to the profile and interpolates "
-                   f"nothing (a group's pipeline stages may mix GPUs, which no measured table describes)", err=True)
-    return {"kind": "profile", "use": "roofline fitted", "profile": measured.profile_.source,
-            "sha256": measured.profile_.sha256, "fitted": fit, "gpus": gpus}
+        lender = cal.borrowed.get(gpu)
+        gpus[gpu] = ("fitted" if gpu in fit.fitted else f"borrows {lender}'s fitted constants" if lender in fit.fitted
+                     else "the shipped calibration's constants")
+    if fit.excluded_rows:
+        emptied = sorted(set(profile.gpu) - set(fit.fitted) - set(fit.too_few))
+        typer.echo(f"latency profile: {fit.excluded_rows} artifact row{'s' * (fit.excluded_rows != 1)} left out of "
+                   f"the fit ({ARTIFACT_RULE}, as provision perf calibrate does)"
+                   + (f", all of {', '.join(emptied)}'s" if emptied else ""), err=True)
+    for gpu, points in fit.too_few.items():
+        typer.echo(f"warning: latency profile: {gpu} has {points} configuration point{'s' * (points != 1)}, fewer "
+                   f"than the {MIN_FIT_POINTS} its constants need: its shipped constants are kept; add "
+                   f"measurements (other TP degrees, prompt and batch sizes)", err=True)
+    fitted = ", ".join(f"{g} ({f['points']} points, in-sample MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
+                       f"{f['decode_mape_pct']:.1f}%)" for g, f in fit.fitted.items())
+    here = "; ".join(f"{g}: {how}" for g, how in gpus.items())
+    if not any(how != "the shipped calibration's constants" for how in gpus.values()):
+        typer.echo(f"warning: latency profile: it sets the constants of no GPU here ({here}); the plan is the "
+                   f"shipped calibration's" + (f" (fitted: {fitted})" if fitted else ""), err=True)
+    else:
+        typer.echo(f"latency profile: the roofline's constants fitted on {fitted}; here {here}", err=True)
+    return fit.model, {"kind": "profile", "use": "roofline fitted", "profile": profile.source,
+                       "sha256": profile.sha256, "fitted": fit.fitted, "kept": fit.too_few,
+                       "excluded_rows": fit.excluded_rows, "gpus": gpus}
 
 
 def _render(a: dict) -> None:

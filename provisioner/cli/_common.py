@@ -116,10 +116,10 @@ def echo_json(obj) -> None:
 
 
 # -- measured-profile latency models (every command that simulates) ---------------
-def latency_profile_option():
-    return typer.Option(None, "--latency-profile", metavar="PATH.csv",
-                        help="Measured prefill and decode-iteration times (SplitwiseSim's perf_model.csv "
-                             "columns); interpolated per model, GPU and TP, the roofline where unmeasured.")
+def latency_profile_option(help_text: str = "Measured prefill and decode-iteration times (SplitwiseSim's "
+                           "perf_model.csv columns); interpolated per model, GPU and TP, the roofline where "
+                           "unmeasured."):
+    return typer.Option(None, "--latency-profile", metavar="PATH.csv", help=help_text)
 
 
 def prefill_chunk_option(default_help="Default: the -chunked families search it, the others prefill whole prompts."):
@@ -186,10 +186,9 @@ def high_priority_option():
                              "first, Llumnix's headroom); the JSON then has per-priority percentiles.")
 
 
-def latency_interp_option():
-    return typer.Option(None, "--latency-interp",
-                        help="How --latency-profile is interpolated: grid (default; prompt tokens x batch "
-                             "size) or splitwisesim (SplitwiseSim's own rule, to reproduce its numbers).")
+def latency_interp_option(help_text: str = "How --latency-profile is interpolated: grid (default; prompt tokens x "
+                          "batch size) or splitwisesim (SplitwiseSim's own rule, to reproduce its numbers)."):
+    return typer.Option(None, "--latency-interp", help=help_text)
 
 
 def load_latency_model(profile, interp: str | None, where: str | None = None):

@@ -254,14 +254,15 @@ def _frame(measured: Profile | None) -> pd.DataFrame | None:
     return None if measured is None else measured.frame()
 
 
-def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int) -> CalibrationReport:
-    """`perfmodels.calibrate` with the CLI's argument checks (one-line errors)."""
+def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int,
+                    where: str | None = None) -> CalibrationReport:
+    """`perfmodels.calibrate` with the CLI's argument checks (one-line errors naming `where`)."""
     if not 0 < holdout < 1:
         raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g})")
     check_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an empty split's mean; reported below
-        report = calibrate(profile, holdout_fraction=holdout, seed=seed)
+        report = calibrate(profile, holdout_fraction=holdout, seed=seed, where=where)
     # configuration points per GPU and split: a split left empty either way is refused
     counts = report.mape.groupby(["gpu", "split"]).points.max().unstack(fill_value=0)
     held, trained = (counts[split] if split in counts else pd.Series(0, index=counts.index)
@@ -316,7 +317,7 @@ def calibrate_command(
     is_default = resolved(target, "--out") == default
     if not is_default:
         _check_out(target, force, "--out", inputs=(profile,))
-    report = run_calibration(_frame(_read_profile(profile)), holdout, seed)
+    report = run_calibration(_frame(_read_profile(profile)), holdout, seed, where=f"--profile '{profile}'")
     table = mape_table(report)
 
     console = Console(width=max(Console().width, 100), markup=False) if Console().is_terminal else make_console()
@@ -372,7 +373,7 @@ def plot_command(
     _check_out(out, force, "--out")
     measured = _read_profile(profile)
     df = _frame(measured)
-    report = run_calibration(df, holdout, seed)
+    report = run_calibration(df, holdout, seed, where=None if profile is None else f"--profile '{profile}'")
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
     if latency_interp is not None:
         from perfmodels import ProfileLatencyModel, load_profile_model

@@ -47,7 +47,7 @@ class Physics:
 
     def __init__(self, inventory, llm, perf):
         if isinstance(perf, ProfileLatencyModel):   # a measured table is per whole replica of one GPU type: the
-            perf = perf.fitted_roofline()           # groups, and the SLO references, use the roofline fitted on it
+            perf = perf.roofline_fit().model        # groups, and the SLO references, use the roofline fitted on it
         self.inv, self.llm, self.perf = inventory, llm, perf
         cat = perf.catalog
         self.node_type = np.array([ti for _, ti in inventory.nodes], dtype=np.int64)
