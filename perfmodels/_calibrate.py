@@ -120,34 +120,36 @@ class RooflineFit:
 
     model: LatencyModel     # the fitted GPUs' constants in place of the calibration's (borrowers follow)
     fitted: dict            # {gpu: {"points", "prefill_mape_pct", "decode_mape_pct"}}: in-sample MAPE
-    too_few: dict           # {gpu: configuration points}, fewer than MIN_FIT_POINTS: constants kept
+    too_few: dict           # {gpu: configuration points}, fewer than MIN_FIT_POINTS: not fitted
     excluded_rows: int      # artifact rows left out (ARTIFACT_RULE)
 
 
-def fit_roofline(profile: pd.DataFrame, calibration=None, catalog=None, where: str | None = None) -> RooflineFit:
+def fit_roofline(profile: pd.DataFrame, calibration=None, catalog=None) -> RooflineFit:
     """The roofline with the constants of each GPU the profile measures at `MIN_FIT_POINTS`
     configuration points or more fitted on all its rows (`calibrate`, nothing held out; the
     artifact rows left out), the others as in `calibration` (default: the shipped one), and
     the GPUs that borrow a fitted GPU's constants following it. For a planner whose
     replicas no measured table describes (a cloud group whose pipeline stages mix GPU
     types): the measurements set each GPU's efficiencies and overheads, through the physics.
+    A point is a configuration (TP, prompt, batch and output sizes), whatever the models
+    measured there, as `calibrate` reports them; a GPU with fewer is not fitted and keeps
+    the calibration's constants, or follows the GPU it borrows from if that one is fitted.
 
-    profile : rows as `Profile.frame()` gives them; where : how errors name it."""
+    profile : rows as `Profile.frame()` gives them."""
     import warnings
 
     from ._constants import merge_calibration
     base = LatencyModel(calibration, catalog)
     artifacts = calibration_artifacts(profile)
     kept = profile.loc[~artifacts]
-    points = kept.drop_duplicates(["model", *POINT_COLUMNS]).groupby("hardware").size()
+    points = kept.drop_duplicates(POINT_COLUMNS).groupby("hardware").size()
     enough = [str(g) for g, n in points.items() if n >= MIN_FIT_POINTS]
     too_few = {str(g): int(n) for g, n in points.items() if n < MIN_FIT_POINTS}
     if not enough:
         return RooflineFit(base, {}, too_few, int(artifacts.sum()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # the empty held-out split's mean
-        report = calibrate(kept.loc[kept.hardware.isin(enough)], catalog=base.catalog, holdout_fraction=0.0,
-                           where=where)
+        report = calibrate(kept.loc[kept.hardware.isin(enough)], catalog=base.catalog, holdout_fraction=0.0)
     merged, _ = merge_calibration(report.calibration, base.calibration)
     train = report.mape[report.mape.split == "train"]
     fitted = {str(gpu): {"points": int(g.points.max()),

@@ -123,8 +123,7 @@ class ProfileLatencyModel(LatencyModel):
         once per `fit`: a planner builds its physics several times per question."""
         if getattr(self, "_roofline_fit", None) is None:
             from ._calibrate import fit_roofline
-            self._roofline_fit = fit_roofline(self.profile_.frame(), self.calibration, self.catalog,
-                                              where=self.profile_.source)
+            self._roofline_fit = fit_roofline(self.profile_.frame(), self.calibration, self.catalog)
         return self._roofline_fit
 
     # -- what the user is told -------------------------------------------------

@@ -154,8 +154,7 @@ def stop_workers() -> None:
 
     Reads loky's current executor instead of calling `get_reusable_executor()`, which
     would start a fresh pool when its arguments differ from joblib's."""
-    module = sys.modules.get("joblib.externals.loky.reusable_executor")
-    executor = getattr(module, "_executor", None)
+    executor = _current_executor()
     if executor is None:
         return
     try:
@@ -195,7 +194,7 @@ def quiet_pool_warnings() -> None:
 def worker_count() -> int:
     """Worker processes of a pool here: one per core, 2 to 8 (`provision`'s DES checks and
     `beside` ask `shared_executor` for the same size, so they share its workers; another
-    size would resize the pool, its workers stopped or started at once)."""
+    size would resize the pool once its running tasks end)."""
     return min(max(2, os.cpu_count() or 1), 8)
 
 
@@ -270,15 +269,42 @@ def _pool():
 
 def shared_executor(n_workers: int):
     """The process's one pool of worker processes (loky's reusable executor) of `n_workers`,
-    started deaf to Ctrl-C. Made the way joblib makes its own (`get_memmapping_executor`):
-    joblib's next `Parallel` may adopt the current pool, and expects what joblib sets on
-    its pools; a plain loky pool failed it (AttributeError: '_temp_folder_manager'), e.g.
-    `run_sweep` after `provision()` in one notebook. Arguments are pickled, never memory-
-    mapped (max_nbytes None), so a worker may write to the arrays it is given, and idle
-    workers end after loky's 10 s, as before."""
-    from joblib.executor import get_memmapping_executor
+    started deaf to Ctrl-C; the current one when it is this package's, of that size and in
+    use. Otherwise made the way joblib makes its own (`get_memmapping_executor`): joblib's
+    next `Parallel` (its arguments differ) shuts the current pool down and starts its own,
+    which needs attributes joblib sets on its pools; a plain loky pool failed it
+    (AttributeError: '_temp_folder_manager'), e.g. `run_sweep` after `provision()` in one
+    notebook. Each such call makes a temporary folder in /dev/shm, hence the reuse. Large
+    arrays are pickled, not memory-mapped (max_nbytes None), so a worker may write to what
+    it is given; idle workers end after loky's 10 s, as before."""
+    executor = _current_executor()
+    if getattr(executor, "_provisioner_workers", None) != n_workers or not _usable(executor):
+        if executor is not None and _usable(executor):
+            _wait_for_tasks(executor)   # a resize or a new pool waits for them: here, where Ctrl-C stops it
+        from joblib.executor import get_memmapping_executor
 
-    with _workers_launched_deaf():   # asked for another size, loky resizes the pool, starting workers here
-        executor = get_memmapping_executor(n_workers, timeout=10, max_nbytes=None)
-    start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
+        with _workers_launched_deaf():   # a resize starts its workers here, at once
+            executor = get_memmapping_executor(n_workers, timeout=10, max_nbytes=None)
+        executor._provisioner_workers = n_workers
+    start_executor_deaf_to_ctrl_c(executor)   # (again, if they ended idle) Ctrl-C: one line from the parent only
     return executor
+
+
+def _current_executor():
+    """loky's current reusable executor, if any, without making one."""
+    module = sys.modules.get("joblib.externals.loky.reusable_executor")
+    return getattr(module, "_executor", None)
+
+
+def _usable(executor) -> bool:
+    flags = getattr(executor, "_flags", None)
+    return flags is not None and not flags.shutdown and not flags.broken
+
+
+def _wait_for_tasks(executor) -> None:
+    """Until the executor has no task pending or running (loky's own wait, before a resize or
+    a shutdown, would run where Ctrl-C is held)."""
+    import time
+
+    while getattr(executor, "_pending_work_items", None):
+        time.sleep(0.05)

@@ -121,6 +121,19 @@ def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
                                   perf.coefficients("llama-30b", "a40", 8))
     assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5",
                 "--latency-profile", str(few), "--latency-interp", "nope"]) == 2   # refused before any plan
+    # measured too thinly, a GPU that borrows a fitted GPU's constants follows that fit, and says so
+    shipped = (Path(__file__).parents[1] / "perfmodels" / "data" / "llama2-70b_dgx.csv").read_text(encoding="utf-8")
+    a100 = [",".join(line.split(",")[:8]) for line in shipped.splitlines()[1:] if ",a100-80gb," in line]   # no e2e
+    mixed = tmp_path / "few_a40_and_a100.csv"
+    mixed.write_text("\n".join(lines[:MIN_FIT_POINTS] + a100) + "\n", encoding="utf-8")
+    inventory = tmp_path / "a40.toml"
+    inventory.write_text('name = "a40"\n[[nodes]]\ntype = "a40-8x"\n', encoding="utf-8")
+    result = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(inventory), "--rps", "1", "--duration", "5",
+                                            "--json", "--latency-profile", str(mixed)])
+    assert result.exit_code == 0, result.output
+    assert (f"warning: latency profile: a40 has {MIN_FIT_POINTS - 1} configuration points, fewer than the "
+            f"{MIN_FIT_POINTS} a fit of its constants needs: not fitted, it borrows a100-80gb's fitted constants; "
+            in result.stderr), result.stderr
     from perfmodels import load_profile_model
     model = load_profile_model(path)
     assert set(model.roofline_fit().fitted) == {"a40"}

@@ -252,9 +252,11 @@ _OUR_POOL_THEN_JOBLIBS = (
     "from joblib import Parallel, delayed\n"
     "from provisioner.workers import shared_executor\n"
     "for _ in range(2):\n"
-    "    ours = shared_executor(2).submit(sum, [1, 2]).result()\n"
+    "    pool = shared_executor(2)\n"
+    "    ours = pool.submit(sum, [1, 2]).result()\n"
+    "    again = shared_executor(2) is pool\n"   # the same pool, not one more /dev/shm folder per call
     "    theirs = Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(3))\n"
-    "    print(ours, theirs)\n")
+    "    print(ours, again, theirs)\n")
 
 
 def test_joblib_runs_after_this_packages_pool_in_one_process():
@@ -263,7 +265,7 @@ def test_joblib_runs_after_this_packages_pool_in_one_process():
     "AttributeError: '_ReusablePoolExecutor' object has no attribute '_temp_folder_manager'"."""
     done = subprocess.run([sys.executable, "-c", _OUR_POOL_THEN_JOBLIBS], capture_output=True, text=True,
                           timeout=300)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "3 [0, 1, 2]\n" * 2, ""), done.stderr
+    assert (done.returncode, done.stdout, done.stderr) == (0, "3 True [0, 1, 2]\n" * 2, ""), done.stderr
 
 
 # the shared pool asked for a larger size: loky starts the extra workers at once, in the asking thread
@@ -286,6 +288,31 @@ def test_workers_a_resize_starts_are_deaf_to_ctrl_c_too():
     any deaf submit, and a Ctrl-C killed each (TerminatedWorkerError, found by helper 60)."""
     done = subprocess.run([sys.executable, "-c", _POOL_RESIZED], capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "3 True 3", ""), done.stderr
+
+
+# the shared pool asked for another size while a task runs: loky waits for it before resizing
+_CTRL_C_WHILE_A_RESIZE_WAITS = (
+    "import os, signal, threading, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    "from provisioner.workers import shared_executor, stop_workers\n"
+    "pool = shared_executor(2)\n"
+    "pool.submit(int).result()\n"
+    "pool.submit(time.sleep, 30)\n"
+    "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+    "started = time.time()\n"
+    "try:\n"
+    "    shared_executor(3)\n"
+    "except KeyboardInterrupt:\n"
+    "    print('interrupted', time.time() - started < 10)\n"
+    "stop_workers()\n")
+
+
+def test_ctrl_c_stops_the_wait_before_a_resize():
+    """loky resizes a busy pool once its tasks end, and that wait ran where Ctrl-C is held
+    (the workers a resize starts must be deaf): a Ctrl-C came only after the running task."""
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_A_RESIZE_WAITS], capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stdout.strip()) == (0, "interrupted True"), done.stderr
 
 
 # more tasks than the workers hold, then stopped as Ctrl-C stops them

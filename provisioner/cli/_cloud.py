@@ -175,22 +175,25 @@ def _fitted_profile(path, interp: str | None, perf, inv) -> tuple:
                    f"describes)", err=True)
     where = f"--latency-profile '{path}'"
     profile = read_profile(path, perf.catalog, where)
-    fit = fit_roofline(profile.frame(), perf.calibration, perf.catalog, where=where)
+    fit = fit_roofline(profile.frame(), perf.calibration, perf.catalog)
     cal = fit.model.calibration
-    gpus = {}
-    for gpu in dict.fromkeys(t.gpu for t in inv.types):
+
+    def source(gpu: str) -> str:   # where a GPU's constants now come from
         lender = cal.borrowed.get(gpu)
-        gpus[gpu] = ("fitted" if gpu in fit.fitted else f"borrows {lender}'s fitted constants" if lender in fit.fitted
-                     else "the shipped calibration's constants")
+        return ("fitted" if gpu in fit.fitted else f"borrows {lender}'s fitted constants" if lender in fit.fitted
+                else "the shipped calibration's constants")
+
+    gpus = {gpu: source(gpu) for gpu in dict.fromkeys(t.gpu for t in inv.types)}
     if fit.excluded_rows:
         emptied = sorted(set(profile.gpu) - set(fit.fitted) - set(fit.too_few))
         typer.echo(f"latency profile: {fit.excluded_rows} artifact row{'s' * (fit.excluded_rows != 1)} left out of "
                    f"the fit ({ARTIFACT_RULE}, as provision perf calibrate does)"
                    + (f", all of {', '.join(emptied)}'s" if emptied else ""), err=True)
     for gpu, points in fit.too_few.items():
+        now = "it keeps its shipped constants" if source(gpu).startswith("the shipped") else f"it {source(gpu)}"
         typer.echo(f"warning: latency profile: {gpu} has {points} configuration point{'s' * (points != 1)}, fewer "
-                   f"than the {MIN_FIT_POINTS} its constants need: its shipped constants are kept; add "
-                   f"measurements (other TP degrees, prompt and batch sizes)", err=True)
+                   f"than the {MIN_FIT_POINTS} a fit of its constants needs: not fitted, {now}; add measurements "
+                   f"(other TP degrees, prompt and batch sizes)", err=True)
     fitted = ", ".join(f"{g} ({f['points']} points, in-sample MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
                        f"{f['decode_mape_pct']:.1f}%)" for g, f in fit.fitted.items())
     here = "; ".join(f"{g}: {how}" for g, how in gpus.items())

@@ -86,15 +86,16 @@ class DesPool:
         if n_jobs is None:
             n_jobs = 1 if in_worker_process() else worker_count()
         self.n_jobs = n_jobs
-        self._executor = None
+        self._started = False
 
     def start(self) -> None:
         """Start the workers and load the DES in each: called before the search, so their
         start-up (a second or so of imports each) overlaps it instead of the first check."""
-        if self.n_jobs > 1 and self._executor is None:
-            self._executor = shared_executor(self.n_jobs)   # deaf to Ctrl-C: one line from the parent only
+        if self.n_jobs > 1 and not self._started:
+            executor = shared_executor(self.n_jobs)   # deaf to Ctrl-C: one line from the parent only
             for _ in range(self.n_jobs):
-                self._executor.submit(_load_des)
+                submit_deaf_to_ctrl_c(executor, _load_des)
+            self._started = True
 
     def submit(self, design, traces: list, model: str, slo, perf, preemption: str = "recompute",
                swap_space_gb: float = DEFAULT_SWAP_SPACE_GB) -> list:
@@ -104,8 +105,10 @@ class DesPool:
             return [_Done(_des_one(design, tr, model, slo, perf, preemption, swap_space_gb)) for tr in traces]
         _announce(design, traces, self.n_jobs)
         self.start()
-        # deaf: the workers may have ended, idle, while the search ran (loky then starts others)
-        return [submit_deaf_to_ctrl_c(self._executor, _des_one, design, tr, model, slo, perf, preemption,
+        # the pool asked for again: a joblib Parallel since (a sweep) replaces it with its own.
+        # Deaf: the workers may have ended, idle, while the search ran (loky then starts others)
+        executor = shared_executor(self.n_jobs)
+        return [submit_deaf_to_ctrl_c(executor, _des_one, design, tr, model, slo, perf, preemption,
                                       swap_space_gb) for tr in traces]
 
 
