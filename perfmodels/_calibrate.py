@@ -119,7 +119,7 @@ class RooflineFit:
     """The roofline with constants fitted on a measured profile (`fit_roofline`)."""
 
     model: LatencyModel     # the fitted GPUs' constants in place of the calibration's (borrowers follow)
-    fitted: dict            # {gpu: {"points", "prefill_mape_pct", "decode_mape_pct"}}: in-sample MAPE
+    fitted: dict            # {gpu: {"points", "prefill_mape_pct", "decode_mape_pct", "tp_degrees"}}: in-sample MAPE
     too_few: dict           # {gpu: configuration points}, fewer than MIN_FIT_POINTS: not fitted
     excluded_rows: int      # artifact rows left out (ARTIFACT_RULE)
 
@@ -152,9 +152,11 @@ def fit_roofline(profile: pd.DataFrame, calibration=None, catalog=None) -> Roofl
         report = calibrate(kept.loc[kept.hardware.isin(enough)], catalog=base.catalog, holdout_fraction=0.0)
     merged, _ = merge_calibration(report.calibration, base.calibration)
     train = report.mape[report.mape.split == "train"]
+    tps = kept.groupby("hardware").tensor_parallel.unique()
     fitted = {str(gpu): {"points": int(g.points.max()),
                          "prefill_mape_pct": float(g.mape_pct[g.phase == "prompt_time"].iloc[0]),
-                         "decode_mape_pct": float(g.mape_pct[g.phase == "token_time"].iloc[0])}
+                         "decode_mape_pct": float(g.mape_pct[g.phase == "token_time"].iloc[0]),
+                         "tp_degrees": sorted(int(t) for t in tps[gpu])}
               for gpu, g in train.groupby("gpu")}
     return RooflineFit(LatencyModel(merged, base.catalog), fitted, too_few, int(artifacts.sum()))
 

@@ -38,10 +38,10 @@ def _ctx(perf, inv, workload="coding", rps=4.0, duration=30.0, kv_bits=16):
     return make_context(inv, perf.llm("llama-30b"), perf, trace, kv_bits=kv_bits)
 
 
-def _slow_a40_profile(perf, path, slowdown=2.0):
+def _slow_a40_profile(perf, path, slowdown=2.0, tps=(2, 4, 8), prompts=(256, 1024, 4096)):
     """A profile of llama-30b on A40 measured `slowdown` times slower than the roofline says."""
     rows = ["model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms"]
-    for tp, s, b in itertools.product((2, 4, 8), (256, 1024, 4096), (1, 8, 32)):
+    for tp, s, b in itertools.product(tps, prompts, (1, 8, 32)):
         prefill = perf.prefill_time_s("llama-30b", "a40", tp, s, b)
         decode = perf.decode_time_s("llama-30b", "a40", tp, b, s + 64)   # mean context of 128 output tokens
         rows.append(f"llama-30b,a40,{tp},{s},{b},128,{slowdown * 1e3 * float(prefill):.6f},"
@@ -134,9 +134,18 @@ def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
     assert (f"warning: latency profile: a40 has {MIN_FIT_POINTS - 1} configuration points, fewer than the "
             f"{MIN_FIT_POINTS} a fit of its constants needs: not fitted, it borrows a100-80gb's fitted constants; "
             in result.stderr), result.stderr
+    # one TP degree measured: fitted, with a warning that the others rest on its all-reduce fit
+    tp4 = _slow_a40_profile(perf, tmp_path / "a40_tp4.csv", tps=(4,), prompts=(256, 512, 1024, 4096))
+    assert fit_roofline(read_profile(tp4, perf.catalog).frame()).fitted["a40"]["tp_degrees"] == [4]
+    result = CliRunner().invoke(get_app(), ["cloud", "--inventory", str(inventory), "--rps", "1", "--duration", "5",
+                                            "--json", "--latency-profile", str(tp4)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning: latency profile: a40 is measured at TP 4 only: its other TP degrees "
+                                    "rest on the all-reduce constants fitted there; measure two or more\n")
     from perfmodels import load_profile_model
     model = load_profile_model(path)
     assert set(model.roofline_fit().fitted) == {"a40"}
+    assert model.roofline_fit().fitted["a40"]["tp_degrees"] == [2, 4, 8]
     model.fit(read_profile(few, perf.catalog))   # fitted again: the fit of the old rows is gone
     assert model.roofline_fit().fitted == {}
 

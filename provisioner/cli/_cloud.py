@@ -194,6 +194,10 @@ def _fitted_profile(path, interp: str | None, perf, inv) -> tuple:
         typer.echo(f"warning: latency profile: {gpu} has {points} configuration point{'s' * (points != 1)}, fewer "
                    f"than the {MIN_FIT_POINTS} a fit of its constants needs: not fitted, {now}; add measurements "
                    f"(other TP degrees, prompt and batch sizes)", err=True)
+    for gpu, f in fit.fitted.items():
+        if len(f["tp_degrees"]) == 1:
+            typer.echo(f"warning: latency profile: {gpu} is measured at TP {f['tp_degrees'][0]} only: its other TP "
+                       f"degrees rest on the all-reduce constants fitted there; measure two or more", err=True)
     fitted = ", ".join(f"{g} ({f['points']} points, in-sample MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
                        f"{f['decode_mape_pct']:.1f}%)" for g, f in fit.fitted.items())
     here = "; ".join(f"{g}: {how}" for g, how in gpus.items())
