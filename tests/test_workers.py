@@ -13,6 +13,23 @@ import pytest
 
 from provisioner.workers import beside
 
+# the start of a script run as `provision` runs from a terminal: Ctrl-C raises KeyboardInterrupt
+AS_FROM_A_TERMINAL = (
+    "import os, signal, threading, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n")   # a CI runner may start it ignored
+# a Ctrl-C of its own to each of `executor`'s workers, which then have half a second to die of it
+CTRL_C_TO_EACH_WORKER = (
+    "pids = sorted(executor._processes)\n"
+    "for pid in pids:\n"
+    "    os.kill(pid, signal.SIGINT)\n"
+    "time.sleep(0.5)\n")
+
+
+def _run_script(script: str) -> subprocess.CompletedProcess:
+    """Run `script` in a fresh interpreter (its own signal handlers and pool); its output as text."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+
+
 # a failure inside `with beside(time.sleep, 60)`: the command must end at once, not when the
 # sleep does (loky's exit handler waits for a task still running)
 _FAILS_WHILE_A_WORKER_SLEEPS = (
@@ -170,16 +187,12 @@ def test_a_ctrl_c_while_workers_start_stops_this_process_once_they_have():
 
 # workers started deaf, each then sent a Ctrl-C of its own: all alive and computing after it
 _CTRL_C_TO_DEAF_WORKERS = (
-    "import os, signal, time\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    AS_FROM_A_TERMINAL +
     "from joblib.externals.loky import get_reusable_executor\n"
     "from provisioner.workers import start_executor_deaf_to_ctrl_c\n"
     "executor = get_reusable_executor(max_workers=2)\n"
-    "start_executor_deaf_to_ctrl_c(executor)\n"
-    "pids = sorted(executor._processes)\n"
-    "for pid in pids:\n"
-    "    os.kill(pid, signal.SIGINT)\n"
-    "time.sleep(0.5)\n"
+    "start_executor_deaf_to_ctrl_c(executor)\n" +
+    CTRL_C_TO_EACH_WORKER +
     "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
     "executor.submit(sum, [1, 2]).result())\n")
 
@@ -188,27 +201,22 @@ def test_workers_started_deaf_to_ctrl_c_stay_so():
     """The workers inherit SIGINT blocked (no longer ignored: that lost the parent's Ctrl-C),
     and loky's start-up must not unblock it before they are launched (multiprocessing's
     resource tracker, started with the first worker, unblocks SIGINT in the launching thread)."""
-    done = subprocess.run([sys.executable, "-c", _CTRL_C_TO_DEAF_WORKERS], capture_output=True, text=True,
-                          timeout=300)
+    done = _run_script(_CTRL_C_TO_DEAF_WORKERS)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True 3", ""), done.stderr
 
 
 # workers that ended idle (loky's timeout, 1 s here), replaced by the next task: deaf too?
 _WORKERS_REPLACED_AFTER_IDLING = (
-    "import os, signal, time\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    AS_FROM_A_TERMINAL +
     "from joblib.externals.loky import get_reusable_executor\n"
     "from provisioner.workers import start_executor_deaf_to_ctrl_c, submit_deaf_to_ctrl_c\n"
     "executor = get_reusable_executor(max_workers=2, timeout=1)\n"
     "start_executor_deaf_to_ctrl_c(executor)\n"
     "first = set(executor._processes)\n"
     "time.sleep(3)\n"   # idle: they end
-    "submit_deaf_to_ctrl_c(executor, int).result()\n"
-    "pids = set(executor._processes)\n"
-    "for pid in pids:\n"
-    "    os.kill(pid, signal.SIGINT)\n"
-    "time.sleep(0.5)\n"
-    "print(len(pids), pids.isdisjoint(first), all(p.is_alive() for p in executor._processes.values()), "
+    "submit_deaf_to_ctrl_c(executor, int).result()\n" +
+    CTRL_C_TO_EACH_WORKER +
+    "print(len(pids), first.isdisjoint(pids), all(p.is_alive() for p in executor._processes.values()), "
     "submit_deaf_to_ctrl_c(executor, sum, [1, 2]).result())\n")
 
 
@@ -216,24 +224,19 @@ def test_workers_that_replace_idle_ones_are_deaf_to_ctrl_c_too():
     """loky ends a reusable executor's idle workers (10 s) and starts others with the next
     task: `provision`'s re-check submitted to its workers plainly, so after a long search its
     workers were new ones that a Ctrl-C killed, each with a traceback."""
-    done = subprocess.run([sys.executable, "-c", _WORKERS_REPLACED_AFTER_IDLING], capture_output=True, text=True,
-                          timeout=300)
+    done = _run_script(_WORKERS_REPLACED_AFTER_IDLING)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True True 3", ""), done.stderr
 
 
 # workers started from a thread other than the main one (a search's background verifier)
 _WORKERS_STARTED_OFF_THE_MAIN_THREAD = (
-    "import os, signal, threading, time\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    AS_FROM_A_TERMINAL +
     "from joblib.externals.loky import get_reusable_executor\n"
     "from provisioner.workers import submit_deaf_to_ctrl_c\n"
     "executor = get_reusable_executor(max_workers=2)\n"
     "starter = threading.Thread(target=lambda: submit_deaf_to_ctrl_c(executor, int).result())\n"
-    "starter.start(); starter.join()\n"
-    "pids = sorted(executor._processes)\n"
-    "for pid in pids:\n"
-    "    os.kill(pid, signal.SIGINT)\n"
-    "time.sleep(0.5)\n"
+    "starter.start(); starter.join()\n" +
+    CTRL_C_TO_EACH_WORKER +
     "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
     "executor.submit(sum, [1, 2]).result())\n")
 
@@ -241,8 +244,7 @@ _WORKERS_STARTED_OFF_THE_MAIN_THREAD = (
 def test_workers_started_off_the_main_thread_are_deaf_to_ctrl_c_too():
     """The signal mask is per thread: a submit from another thread started its workers plainly,
     each then killed by a Ctrl-C with a traceback of its own."""
-    done = subprocess.run([sys.executable, "-c", _WORKERS_STARTED_OFF_THE_MAIN_THREAD], capture_output=True,
-                          text=True, timeout=300)
+    done = _run_script(_WORKERS_STARTED_OFF_THE_MAIN_THREAD)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True 3", ""), done.stderr
 
 
@@ -263,22 +265,17 @@ def test_joblib_runs_after_this_packages_pool_in_one_process():
     """joblib's first Parallel adopts the process's current loky pool; made plainly, ours
     lacked what joblib sets on its own, and `run_sweep` after `provision()` failed with
     "AttributeError: '_ReusablePoolExecutor' object has no attribute '_temp_folder_manager'"."""
-    done = subprocess.run([sys.executable, "-c", _OUR_POOL_THEN_JOBLIBS], capture_output=True, text=True,
-                          timeout=300)
+    done = _run_script(_OUR_POOL_THEN_JOBLIBS)
     assert (done.returncode, done.stdout, done.stderr) == (0, "3 True [0, 1, 2]\n" * 2, ""), done.stderr
 
 
 # the shared pool asked for a larger size: loky starts the extra workers at once, in the asking thread
 _POOL_RESIZED = (
-    "import os, signal, time\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    AS_FROM_A_TERMINAL +
     "from provisioner.workers import shared_executor\n"
     "shared_executor(2).submit(int).result()\n"   # idle: loky resizes a busy pool only once its tasks end
-    "executor = shared_executor(3)\n"
-    "pids = sorted(executor._processes)\n"
-    "for pid in pids:\n"
-    "    os.kill(pid, signal.SIGINT)\n"
-    "time.sleep(0.5)\n"
+    "executor = shared_executor(3)\n" +
+    CTRL_C_TO_EACH_WORKER +
     "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
     "executor.submit(sum, [1, 2]).result())\n")
 
@@ -286,14 +283,13 @@ _POOL_RESIZED = (
 def test_workers_a_resize_starts_are_deaf_to_ctrl_c_too():
     """A library caller asking for another pool size: loky started the extra workers outside
     any deaf submit, and a Ctrl-C killed each (TerminatedWorkerError, found by helper 60)."""
-    done = subprocess.run([sys.executable, "-c", _POOL_RESIZED], capture_output=True, text=True, timeout=300)
+    done = _run_script(_POOL_RESIZED)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "3 True 3", ""), done.stderr
 
 
 # the shared pool asked for another size while a task runs: loky waits for it before resizing
 _CTRL_C_WHILE_A_RESIZE_WAITS = (
-    "import os, signal, threading, time\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # as from a terminal
+    AS_FROM_A_TERMINAL +
     "from provisioner.workers import shared_executor, stop_workers\n"
     "pool = shared_executor(2)\n"
     "pool.submit(int).result()\n"
@@ -310,8 +306,7 @@ _CTRL_C_WHILE_A_RESIZE_WAITS = (
 def test_ctrl_c_stops_the_wait_before_a_resize():
     """loky resizes a busy pool once its tasks end, and that wait ran where Ctrl-C is held
     (the workers a resize starts must be deaf): a Ctrl-C came only after the running task."""
-    done = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_A_RESIZE_WAITS], capture_output=True, text=True,
-                          timeout=300)
+    done = _run_script(_CTRL_C_WHILE_A_RESIZE_WAITS)
     assert (done.returncode, done.stdout.strip()) == (0, "interrupted True"), done.stderr
 
 
@@ -332,8 +327,7 @@ def test_stopping_workers_with_tasks_queued_is_silent():
     thread dropped the pending tasks, then handed out the ids still queued and died on the
     first, "Exception in thread ExecutorManagerThread ... KeyError" after "interrupted"."""
     started = time.time()
-    done = subprocess.run([sys.executable, "-c", _STOPPED_WITH_TASKS_QUEUED], capture_output=True, text=True,
-                          timeout=300)
+    done = _run_script(_STOPPED_WITH_TASKS_QUEUED)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     assert time.time() - started < 25   # the sleeping tasks were killed, not waited for
 
@@ -358,8 +352,7 @@ def test_ctrl_c_while_the_fluid_engine_loads_comes_after_numba_is_whole():
     second left numba half-imported and came back as "ImportError: numba._devicearray failed
     to import", an internal error instead of "interrupted" (seen in CI). The load now holds
     the signal, so numba and the engine load whole and the interrupt follows."""
-    done = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_NUMBA_LOADS], capture_output=True, text=True,
-                          timeout=300)
+    done = _run_script(_CTRL_C_WHILE_NUMBA_LOADS)
     assert (done.returncode, done.stdout.strip()) == (0, "True True"), done.stderr
 
 
