@@ -13,7 +13,7 @@ held-out MAPE printed by `provision perf calibrate` describes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 import numpy as np
@@ -108,6 +108,24 @@ def calibrate(profile: pd.DataFrame | None = None, *, catalog=None, holdout_frac
     return CalibrationReport(cal, mape, int(artifacts.sum()), ARTIFACT_RULE, ARTIFACT_REASON)
 
 
+# The constants only a tensor-parallel all-reduce exercises: a GPU measured at TP 1 alone
+# cannot fit them (`fit_roofline` keeps the calibration's).
+ALLREDUCE_CONSTANTS = ("allreduce_step_s", "allreduce_link_efficiency", "allreduce_knee_tokens", "allreduce_slowdown")
+
+
+def _has_constants(calibration, gpu: str) -> bool:
+    return gpu in calibration.per_gpu or gpu in calibration.borrowed
+
+
+def _allreduce_constants(model: LatencyModel, gpu: str) -> dict:
+    """The all-reduce constants `model` applies to `gpu`, as its own (a PCIe card borrowing
+    a knee fitted on NVSwitch moves the bytes beyond it at 1x: `LatencyModel._knee_slowdown`)."""
+    c = model.calibration.for_gpu(gpu)
+    out = {name: getattr(c, name) for name in ALLREDUCE_CONSTANTS}
+    out["allreduce_slowdown"] = model._knee_slowdown(model.gpu(gpu), c)
+    return out
+
+
 # Configuration points a GPU needs before `fit_roofline` fits its constants: ten constants,
 # two residuals a point (prefill, decode), with room to spare. One point fitted all ten
 # "perfectly" (0% MAPE) and moved the GPU's TP-8 decode by 0.78x off a TP-2 measurement.
@@ -134,6 +152,8 @@ def fit_roofline(profile: pd.DataFrame, calibration=None, catalog=None) -> Roofl
     A point is a configuration (TP, prompt, batch and output sizes), whatever the models
     measured there, as `calibrate` reports them; a GPU with fewer is not fitted and keeps
     the calibration's constants, or follows the GPU it borrows from if that one is fitted.
+    A GPU measured at TP 1 only keeps the calibration's all-reduce constants
+    (`ALLREDUCE_CONSTANTS`): no all-reduce runs there, so the fit cannot see them.
 
     profile : rows as `Profile.frame()` gives them."""
     import warnings
@@ -150,9 +170,13 @@ def fit_roofline(profile: pd.DataFrame, calibration=None, catalog=None) -> Roofl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # the empty held-out split's mean
         report = calibrate(kept.loc[kept.hardware.isin(enough)], catalog=base.catalog, holdout_fraction=0.0)
-    merged, _ = merge_calibration(report.calibration, base.calibration)
-    train = report.mape[report.mape.split == "train"]
     tps = kept.groupby("hardware").tensor_parallel.unique()
+    per_gpu = dict(report.calibration.per_gpu)
+    for gpu, constants in per_gpu.items():
+        if list(tps[gpu]) == [1] and _has_constants(base.calibration, gpu):
+            per_gpu[gpu] = replace(constants, **_allreduce_constants(base, gpu))
+    merged, _ = merge_calibration(replace(report.calibration, per_gpu=per_gpu), base.calibration)
+    train = report.mape[report.mape.split == "train"]
     fitted = {str(gpu): {"points": int(g.points.max()),
                          "prefill_mape_pct": float(g.mape_pct[g.phase == "prompt_time"].iloc[0]),
                          "decode_mape_pct": float(g.mape_pct[g.phase == "token_time"].iloc[0]),

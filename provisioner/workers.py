@@ -103,6 +103,8 @@ def handlers_swapped(handler, signums):
     meanwhile would not do: the mask is per thread, and the kernel hands a signal to any
     thread not blocking it (loky's, joblib's), Python then running its handler here.
     Main thread only, where handlers live."""
+    if threading.current_thread() is not threading.main_thread():
+        raise ValueError("handlers_swapped: signal handlers can only be changed in the main thread")
     previous = {}
     try:
         for s in signums:
@@ -124,7 +126,9 @@ def _put_back(handlers) -> None:
             for s, old in list(remaining.items()):
                 signal.signal(s, old if old is not None else signal.SIG_DFL)
                 del remaining[s]
-        except BaseException as error:   # noqa: BLE001 - re-raised below, once the rest are in
+        except (ValueError, OSError, TypeError):   # signal.signal's own refusals: a retry would refuse again
+            raise
+        except BaseException as error:   # noqa: BLE001 - a handler's; re-raised below, once the rest are in
             interruption = interruption or error
     if interruption is not None:
         raise interruption
@@ -269,10 +273,11 @@ def _pool():
 
 def shared_executor(n_workers: int):
     """The process's one pool of worker processes (loky's reusable executor) of `n_workers`,
-    started deaf to Ctrl-C; the current one when it is this package's, of that size and in
-    use. Otherwise made the way joblib makes its own (`get_memmapping_executor`): joblib's
-    next `Parallel` (its arguments differ) shuts the current pool down and starts its own,
-    which needs attributes joblib sets on its pools; a plain loky pool failed it
+    started deaf to Ctrl-C; the current one when it is this package's, of that size and
+    usable (not shut down or broken). Otherwise made the way joblib makes its own
+    (`get_memmapping_executor`): joblib's next `Parallel` (its arguments differ) shuts the
+    current pool down and starts its own, which needs attributes joblib sets on its pools;
+    a plain loky pool failed it
     (AttributeError: '_temp_folder_manager'), e.g. `run_sweep` after `provision()` in one
     notebook. Each such call makes a temporary folder in /dev/shm, hence the reuse. Large
     arrays are pickled, not memory-mapped (max_nbytes None), so a worker may write to what

@@ -90,8 +90,12 @@ def _latency_model_text(answer: dict) -> str:
     if not isinstance(lm, dict):
         return "the roofline, the shipped calibration's constants"
     gpus = lm.get("gpus") if isinstance(lm.get("gpus"), dict) else {}
-    return (f"the roofline with constants fitted on the measured profile {lm.get('profile', '(not named)')}"
-            + (" (" + "; ".join(f"{g}: {how}" for g, how in gpus.items()) + ")" if gpus else ""))
+    where = "; ".join(f"{g}: {how}" for g, how in gpus.items())
+    profile = lm.get("profile", "(not named)")
+    if not any(how == "fitted" or str(how).startswith("borrows") for how in gpus.values()):
+        return (f"the roofline, the shipped calibration's constants: the measured profile {profile} sets none "
+                f"of these GPUs'" + (f" ({where})" if where else ""))
+    return f"the roofline with constants fitted on the measured profile {profile} ({where})"
 
 
 def build_cloud_html(answer: dict, *, title: str = "Cloud plan") -> str:

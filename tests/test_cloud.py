@@ -98,7 +98,7 @@ def test_cloud_plans_on_the_measured_speed_of_a_profile(perf, tmp_path, capsys):
     assert measured["latency_model"]["gpus"] == {"a40": "fitted"}
     assert measured["latency_model"]["fitted"]["a40"]["points"] == 27
     assert measured["throughput_rps"] == pytest.approx(roofline["throughput_rps"] / 2, rel=0.25)
-    assert measured["latency_model"]["kept"] == {} and measured["latency_model"]["excluded_rows"] == 0
+    assert measured["latency_model"]["too_few"] == {} and measured["latency_model"]["excluded_rows"] == 0
     assert err.startswith("latency profile: the roofline's constants fitted on a40 (27 points, in-sample MAPE "
                           "prefill ")
     assert err.count("\n") == 1 and err.rstrip().endswith("here a40: fitted"), err
@@ -107,7 +107,7 @@ def test_cloud_plans_on_the_measured_speed_of_a_profile(perf, tmp_path, capsys):
     assert "Latency model: the roofline, the shipped calibration&#x27;s constants." in build_cloud_html(roofline)
 
 
-def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
+def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path, capsys):
     """One measured point fitted all ten constants "perfectly" (0% MAPE) and moved the GPU's
     other TP degrees by a fifth: under MIN_FIT_POINTS a GPU keeps its constants, and says so."""
     from perfmodels import MIN_FIT_POINTS, fit_roofline, read_profile
@@ -119,8 +119,9 @@ def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
     assert (fit.fitted, fit.too_few) == ({}, {"a40": MIN_FIT_POINTS - 1})
     np.testing.assert_array_equal(fit.model.coefficients("llama-30b", "a40", 8),
                                   perf.coefficients("llama-30b", "a40", 8))
-    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--duration", "5",
-                "--latency-profile", str(few), "--latency-interp", "nope"]) == 2   # refused before any plan
+    assert run(["cloud", "--inventory", "thunderserve-32gpu", "--rps", "1", "--latency-profile", str(few),
+                "--latency-interp", "nope"]) == 2
+    assert capsys.readouterr().err == "error: --latency-interp must be one of grid, splitwisesim (got 'nope')\n"
     # measured too thinly, a GPU that borrows a fitted GPU's constants follows that fit, and says so
     shipped = (Path(__file__).parents[1] / "perfmodels" / "data" / "llama2-70b_dgx.csv").read_text(encoding="utf-8")
     a100 = [",".join(line.split(",")[:8]) for line in shipped.splitlines()[1:] if ",a100-80gb," in line]   # no e2e
@@ -142,6 +143,14 @@ def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith("warning: latency profile: a40 is measured at TP 4 only: its other TP degrees "
                                     "rest on the all-reduce constants fitted there; measure two or more\n")
+    # at TP 1 alone no all-reduce runs: the fit cannot see its constants, which stay the shipped ones
+    tp1 = _slow_a40_profile(perf, tmp_path / "a40_tp1.csv", tps=(1,), prompts=(256, 512, 1024, 4096))
+    fit = fit_roofline(read_profile(tp1, perf.catalog).frame())
+    assert float(fit.model.prefill_time_s("llama-30b", "a40", 1, 2048)) == pytest.approx(
+        2 * float(perf.prefill_time_s("llama-30b", "a40", 1, 2048)), rel=0.05)
+    all_reduce = slice(6, 10)   # COEF_NAMES: s_allreduce_fixed .. s_per_token_allreduce_beyond_knee
+    np.testing.assert_allclose(fit.model.coefficients("llama-30b", "a40", 8)[all_reduce],
+                               perf.coefficients("llama-30b", "a40", 8)[all_reduce])
     from perfmodels import load_profile_model
     model = load_profile_model(path)
     assert set(model.roofline_fit().fitted) == {"a40"}
@@ -152,7 +161,8 @@ def test_a_gpu_measured_at_too_few_points_keeps_its_constants(perf, tmp_path):
 
 def test_a_profile_of_artifact_rows_only_is_refused_in_one_line(tmp_path, capsys):
     """Every row matching the rule the fit leaves out: "internal error (ValueError: No objects
-    to concatenate)" from `provision perf calibrate`, and from `provision cloud` too."""
+    to concatenate)" from `provision perf calibrate`, and from `provision cloud` too, which
+    now plans on the shipped calibration and says so."""
     path = tmp_path / "artifacts.csv"
     path.write_text("model,hardware,tensor_parallel,prompt_size,batch_size,token_size,prompt_time_ms,token_time_ms\n"
                     "llama2-70b,a100-80gb,2,512,64,128,300.0,60.0\n", encoding="utf-8")
@@ -160,6 +170,16 @@ def test_a_profile_of_artifact_rows_only_is_refused_in_one_line(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.startswith(f"error: --profile '{path}': every row is a measurement artifact left out of the fit "
                           f"(batch_size == 64 and tensor_parallel == 2: ") and err.count("\n") == 1, err
+    inventory = tmp_path / "a100.toml"
+    inventory.write_text('name = "a100"\n[[nodes]]\ngpu = "a100-80gb"\ngpus = 4\ncount = 2\n', encoding="utf-8")
+    assert run(["cloud", "--inventory", str(inventory), "--rps", "1", "--duration", "5", "--json",
+                "--latency-profile", str(path)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["latency_model"]["fitted"] == {}
+    assert out.err == ("latency profile: 1 artifact row left out of the fit (batch_size == 64 and tensor_parallel == "
+                       "2, as provision perf calibrate does), all of a100-80gb's\n"
+                       "warning: latency profile: it sets the constants of no GPU here (a100-80gb: the shipped "
+                       "calibration's constants); the plan is the shipped calibration's\n")
 
 
 def test_shipped_inventory_matches_thunderserve(perf):

@@ -158,6 +158,46 @@ def test_a_ctrl_c_while_handlers_are_put_back_finds_every_one_back(monkeypatch):
             signal.signal(signum, handler)
 
 
+def test_a_handler_that_raises_while_handlers_go_back_leaves_none_swapped(monkeypatch):
+    """`handlers_swapped` puts every handler back even when a signal's handler raises between
+    two of them (its retry), then raises that exception; off the main thread it refuses at
+    once (it span for ever retrying what `signal.signal` refuses there)."""
+    import signal
+    import threading
+
+    from provisioner.workers import handlers_swapped
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    real_signal, calls = signal.signal, []
+
+    def interrupted_once(signum, handler):
+        old = real_signal(signum, handler)
+        calls.append(signum)
+        if len(calls) == 3:   # two swapped in, then the first put back: a handler raises here
+            raise KeyboardInterrupt
+        return old
+
+    monkeypatch.setattr(signal, "signal", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        with handlers_swapped(lambda *_: None, (signal.SIGINT, signal.SIGTERM)):
+            pass
+    monkeypatch.undo()
+    assert {s: signal.getsignal(s) for s in before} == before
+    refused = []
+    worker = threading.Thread(target=lambda: refused.append(_refusal(handlers_swapped, (signal.SIGINT,))))
+    worker.start()
+    worker.join(timeout=10)
+    assert refused == ["handlers_swapped: signal handlers can only be changed in the main thread"]
+
+
+def _refusal(swap, signums) -> str:
+    try:
+        with swap(lambda *_: None, signums):
+            return "no refusal"
+    except ValueError as exc:
+        return str(exc)
+
+
 def test_a_ctrl_c_while_workers_start_stops_this_process_once_they_have():
     """Workers start deaf to Ctrl-C; this process did too, for those milliseconds (SIGINT was
     ignored, process-wide), and a Ctrl-C then was lost: `provision` ran to its end, exit 0
@@ -228,7 +268,7 @@ def test_workers_that_replace_idle_ones_are_deaf_to_ctrl_c_too():
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "2 True True 3", ""), done.stderr
 
 
-# workers started from a thread other than the main one (a search's background verifier)
+# workers started from a thread other than the main one (a library caller's thread)
 _WORKERS_STARTED_OFF_THE_MAIN_THREAD = (
     AS_FROM_A_TERMINAL +
     "from joblib.externals.loky import get_reusable_executor\n"

@@ -9,7 +9,7 @@ import typer
 from ..errors import ProvisionerError
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, DURATION_DEFAULT_HELP, WORKLOAD_HELP, RichProgress,
-                      echo_json, input_files, latency_interp_option, latency_profile_option,
+                      check_latency_interp, echo_json, input_files, latency_interp_option, latency_profile_option,
                       prefill_chunk_option, refuse_idle_flags, replay_note, scheduler_option, trace_generator)
 
 CLOUD_MODEL = "llama-30b"
@@ -67,7 +67,8 @@ def cloud_command(
         "Measured prefill and decode-iteration times (SplitwiseSim's perf_model.csv columns): the roofline's "
         "constants of each GPU measured at 10 points or more are fitted on them (as provision perf calibrate), "
         "since a group's pipeline stages may mix GPUs, which no measured table describes."),
-    latency_interp: str = latency_interp_option("Ignored here (with a warning): cloud interpolates no profile."),
+    latency_interp: str = latency_interp_option("Ignored here, with a warning (a value other than grid or "
+                                                "splitwisesim is refused): cloud interpolates no profile."),
     scheduler: str = scheduler_option("least-work (default: KV reserved per request, the least-loaded replica "
                                       "within the routing LP's shares), jsq, llumnix-dispatch, llumnix or "
                                       "jsq-migration (KV on demand with vLLM preemption; llumnix* dispatch by "
@@ -105,11 +106,12 @@ def cloud_command(
     from perfmodels import LatencyModel
 
     from ..cloud import COMPARISON_CHUNK_TOKENS, check_without, load_inventory, plan_cloud
+    check_latency_interp(latency_interp)
+    if latency_interp is not None:
+        typer.echo(f"warning: --latency-interp {latency_interp}: ignored; cloud interpolates no profile (a group's "
+                   f"pipeline stages may mix GPUs, which no measured table describes)", err=True)
     perf = LatencyModel()
     inv = load_inventory(inventory, perf.catalog)
-    latency = None
-    if latency_profile is not None or latency_interp is not None:
-        perf, latency = _fitted_profile(latency_profile, latency_interp, perf, inv)
     if inter_node_gbps is not None:
         inv = inv.with_bandwidth(inter_node_gbps)
     if nic_gbps is not None:
@@ -127,6 +129,9 @@ def cloud_command(
         raise ProvisionerError(f"--replan-workload {replan_workload}: the requests would not change (the same mix "
                                f"as --workload {workload}, drawn alike); give another mix (coding, conversation or "
                                f"a CSV trace), or drop --replan-workload")
+    latency = None
+    if latency_profile is not None:   # fitted once the question is known sound: its lines come last
+        perf, latency = _fitted_profile(latency_profile, perf, inv)
     llm = perf.llm(model)
     with RichProgress(unit=None) as progress:
         answer = plan_cloud(inv, llm, perf, traces, goal=goal, rps=rps, kv_bits=kv_bits, slo_scale=slo_scale,
@@ -158,21 +163,13 @@ def cloud_command(
         typer.echo(f"report: {report}")
 
 
-def _fitted_profile(path, interp: str | None, perf, inv) -> tuple:
+def _fitted_profile(path, perf, inv) -> tuple:
     """(latency model, the JSON's `latency_model`) of `--latency-profile`: the roofline with
     the constants of the GPUs it measures fitted on it (`perfmodels.fit_roofline`, as
     `provision perf calibrate`). A measured table is per whole replica of one GPU type and
-    TP, and a cloud group's pipeline stages may mix types, so nothing is interpolated and
-    `--latency-interp` is ignored. What was fitted, kept or left out goes to stderr."""
-    from perfmodels import ARTIFACT_RULE, INTERPS, MIN_FIT_POINTS, fit_roofline, read_profile
-    if path is None:
-        raise ProvisionerError("--latency-interp needs --latency-profile PATH.csv (the measurements to interpolate)")
-    if interp is not None:
-        if interp not in INTERPS:
-            raise ProvisionerError(f"--latency-interp must be one of {', '.join(INTERPS)} (got '{interp}')")
-        typer.echo(f"warning: --latency-interp {interp}: ignored; cloud fits the roofline to the profile and "
-                   f"interpolates nothing (a group's pipeline stages may mix GPUs, which no measured table "
-                   f"describes)", err=True)
+    TP, and a cloud group's pipeline stages may mix types, so nothing is interpolated. What
+    was fitted, not fitted or left out goes to stderr."""
+    from perfmodels import ARTIFACT_RULE, MIN_FIT_POINTS, fit_roofline, read_profile
     where = f"--latency-profile '{path}'"
     profile = read_profile(path, perf.catalog, where)
     fit = fit_roofline(profile.frame(), perf.calibration, perf.catalog)
@@ -195,7 +192,10 @@ def _fitted_profile(path, interp: str | None, perf, inv) -> tuple:
                    f"than the {MIN_FIT_POINTS} a fit of its constants needs: not fitted, {now}; add measurements "
                    f"(other TP degrees, prompt and batch sizes)", err=True)
     for gpu, f in fit.fitted.items():
-        if len(f["tp_degrees"]) == 1:
+        if f["tp_degrees"] == [1]:
+            typer.echo(f"warning: latency profile: {gpu} is measured at TP 1 only, where no all-reduce runs: its "
+                       f"all-reduce constants stay the shipped calibration's; measure TP 2 or more too", err=True)
+        elif len(f["tp_degrees"]) == 1:
             typer.echo(f"warning: latency profile: {gpu} is measured at TP {f['tp_degrees'][0]} only: its other TP "
                        f"degrees rest on the all-reduce constants fitted there; measure two or more", err=True)
     fitted = ", ".join(f"{g} ({f['points']} points, in-sample MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
@@ -207,7 +207,7 @@ def _fitted_profile(path, interp: str | None, perf, inv) -> tuple:
     else:
         typer.echo(f"latency profile: the roofline's constants fitted on {fitted}; here {here}", err=True)
     return fit.model, {"kind": "profile", "use": "roofline fitted", "profile": profile.source,
-                       "sha256": profile.sha256, "fitted": fit.fitted, "kept": fit.too_few,
+                       "sha256": profile.sha256, "fitted": fit.fitted, "too_few": fit.too_few,
                        "excluded_rows": fit.excluded_rows, "gpus": gpus}
 
 

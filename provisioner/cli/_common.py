@@ -191,9 +191,17 @@ def latency_interp_option(help_text: str = "How --latency-profile is interpolate
     return typer.Option(None, "--latency-interp", help=help_text)
 
 
+def check_latency_interp(interp: str | None) -> None:
+    """Refuse a `--latency-interp` that names no interpolation rule (one line)."""
+    from perfmodels import INTERPS
+    if interp is not None and interp not in INTERPS:
+        raise ProvisionerError(f"--latency-interp must be one of {', '.join(INTERPS)} (got '{interp}')")
+
+
 def load_latency_model(profile, interp: str | None, where: str | None = None):
     """The LatencyModel of a command: the roofline (None) or a fitted profile model.
     where : how the profile's errors name it (default: the --latency-profile flag)."""
+    check_latency_interp(interp)
     if profile is None:
         if interp is not None:
             raise ProvisionerError("--latency-interp needs --latency-profile PATH.csv (the measurements to "
