@@ -277,15 +277,14 @@ def shared_executor(n_workers: int):
     usable (not shut down or broken). Otherwise made the way joblib makes its own
     (`get_memmapping_executor`): joblib's next `Parallel` (its arguments differ) shuts the
     current pool down and starts its own, which needs attributes joblib sets on its pools;
-    a plain loky pool failed it
-    (AttributeError: '_temp_folder_manager'), e.g. `run_sweep` after `provision()` in one
-    notebook. Each such call makes a temporary folder in /dev/shm, hence the reuse. Large
-    arrays are pickled, not memory-mapped (max_nbytes None), so a worker may write to what
-    it is given; idle workers end after loky's 10 s, as before."""
+    a plain loky pool failed it (AttributeError: '_temp_folder_manager'), e.g. `run_sweep`
+    after `provision()` in one notebook. Each such call makes a temporary folder in
+    /dev/shm, hence the reuse. Large arrays are pickled, not memory-mapped (max_nbytes
+    None), so a worker may write to what it is given; idle workers end after loky's 10 s."""
     executor = _current_executor()
     if getattr(executor, "_provisioner_workers", None) != n_workers or not _usable(executor):
         if executor is not None and _usable(executor):
-            _wait_for_tasks(executor)   # a resize or a new pool waits for them: here, where Ctrl-C stops it
+            _wait_for_tasks(executor)   # a resize or a new pool waits for them
         from joblib.executor import get_memmapping_executor
 
         with _workers_launched_deaf():   # a resize starts its workers here, at once
@@ -307,8 +306,8 @@ def _usable(executor) -> bool:
 
 
 def _wait_for_tasks(executor) -> None:
-    """Until the executor has no task pending or running (loky's own wait, before a resize or
-    a shutdown, would run where Ctrl-C is held)."""
+    """Wait until the executor has no task pending or running, here, where Ctrl-C stops the
+    wait (loky's own, before a resize or a shutdown, would run where Ctrl-C is held)."""
     import time
 
     while getattr(executor, "_pending_work_items", None):
