@@ -23,6 +23,10 @@ CTRL_C_TO_EACH_WORKER = (
     "for pid in pids:\n"
     "    os.kill(pid, signal.SIGINT)\n"
     "time.sleep(0.5)\n")
+# then: how many were sent one, whether all are alive, and what the pool computes for sum([1, 2])
+WORKERS_ALIVE_AND_SERVING = (
+    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
+    "executor.submit(sum, [1, 2]).result())\n")
 
 
 def _run_script(script: str) -> subprocess.CompletedProcess:
@@ -233,8 +237,7 @@ _CTRL_C_TO_DEAF_WORKERS = (
     "executor = get_reusable_executor(max_workers=2)\n"
     "start_executor_deaf_to_ctrl_c(executor)\n" +
     CTRL_C_TO_EACH_WORKER +
-    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
-    "executor.submit(sum, [1, 2]).result())\n")
+    WORKERS_ALIVE_AND_SERVING)
 
 
 def test_workers_started_deaf_to_ctrl_c_stay_so():
@@ -277,8 +280,7 @@ _WORKERS_STARTED_OFF_THE_MAIN_THREAD = (
     "starter = threading.Thread(target=lambda: submit_deaf_to_ctrl_c(executor, int).result())\n"
     "starter.start(); starter.join()\n" +
     CTRL_C_TO_EACH_WORKER +
-    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
-    "executor.submit(sum, [1, 2]).result())\n")
+    WORKERS_ALIVE_AND_SERVING)
 
 
 def test_workers_started_off_the_main_thread_are_deaf_to_ctrl_c_too():
@@ -316,8 +318,7 @@ _POOL_RESIZED = (
     "shared_executor(2).submit(int).result()\n"   # idle: loky resizes a busy pool only once its tasks end
     "executor = shared_executor(3)\n" +
     CTRL_C_TO_EACH_WORKER +
-    "print(len(pids), all(p.is_alive() for p in executor._processes.values()), "
-    "executor.submit(sum, [1, 2]).result())\n")
+    WORKERS_ALIVE_AND_SERVING)
 
 
 def test_workers_a_resize_starts_are_deaf_to_ctrl_c_too():
