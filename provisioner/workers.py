@@ -216,7 +216,7 @@ class Beside:
             # grow as it plans): seen as "Could not pickle the task" in the tests
             import cloudpickle
 
-            self._future = _pool().submit(_call_pickled, cloudpickle.dumps((fn, args)))
+            self._future = submit_deaf_to_ctrl_c(_pool(), _call_pickled, cloudpickle.dumps((fn, args)))
 
     def result(self):
         if self._future is None:   # not started in a worker: computed here, now
@@ -273,8 +273,9 @@ def _pool():
 
 def shared_executor(n_workers: int):
     """The process's one pool of worker processes (loky's reusable executor) of `n_workers`,
-    started deaf to Ctrl-C; the current one when it is this package's, of that size and
-    usable (not shut down or broken). Otherwise made the way joblib makes its own
+    deaf to Ctrl-C: started so when made; workers that ended idle since start again with
+    the next `submit_deaf_to_ctrl_c`, which every task here goes through. The current pool
+    when it is this package's, of that size and usable (not shut down or broken). Otherwise made the way joblib makes its own
     (`get_memmapping_executor`): joblib's next `Parallel` (its arguments differ) shuts the
     current pool down and starts its own, which needs attributes joblib sets on its pools;
     a plain loky pool failed it (AttributeError: '_temp_folder_manager'), e.g. `run_sweep`
@@ -290,7 +291,7 @@ def shared_executor(n_workers: int):
         with _workers_launched_deaf():   # a resize starts its workers here, at once
             executor = get_memmapping_executor(n_workers, timeout=10, max_nbytes=None)
         executor._provisioner_workers = n_workers
-    start_executor_deaf_to_ctrl_c(executor)   # (again, if they ended idle) Ctrl-C: one line from the parent only
+        start_executor_deaf_to_ctrl_c(executor)   # Ctrl-C: one line from the parent only
     return executor
 
 
