@@ -238,10 +238,53 @@ def test_a_replayed_day_is_sized_on_its_busiest_window(tmp_path):
     gen = TraceGenerator.from_json(obj["trace"])
     first = gen.at(1.0)
     busiest, start_s = gen.busiest_window(1.0, read_profile_csv(profile))
-    assert obj["sizing"] == {"start_s": start_s, "requests": len(busiest), "rps": len(busiest) / 60}
+    assert obj["sizing"] == {"by": ["requests", "prompt_tokens", "output_tokens"], "start_s": start_s,
+                             "requests": len(busiest), "rps": len(busiest) / 60,
+                             "prompt_tokens": 1500 * len(busiest), "output_tokens": 200 * len(busiest)}
+    assert obj["sizing_windows"] == [obj["sizing"]]   # equal sizes: the most requests are the most tokens
     assert (len(first), len(busiest)) == (41, 123) and start_s > 0
     assert size_for_peak("baseline-a100", first, "bloom-176b", SLO(), PERF) == 3
     assert obj["static"]["machines"] == 6 and obj["static"]["slo"]["met"]
+
+
+def test_a_window_of_fewer_longer_prompts_sizes_the_static_cluster_when_it_needs_more(tmp_path):
+    """A file of 160 short requests in its first 80 s (100-token prompts), then 120 long ones
+    in the next 80 s (6,000-token prompts), replayed over a flat 160-s day at its own rate
+    (1.75 req/s, so the day plays it as recorded): the busiest 60 s by requests are short
+    ones (120), which one H100 machine carries; by prompt tokens long ones (91), which need
+    two. The static cluster was sized on the most requests only: one machine, which misses
+    the SLOs over the day; now it is the fewest meeting them on both windows, set by the
+    long prompts', and it meets them all day."""
+    from provisioner.autoscale import Sizing, size_for_peak, size_for_windows
+    from provisioner.slo import SLO
+
+    arrival = np.concatenate([0.5 * np.arange(160), 80 + (80 / 120) * np.arange(120)])
+    prompts = np.concatenate([np.full(160, 100), np.full(120, 6000)])
+    trace = tmp_path / "mixed.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" +
+                     "".join(f"{a:.6f},{p},50\n" for a, p in zip(arrival, prompts)))
+    profile = tmp_path / "rate.csv"
+    profile.write_text("time_s,rps\n0,1.75\n")
+    res = runner.invoke(get_app(), ["autoscale", "--profile", str(profile), "--duration", "160", "--workload",
+                                    str(trace), "--design", "baseline-h100", "--model", MODEL, "--sizing-duration",
+                                    "60", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    by = {tuple(w["by"]): w for w in obj["sizing_windows"]}
+    assert set(by) == {("requests", "output_tokens"), ("prompt_tokens",)}
+    short, long = by[("requests", "output_tokens")], by[("prompt_tokens",)]
+    assert short["requests"] > long["requests"] and long["prompt_tokens"] > short["prompt_tokens"]
+    gen = TraceGenerator.from_json(obj["trace"])
+    day = gen.with_profile(RateProfile.from_json(obj["profile"]))
+    windows = [gen.busiest_window(1.0, RateProfile.from_json(obj["profile"]), day=day, by=b)[0]
+               for b in ("requests", "prompt_tokens")]
+    alone = [size_for_peak("baseline-h100", w, MODEL, SLO(), PERF) for w in windows]
+    assert alone == [1, 2]
+    assert size_for_windows("baseline-h100", windows, MODEL, SLO(), PERF) == Sizing(2, 1)
+    assert obj["sizing"] == long and obj["static"]["machines"] == 2 and obj["static"]["slo"]["met"]
+    # the one machine the most requests asked for misses the SLOs over the day it was bought for
+    assert not simulate(make_design("baseline-h100", machines=1), day, MODEL, perf=PERF)["slo_met"].iloc[0]
+    assert obj["capacity_rps"] == pytest.approx(long["rps"] / alone[1])
 
 
 def test_a_burst_the_day_plays_in_a_trough_is_sized_where_it_arrives(tmp_path):

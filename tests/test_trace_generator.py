@@ -129,6 +129,30 @@ def test_the_busiest_window_of_a_replay_is_its_burst_not_its_first_window(tmp_pa
     assert start_s == 0.0 and trace.arrival_s.tobytes() == drawn.at(5.0).arrival_s.tobytes()
 
 
+def test_the_busiest_window_by_tokens_is_where_the_work_is(tmp_path):
+    """30 requests a second apart with 10-token prompts and 500-token outputs, then 10
+    three seconds apart with 5,000-token prompts and 5-token outputs: the busiest 30 s by
+    requests and by output tokens start at the first request, by prompt tokens where they
+    reach the last long prompt; at the file's rate and over a day that plays it as recorded
+    alike."""
+    arrival = np.concatenate([np.arange(30.0), 30 + 3.0 * np.arange(10)])
+    path = _write_trace(tmp_path / "two_halves.csv", arrival, np.r_[np.full(30, 10), np.full(10, 5000)],
+                        np.r_[np.full(30, 500), np.full(10, 5)])
+    gen = TraceGenerator(path, 30.0)
+    own = gen.native_rps
+    day = RateProfile(np.array([0.0]), np.array([own]), 58.0, "as recorded")
+    for profile in (None, day):
+        starts = {by: gen.busiest_window(own, profile, by=by)[1]
+                  for by in ("requests", "prompt_tokens", "output_tokens")}
+        assert starts == pytest.approx({"requests": 0.0, "prompt_tokens": 28.0, "output_tokens": 0.0})
+    # the earliest window holding all ten long prompts (the last at 57 s) and two short ones
+    long, _ = gen.busiest_window(own, by="prompt_tokens")
+    np.testing.assert_array_equal(long.prompt_tokens, np.r_[10, 10, np.full(10, 5000)])
+    with pytest.raises(WorkloadError) as info:
+        gen.busiest_window(own, by="tokens")
+    assert str(info.value) == "by must be one of requests, prompt_tokens, output_tokens (got 'tokens')"
+
+
 def test_replay_of_a_shipped_name_rescales_the_azure_trace():
     base = azure_trace("coding")
     trace = TraceGenerator("coding", 120.0, arrival="replay").at(70.0)

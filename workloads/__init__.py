@@ -14,7 +14,7 @@ and :func:`make_workload` is its trace at one rate:
 
 from hardware_catalog import decode_text   # public here too: workloads' readers were its first users
 from workloads._arrivals import MAX_TRACE_REQUESTS, gamma_arrivals, poisson_arrivals, replay_arrivals
-from workloads._generate import ARRIVAL_PROCESSES, DEFAULT_DURATION_S, TraceGenerator, default_arrival
+from workloads._generate import ARRIVAL_PROCESSES, DEFAULT_DURATION_S, WINDOW_MEASURES, TraceGenerator, default_arrival
 from workloads._profile import ProfileFormatError, RateProfile, diurnal_profile, read_profile_csv
 from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
@@ -28,6 +28,7 @@ __all__ = [
     "ProfileFormatError",
     "RateProfile",
     "TraceGenerator",
+    "WINDOW_MEASURES",
     "WORKLOAD_NAMES",
     "Trace",
     "TraceFormatError",

@@ -47,9 +47,13 @@ MAX_REPLAY_SPAN_S = 1e9
 # The window of drawn arrivals when none is given: Splitwise's 120-s provisioning traces.
 DEFAULT_DURATION_S = 120.0
 
-__all__ = ["ARRIVAL_PROCESSES", "DEFAULT_DURATION_S", "TraceGenerator", "check_positive", "default_arrival"]
+__all__ = ["ARRIVAL_PROCESSES", "DEFAULT_DURATION_S", "TraceGenerator", "WINDOW_MEASURES", "check_positive",
+           "default_arrival"]
 
 ARRIVAL_PROCESSES: tuple[str, ...] = ("replay", "poisson", "gamma")
+# What makes a window of a replay the busiest (`TraceGenerator.busiest_window`): its requests,
+# the prompt tokens they bring (prefill's work) or the tokens they generate (decode's steps).
+WINDOW_MEASURES: tuple[str, ...] = ("requests", "prompt_tokens", "output_tokens")
 _ARRIVAL_KEYS = {"poisson": 0x5CA1E, "gamma": 0x6A33A}   # independent arrival streams per seed
 _WINDOW_REL_TOL = 1e-12   # an arrival within this fraction of the window's end is past it
 
@@ -131,9 +135,13 @@ class TraceGenerator:
         self._grow(k)
         return Trace(self._unit[:k] / rps, self._sizes[0][:k], self._sizes[1][:k], self.name, self.duration_s)
 
-    def busiest_window(self, rps: float, profile=None, *, day: Trace | None = None) -> tuple[Trace, float]:
+    def busiest_window(self, rps: float, profile=None, *, day: Trace | None = None,
+                       by: str = "requests") -> tuple[Trace, float]:
         """The window of ``duration_s`` that holds the most requests, as a trace starting at 0,
-        and where it starts (s).
+        and where it starts (s). ``by`` (one of ``WINDOW_MEASURES``) weighs them: the most
+        ``"requests"``, the most ``"prompt_tokens"`` (prefill's work) or the most
+        ``"output_tokens"`` (decode's steps); a window of fewer, longer requests can hold
+        more work than the one of the most requests.
 
         Drawn arrivals are one stationary process, so any window is as busy as another:
         ``(at(rps), 0.0)``, the peak's window. A replay is the file's own arrivals, whose rate
@@ -150,29 +158,31 @@ class TraceGenerator:
         ``rate_rps`` is the rate it carries. ``day``: ``with_profile(profile)``, when the caller
         drew it already (a 24-h replay is not drawn twice).
         """
+        if by not in WINDOW_MEASURES:
+            raise WorkloadError(f"by must be one of {', '.join(WINDOW_MEASURES)} (got {by!r:.40})", params=("by",))
         if self.arrival != "replay":
             return self.at(rps), 0.0
         check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
         if profile is not None:
-            return self._busiest_of_day(profile, self.with_profile(profile) if day is None else day)
+            return self._busiest_of_day(profile, self.with_profile(profile) if day is None else day, by)
         src = self.source
         m = len(src)
         pos, factor, window_s = self._replay_positions(float(rps), extra_copies=1)   # windows from any start
-        counts = np.searchsorted(pos, pos[:m] + window_s, side="left") - np.arange(m)
-        i = int(np.argmax(counts))
-        k = int(counts[i])
+        ends = np.searchsorted(pos, pos[:m] + window_s, side="left")
+        i = _heaviest_window(ends, _weights(src, by, len(pos)))
+        k = int(ends[i]) - i
         self._check_replay_window(k, float(rps), float((pos[i + k - 1] - pos[i]) * factor))
         rows = (i + np.arange(k)) % m
         return (Trace((pos[i:i + k] - pos[i]) * factor, src.prompt_tokens[rows], src.output_tokens[rows], self.name,
                       self.duration_s), float(pos[i] * factor))
 
-    def _busiest_of_day(self, profile, day: Trace) -> tuple[Trace, float]:
+    def _busiest_of_day(self, profile, day: Trace, by: str) -> tuple[Trace, float]:
         """The busiest ``duration_s`` of the replayed `day` under `profile`, as it plays it."""
         arrival = day.arrival_s   # at least one request, at most a trace's
         window_s = self.duration_s * (1.0 - _WINDOW_REL_TOL)
-        counts = np.searchsorted(arrival, arrival + window_s, side="left") - np.arange(len(arrival))
-        i = int(np.argmax(counts))
-        k = int(counts[i])
+        ends = np.searchsorted(arrival, arrival + window_s, side="left")
+        i = _heaviest_window(ends, _weights(day, by, len(arrival)))
+        k = int(ends[i]) - i
         # cut short by the day's end (a day shorter than the window, or its busiest part last):
         # over the 600 s of a 300-s day at 1 req/s the rate was 0.5 req/s, half what it carries
         covered_s = min(self.duration_s, profile.end_s - float(arrival[i]))
@@ -374,3 +384,18 @@ def _int_seed(seed) -> int:
     if seed is None or isinstance(seed, (np.random.Generator, np.random.SeedSequence)):
         return int(np.random.default_rng(seed).integers(2**63))
     raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}", params=("seed",))
+
+
+def _weights(trace: Trace, by: str, n: int) -> np.ndarray:
+    """Each of the first `n` positions' weight under measure `by` (positions past the
+    trace's own wrap around it, as a replay's windows do)."""
+    if by == "requests":
+        return np.ones(n)
+    sizes = trace.prompt_tokens if by == "prompt_tokens" else trace.output_tokens
+    return np.asarray(sizes, dtype=np.float64)[np.arange(n) % len(trace)]
+
+
+def _heaviest_window(ends: np.ndarray, weights: np.ndarray) -> int:
+    """The start i whose window [i, ends[i]) weighs the most (the earliest on ties)."""
+    cumulative = np.concatenate([[0.0], np.cumsum(weights)])
+    return int(np.argmax(cumulative[ends] - cumulative[:len(ends)]))

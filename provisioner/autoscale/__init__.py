@@ -4,16 +4,18 @@
     result = autoscale("baseline-a100", day_trace, peak_trace, "bloom-176b", AutoscalePolicy(), perf=perf)
     result.saving_pct, result.to_json()
 
-`plan_scaling` is the controller (causal, on observed arrivals); `size_for_peak` the
-static cluster (the fewest machines meeting the SLOs at the peak, by the `Evaluator`);
+`plan_scaling` is the controller (causal, on observed arrivals); `size_for_windows` the
+static cluster (the fewest machines meeting the SLOs on the day's busiest windows, by the
+`Evaluator`; `size_for_peak` on one);
 `calibrate` the closed-loop controller's `auto` thresholds from the sizing run.
 The rules are in `provisioner/sim/SEMANTICS.md`, "Autoscaling".
 """
 
 from ._calibrate import SCALE_IN_FACTOR, calibrate
 from ._policy import SCALE_ON, AutoscalePolicy, ScalingSchedule, plan_scaling
-from ._run import AutoscaleResult, ClusterDay, autoscale, check_floor, machine_hours, run_closed_loop, size_for_peak
+from ._run import (AutoscaleResult, ClusterDay, Sizing, autoscale, check_floor, machine_hours, run_closed_loop,
+                   size_for_peak, size_for_windows)
 
 __all__ = ["SCALE_ON", "AutoscalePolicy", "ScalingSchedule", "plan_scaling", "AutoscaleResult", "ClusterDay",
-           "autoscale", "check_floor", "machine_hours", "size_for_peak", "run_closed_loop", "calibrate",
-           "SCALE_IN_FACTOR"]
+           "autoscale", "check_floor", "machine_hours", "size_for_peak", "size_for_windows", "Sizing",
+           "run_closed_loop", "calibrate", "SCALE_IN_FACTOR"]

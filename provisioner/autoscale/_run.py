@@ -19,8 +19,8 @@ from ..schedulers import DEFAULT_SWAP_SPACE_GB, ON_DEMAND_SCHEDULERS, SPLITWISES
 from ._calibrate import Calibration, calibrate
 from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
-__all__ = ["AutoscaleResult", "ClusterDay", "autoscale", "check_floor", "machine_hours", "size_for_peak",
-           "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
+__all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "size_for_peak",
+           "size_for_windows", "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
 MAX_STATIC_MACHINES = 1024
@@ -54,6 +54,7 @@ class AutoscaleResult:
     policy: AutoscalePolicy
     duration_s: float
     calibration: Calibration | None = None   # the `auto` thresholds' reading at the peak
+    sizing_window: int = 0   # the sizing window that set the static count (0: the peak trace)
 
     @property
     def saving_pct(self) -> float:
@@ -89,57 +90,109 @@ def _saving(static: float, scaled: float) -> float:
     return 100.0 * (1.0 - scaled / static) if static > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """The static cluster for the day's busiest windows: `machines`, the fewest meeting every
+    SLO on each; `window`, the index of the one that set the count (the first of equals);
+    `request_times`, that cluster's (first_token_s, finish_s) per request of that window
+    (None unless asked for)."""
+
+    machines: int
+    window: int
+    request_times: tuple | None = None
+
+
 def size_for_peak(family: str, peak_trace, model: str, slo: SLO, perf, engine: str = "fluid",
                   preemption: str = "recompute", request_times: list | None = None,
                   swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
                   min_machines: int = 1, **overrides) -> int:
     """The fewest machines of `family` that meet every SLO on `peak_trace` (the sizing trace:
     a constant-rate trace at the profile's peak, or a replayed day's busiest window; its rate
-    `peak_rps`, default its requests over its window), scored by the search's `Evaluator` in
-    batches of counts.
+    `peak_rps`, default its requests over its window): `size_for_windows` on that one window.
     request_times : a list that gets that cluster's (first_token_s, finish_s) per request,
         kept from the same simulation (the calibrated thresholds read them).
+    min_machines : the autoscaled cluster's floor, refused as `size_for_windows` says."""
+    sizing = size_for_windows(family, [peak_trace], model, slo, perf, engine, preemption,
+                              keep_request_times=request_times is not None, swap_space_gb=swap_space_gb,
+                              peak_rps=peak_rps, min_machines=min_machines, **overrides)
+    if request_times is not None:
+        request_times.append(sizing.request_times)
+    return sizing.machines
+
+
+def size_for_windows(family: str, windows, model: str, slo: SLO, perf, engine: str = "fluid",
+                     preemption: str = "recompute", keep_request_times: bool = False,
+                     swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
+                     min_machines: int = 1, **overrides) -> Sizing:
+    """The fewest machines of `family` that meet every SLO on each of `windows` (a replayed
+    day's busiest windows by requests, prompt tokens and output tokens: one of fewer, longer
+    prompts can need more machines than the one of the most requests), scored by the search's
+    `Evaluator` in batches of counts. More machines never raise latency at equal load, so each
+    window's count is searched from the previous one's up, that count alone first (usually
+    it carries the next window too: one simulation, not a batch).
+    peak_rps : the first window's rate in the error when no count meets the SLOs (default
+        its requests over its window).
     min_machines : the autoscaled cluster's floor; refused (ProvisionerError naming the
         static count, the most it may be) when min_machines - 1 machines already meet the
-        SLOs, so the count is below it: found by simulating that one count first, not a
-        batch of SIZING_BATCH (in the discrete-event engine, seconds instead of a minute),
-        then counts from 1 in batches of SIZING_BATCH up to the first that meets them (a
-        floor of 200 over a static 3 is one batch, not 199 clusters of up to 199
+        SLOs on every window, so the count is below it: found by simulating that one count
+        first, not a batch of SIZING_BATCH (in the discrete-event engine, seconds instead of
+        a minute), then counts from 1 in batches of SIZING_BATCH up to the first that meets
+        them (a floor of 200 over a static 3 is one batch, not 199 clusters of up to 199
         machines). The batch that holds min_machines - 1 recalls its score."""
-    from ..search import Evaluator, design_keys
+    from ..search import Evaluator
 
-    evaluate = Evaluator(peak_trace, model, slo, perf, engine=engine, preemption=preemption,
-                         keep_requests=request_times is not None, swap_space_gb=swap_space_gb)
+    evaluators = [Evaluator(w, model, slo, perf, engine=engine, preemption=preemption,
+                            keep_requests=keep_request_times, swap_space_gb=swap_space_gb) for w in windows]
     below = min_machines - 1
-    if 1 <= below <= MAX_STATIC_MACHINES and \
-            evaluate([make_design(family, machines=below, **overrides)])["slo_met"].iloc[0]:
-        for lo in range(1, below + 1, SIZING_BATCH):   # the static count is at most `below`
-            counts = range(lo, min(lo + SIZING_BATCH, below + 1))
-            met = evaluate([make_design(family, machines=n, **overrides) for n in counts])["slo_met"].to_numpy(bool)
+    if 1 <= below <= MAX_STATIC_MACHINES and all(_meets(e, family, [below], overrides)[0] for e in evaluators):
+        machines, _ = _fewest_on_every(evaluators, family, overrides, top=below)   # the static count is at most `below`
+        if machines is not None:
+            _refuse_floor_above_static(min_machines, machines, sized=True)
+    machines, window = _fewest_on_every(evaluators, family, overrides, top=MAX_STATIC_MACHINES)
+    if machines is None:
+        rate = windows[window].rate_rps if peak_rps is None or window > 0 else peak_rps
+        raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs on the "
+                               f"sizing trace ({rate:g} req/s); lower the profile's rates or "
+                               f"loosen the SLOs (a larger slo_scale)", params=("slo_scale",))
+    times = None
+    if keep_request_times:
+        from ..search import design_keys
+        design = make_design(family, machines=machines, **overrides)
+        times = evaluators[window].request_times[design_keys(DesignBatch.from_designs([design]))[0]]
+    return Sizing(machines, window, times)
+
+
+def _fewest_on_every(evaluators, family, overrides, top: int) -> tuple[int | None, int]:
+    """(the fewest machines, at most `top`, meeting the SLOs on every window, the window that
+    set it), or (None, the first window no count up to `top` meets)."""
+    machines, window = 1, 0
+    for i, evaluate in enumerate(evaluators):
+        if i > 0 and _meets(evaluate, family, [machines], overrides)[0]:
+            continue
+        lo = machines + 1 if i > 0 else 1
+        while lo <= top:
+            counts = range(lo, min(lo + SIZING_BATCH, top + 1))
+            met = _meets(evaluate, family, counts, overrides)
             if met.any():
-                _refuse_floor_above_static(min_machines, counts[int(np.argmax(met))], sized=True)
-    lo = 1
-    while lo <= MAX_STATIC_MACHINES:
-        counts = range(lo, lo + SIZING_BATCH)
-        designs = [make_design(family, machines=n, **overrides) for n in counts]
-        met = evaluate(designs)["slo_met"].to_numpy(bool)
-        if met.any():
-            k = int(np.argmax(met))
-            if request_times is not None:
-                request_times.append(evaluate.request_times[design_keys(DesignBatch.from_designs([designs[k]]))[0]])
-            return counts[k]
-        lo += SIZING_BATCH
-    raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs on the "
-                           f"sizing trace ({peak_trace.rate_rps if peak_rps is None else peak_rps:g} req/s); "
-                           f"lower the profile's rates or "
-                           f"loosen the SLOs (a larger slo_scale)", params=("slo_scale",))
+                machines, window = counts[int(np.argmax(met))], i
+                break
+            lo += SIZING_BATCH
+        else:
+            return None, i
+    return machines, window
+
+
+def _meets(evaluate, family: str, counts, overrides) -> np.ndarray:
+    """Whether `family` with each of `counts` machines meets every SLO on the evaluator's trace."""
+    designs = [make_design(family, machines=n, **overrides) for n in counts]
+    return evaluate(designs)["slo_met"].to_numpy(bool)
 
 
 def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolicy, *, perf, slo: SLO | None = None,
               engine: str = "fluid", capacity_rps: float | None = None, static_machines: int | None = None,
               initial_rps: float | None = None, preemption: str = "recompute",
               swap_space_gb: float = DEFAULT_SWAP_SPACE_GB, peak_rps: float | None = None,
-              **overrides) -> AutoscaleResult:
+              sizing_windows=(), **overrides) -> AutoscaleResult:
     """Compare the static cluster sized for the peak with the autoscaled one on `trace`.
 
     trace : the day (`TraceGenerator.with_profile`); its `duration_s` is the billing window.
@@ -148,9 +201,13 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         at the profile's peak, a replayed file's busiest window of the day as it plays it.
     capacity_rps : requests/s per machine the controller plans with; default the peak
         rate over the static count (what one machine of the static cluster carries at the peak).
-    peak_rps : the peak, req/s (default: `peak_trace`'s requests over its window: for a
-        replayed day's busiest window the rate the static cluster is sized to carry; drawn
-        arrivals pass the profile's peak, which their window only rounds).
+    sizing_windows : other windows the static cluster must carry too (a replayed day's busiest
+        by prompt and by output tokens, `TraceGenerator.busiest_window(by=...)`): its count is
+        the fewest meeting the SLOs on `peak_trace` and on each (`size_for_windows`), and the
+        result's `sizing_window` says which set it (0: `peak_trace`, i: `sizing_windows[i - 1]`).
+    peak_rps : the peak, req/s (default: the requests over the window of the window that set
+        the static count: for a replayed day's busiest window the rate the static cluster is
+        sized to carry; drawn arrivals pass the profile's peak, which their window only rounds).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
@@ -185,19 +242,21 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
     sizing_engine = "fluid" if policy.closed_loop and "scheduler" not in overrides else engine
     calibrate = policy.thresholds_auto
-    peak_times = [] if calibrate else None
-    peak_rps = float(peak_trace.rate_rps if peak_rps is None else peak_rps)
-    n_static = static_machines or size_for_peak(family, peak_trace, model, slo, perf, sizing_engine, preemption,
-                                                request_times=peak_times, swap_space_gb=swap_space_gb,
-                                                peak_rps=peak_rps, min_machines=policy.min_machines, **overrides)
+    windows = [peak_trace, *sizing_windows]
+    sizing = Sizing(int(static_machines), 0) if static_machines else \
+        size_for_windows(family, windows, model, slo, perf, sizing_engine, preemption, keep_request_times=calibrate,
+                         swap_space_gb=swap_space_gb, peak_rps=peak_rps, min_machines=policy.min_machines,
+                         **overrides)
+    n_static, sized_on = sizing.machines, windows[sizing.window]
+    peak_rps = float(sized_on.rate_rps if peak_rps is None else peak_rps)
     if static_machines is None:   # given: checked above
         # the sizing refused a floor whose count min_machines - 1 meets the SLOs; a smaller count
         # meeting them where that one does not (the verdict need not grow with the count) shows here
         _refuse_floor_above_static(policy.min_machines, n_static, sized=True)
     calibration = None
     if calibrate:
-        calibration = _calibrate(family, peak_trace, model, policy, perf, slo, sizing_engine, preemption, n_static,
-                                 peak_times, overrides, swap_space_gb)
+        calibration = _calibrate(family, sized_on, model, policy, perf, slo, sizing_engine, preemption, n_static,
+                                 sizing.request_times, overrides, swap_space_gb)
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else peak_rps / n_static
@@ -234,14 +293,15 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                           preemption=preemption, swap_space_gb=swap_space_gb).iloc[0]
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
-    return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration)
+    return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration,
+                           sizing.window)
 
 
 def check_floor(min_machines: int, static_machines: int | None = None) -> None:
     """Refuse, before any trace is simulated, a floor (`AutoscalePolicy.min_machines`) above
     the static cluster when that is known without sizing it: `static_machines` when given,
     else the most the sizing gives (MAX_STATIC_MACHINES). The sized count is known only
-    after a simulation at the peak: `size_for_peak` checks it there, before the day runs.
+    after a simulation at the peak: `size_for_windows` checks it there, before the day runs.
     `autoscale` calls it first; the CLI too, before it draws the day's trace."""
     if static_machines is not None:
         _refuse_floor_above_static(min_machines, static_machines, sized=False)
@@ -268,18 +328,21 @@ def _refuse_floor_above_static(min_machines: int, n_static: int, sized: bool) ->
 
 def _calibrate(family, peak_trace, model, policy, perf, slo, engine, preemption, n_static, peak_times, overrides,
                swap_space_gb=DEFAULT_SWAP_SPACE_GB):
-    """The closed-loop thresholds from the static cluster at the peak: its requests' times from
-    the sizing run, or (a static count given, so no sizing ran) from its one run on the peak."""
+    """The closed-loop thresholds from the static cluster at the peak: its requests' times
+    `peak_times` (first_token_s, finish_s) from the sizing run, or (None: a static count given,
+    so no sizing ran) from its one run on the peak."""
     from ..sim import build_inputs
 
     design = make_design(family, machines=n_static, **overrides)
-    if not peak_times:
+    if peak_times is None:
+        ran = []
         simulate(design, peak_trace, model, engine=engine, slo=slo, perf=perf, preemption=preemption,
-                 requests=peak_times, swap_space_gb=swap_space_gb)
+                 requests=ran, swap_space_gb=swap_space_gb)
+        peak_times = ran[0]
     inputs = build_inputs(DesignBatch.from_designs([design]), peak_trace, perf.llm(model), perf)
     servers = int(inputs.n_machines[0, 0])
     kv_per_machine = float(inputs.kv_cap_tokens[0, 0]) * servers / n_static
-    first_s, finish_s = peak_times[0]
+    first_s, finish_s = peak_times
     return calibrate(policy.scale_on, peak_trace, first_s, finish_s, n_static, kv_per_machine, policy.interval_s,
                      on_demand=design.scheduler in ON_DEMAND_SCHEDULERS)
 

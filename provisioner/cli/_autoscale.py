@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from workloads import diurnal_profile, read_profile_csv
+from workloads import WINDOW_MEASURES, diurnal_profile, read_profile_csv
 
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
@@ -163,22 +163,24 @@ def autoscale_command(
     # the profile's peak rate (a stationary stream), a replayed file's busiest window of the
     # day as the day plays it (the file at the peak rate would size a burst the day plays in a
     # trough as if it came at the peak), whose own rate is then the peak it carries.
-    sizing, sizing_start_s = traces.busiest_window(rate.peak_rps, rate, day=day)
+    windows = _sizing_windows(traces, rate, day)
     replayed = traces.arrival == "replay"
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
-    result = autoscale(design, day, sizing, model, policy, perf=perf, slo=SLO().scaled(slo_scale),
+    result = autoscale(design, day, windows[0][1], model, policy, perf=perf, slo=SLO().scaled(slo_scale),
                        engine=engine, capacity_rps=capacity_rps, static_machines=static_machines,
                        preemption=preemption, swap_space_gb=swap_space_gb,
-                       peak_rps=sizing.rate_rps if replayed else rate.peak_rps, **overrides)
+                       sizing_windows=[trace for _, trace, _ in windows[1:]],
+                       peak_rps=None if replayed else rate.peak_rps, **overrides)
     elapsed_s = time.perf_counter() - t0
     obj = {"workload": workload, "model": model, "engine": engine, "scheduler": scheduler,
            # the day is TraceGenerator.from_json(trace).with_profile(RateProfile.from_json(profile)),
-           # the sizing trace the same generator's `.busiest_window(peak_rps, profile)` (its
-           # duration_s: --sizing-duration; `.at(peak_rps)` for drawn arrivals, the day's own
+           # the sizing trace the same generator's `.busiest_window(peak_rps, profile, by=sizing.by[0])`
+           # (its duration_s: --sizing-duration; `.at(peak_rps)` for drawn arrivals, the day's own
            # busiest window for a replay, from `sizing.start_s` in the day)
            "profile": {**rate.to_json(), "requests": len(day)},
            "trace": traces.to_json(),
-           "sizing": {"start_s": sizing_start_s, "requests": len(sizing), "rps": float(sizing.rate_rps)},
+           "sizing": _window_json(*windows[result.sizing_window]),
+           "sizing_windows": [_window_json(*w) for w in windows],
            **result.to_json()}
     if preemption != "recompute":   # recompute results keep their keys
         obj["preemption"] = preemption
@@ -196,6 +198,25 @@ def autoscale_command(
             typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
         return
     _print_summary(obj, elapsed_s)
+
+
+_MEASURE_WORDS = {"requests": "requests", "prompt_tokens": "prompt tokens", "output_tokens": "output tokens"}
+
+
+def _sizing_windows(traces, rate, day) -> list[tuple[list, object, float]]:
+    """The distinct windows the static cluster is sized on, each (the measures it is busiest
+    by, its trace, where it starts in the day): a replayed day's busiest by requests, by
+    prompt tokens and by output tokens (one window may be all three); drawn arrivals' one."""
+    windows: dict[float, tuple[list, object, float]] = {}
+    for by in WINDOW_MEASURES:
+        trace, start_s = traces.busiest_window(rate.peak_rps, rate, day=day, by=by)
+        windows.setdefault(start_s, ([], trace, start_s))[0].append(by)
+    return list(windows.values())
+
+
+def _window_json(by: list, trace, start_s: float) -> dict:
+    return {"by": by, "start_s": start_s, "requests": len(trace), "rps": float(trace.rate_rps),
+            "prompt_tokens": int(trace.prompt_tokens.sum()), "output_tokens": int(trace.output_tokens.sum())}
 
 
 def _refuse_other_policy_flags(ctx: typer.Context, scale_on: str) -> None:
@@ -266,8 +287,11 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
            f"({obj['scaling_events']} scaling events)")
     if obj["trace"]["arrival"] == "replay" and "sizing" in obj:
         z = obj["sizing"]
-        console.print(f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window: "
-                      f"from {z['start_s']:.6g} s, {z['requests']:,} requests ({z['rps']:.3g} req/s)")
+        by = " and ".join(_MEASURE_WORDS[m] for m in z["by"])
+        console.print(f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window by "
+                      f"{by} (of {len(obj['sizing_windows'])} distinct): from {z['start_s']:.6g} s, "
+                      f"{z['requests']:,} requests ({z['rps']:.3g} req/s), {z['prompt_tokens']:,} prompt and "
+                      f"{z['output_tokens']:,} output tokens")
     if obj["scale_on"] != "rate":
         console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
