@@ -29,8 +29,33 @@ def build_autoscale_html(answer: dict) -> str:
                              name="static (peak)", line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
     fig.update_layout(title=f"Autoscaling {answer['family']}: saves {answer['saving_pct']:.1f}% of the cost")
+    _shade_sizing_windows(fig, answer)
     # a fixed id (plotly's default is a random UUID): the same answer, the same bytes
     return fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart-0")
+
+
+def _shade_sizing_windows(fig, answer: dict) -> None:
+    """A replayed day's busiest windows, where the static cluster was sized (red: the one that
+    set its count; grey: the others), said in a subtitle. Drawn arrivals are sized on the
+    stream at the peak, no part of the day. Answers saved before `sizing_windows` existed
+    shade their one `sizing` window."""
+    if answer.get("trace", {}).get("arrival") != "replay" or "sizing" not in answer:
+        return
+    chosen = answer["sizing"]
+    window_s, end_h = answer["trace"]["duration_s"], answer["duration_s"] / 3600.0
+    said = []
+    for window in answer.get("sizing_windows", [chosen]):
+        start_h = window["start_s"] / 3600.0
+        sized = window["start_s"] == chosen["start_s"]
+        for row in (1, 2):
+            label = {"annotation_text": "static sized here", "annotation_position": "top left"} \
+                if sized and row == 1 else {}   # (an annotation_position alone writes plotly's "new text")
+            fig.add_vrect(x0=start_h, x1=min(start_h + window_s / 3600.0, end_h), line_width=0, row=row, col=1,
+                          fillcolor="firebrick" if sized else "gray", opacity=0.25 if sized else 0.12, **label)
+        by = " and ".join(m.replace("_", " ") for m in window.get("by", ["requests"]))
+        said.append(f"{'red' if sized else 'grey'}: by {by}")
+    fig.update_layout(title_text=f"{fig.layout.title.text}<br><sup>shaded: the day's busiest {window_s:g}-s "
+                                 f"windows ({'; '.join(said)}), the static cluster sized on the red one</sup>")
 
 
 def write_autoscale_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):

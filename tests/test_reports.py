@@ -435,6 +435,33 @@ def test_cli_report_bad_input_is_one_line(tmp_path, capsys, content, message):
     assert not (tmp_path / "r.html").exists()
 
 
+def _autoscale_answer(arrival: str) -> dict:
+    """A small autoscale answer as `provision autoscale --json` writes it (a 1-h day)."""
+    window = {"start_s": 1200.0, "requests": 80, "rps": 0.67, "prompt_tokens": 160000, "output_tokens": 4000}
+    return {"family": "baseline-h100", "duration_s": 3600.0, "saving_pct": 20.0, "scale_on": "rate",
+            "static": {"machines": 3}, "autoscaled": {},
+            "timeline": {"time_s": [60.0, 120.0], "observed_rps": [1.0, 2.0], "machines": [1, 2]},
+            "trace": {"arrival": arrival, "duration_s": 120.0},
+            "sizing": {"by": ["prompt_tokens"], **window},
+            "sizing_windows": [{"by": ["requests", "output_tokens"], **window, "start_s": 600.0},
+                               {"by": ["prompt_tokens"], **window}]}
+
+
+def test_the_autoscale_page_shades_a_replayed_days_sizing_windows():
+    """Where the static cluster was sized: the day's busiest windows shaded, the one that set
+    its count named; drawn arrivals are sized on the stream at the peak, no part of the day."""
+    from reports import build_autoscale_html
+
+    page = build_autoscale_html(_autoscale_answer("replay"))
+    assert "static sized here" in page and ("shaded: the day's busiest 120-s windows (grey: by requests and "
+                                            "output tokens; red: by prompt tokens)") in page
+    assert page.count('"fillcolor":"firebrick"') == 2 and page.count('"fillcolor":"gray"') == 2   # both panels
+    assert "static sized here" not in build_autoscale_html(_autoscale_answer("poisson"))
+    saved_before = _autoscale_answer("replay")
+    del saved_before["sizing_windows"], saved_before["sizing"]["by"]   # a page of an answer saved before them
+    assert "(red: by requests)" in build_autoscale_html(saved_before)
+
+
 def test_cli_report_missing_file(tmp_path, capsys):
     code, output = _cli([tmp_path / "nope.json", "--out", tmp_path / "r.html"], capsys)
     assert code == 2 and "does not exist" in output
