@@ -357,6 +357,21 @@ def test_a_latency_profile_extrapolated_to_near_zero_is_refused_when_loaded(tmp_
                     f"smaller prompt_size x batch_size (down to 1) or use --latency-interp grid")
 
 
+@pytest.mark.parametrize("engine", ["fluid", "des"])
+def test_a_window_of_ages_at_a_tiny_rate_is_refused_before_either_engine_runs(engine):
+    """30 Poisson arrivals over 3e16 s: at 1e15 s and later doubles are 0.125 s or more apart,
+    so a 45-ms iteration leaves the clock where it was. The fluid engine stopped there on its
+    guard, blaming the latency model ("the fluid simulator's clock stopped at 2.25092e+15 s
+    ..."); the discrete-event engine printed a table of 0-ms TTFT, TBT and E2E, exit 0.
+    Arrivals past 2**32 s (136 years) are refused by both, naming the flags."""
+    line = assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2", "--model",
+                                      "llama2-70b", "--workload", "coding", "--rps", "1e-15", "--duration", "3e16",
+                                      "--engine", engine))
+    assert line == ("error: the trace's last request arrives at 2.56e+16 s (8.11e+08 years): past 4.29e+09 s "
+                    "(136 years) the simulators' clock cannot time a GPU pass; give a shorter --duration or a "
+                    "higher --rps, or arrival times in seconds from the trace's start")
+
+
 @pytest.mark.parametrize("make, why", [
     (lambda p: p.mkdir(), "is a directory"),
     (lambda p: None, "does not exist"),

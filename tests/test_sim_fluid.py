@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from provisioner import ProvisionerError
 from provisioner.designs import make_design
 from provisioner.sim import simulate, simulate_requests, solo_latencies
 from provisioner.sim.testing import percentiles_into
 from provisioner.slo import SLO
-from workloads import make_workload
+from workloads import Trace, make_workload
 
 MODEL = "bloom-176b"
 TOL = {50: 0.05, 90: 0.10, 99: 0.20}   # the issue's tolerances (median over designs)
@@ -240,3 +241,33 @@ def test_the_kernel_runs_as_many_threads_as_numba_set_num_threads_allows(monkeyp
         assert len(simulate(designs, trace, MODEL)) == 2
     finally:
         numba.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ the clock's range
+def _trace_from(start_s: float):
+    """20 requests a second apart from start_s (500 prompt, 50 output tokens each)."""
+    return Trace(start_s + np.arange(20.0), np.full(20, 500), np.full(20, 50), "late")
+
+
+@pytest.mark.parametrize("engine", ["fluid", "des"])
+def test_arrivals_past_the_clocks_range_are_refused_by_both_engines(perf, engine):
+    """At 1e15 s doubles are 0.125 s apart: a 45-ms decode iteration left the clock where it
+    was. The fluid engine stopped on its stalled clock (`_run_until`) blaming the latency
+    model; the discrete-event engine reported 0-ms TBT and E2E. Both refuse such arrivals now."""
+    with pytest.raises(ProvisionerError) as caught:
+        simulate([make_design("baseline-a100", machines=2)], _trace_from(1e15), "llama2-70b", engine=engine, perf=perf)
+    assert str(caught.value) == (
+        "the trace's last request arrives at 1e+15 s (3.17e+07 years): past 4.29e+09 s (136 years) the "
+        "simulators' clock cannot time a GPU pass; give a shorter duration_s or a higher rps, or arrival times "
+        "in seconds from the trace's start")
+
+
+@pytest.mark.parametrize("engine", ["fluid", "des"])
+def test_arrivals_just_inside_the_clocks_range_time_as_at_zero(perf, engine):
+    """Below the bound (2**32 s) the clock resolves a microsecond: the same requests give the
+    same latencies as at 0 s (within 6 us here)."""
+    design = [make_design("baseline-a100", machines=2)]
+    columns = [f"{m}_p{p}_s" for m in METRICS for p in (50, 99)]
+    early = simulate(design, _trace_from(0.0), "llama2-70b", engine=engine, perf=perf)[columns].iloc[0]
+    late = simulate(design, _trace_from(2.0 ** 32 - 100), "llama2-70b", engine=engine, perf=perf)[columns].iloc[0]
+    assert late.to_numpy() == pytest.approx(early.to_numpy(), abs=1e-5)

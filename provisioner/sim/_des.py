@@ -63,7 +63,7 @@ from ..errors import ProvisionerError
 from ..schedulers import SCHEDULERS, SPLITWISESIM
 from ._des_machine import Machine as _Machine
 from ._des_scalar import kv_visible_s
-from ._inputs import EngineOutput, SimInputs
+from ._inputs import EngineOutput, SimInputs, check_arrival_range
 from ._long_run import announce_long_des, des_seconds
 from ._windows import server_drained_s, windowed_cluster
 
@@ -375,6 +375,7 @@ def run_des(inputs: SimInputs, designs: np.ndarray | None = None) -> EngineOutpu
         raise ProvisionerError("every request needs prompt_tokens >= 1 and output_tokens >= 1")
     if np.any(np.diff(inputs.arrival_s) < 0):
         raise ProvisionerError("arrival_s must be sorted (requests are taken in arrival order)")
+    check_arrival_range(inputs.arrival_s)
     idx = np.arange(inputs.n_designs) if designs is None else np.asarray(designs, dtype=np.int64).ravel()
     r = len(inputs.arrival_s)
     tokens = int(np.sum(inputs.output_tokens))

@@ -44,7 +44,7 @@ from . import _jit  # noqa: F401  (before any @njit: the kernel cache lives outs
 from ..errors import ProvisionerError
 from ..workers import signals_held
 from ._des_scalar import kv_link_fifo_s, kv_visible_s
-from ._inputs import EngineOutput, SimInputs
+from ._inputs import EngineOutput, SimInputs, check_arrival_range
 from ._windows import server_windows
 
 iter_time = jit_scalar_iteration()   # perfmodels' scalar iteration time (roofline or measured), compiled in
@@ -243,7 +243,15 @@ def _run_until(t, sim, cloud, stall_limit):
 
     Both are read every `STOP_CHECK_EVENTS` events only (one integer count and mask per event):
     the clock is compared once `stall_limit` events have passed, and one that has not moved
-    over that many has stopped."""
+    over that many has stopped.
+
+    The stall guard is a backstop: no input is known to reach it. A clock stops when an
+    iteration is at most half the spacing of doubles at the current time; every latency
+    model times a pass at 1 us or more (a profile's cells and its interpolations are refused
+    below that when loaded), and `run_fluid` refuses arrivals past `MAX_ARRIVAL_S` (2**32 s,
+    where doubles are 0.95 us apart), which stopped it (1e15 s and later, the Python API or
+    `provision simulate --rps 1e-15 --duration 3e16`). A run would have to drain for
+    centuries past its last arrival to get there."""
     earliest_t, earliest_m = sim[23], sim[24]
     mark = -INF
     count = 0
@@ -821,6 +829,7 @@ def run_fluid(inputs: SimInputs, designs: np.ndarray | None = None, late_s: np.n
     """
     if not keep_requests and solo_s is None:
         raise ValueError("run_fluid: keep_requests=False needs solo_s, else nothing would be returned")
+    check_arrival_range(inputs.arrival_s)   # later ones stop the clock (`_run_until`)
     idx = np.arange(inputs.n_designs) if designs is None else np.asarray(designs, dtype=np.int64)
     r = len(inputs.arrival_s)
     if late_s is None:

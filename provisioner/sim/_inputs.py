@@ -23,6 +23,23 @@ from ..schedulers import DEFAULT_SWAP_SPACE_GB, check_preemption, check_swap_spa
 # Splitwise's mixed pool: a prompt machine more than this many full batches behind
 # lends the prefill to a token machine (SEMANTICS.md, "prompt pool overloaded").
 PROMPT_OVERLOAD_BATCHES = 4.0
+# The latest arrival the engines take (2**32 s, 136 years): below it their clock (float64
+# seconds) resolves 0.95 us or better, under the shortest pass a latency model gives (1 us,
+# the profile floor). Past it, decodes were timed to the millisecond at 1e13 s, and at
+# 1e15 s a 45-ms iteration no longer moved the clock: the discrete-event engine reported
+# 0-ms latencies, the fluid one stopped on its stalled clock blaming the latency model.
+MAX_ARRIVAL_S = 2.0 ** 32
+
+
+def check_arrival_range(arrival_s: np.ndarray) -> None:
+    """Refuse arrivals too late for the engines' clock to time an iteration (`MAX_ARRIVAL_S`)."""
+    last = float(arrival_s[-1]) if len(arrival_s) else 0.0
+    if last > MAX_ARRIVAL_S:
+        raise ProvisionerError(
+            f"the trace's last request arrives at {last:.3g} s ({last / 3.156e7:.3g} years): past "
+            f"{MAX_ARRIVAL_S:.3g} s (136 years) the simulators' clock cannot time a GPU pass; give a shorter "
+            f"duration_s or a higher rps, or arrival times in seconds from the trace's start",
+            params=("duration_s", "rps"))
 
 
 @dataclass(frozen=True)
