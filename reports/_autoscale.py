@@ -36,17 +36,18 @@ def build_autoscale_html(answer: dict) -> str:
 
 def _shade_sizing_windows(fig, answer: dict) -> None:
     """A replayed day's busiest windows, where the static cluster was sized (red: the one that
-    set its count; grey: the others), said in a subtitle. Drawn arrivals are sized on the
-    stream at the peak, no part of the day. Answers saved before `sizing_windows` existed
-    shade their one `sizing` window."""
+    set its count; grey: the others; all grey when --static-machines gave it), said in a
+    subtitle. Drawn arrivals are sized on the stream at the peak, no part of the day. Answers
+    saved before `sizing_windows` existed shade their one `sizing` window."""
     if answer.get("trace", {}).get("arrival") != "replay" or "sizing" not in answer:
         return
     chosen = answer["sizing"]
+    given = not chosen.get("sized", True)   # --static-machines: no window sized the cluster
     window_s, end_h = answer["trace"]["duration_s"], answer["duration_s"] / 3600.0
     said = []
     for window in answer.get("sizing_windows", [chosen]):
         start_h = window["start_s"] / 3600.0
-        sized = window["start_s"] == chosen["start_s"]
+        sized = window["start_s"] == chosen["start_s"] and not given
         for row in (1, 2):
             label = {"annotation_text": "static sized here", "annotation_position": "top left"} \
                 if sized and row == 1 else {}   # (an annotation_position alone writes plotly's "new text")
@@ -54,8 +55,9 @@ def _shade_sizing_windows(fig, answer: dict) -> None:
                           fillcolor="firebrick" if sized else "gray", opacity=0.25 if sized else 0.12, **label)
         by = " and ".join(m.replace("_", " ") for m in window.get("by", ["requests"]))
         said.append(f"{'red' if sized else 'grey'}: by {by}")
+    sized_on = "its size given (--static-machines)" if given else "sized on the red one"
     fig.update_layout(title_text=f"{fig.layout.title.text}<br><sup>shaded: the day's busiest {window_s:g}-s "
-                                 f"windows ({'; '.join(said)}), the static cluster sized on the red one</sup>")
+                                 f"windows ({'; '.join(said)}), the static cluster {sized_on}</sup>")
 
 
 def write_autoscale_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):

@@ -442,7 +442,7 @@ def _autoscale_answer(arrival: str) -> dict:
             "static": {"machines": 3}, "autoscaled": {},
             "timeline": {"time_s": [60.0, 120.0], "observed_rps": [1.0, 2.0], "machines": [1, 2]},
             "trace": {"arrival": arrival, "duration_s": 120.0},
-            "sizing": {"by": ["prompt_tokens"], **window},
+            "sizing": {"by": ["prompt_tokens"], **window, "sized": True},
             "sizing_windows": [{"by": ["requests", "output_tokens"], **window, "start_s": 600.0},
                                {"by": ["prompt_tokens"], **window}]}
 
@@ -458,8 +458,13 @@ def test_the_autoscale_page_shades_a_replayed_days_sizing_windows():
     assert page.count('"fillcolor":"firebrick"') == 2 and page.count('"fillcolor":"gray"') == 2   # both panels
     assert "static sized here" not in build_autoscale_html(_autoscale_answer("poisson"))
     saved_before = _autoscale_answer("replay")
-    del saved_before["sizing_windows"], saved_before["sizing"]["by"]   # a page of an answer saved before them
-    assert "(red: by requests)" in build_autoscale_html(saved_before)
+    del saved_before["sizing_windows"], saved_before["sizing"]["by"], saved_before["sizing"]["sized"]
+    assert "(red: by requests)" in build_autoscale_html(saved_before)   # a page of an answer saved before them
+    given = _autoscale_answer("replay")
+    given["sizing"]["sized"] = False   # --static-machines: no window sized it
+    page = build_autoscale_html(given)
+    assert "static sized here" not in page and "the static cluster its size given (--static-machines)" in page
+    assert '"fillcolor":"firebrick"' not in page
 
 
 def test_cli_report_missing_file(tmp_path, capsys):

@@ -3,7 +3,8 @@
 The static cluster is the fewest machines meeting the SLOs at the peak, so the freeness
 (or requests per machine) it runs at there is a level at which the SLOs are known to hold,
 for this model, machine,
-workload and SLO. The sizing simulation already ran that cluster on the peak trace; its
+workload and SLO. The sizing simulation already ran that cluster on the peak trace (a
+replayed day: the busiest window that set its count); its
 requests' arrival and finish times give, by Little's law, the time integrals of the
 requests B and the virtual usage V the controller samples, interval by interval, so the
 controller's readings at the peak are known without simulating the cluster again
@@ -51,7 +52,7 @@ class Calibration:
     scale_in: float
 
     def to_json(self) -> dict:
-        return {"source": "auto", "from": "the static cluster at the profile's peak (sizing run)",
+        return {"source": "auto", "from": "the static cluster on the window that set its count (sizing run)",
                 "machines": self.machines, "intervals": self.intervals,
                 "interval_s": self.interval_s, "peak_median": self.median,
                 "scale_out_percentile": SCALE_OUT_PERCENTILE[self.metric], "scale_in_factor": SCALE_IN_FACTOR}

@@ -22,7 +22,7 @@ from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scalin
 __all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "size_for_peak",
            "size_for_windows", "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
-SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing for the peak
+SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing the static cluster
 MAX_STATIC_MACHINES = 1024
 MAX_DECISIONS = 1_000_000   # scaling decisions over the profile (one a minute for a day is 1,440)
 
@@ -93,7 +93,7 @@ def _saving(static: float, scaled: float) -> float:
 @dataclass(frozen=True)
 class Sizing:
     """The static cluster for the day's busiest windows: `machines`, the fewest meeting every
-    SLO on each; `window`, the index of the one that set the count (the first of equals);
+    SLO on each; `window`, the index of the one that last raised the count;
     `request_times`, that cluster's (first_token_s, finish_s) per request of that window
     (None unless asked for)."""
 
@@ -127,9 +127,9 @@ def size_for_windows(family: str, windows, model: str, slo: SLO, perf, engine: s
     """The fewest machines of `family` that meet every SLO on each of `windows` (a replayed
     day's busiest windows by requests, prompt tokens and output tokens: one of fewer, longer
     prompts can need more machines than the one of the most requests), scored by the search's
-    `Evaluator` in batches of counts. More machines never raise latency at equal load, so each
-    window's count is searched from the previous one's up, that count alone first (usually
-    it carries the next window too: one simulation, not a batch).
+    `Evaluator` in batches of counts: each window searched from the count so far up, that
+    count alone first (usually it carries the window: one simulation, not a batch), and a
+    raised count checked again on every window (the verdict need not grow with the count).
     peak_rps : the first window's rate in the error when no count meets the SLOs (default
         its requests over its window).
     min_machines : the autoscaled cluster's floor; refused (ProvisionerError naming the
@@ -141,6 +141,8 @@ def size_for_windows(family: str, windows, model: str, slo: SLO, perf, engine: s
         machines). The batch that holds min_machines - 1 recalls its score."""
     from ..search import Evaluator
 
+    if not len(windows):
+        raise ProvisionerError("windows must hold at least one trace (the sizing trace first)", params=("windows",))
     evaluators = [Evaluator(w, model, slo, perf, engine=engine, preemption=preemption,
                             keep_requests=keep_request_times, swap_space_gb=swap_space_gb) for w in windows]
     below = min_machines - 1
@@ -151,8 +153,9 @@ def size_for_windows(family: str, windows, model: str, slo: SLO, perf, engine: s
     machines, window = _fewest_on_every(evaluators, family, overrides, top=MAX_STATIC_MACHINES)
     if machines is None:
         rate = windows[window].rate_rps if peak_rps is None or window > 0 else peak_rps
+        which = "sizing trace" if len(windows) == 1 else f"sizing window {window + 1} of {len(windows)}"
         raise ProvisionerError(f"{family}: no cluster of up to {MAX_STATIC_MACHINES} machines meets the SLOs on the "
-                               f"sizing trace ({rate:g} req/s); lower the profile's rates or "
+                               f"{which} ({rate:g} req/s); lower the profile's rates or "
                                f"loosen the SLOs (a larger slo_scale)", params=("slo_scale",))
     times = None
     if keep_request_times:
@@ -164,22 +167,35 @@ def size_for_windows(family: str, windows, model: str, slo: SLO, perf, engine: s
 
 def _fewest_on_every(evaluators, family, overrides, top: int) -> tuple[int | None, int]:
     """(the fewest machines, at most `top`, meeting the SLOs on every window, the window that
-    set it), or (None, the first window no count up to `top` meets)."""
-    machines, window = 1, 0
-    for i, evaluate in enumerate(evaluators):
-        if i > 0 and _meets(evaluate, family, [machines], overrides)[0]:
+    last raised it), or (None, a window no count from there up to `top` meets). Each window
+    is searched from the current count up, that count alone first (it usually carries the
+    window: one simulation); a raised count is checked again on every window, since the
+    verdict need not grow with the count (coding's busiest 600 s by requests on BLOOM-176B
+    met at 66 A100 machines, missed at 67, met from 68: a count raised to 67 by another
+    window misses it). The evaluators recall the counts they scored."""
+    machines, window, carried = 0, 0, set()   # carried: the windows `machines` meets the SLOs on
+    while len(carried) < len(evaluators):
+        i = min(set(range(len(evaluators))) - carried)
+        if machines and _meets(evaluators[i], family, [machines], overrides)[0]:
+            carried.add(i)
             continue
-        lo = machines + 1 if i > 0 else 1
-        while lo <= top:
-            counts = range(lo, min(lo + SIZING_BATCH, top + 1))
-            met = _meets(evaluate, family, counts, overrides)
-            if met.any():
-                machines, window = counts[int(np.argmax(met))], i
-                break
-            lo += SIZING_BATCH
-        else:
+        found = _first_meeting(evaluators[i], family, overrides, machines + 1, top)
+        if found is None:
             return None, i
+        machines, window, carried = found, i, {i}
     return machines, window
+
+
+def _first_meeting(evaluate, family, overrides, lo: int, top: int) -> int | None:
+    """The first count from `lo` to `top` meeting the SLOs on the evaluator's window, scored in
+    batches of SIZING_BATCH; None when none does."""
+    while lo <= top:
+        counts = range(lo, min(lo + SIZING_BATCH, top + 1))
+        met = _meets(evaluate, family, counts, overrides)
+        if met.any():
+            return counts[int(np.argmax(met))]
+        lo += SIZING_BATCH
+    return None
 
 
 def _meets(evaluate, family: str, counts, overrides) -> np.ndarray:
@@ -199,15 +215,16 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     peak_trace : the sizing trace (the static sizing question):
         `TraceGenerator.busiest_window(peak, profile)`: drawn arrivals' constant-rate trace
         at the profile's peak, a replayed file's busiest window of the day as it plays it.
-    capacity_rps : requests/s per machine the controller plans with; default the peak
-        rate over the static count (what one machine of the static cluster carries at the peak).
+    capacity_rps : requests/s per machine the controller plans with; default `peak_rps` over
+        the static count (what one machine of the static cluster carries where it was sized).
     sizing_windows : other windows the static cluster must carry too (a replayed day's busiest
         by prompt and by output tokens, `TraceGenerator.busiest_window(by=...)`): its count is
         the fewest meeting the SLOs on `peak_trace` and on each (`size_for_windows`), and the
         result's `sizing_window` says which set it (0: `peak_trace`, i: `sizing_windows[i - 1]`).
-    peak_rps : the peak, req/s (default: the requests over the window of the window that set
-        the static count: for a replayed day's busiest window the rate the static cluster is
-        sized to carry; drawn arrivals pass the profile's peak, which their window only rounds).
+    peak_rps : the peak, req/s (default: the rate of the window that set the static count, its
+        requests over its length, which the static cluster is sized to carry; the guard on the
+        machines at the peak reads the highest of the windows' rates; drawn arrivals pass the
+        profile's peak, which their window only rounds).
     initial_rps : the rate the autoscaled cluster is warm for at time 0 (default: the
         arrivals of its first control window).
     preemption : "recompute" or "swap" (on-demand schedulers), for the sizing and both days.
@@ -248,6 +265,8 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                          swap_space_gb=swap_space_gb, peak_rps=peak_rps, min_machines=policy.min_machines,
                          **overrides)
     n_static, sized_on = sizing.machines, windows[sizing.window]
+    # a token window can set the count at fewer requests than the window of the most
+    highest_rps = max(float(w.rate_rps) for w in windows) if peak_rps is None else float(peak_rps)
     peak_rps = float(sized_on.rate_rps if peak_rps is None else peak_rps)
     if static_machines is None:   # given: checked above
         # the sizing refused a floor whose count min_machines - 1 meets the SLOs; a smaller count
@@ -260,7 +279,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     if policy.closed_loop:
         policy = policy.with_thresholds(calibration.scale_out if calibration else None)
     capacity = float(capacity_rps) if capacity_rps is not None else peak_rps / n_static
-    at_peak = peak_rps / (capacity * policy.target_load)
+    at_peak = highest_rps / (capacity * policy.target_load)
     if at_peak > MAX_MACHINES:   # the controller keeps a list entry per machine and tick
         given = "capacity_rps" if capacity_rps is not None else "static_machines"
         raise ProvisionerError(f"{given} {capacity_rps if capacity_rps is not None else n_static:g} means "
@@ -301,7 +320,7 @@ def check_floor(min_machines: int, static_machines: int | None = None) -> None:
     """Refuse, before any trace is simulated, a floor (`AutoscalePolicy.min_machines`) above
     the static cluster when that is known without sizing it: `static_machines` when given,
     else the most the sizing gives (MAX_STATIC_MACHINES). The sized count is known only
-    after a simulation at the peak: `size_for_windows` checks it there, before the day runs.
+    after the sizing's simulations: `size_for_windows` checks it there, before the day runs.
     `autoscale` calls it first; the CLI too, before it draws the day's trace."""
     if static_machines is not None:
         _refuse_floor_above_static(min_machines, static_machines, sized=False)

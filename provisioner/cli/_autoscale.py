@@ -58,11 +58,12 @@ def autoscale_command(
     sizing_duration: float = typer.Option(DEFAULT_SIZING_S, "--sizing-duration",
                                           help="Length (s) of the trace the static cluster is sized on: a "
                                                "constant-rate one at the peak (a replayed --workload: the day's "
-                                               "own busiest window of this length, as the day plays it)."),
+                                               "own busiest windows of this length, as the day plays them, by "
+                                               "requests, prompt tokens and output tokens)."),
     capacity_rps: float = typer.Option(None, "--capacity-rps", help="Requests/s one machine carries, for the "
                                        "controller (default: the peak over the static machine count; a replayed "
-                                       "--workload's peak is the rate of the day's busiest --sizing-duration "
-                                       "window)."),
+                                       "--workload's peak is the rate of the busiest --sizing-duration window "
+                                       "that set that count)."),
     scale_out_load: float = typer.Option(0.95, "--scale-out-load", help="Add machines when the observed rate "
                                          "exceeds this fraction of the capacity of the machines up or starting."),
     scale_in_load: float = typer.Option(0.7, "--scale-in-load", help="Stop machines when the rate would stay "
@@ -160,9 +161,9 @@ def autoscale_command(
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
     # The static cluster is sized on the day's busiest load: drawn arrivals' first window at
-    # the profile's peak rate (a stationary stream), a replayed file's busiest window of the
-    # day as the day plays it (the file at the peak rate would size a burst the day plays in a
-    # trough as if it came at the peak), whose own rate is then the peak it carries.
+    # the profile's peak rate (a stationary stream), a replayed file's busiest windows of the
+    # day as the day plays them (the file at the peak rate would size a burst the day plays in
+    # a trough as if it came at the peak), the one that sets the count giving the peak rate.
     windows = _sizing_windows(traces, rate, day)
     replayed = traces.arrival == "replay"
     overrides = {"scheduler": scheduler} if scheduler != DEFAULT_SCHEDULER else {}
@@ -179,7 +180,8 @@ def autoscale_command(
            # busiest window for a replay, from `sizing.start_s` in the day)
            "profile": {**rate.to_json(), "requests": len(day)},
            "trace": traces.to_json(),
-           "sizing": _window_json(*windows[result.sizing_window]),
+           # sized: False when --static-machines gave the count (the window the peak rate is read from)
+           "sizing": {**_window_json(*windows[result.sizing_window]), "sized": static_machines is None},
            "sizing_windows": [_window_json(*w) for w in windows],
            **result.to_json()}
     if preemption != "recompute":   # recompute results keep their keys
@@ -206,9 +208,11 @@ _MEASURE_WORDS = {"requests": "requests", "prompt_tokens": "prompt tokens", "out
 def _sizing_windows(traces, rate, day) -> list[tuple[list, object, float]]:
     """The distinct windows the static cluster is sized on, each (the measures it is busiest
     by, its trace, where it starts in the day): a replayed day's busiest by requests, by
-    prompt tokens and by output tokens (one window may be all three); drawn arrivals' one."""
+    prompt tokens and by output tokens (one window may be all three); drawn arrivals' one
+    stream at the peak (stationary: no window is busier), by requests."""
+    measures = WINDOW_MEASURES if traces.arrival == "replay" else WINDOW_MEASURES[:1]
     windows: dict[float, tuple[list, object, float]] = {}
-    for by in WINDOW_MEASURES:
+    for by in measures:
         trace, start_s = traces.busiest_window(rate.peak_rps, rate, day=day, by=by)
         windows.setdefault(start_s, ([], trace, start_s))[0].append(by)
     return list(windows.values())
@@ -288,10 +292,12 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     if obj["trace"]["arrival"] == "replay" and "sizing" in obj:
         z = obj["sizing"]
         by = " and ".join(_MEASURE_WORDS[m] for m in z["by"])
-        console.print(f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window by "
-                      f"{by} (of {len(obj['sizing_windows'])} distinct): from {z['start_s']:.6g} s, "
-                      f"{z['requests']:,} requests ({z['rps']:.3g} req/s), {z['prompt_tokens']:,} prompt and "
-                      f"{z['output_tokens']:,} output tokens")
+        what = (f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window by {by} "
+                f"(of {len(obj['sizing_windows'])} distinct)" if z["sized"] else
+                f"the static cluster's size is given (--static-machines); the controller's peak is the day's "
+                f"busiest {obj['trace']['duration_s']:g}-s window by {by}")
+        console.print(f"{what}: from {z['start_s']:.6g} s, {z['requests']:,} requests ({z['rps']:.3g} req/s), "
+                      f"{z['prompt_tokens']:,} prompt and {z['output_tokens']:,} output tokens")
     if obj["scale_on"] != "rate":
         console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
