@@ -110,6 +110,10 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
     once (stat calls) for the checks and the write."""
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
+    long_part = next((part for part in path.parts if len(os.fsencode(part)) > 255), None)
+    if long_part is not None:   # every stat below would raise ENAMETOOLONG
+        raise ProvisionerError(f"{flag}: '{long_part[:40]}...' is a name of {len(os.fsencode(long_part)):,} bytes, "
+                               f"over the 255 a file system allows; give a shorter name")
     stream = _own_stream(path)   # the checks below create at most the parent folder: the path stays as it is
     if stdout_taken_by is not None and stream == 1 and not _same_file(path, Path(os.devnull)):
         raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "

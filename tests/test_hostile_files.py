@@ -414,3 +414,19 @@ def test_a_saved_answer_is_read_from_a_pipe(tmp_path, command):
         assert (tmp_path / "r.html").stat().st_size > 0
     else:
         assert json.loads(printed)["design"] == json.loads(saved)["winner"]["design"]
+
+
+def test_a_file_name_too_long_for_the_file_system_is_one_line(tmp_path):
+    """A 300-byte name was an internal error ("OSError: File name too long ... this is a
+    bug") on every output flag and on --study and --profile: an output's checks name the
+    flag and the part, any other path the backstop."""
+    long = "a" * 300
+    question = ("--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--model", "llama2-70b",
+                "--duration", "20", "--no-verify")
+    line = assert_one_line_error(*cli(*question, "--report", tmp_path / long / "x.html"))
+    assert line == (f"error: --report: '{'a' * 40}...' is a name of 300 bytes, over the 255 a file system allows; "
+                    f"give a shorter name")
+    assert_one_line_error(*cli(*question, "--study", tmp_path / f"{long}.db"),
+                          "characters): File name too long; give a shorter file name (at most 255 bytes a name)")
+    assert_one_line_error(*cli("autoscale", "--profile", tmp_path / f"{long}.csv", "--design", "baseline-h100"),
+                          "characters): File name too long")

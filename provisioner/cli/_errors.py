@@ -172,6 +172,11 @@ def _unexpected(exc: BaseException) -> int:
         # A file we were not allowed to open: it may be an input, so do not say "write".
         return _say(f"cannot open '{cause.filename}': {cause.strerror or cause}; check its permissions "
                     f"or choose another path", EXIT_USER_ERROR)
+    if isinstance(cause, OSError) and cause.errno == errno.ENAMETOOLONG:   # a path the user gave, always
+        name = str(cause.filename or "")
+        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
+        return _say(f"path '{shown}' ({len(name):,} characters): {cause.strerror or cause}; give a shorter file "
+                    f"name (at most 255 bytes a name)", EXIT_USER_ERROR)
     if isinstance(cause, OSError) and cause.errno == errno.EBADF:   # `provision catalog >&-`
         _silence_stdout()
         return _say(f"cannot write the output: {cause.strerror or cause}; redirect it to a file or "
