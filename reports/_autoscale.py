@@ -4,6 +4,7 @@ beside the static cluster sized for the peak."""
 
 from __future__ import annotations
 
+from provisioner.autoscale import measures_text, saving_caveat
 from provisioner.files import check_output_path, write_output
 
 __all__ = ["build_autoscale_html", "write_autoscale_report"]
@@ -28,7 +29,8 @@ def build_autoscale_html(answer: dict) -> str:
     fig.add_trace(go.Scatter(x=[0, answer["duration_s"] / 3600.0], y=[answer["static"]["machines"]] * 2,
                              name="static (peak)", line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
-    fig.update_layout(title=f"Autoscaling {answer['family']}: saves {answer['saving_pct']:.1f}% of the cost")
+    fig.update_layout(title=f"Autoscaling {answer['family']}: saves {answer['saving_pct']:.1f}% of the cost"
+                            f"{saving_caveat(answer)}")
     _shade_sizing_windows(fig, answer)
     # a fixed id (plotly's default is a random UUID): the same answer, the same bytes
     return fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart-0")
@@ -53,8 +55,7 @@ def _shade_sizing_windows(fig, answer: dict) -> None:
                 if sized and row == 1 else {}   # (an annotation_position alone writes plotly's "new text")
             fig.add_vrect(x0=start_h, x1=min(start_h + window_s / 3600.0, end_h), line_width=0, row=row, col=1,
                           fillcolor="firebrick" if sized else "gray", opacity=0.25 if sized else 0.12, **label)
-        by = " and ".join(m.replace("_", " ") for m in window.get("by", ["requests"]))
-        said.append(f"{'red' if sized else 'grey'}: by {by}")
+        said.append(f"{'red' if sized else 'grey'}: by {measures_text(window.get('by', ['requests']))}")
     sized_on = "its size given (--static-machines)" if given else "sized on the red one"
     fig.update_layout(title_text=f"{fig.layout.title.text}<br><sup>shaded: the day's busiest {window_s:g}-s "
                                  f"windows ({'; '.join(said)}), the static cluster {sized_on}</sup>")

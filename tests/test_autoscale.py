@@ -352,6 +352,24 @@ def test_a_floor_is_refused_only_when_the_count_below_it_meets_every_window(monk
     assert str(info.value) == "windows must hold at least one trace (the sizing trace first)"
 
 
+def test_a_request_no_machine_holds_is_named_not_blamed_on_the_slos(tmp_path, capsys):
+    """A 5M-token prompt fits no H100 machine's KV cache: the sizing said no cluster of up
+    to 1024 machines meets the SLOs and to loosen them, which no --slo-scale fixes."""
+    from provisioner.cli import run
+
+    trace = tmp_path / "kvbig.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i},500,20\n" for i in range(20))
+                     + "20,5000000,10\n")
+    code = run(["autoscale", "--workload", str(trace), "--profile", "diurnal", "--rps", "1", "--duration", "900",
+                "--design", "baseline-h100", "--model", MODEL, "--slo-scale", "1000"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert err.startswith("error: baseline-h100: ") and err.endswith(
+        "request(s) cannot be served: the largest needs 5,000,010 tokens of KV cache (1,638 GB of llama2-70b), a "
+        "dgx-h100 holds at most 1,336,820 tokens after the weights; drop or truncate those requests, or use a model "
+        "with a smaller KV cache")
+
+
 def test_a_burst_the_day_plays_in_a_trough_is_sized_where_it_arrives(tmp_path):
     """A file quiet for 600 s (a request every 6 s), 400 requests in the next 120 s, then
     quiet, replayed over a day rising from 0.5 to 3 req/s in 1800 s and staying there 100 s:
@@ -404,7 +422,11 @@ def test_cli_diurnal_day_saves_at_equal_slos():
     (["--profile", "diurnal", "--rps", "2", "--static-machines", str(10 ** 400)], "a 401-digit integer"),
     (["--profile", "diurnal", "--rps", "2", "--min-machines", "99999999999999999999"],
      "--min-machines must be a whole number in [1, 100000]"),
-    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "raise --capacity-rps"),
+    (["--profile", "diurnal", "--rps", "2", "--capacity-rps", "1e-9"], "give a larger --capacity-rps"),
+    # said "lower the rate or shorten the duration" (--duration was 900 s)
+    (["--profile", "diurnal", "--rps", "2", "--duration", "900", "--sizing-duration", "1e9"],
+     "--sizing-duration 1e+09: the sizing trace at the peak (2 req/s) would hold 2e+09 requests, more than a trace "
+     "holds (10,000,000); shorten --sizing-duration"),
     # was accepted: the autoscaled cluster never went below 5 machines, 4 static, a -25% "saving"
     (["--profile", "diurnal", "--rps", "2", "--static-machines", "4", "--min-machines", "5"],
      "--min-machines 5 is above the static cluster's 4 machines (--static-machines): the autoscaled cluster "
@@ -566,3 +588,25 @@ def test_the_library_refuses_a_floor_above_the_static_cluster_by_its_parameters(
                                                r"\(static_machines\).*at most 4 or raise static_machines$"):
         autoscale("baseline-a100", gen.with_profile(two_levels()), gen.at(3.0), MODEL, floor, perf=PERF,
                   capacity_rps=1.0, static_machines=4)
+
+
+def test_a_saving_that_misses_the_slos_says_so():
+    """A day whose autoscaled cluster misses its SLOs read "autoscaling saves 39.2% of the
+    cost", and the report's title likewise, with no word of the miss."""
+    from provisioner.autoscale import measures_text, saving_caveat
+    from reports import build_autoscale_html
+
+    met, missed = {"met": True, "binding": "none"}, {"met": False, "binding": "ttft_p50"}
+    answer = {"family": "baseline-h100", "duration_s": 3600.0, "saving_pct": 39.2, "scale_on": "rate",
+              "static": {"machines": 3, "slo": met}, "autoscaled": {"slo": missed},
+              "timeline": {"time_s": [60.0], "observed_rps": [1.0], "machines": [1]}}
+    caveat = ", but the autoscaled day misses the SLOs (ttft_p50) the static day meets"
+    assert saving_caveat(answer) == caveat
+    assert f"Autoscaling baseline-h100: saves 39.2% of the cost{caveat}" in build_autoscale_html(answer)
+    answer["static"]["slo"] = {"met": False, "binding": "tbt_p99"}
+    assert saving_caveat(answer) == ", but both days miss the SLOs (autoscaled: ttft_p50; static: tbt_p99)"
+    answer["autoscaled"]["slo"] = met
+    assert saving_caveat(answer) == ""
+    assert [measures_text(by) for by in (["requests"], ["requests", "output_tokens"],
+                                          ["requests", "prompt_tokens", "output_tokens"])] == \
+        ["requests", "requests and output tokens", "requests, prompt tokens and output tokens"]

@@ -107,15 +107,21 @@ def test_the_busiest_window_of_a_replay_is_its_burst_not_its_first_window(tmp_pa
     np.testing.assert_array_equal(busiest.prompt_tokens, 110 + np.arange(120))
     assert busiest.duration_s == 60.0 and busiest.rate_rps == 2.0
     # with a profile, the day's own busiest window as the day plays it: a 100-s day at the
-    # file's rate plays its first 100 s, whose busiest 60 s start at 42 s (3 quiet requests
-    # and the 80 of the burst the day plays), not in the burst it never plays whole
+    # file's rate plays its first 100 s, whose busiest 60 s are its last, from 40 s (3 quiet
+    # requests and the 80 of the burst the day plays), not in the burst it never plays whole;
+    # a window starting later is cut short by the day's end (from 42 s it was 58 s long, and
+    # one starting at the day's last request would have read 1 request over 0.5 s as 2 req/s)
     short = RateProfile(np.array([0.0]), np.array([own]), 100.0, "short")
     early, start_s = gen.busiest_window(own, short)
-    # the day ends 58 s into that window: it lasts 58 s, so its rate is the one it carries
-    # (over 60 s a 300-s day's 600-s window at 1 req/s read 0.5 req/s)
-    assert (len(early), start_s) == (83, 42.0) and early.duration_s == 58.0 and early.rate_rps == 83 / 58
+    assert (len(early), start_s) == (83, 40.0) and early.duration_s == 60.0 and early.rate_rps == 83 / 60
     day = gen.with_profile(short)
-    np.testing.assert_allclose(early.arrival_s, day.arrival_s[7:90] - 42.0, atol=1e-9)
+    np.testing.assert_allclose(early.arrival_s, day.arrival_s[7:90] - 40.0, atol=1e-9)
+    assert early.arrival_s[0] == pytest.approx(2.0)   # the day's last window starts between two requests
+    # a day shorter than the window is one window, the day: its rate the one it carries
+    # (over 60 s a 30-s day's 10 requests would read 1/6 req/s)
+    brief = RateProfile(np.array([0.0]), np.array([own]), 30.0, "brief")
+    whole, start_s = gen.busiest_window(own, brief)
+    assert (len(whole), start_s, whole.duration_s) == (5, 0.0, 30.0)
     np.testing.assert_array_equal(early.prompt_tokens, day.prompt_tokens[7:90])
     # at the day's rate, not the one given: a 100-s day at twice the file's rate plays the
     # burst from 30 s, twice as fast: its 120 requests, the 10 quiet ones after it, and the
@@ -148,6 +154,14 @@ def test_the_busiest_window_by_tokens_is_where_the_work_is(tmp_path):
     # the earliest window holding all ten long prompts (the last at 57 s) and two short ones
     long, _ = gen.busiest_window(own, by="prompt_tokens")
     np.testing.assert_array_equal(long.prompt_tokens, np.r_[10, 10, np.full(10, 5000)])
+    # a day ending a microsecond after its one long prompt (at 9 s): the busiest window by
+    # prompt tokens is the day's last 5 s, not one cut to the microsecond (1e6 req/s)
+    ten = _write_trace(tmp_path / "tail.csv", np.arange(10.0), np.r_[np.full(9, 100), 60000], np.full(10, 10))
+    tail_gen = TraceGenerator(ten, 5.0)
+    day = RateProfile(np.array([0.0]), np.array([tail_gen.native_rps]), 9.000001, "ends at the long prompt")
+    last, start_s = tail_gen.busiest_window(1.0, day, by="prompt_tokens")
+    assert start_s == pytest.approx(4.000001) and last.duration_s == 5.0 and len(last) == 5
+    assert last.rate_rps == pytest.approx(1.0)
     with pytest.raises(WorkloadError) as info:
         gen.busiest_window(own, by="tokens")
     assert str(info.value) == "by must be one of requests, prompt_tokens, output_tokens (got 'tokens')"

@@ -152,11 +152,12 @@ class TraceGenerator:
         :class:`RateProfile`: the day's own busiest window, ``rps`` unused: of the requests
         ``with_profile(profile)`` replays, at the times it plays them (a burst the day plays
         in a trough arrives at the trough's rate, not the peak's), the most in any window
-        starting at a request (the earliest on ties), with their own sizes, and where it
-        starts in the day. What a static cluster for a replayed day must carry (``provision
-        autoscale``). A window the day's end cuts short lasts what is left of the day, so its
-        ``rate_rps`` is the rate it carries. ``day``: ``with_profile(profile)``, when the caller
-        drew it already (a 24-h replay is not drawn twice).
+        within the day starting at a request or the day's last window (the earliest on
+        ties), with their own sizes, and where it starts in the day. What a static cluster
+        for a replayed day must carry (``provision autoscale``). A day shorter than
+        ``duration_s`` is one window, the day, whose ``rate_rps`` is the rate it carries.
+        ``day``: ``with_profile(profile)``, when the caller drew it already (a 24-h replay
+        is not drawn twice).
         """
         if by not in WINDOW_MEASURES:
             raise WorkloadError(f"by must be one of {', '.join(WINDOW_MEASURES)} (got {by!r:.40})", params=("by",))
@@ -177,17 +178,23 @@ class TraceGenerator:
                       self.duration_s), float(pos[i] * factor))
 
     def _busiest_of_day(self, profile, day: Trace, by: str) -> tuple[Trace, float]:
-        """The busiest ``duration_s`` of the replayed `day` under `profile`, as it plays it."""
+        """The busiest ``duration_s`` of the replayed `day` under `profile`, as it plays it:
+        of the windows within the day, those starting at a request and the day's last (a
+        window starting later is cut short by the day's end and holds no more than the
+        last: cut short, one long prompt in the day's last millisecond read as 1,000 req/s).
+        A day shorter than the window is one window, the day (a 300-s day at 1 req/s under
+        a 600-s window carries 1 req/s, not 0.5)."""
         arrival = day.arrival_s   # at least one request, at most a trace's
-        window_s = self.duration_s * (1.0 - _WINDOW_REL_TOL)
-        ends = np.searchsorted(arrival, arrival + window_s, side="left")
-        i = _heaviest_window(ends, _weights(day, by, len(arrival)))
-        k = int(ends[i]) - i
-        # cut short by the day's end (a day shorter than the window, or its busiest part last):
-        # over the 600 s of a 300-s day at 1 req/s the rate was 0.5 req/s, half what it carries
-        covered_s = min(self.duration_s, profile.end_s - float(arrival[i]))
-        return (Trace(arrival[i:i + k] - arrival[i], day.prompt_tokens[i:i + k], day.output_tokens[i:i + k],
-                      self.name, covered_s), float(arrival[i]))
+        last_start = max(0.0, float(profile.end_s) - self.duration_s)
+        full = int(np.searchsorted(arrival, last_start, side="right"))   # requests a whole window starts at
+        firsts = np.r_[np.arange(full), np.searchsorted(arrival, last_start, side="left")]
+        starts = np.r_[arrival[:full], last_start]
+        ends = np.searchsorted(arrival, starts + self.duration_s * (1.0 - _WINDOW_REL_TOL), side="left")
+        j = _heaviest_window(ends, _weights(day, by, len(arrival)), firsts)
+        i, k, start = int(firsts[j]), int(ends[j] - firsts[j]), float(starts[j])
+        covered_s = min(self.duration_s, float(profile.end_s) - start)
+        return (Trace(arrival[i:i + k] - start, day.prompt_tokens[i:i + k], day.output_tokens[i:i + k],
+                      self.name, covered_s), start)
 
     def check_rate(self, rps: float) -> None:
         """Refuse, before drawing anything, a rate whose trace would hold no request or more
@@ -395,7 +402,9 @@ def _weights(trace: Trace, by: str, n: int) -> np.ndarray:
     return np.asarray(sizes, dtype=np.float64)[np.arange(n) % len(trace)]
 
 
-def _heaviest_window(ends: np.ndarray, weights: np.ndarray) -> int:
-    """The start i whose window [i, ends[i]) weighs the most (the earliest on ties)."""
+def _heaviest_window(ends: np.ndarray, weights: np.ndarray, firsts: np.ndarray | None = None) -> int:
+    """The window j over positions [firsts[j], ends[j]) (default firsts[j] = j) that weighs
+    the most (the earliest on ties)."""
     cumulative = np.concatenate([[0.0], np.cumsum(weights)])
-    return int(np.argmax(cumulative[ends] - cumulative[:len(ends)]))
+    firsts = np.arange(len(ends)) if firsts is None else firsts
+    return int(np.argmax(cumulative[ends] - cumulative[firsts]))

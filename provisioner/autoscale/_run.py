@@ -13,14 +13,14 @@ from ..designs import DesignBatch, family_spec, make_design
 from ..errors import ProvisionerError
 from ..results import latency_json
 from ..sim import (ScalingControl, cluster_cost_power, refuse_closed_loop_in_fluid, simulate, simulate_controlled,
-                   simulate_scaled)
+                   simulate_scaled, unservable_reason)
 from ..slo import SLO
 from ..schedulers import DEFAULT_SWAP_SPACE_GB, ON_DEMAND_SCHEDULERS, SPLITWISESIM
 from ._calibrate import Calibration, calibrate
 from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
-__all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "size_for_peak",
-           "size_for_windows", "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
+__all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "measures_text", "saving_caveat",
+           "size_for_peak", "size_for_windows", "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing the static cluster
 MAX_STATIC_MACHINES = 1024
@@ -84,6 +84,25 @@ class AutoscaleResult:
         if self.policy.closed_loop:
             out["thresholds"] = self.calibration.to_json() if self.calibration else {"source": "given"}
         return out
+
+
+def measures_text(by) -> str:
+    """What a sizing window is busiest by, in words: ["requests", "prompt_tokens"] ->
+    "requests and prompt tokens"; three -> "requests, prompt tokens and output tokens"."""
+    words = [m.replace("_", " ") for m in by]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
+
+
+def saving_caveat(answer: dict) -> str:
+    """What qualifies a saving in an answer of `provision autoscale --json` ("" when the
+    autoscaled day meets the SLOs): a saving bought with missed SLOs is not one. Answers
+    without the SLO blocks (hand-cut) get none."""
+    scaled, static = (answer.get(side, {}).get("slo") or {} for side in ("autoscaled", "static"))
+    if scaled.get("met", True):
+        return ""
+    if static.get("met", True):
+        return f", but the autoscaled day misses the SLOs ({scaled.get('binding')}) the static day meets"
+    return f", but both days miss the SLOs (autoscaled: {scaled.get('binding')}; static: {static.get('binding')})"
 
 
 def _saving(static: float, scaled: float) -> float:
@@ -254,6 +273,11 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
                                    f"another scheduler", params=("scale_on", "scheduler"))
         if engine == "fluid":
             refuse_closed_loop_in_fluid(policy.scale_on)
+    one = make_design(family, machines=1, **overrides)
+    unservable = unservable_reason(trace.prompt_tokens, trace.output_tokens, perf.llm(model), perf,
+                                   [one.prompt_machine, one.token_machine])
+    if unservable is not None:   # no count meets the SLOs, and looser SLOs would not help
+        raise ProvisionerError(f"{family}: {unservable}", params=("trace",))
     slo = slo if slo is not None else SLO()
     # Closed loop under least-work: the fluid engine sizes the static cluster (a batch of
     # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
@@ -281,11 +305,15 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     capacity = float(capacity_rps) if capacity_rps is not None else peak_rps / n_static
     at_peak = highest_rps / (capacity * policy.target_load)
     if at_peak > MAX_MACHINES:   # the controller keeps a list entry per machine and tick
-        given = "capacity_rps" if capacity_rps is not None else "static_machines"
-        raise ProvisionerError(f"{given} {capacity_rps if capacity_rps is not None else n_static:g} means "
-                               f"{capacity:.3g} req/s per machine: {at_peak:,.0f} machines at the peak, more than "
-                               f"{MAX_MACHINES:,}; {'raise' if given == 'capacity_rps' else 'lower'} {given}",
-                               params=(given,))
+        if capacity_rps is not None or static_machines is None:   # sized: the capacity is the one to give
+            what = (f"capacity_rps {capacity_rps:.3g}" if capacity_rps is not None else
+                    f"the static cluster's {n_static} machines at {peak_rps:.3g} req/s")
+            raise ProvisionerError(f"{what} means {capacity:.3g} req/s per machine: {at_peak:.3g} machines at the "
+                                   f"peak ({highest_rps:.3g} req/s), more than {MAX_MACHINES:,}; give a larger "
+                                   f"capacity_rps", params=("capacity_rps",))
+        raise ProvisionerError(f"static_machines {n_static} means {capacity:.3g} req/s per machine: {at_peak:.3g} "
+                               f"machines at the peak, more than {MAX_MACHINES:,}; lower static_machines",
+                               params=("static_machines",))
     horizon_s = float(trace.duration_s)
     if initial_rps is None:
         # the first window's rate, over at least one decision interval: a 1-ms profile's one

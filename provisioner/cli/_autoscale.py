@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from workloads import WINDOW_MEASURES, diurnal_profile, read_profile_csv
+from workloads import MAX_TRACE_REQUESTS, WINDOW_MEASURES, diurnal_profile, read_profile_csv
 
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
@@ -158,6 +158,11 @@ def autoscale_command(
         raise ProvisionerError(f"--profile: its peak, {rate.peak_rps:.3g} req/s, brings no request in the "
                                f"{traces.duration_s:g}-s sizing trace at the peak; raise the profile's rates (or "
                                f"--rps, its peak) or --sizing-duration")
+    at_peak = rate.peak_rps * traces.duration_s
+    if traces.arrival != "replay" and at_peak > MAX_TRACE_REQUESTS:   # named --duration's "duration" before
+        raise ProvisionerError(f"--sizing-duration {traces.duration_s:.3g}: the sizing trace at the peak "
+                               f"({rate.peak_rps:.3g} req/s) would hold {at_peak:.3g} requests, more than a trace "
+                               f"holds ({MAX_TRACE_REQUESTS:,}); shorten --sizing-duration")
     t0 = time.perf_counter()
     day = traces.with_profile(rate)
     # The static cluster is sized on the day's busiest load: drawn arrivals' first window at
@@ -200,9 +205,6 @@ def autoscale_command(
             typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
         return
     _print_summary(obj, elapsed_s)
-
-
-_MEASURE_WORDS = {"requests": "requests", "prompt_tokens": "prompt tokens", "output_tokens": "output tokens"}
 
 
 def _sizing_windows(traces, rate, day) -> list[tuple[list, object, float]]:
@@ -269,6 +271,7 @@ def _profile(profile: str, rps: float | None, duration: float | None):
 def _print_summary(obj: dict, elapsed_s: float) -> None:
     from rich.table import Table
 
+    from ..autoscale import measures_text, saving_caveat
     from ._common import console as make_console
 
     p = obj["profile"]
@@ -291,7 +294,7 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
            f"({obj['scaling_events']} scaling events)")
     if obj["trace"]["arrival"] == "replay" and "sizing" in obj:
         z = obj["sizing"]
-        by = " and ".join(_MEASURE_WORDS[m] for m in z["by"])
+        by = measures_text(z["by"])
         what = (f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window by {by} "
                 f"(of {len(obj['sizing_windows'])} distinct)" if z["sized"] else
                 f"the static cluster's size is given (--static-machines); the controller's peak is the day's "
@@ -301,8 +304,8 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     if obj["scale_on"] != "rate":
         console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
     console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
-                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy); {how} and started "
-                  f"{a['machines_started']} machines")
+                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy){saving_caveat(obj)}; {how} and "
+                  f"started {a['machines_started']} machines")
     console.print(f"simulated {p['requests']:,} requests twice in {elapsed_s:.1f} s")
 
 
