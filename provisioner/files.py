@@ -22,7 +22,22 @@ from pathlib import Path
 
 from .errors import ProvisionerError
 
-__all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped", "resolved"]
+__all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped", "resolved", "stdout_is_an_output",
+           "forget_outputs"]
+
+# Whether an output this command checked is its own standard output (`--report /dev/stdout >
+# f.html`): then the command's text summary goes to standard error, not into that file.
+_STDOUT_IS_AN_OUTPUT = [False]
+
+
+def stdout_is_an_output() -> bool:
+    """An output path checked since `forget_outputs` is this process's standard output."""
+    return _STDOUT_IS_AN_OUTPUT[0]
+
+
+def forget_outputs() -> None:
+    """A new command: no output of it checked yet (`provision` calls it at each run)."""
+    _STDOUT_IS_AN_OUTPUT[0] = False
 
 
 def os_error_line(exc: OSError, path) -> str:
@@ -115,9 +130,11 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
         raise ProvisionerError(f"{flag}: '{long_part[:40]}...' is a name of {len(os.fsencode(long_part)):,} bytes, "
                                f"over the 255 a file system allows; give a shorter name")
     stream = _own_stream(path)   # the checks below create at most the parent folder: the path stays as it is
-    if stdout_taken_by is not None and stream == 1 and not _same_file(path, Path(os.devnull)):
+    on_stdout = stream == 1 and not _same_file(path, Path(os.devnull))
+    if stdout_taken_by is not None and on_stdout:
         raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "
                                f"{flag} to a file, or drop {stdout_taken_by}")
+    _STDOUT_IS_AN_OUTPUT[0] |= on_stdout
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
     if not shipped_ok:

@@ -321,6 +321,19 @@ def test_the_commands_own_stdout_redirected_to_a_file_needs_no_force(tmp_path, m
 SIMULATE = ("simulate", "--design", "baseline-h100", "--machines", "2", "--rps", "1", "--duration", "5")
 
 
+def test_a_report_on_stdout_redirected_to_a_file_holds_the_report_alone(tmp_path):
+    """`--report /dev/stdout > plan.html` wrote the text summary (the table, "winner: ...")
+    after the page's </html>: the summary goes to standard error when an output is stdout."""
+    page = tmp_path / "plan.html"
+    with open(page, "w") as stdout:
+        r = subprocess.run([PROVISION, "--goal", "cost", "--rps", "5", "--design", "baseline-h100", "--model",
+                            "llama2-70b", "--duration", "20", "--no-verify", "--report", "/dev/stdout"],
+                           stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert page.read_text().rstrip().endswith("</html>")
+    assert "winner: baseline-h100" in r.stderr
+
+
 def test_a_report_on_stdout_beside_json_is_refused():
     """`--json --report /dev/stdout`: HTML then JSON on one stream, parsable as neither."""
     r = subprocess.run([PROVISION, *SIMULATE, "--scheduler", "llumnix", "--timeline", "/dev/stdout", "--json"],

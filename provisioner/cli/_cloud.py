@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
+from ..files import stdout_is_an_output
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, DURATION_DEFAULT_HELP, WORKLOAD_HELP, RichProgress,
                       check_latency_interp, echo_json, input_files, latency_interp_option, latency_profile_option,
@@ -158,9 +159,9 @@ def cloud_command(
         note = replay_note(generator, answer["rps"], requests,
                            window_s=max(generator.duration_s, requests / answer["rps"] if answer["rps"] else 0.0))
         if note:
-            typer.echo(flag + note)
+            typer.echo(flag + note, err=stdout_is_an_output())
     if report is not None:
-        typer.echo(f"report: {report}")
+        typer.echo(f"report: {report}", err=stdout_is_an_output())
 
 
 def _fitted_profile(path, perf, inv) -> tuple:

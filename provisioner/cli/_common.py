@@ -60,13 +60,17 @@ PIPED_WIDTH = 1000   # columns of a rich console writing to a file or pipe
 
 
 def console():
-    """A rich console on stdout; piped or redirected, wide enough never to truncate or wrap a
-    table. Text is printed as written, never read as rich markup: the user's paths and names
-    are in it ('[/b]/t.csv' was a MarkupError after the whole run); emphasis is a `style`."""
+    """A rich console on stdout (stderr when an output of the command is stdout); piped or
+    redirected, wide enough never to truncate or wrap a table. Text is printed as written,
+    never read as rich markup: the user's paths and names are in it ('[/b]/t.csv' was a
+    MarkupError after the whole run); emphasis is a `style`."""
     from rich.console import Console
 
-    out = Console(markup=False)
-    return out if out.is_terminal else Console(width=PIPED_WIDTH, soft_wrap=True, markup=False)
+    from ..files import stdout_is_an_output
+
+    stderr = stdout_is_an_output()   # `--report /dev/stdout > f.html`: the file is the report alone
+    out = Console(markup=False, stderr=stderr)
+    return out if out.is_terminal else Console(width=PIPED_WIDTH, soft_wrap=True, markup=False, stderr=stderr)
 
 
 def given(ctx: typer.Context, param: str) -> bool:

@@ -15,7 +15,7 @@ from ..designs import CUSTOM_BASELINE, CUSTOM_COLOCATED, CUSTOM_FAMILIES, CUSTOM
 from .._validation import shown
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, scheduler_applies_to
-from ..files import check_output_path
+from ..files import check_output_path, forget_outputs
 from ._common import (ARRIVAL_HELP, CV_HELP, DURATION_DEFAULT_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
                       RichProgress, duplicate_weights_option, echo_json, input_files, latency_interp_option,
                       latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
@@ -81,6 +81,7 @@ def main_command(
     preemption: str = preemption_option(),
     swap_space_gb: float = swap_space_option(),
 ) -> None:
+    forget_outputs()   # every command runs this callback first: no output of it checked yet
     if ctx.invoked_subcommand is not None:
         return
     if _all_defaults(ctx):
