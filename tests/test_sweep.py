@@ -47,6 +47,10 @@ def swept(tmp_path_factory):
     spec.write_text(SPEC)
     proc = provision("sweep", spec, "--out", root / "local", "--jobs", "2")
     assert proc.returncode == 0, proc.stderr
+    # the grid's size, said before it runs (a 101,000-question grid ran silently for hours)
+    questions = pd.read_parquet(root / "local" / "results.parquet")["question"].nunique()
+    assert proc.stderr.startswith(f"sweep: {questions} questions; a long sweep resumes after a stop with "
+                                  f"--study PATH\n"), proc.stderr
     return spec, root / "local"
 
 
@@ -131,7 +135,7 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     # was "cannot read trace '<the spec's folder>': it is a directory" ('' is '.' to Path)
     ('rps = [5]\nworkloads = [""]\n', ["key 'workloads'", "is empty"]),
     # were refused only once the question ran, naming no key (and after the others had run)
-    ('rps = [5, 1e300]\n' + SMALL, ["key 'duration_s': 1e+300 requests/s over 3 s", "more than a trace holds"]),
+    ('rps = [5, 1e300]\n' + SMALL, ["keys 'rps' and 'duration_s': 1e+300 requests/s over 3 s", "more than a trace holds"]),
     ('rps = [1e300]\nverify = false\n', ["key 'rps': 1e+300 requests/s over 120 s", "more than a trace holds"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
@@ -166,7 +170,7 @@ JSQ = 'scheduler = "jsq"\n'
      "'{spec}': key 'swap_space_gb': swap_space_gb must be a finite number > 0"),
     ("s", 'preemption = "swap"\n', [], "'{spec}': key 'preemption': preemption swap sets how the on-demand"),
     ("s", 'scheduler = "splitwisesim"\nfamilies = ["splitwiser-h100"]\n', [],   # was "--scheduler splitwisesim"
-     "'{spec}': key 'scheduler': scheduler splitwisesim applies to the baseline and splitwise designs"),
+     "'{spec}': keys 'scheduler' and 'families': scheduler splitwisesim applies to the baseline and splitwise designs"),
     # one value from each place: each named where it was given
     ("s", 'swap_space_gb = 3\n', ["--preemption", "recompute"],
      "'{spec}': key 'swap_space_gb' sets the host memory of KV swapping, which --preemption recompute does not use"),
@@ -186,7 +190,7 @@ def test_sweep_errors_name_the_flag_or_the_spec_key(tmp_path, capsys, name, body
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
     assert message.format(spec=spec) in lines[0]
-    assert ("key '" in lines[0]) == ("'{spec}'" in message), lines[0]   # a flag's error names no spec key
+    assert ("key '" in lines[0] or "keys '" in lines[0]) == ("'{spec}'" in message), lines[0]   # a flag's error names no spec key
     assert not (tmp_path / "out").exists()
 
 def test_a_failed_sweep_leaves_no_empty_out_directory(tmp_path, capsys):

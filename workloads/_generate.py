@@ -310,7 +310,7 @@ class TraceGenerator:
         copies = max(1, math.ceil(window_s / period_s)) + extra_copies
         if copies * m > 2 * MAX_TRACE_REQUESTS:   # before allocating: a window far longer than the file
             raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.label}' at {rps:g} req/s repeats the "
-                                f"file {copies:,} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
+                                f"file {copies:,.4g} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
                                 f"requests); shorten duration_s", params=("duration_s",))
         return (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel(), factor, window_s
 

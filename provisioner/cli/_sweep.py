@@ -92,6 +92,10 @@ def sweep_command(
         paths = [out / name for name in OUTPUTS]
     if perf is not None:
         _warn_fallbacks(questions, perf)
+    # said up front: a grid of 101 rates x 1,000 seeds started 101,000 questions with no word
+    # (a progress bar on a terminal only); --study makes a long one resumable
+    typer.echo(f"sweep: {len(questions):,} question{'s' * (len(questions) != 1)}"
+               + ("" if study else "; a long sweep resumes after a stop with --study PATH"), err=True)
     with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:
         backend, n_jobs, threads = cluster if cluster is not None else ("loky", jobs, None)
         table = run_sweep(questions, study=study, n_jobs=n_jobs, backend=backend, threads=threads,

@@ -332,10 +332,14 @@ def _located(path: Path, message: str, params, passed: set, written: set) -> Pro
     keys.sort(key=lambda k: k not in written)   # a key the spec wrote before one left at its default
     flags = tuple(p for p in params if p in passed)
     if keys:   # the message in the spec's words: its key for the field (trials, not n_trials), TOML's booleans
-        field = fields[keys[0]]
-        message = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w-])", keys[0], message).replace("True or False",
-                                                                                              "true or false")
-        return ProvisionerError(f"'{path}': key '{keys[0]}': {message}", params=flags)
+        # every key the spec wrote that the error names (rps = [1e308] over duration_s = 10 named
+        # duration_s alone), in the error's order; else the first left at its default
+        named = sorted((k for k in keys if k in written), key=lambda k: list(params).index(fields[k])) or keys[:1]
+        for key in named:
+            message = re.sub(rf"(?<![\w-]){re.escape(fields[key])}(?![\w-])", key, message)
+        label = f"key '{named[0]}'" if len(named) == 1 else "keys " + " and ".join(f"'{k}'" for k in named)
+        return ProvisionerError(f"'{path}': {label}: {message.replace('True or False', 'true or false')}",
+                                params=flags)
     if flags:
         return ProvisionerError(message, params=tuple(p for p in params if p in _OVERRIDES))
     key = next((k for k, v in fields.items() if v in params), None)
