@@ -123,6 +123,8 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
              ) -> tuple[Path, int | None]:
     """`check_output_path`'s checks; (path, `_own_stream(path)`): the stream is looked up
     once (stat calls) for the checks and the write."""
+    if str(path) == "-":   # written as a file named '-', where the convention reads standard output
+        raise ProvisionerError(f"{flag} '-': give a file name, or /dev/stdout for standard output")
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
     long_part = next((part for part in path.parts if len(os.fsencode(part)) > 255), None)

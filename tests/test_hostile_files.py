@@ -430,3 +430,13 @@ def test_a_file_name_too_long_for_the_file_system_is_one_line(tmp_path):
                           "characters): File name too long; give a shorter file name (at most 255 bytes a name)")
     assert_one_line_error(*cli("autoscale", "--profile", tmp_path / f"{long}.csv", "--design", "baseline-h100"),
                           "characters): File name too long")
+
+
+def test_an_output_named_dash_is_refused_not_written_as_a_file(tmp_path):
+    """`perf predict --out -` wrote a file named '-' ("wrote 1 rows to -"), where the usual
+    convention reads standard output."""
+    points = tmp_path / "points.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nllama2-70b,a100-80gb,8,100,1\n")
+    line = assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", "-", cwd=tmp_path))
+    assert line == "error: --out '-': give a file name, or /dev/stdout for standard output"
+    assert not (tmp_path / "-").exists()
