@@ -9,12 +9,16 @@ table, so the simulator engines evaluate it through the same vector (SEMANTICS.m
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ._model import LatencyModel, solo_request_tokens
 from ._profile import INTERPS, Profile, pack_table, read_profile
 from ._profile_eval import HEADER, KIND_GRID, MIN_TIME_MS, N_COEF, _lerp_extrapolate, profile_iteration_s
 from ._roofline import time_from_coefficients
 from .errors import PerfModelError
+
+# Repeated measurements of one point differing by more than this are flagged (`fallbacks`).
+REPEAT_SPREAD_WARN = 2.0
 
 # Where the power-cap slowdown of each phase is read off the roofline (the profiles are
 # measured uncapped): a 2048-token prefill and a 32-request decode at 1024 tokens of context.
@@ -158,6 +162,30 @@ class ProfileLatencyModel(LatencyModel):
             else:
                 notes.append(f"{llm.name} on {gpu} TP {tp}: measured batch tokens {axis[0]:g}-{axis[na - 1]:g}; "
                              f"beyond them times are extrapolated linearly, as SplitwiseSim does")
+            notes += self._spread_notes(llm.name, gpu, tp)
+        return notes
+
+    def _spread_notes(self, model: str, gpu: str, tp: int) -> list[str]:
+        """A note when repeated measurements of one point (prompt size x batch size) differ by
+        more than REPEAT_SPREAD_WARN: a unit slip or a broken run, which the table's mean
+        (splitwisesim: median) would take in silently. The shipped profiles' repeats (five
+        to 45 each, over output lengths) differ by at most 1.45x."""
+        p = self.profile_
+        rows = p.rows(model, gpu, tp)
+        points = pd.DataFrame({"s": p.prompt_tokens[rows], "b": p.batch_size[rows],
+                               "prefill": p.prompt_time_ms[rows], "decode": p.token_time_ms[rows]})
+        notes = []
+        for phase in ("prefill", "decode"):
+            times = points.groupby(["s", "b"])[phase]
+            spread = times.max() / times.min()
+            wide = spread[spread > REPEAT_SPREAD_WARN]
+            if len(wide):
+                s, b = wide.idxmax()
+                notes.append(f"{model} on {gpu} TP {tp}: repeated {phase} measurements of {len(wide)} point(s) "
+                             f"differ by up to {wide.max():.3g}x (prompt {s:g} x batch {b:g}: "
+                             f"{times.min()[(s, b)]:.4g} to {times.max()[(s, b)]:.4g} ms), more than "
+                             f"{REPEAT_SPREAD_WARN:g}x; the table takes their "
+                             f"{'mean' if self.interp == 'grid' else 'median'}: check those rows")
         return notes
 
 

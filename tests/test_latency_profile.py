@@ -80,6 +80,28 @@ def test_grid_falls_back_to_the_roofline_outside_the_measurements(grid):
     assert len(notes) == 2 and "50.0% of prompts" in notes[0] and "no llama2-70b on l40s" in notes[1]
 
 
+@pytest.mark.parametrize("interp, taken", [("grid", "mean"), ("splitwisesim", "median")])
+def test_repeats_that_disagree_are_named(tmp_path, rows, interp, taken):
+    """A prefill time 100x its repeats (a unit slip) went into the table's mean without a
+    word; the shipped profile's repeats differ by at most 1.45x and raise no note."""
+    slipped = rows.copy()
+    at = slipped.index[(slipped.hardware == H100) & (slipped.tensor_parallel == 8) & (slipped.prompt_size == 512)
+                       & (slipped.batch_size == 1)][0]
+    slipped.loc[at, "prompt_time_ms"] *= 100
+    path = tmp_path / "slipped.csv"
+    slipped.to_csv(path, index=False)
+    notes = load_profile_model(path, interp).fallbacks(LLAMA, [(H100, 8)])
+    cell = rows.loc[(rows.hardware == H100) & (rows.tensor_parallel == 8) & (rows.prompt_size == 512)
+                    & (rows.batch_size == 1), "prompt_time_ms"].drop(at)
+    assert notes[1] == (f"llama2-70b on h100-80gb TP 8: repeated prefill measurements of 1 point(s) differ by up to "
+                        f"{slipped.loc[at, 'prompt_time_ms'] / cell.min():.3g}x (prompt 512 x batch 1: "
+                        f"{cell.min():.4g} to {slipped.loc[at, 'prompt_time_ms']:.4g} ms), more than 2x; the table "
+                        f"takes their {taken}: check those rows")
+    assert len(notes) == 2
+    assert not [n for n in load_profile_model(PROFILE, interp).fallbacks(LLAMA, [(H100, 8), (A100, 8)])
+                if "differ by" in n]
+
+
 def test_splitwisesim_rule(sws, rows):
     sel = rows[(rows.hardware == H100) & (rows.tensor_parallel == 8)]
     x = sel.prompt_size * sel.batch_size
