@@ -172,20 +172,23 @@ class ProfileLatencyModel(LatencyModel):
         to 45 each, over output lengths) differ by at most 1.45x."""
         p = self.profile_
         rows = p.rows(model, gpu, tp)
-        points = pd.DataFrame({"s": p.prompt_tokens[rows], "b": p.batch_size[rows],
+        s, b = p.prompt_tokens[rows], p.batch_size[rows]
+        # the points each table combines: a grid cell (prompt, batch); a splitwisesim knot, their product
+        points = pd.DataFrame({"point": list(zip(s, b)) if self.interp == "grid" else s * b,
                                "prefill": p.prompt_time_ms[rows], "decode": p.token_time_ms[rows]})
         notes = []
         for phase in ("prefill", "decode"):
-            times = points.groupby(["s", "b"])[phase]
+            times = points.groupby("point")[phase]
             spread = times.max() / times.min()
             wide = spread[spread > REPEAT_SPREAD_WARN]
             if len(wide):
-                s, b = wide.idxmax()
+                at = wide.idxmax()
+                where = (f"prompt {at[0]:g} x batch {at[1]:g}" if self.interp == "grid" else
+                         f"prompt x batch = {at:g} tokens")
                 notes.append(f"{model} on {gpu} TP {tp}: repeated {phase} measurements of {len(wide)} point(s) "
-                             f"differ by up to {wide.max():.3g}x (prompt {s:g} x batch {b:g}: "
-                             f"{times.min()[(s, b)]:.4g} to {times.max()[(s, b)]:.4g} ms), more than "
-                             f"{REPEAT_SPREAD_WARN:g}x; the table takes their "
-                             f"{'mean' if self.interp == 'grid' else 'median'}: check those rows")
+                             f"differ by up to {wide.max():.3g}x ({where}: {times.min()[at]:.4g} to "
+                             f"{times.max()[at]:.4g} ms), more than {REPEAT_SPREAD_WARN:g}x; the table takes "
+                             f"their {'mean' if self.interp == 'grid' else 'median'}: check those rows")
         return notes
 
 

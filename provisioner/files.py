@@ -23,7 +23,9 @@ from pathlib import Path
 from .errors import ProvisionerError
 
 __all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped", "resolved", "stdout_is_an_output",
-           "forget_outputs"]
+           "forget_outputs", "check_path_length"]
+
+_PATH_MAX = 4096   # Linux's PATH_MAX (bytes, with the final NUL)
 
 # Whether an output this command checked is its own standard output (`--report /dev/stdout >
 # f.html`): then the command's text summary goes to standard error, not into that file.
@@ -100,6 +102,20 @@ def refuse_shipped(path, flag: str) -> None:
                                f"of every command; write to another folder")
 
 
+def check_path_length(path, flag: str) -> None:
+    """Refuse, naming `flag`, a path with a name over 255 bytes or longer than the system's
+    PATH_MAX (4,096 bytes on Linux) as a whole: the file system would refuse it later with
+    ENAMETOOLONG, an internal error then."""
+    long_part = next((part for part in Path(path).parts if len(os.fsencode(part)) > 255), None)
+    if long_part is not None:
+        raise ProvisionerError(f"{flag}: '{long_part[:40]}...' is a name of {len(os.fsencode(long_part)):,} bytes, "
+                               f"over the 255 a file system allows; give a shorter name")
+    whole = len(os.fsencode(os.path.abspath(path)))
+    if whole >= _PATH_MAX:
+        raise ProvisionerError(f"{flag}: a path of {whole:,} bytes, over the {_PATH_MAX:,} this system allows; give "
+                               f"a shorter path")
+
+
 def check_output_path(path, *, flag: str = "path", force: bool = False, force_hint: str = "force=True", inputs=(),
                       parents: bool = False, shipped_ok: bool = False, stdout_taken_by: str | None = None) -> Path:
     """Refuse, before any work, an output that is a directory, exists without `force`,
@@ -127,10 +143,7 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
         raise ProvisionerError(f"{flag} '-': give a file name, or /dev/stdout for standard output")
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
-    long_part = next((part for part in path.parts if len(os.fsencode(part)) > 255), None)
-    if long_part is not None:   # every stat below would raise ENAMETOOLONG
-        raise ProvisionerError(f"{flag}: '{long_part[:40]}...' is a name of {len(os.fsencode(long_part)):,} bytes, "
-                               f"over the 255 a file system allows; give a shorter name")
+    check_path_length(path, flag)   # every stat below would raise ENAMETOOLONG
     stream = _own_stream(path)   # the checks below create at most the parent folder: the path stays as it is
     on_stdout = stream == 1 and not _same_file(path, Path(os.devnull))
     if stdout_taken_by is not None and on_stdout:
@@ -172,7 +185,10 @@ def _replaced(path: Path) -> Path:
 def _temporary_beside(path: Path) -> tuple[int, str]:
     """(fd, name) of a new temporary file in the directory of the file `path` replaces."""
     target = _replaced(path)
-    return tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    # at most 200 bytes of the name: with its dots, the random part and ".tmp" a 249-byte
+    # name made the temporary one longer than the 255 a file system allows
+    stem = os.fsencode(target.name)[:200].decode(errors="ignore")
+    return tempfile.mkstemp(dir=target.parent, prefix=f".{stem}.", suffix=".tmp")
 
 
 def _probe_writable(path: Path) -> None:

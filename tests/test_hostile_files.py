@@ -427,9 +427,9 @@ def test_a_file_name_too_long_for_the_file_system_is_one_line(tmp_path):
     assert line == (f"error: --report: '{'a' * 40}...' is a name of 300 bytes, over the 255 a file system allows; "
                     f"give a shorter name")
     assert_one_line_error(*cli(*question, "--study", tmp_path / f"{long}.db"),
-                          "characters): File name too long; give a shorter file name (at most 255 bytes a name)")
+                          "bytes): File name too long; give a shorter file name (at most 255 bytes a name)")
     assert_one_line_error(*cli("autoscale", "--profile", tmp_path / f"{long}.csv", "--design", "baseline-h100"),
-                          "characters): File name too long")
+                          "bytes): File name too long")
 
 
 def test_an_output_named_dash_is_refused_not_written_as_a_file(tmp_path):
@@ -440,3 +440,26 @@ def test_an_output_named_dash_is_refused_not_written_as_a_file(tmp_path):
     line = assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", "-", cwd=tmp_path))
     assert line == "error: --out '-': give a file name, or /dev/stdout for standard output"
     assert not (tmp_path / "-").exists()
+
+
+def test_long_paths_and_dash_for_sweep_out_and_temporary_names(tmp_path):
+    """Helper 68: `sweep --out` had neither check (a 300-byte name reached the backstop,
+    `--out -` made a directory named '-'); a path of short names longer than PATH_MAX was
+    told to shorten its names; a 249-byte name, which the file system allows, failed as its
+    temporary file's name grew past 255 bytes."""
+    spec = tmp_path / "s.toml"
+    spec.write_text('rps = [5]\nfamilies = ["baseline-h100"]\nduration_s = 10\nverify = false\n')
+    line = assert_one_line_error(*cli("sweep", spec, "--out", tmp_path / ("a" * 300)))
+    assert line.startswith("error: --out: 'aaaa") and "is a name of 300 bytes" in line
+    assert_one_line_error(*cli("sweep", spec, "--out", "-", cwd=tmp_path),
+                          "--out '-': give a directory (a sweep writes three files there)")
+    assert not (tmp_path / "-").exists()
+    deep = tmp_path.joinpath(*["b" * 200] * 25, "x.csv")
+    points = tmp_path / "points.csv"
+    points.write_text("model,hardware,tensor_parallel,prompt_size,batch_size\nllama2-70b,a100-80gb,8,100,1\n")
+    assert_one_line_error(*cli("perf", "predict", "--points", points, "--out", deep), "--out: a path of ",
+                          "bytes, over the 4,096 this system allows; give a shorter path")
+    name = tmp_path / ("c" * 245 + ".csv")
+    code, out, err = cli("perf", "predict", "--points", points, "--out", name)
+    assert code == 0 and name.read_text().startswith("model,hardware"), err
+

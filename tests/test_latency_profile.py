@@ -80,8 +80,9 @@ def test_grid_falls_back_to_the_roofline_outside_the_measurements(grid):
     assert len(notes) == 2 and "50.0% of prompts" in notes[0] and "no llama2-70b on l40s" in notes[1]
 
 
-@pytest.mark.parametrize("interp, taken", [("grid", "mean"), ("splitwisesim", "median")])
-def test_repeats_that_disagree_are_named(tmp_path, rows, interp, taken):
+@pytest.mark.parametrize("interp, taken, point", [("grid", "mean", "prompt 512 x batch 1"),
+                                                  ("splitwisesim", "median", "prompt x batch = 512 tokens")])
+def test_repeats_that_disagree_are_named(tmp_path, rows, interp, taken, point):
     """A prefill time 100x its repeats (a unit slip) went into the table's mean without a
     word; the shipped profile's repeats differ by at most 1.45x and raise no note."""
     slipped = rows.copy()
@@ -91,10 +92,12 @@ def test_repeats_that_disagree_are_named(tmp_path, rows, interp, taken):
     path = tmp_path / "slipped.csv"
     slipped.to_csv(path, index=False)
     notes = load_profile_model(path, interp).fallbacks(LLAMA, [(H100, 8)])
-    cell = rows.loc[(rows.hardware == H100) & (rows.tensor_parallel == 8) & (rows.prompt_size == 512)
-                    & (rows.batch_size == 1), "prompt_time_ms"].drop(at)
+    same = (rows.hardware == H100) & (rows.tensor_parallel == 8) & (
+        (rows.prompt_size == 512) & (rows.batch_size == 1) if interp == "grid"
+        else rows.prompt_size * rows.batch_size == 512)   # splitwisesim: one knot per prompt x batch
+    cell = rows.loc[same, "prompt_time_ms"].drop(at)
     assert notes[1] == (f"llama2-70b on h100-80gb TP 8: repeated prefill measurements of 1 point(s) differ by up to "
-                        f"{slipped.loc[at, 'prompt_time_ms'] / cell.min():.3g}x (prompt 512 x batch 1: "
+                        f"{slipped.loc[at, 'prompt_time_ms'] / cell.min():.3g}x ({point}: "
                         f"{cell.min():.4g} to {slipped.loc[at, 'prompt_time_ms']:.4g} ms), more than 2x; the table "
                         f"takes their {taken}: check those rows")
     assert len(notes) == 2

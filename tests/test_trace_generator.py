@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workloads import RateProfile, TraceGenerator, WorkloadError, azure_trace, make_workload, read_trace_csv
+from workloads import RateProfile, Trace, TraceGenerator, WorkloadError, azure_trace, make_workload, read_trace_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLITWISE_TRACES = ROOT.parent / "shared" / "validation" / "splitwise_sim_llama" / "traces"
@@ -122,6 +122,13 @@ def test_the_busiest_window_of_a_replay_is_its_burst_not_its_first_window(tmp_pa
     brief = RateProfile(np.array([0.0]), np.array([own]), 30.0, "brief")
     whole, start_s = gen.busiest_window(own, brief)
     assert (len(whole), start_s, whole.duration_s) == (5, 0.0, 30.0)
+    # the day's last window holds a request in the day's last instant (with_profile pins late
+    # ones just before its end), which a window cut a relative 1e-12 short of the end missed
+    late = np.array([0.0, 1.0, 2.0, 15.0, 16.0, 17.0, np.nextafter(20.0, 0.0)])
+    late_day = Trace(late, np.full(7, 100), np.full(7, 10), "late", 20.0)
+    last, start_s = TraceGenerator(late_day, 10.0).busiest_window(
+        1.0, RateProfile(np.array([0.0]), np.array([0.35]), 20.0, "d"), day=late_day)
+    assert (len(last), start_s) == (4, 10.0)
     np.testing.assert_array_equal(early.prompt_tokens, day.prompt_tokens[7:90])
     # at the day's rate, not the one given: a 100-s day at twice the file's rate plays the
     # burst from 30 s, twice as fast: its 120 requests, the 10 quiet ones after it, and the

@@ -190,6 +190,7 @@ class TraceGenerator:
         firsts = np.r_[np.arange(full), np.searchsorted(arrival, last_start, side="left")]
         starts = np.r_[arrival[:full], last_start]
         ends = np.searchsorted(arrival, starts + self.duration_s * (1.0 - _WINDOW_REL_TOL), side="left")
+        ends[-1] = len(arrival)   # the last window ends with the day: every arrival is before end_s
         j = _heaviest_window(ends, _weights(day, by, len(arrival)), firsts)
         i, k, start = int(firsts[j]), int(ends[j] - firsts[j]), float(starts[j])
         covered_s = min(self.duration_s, float(profile.end_s) - start)

@@ -19,8 +19,9 @@ from ..schedulers import DEFAULT_SWAP_SPACE_GB, ON_DEMAND_SCHEDULERS, SPLITWISES
 from ._calibrate import Calibration, calibrate
 from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
-__all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "measures_text", "saving_caveat",
-           "size_for_peak", "size_for_windows", "run_closed_loop", "SIZING_BATCH", "MAX_STATIC_MACHINES"]
+__all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "measures_text",
+           "saving_caveat", "size_for_peak", "size_for_windows", "run_closed_loop", "SIZING_BATCH",
+           "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing the static cluster
 MAX_STATIC_MACHINES = 1024
@@ -95,13 +96,16 @@ def measures_text(by) -> str:
 
 def saving_caveat(answer: dict) -> str:
     """What qualifies a saving in an answer of `provision autoscale --json` ("" when the
-    autoscaled day meets the SLOs): a saving bought with missed SLOs is not one. Answers
-    without the SLO blocks (hand-cut) get none."""
+    autoscaled day meets the SLOs): a saving bought with missed SLOs is not one. A hand-cut
+    answer without the autoscaled SLO block gets none; without the static one, no word of it."""
     scaled, static = (answer.get(side, {}).get("slo") or {} for side in ("autoscaled", "static"))
     if scaled.get("met", True):
         return ""
-    if static.get("met", True):
-        return f", but the autoscaled day misses the SLOs ({scaled.get('binding')}) the static day meets"
+    missed = f", but the autoscaled day misses the SLOs ({scaled.get('binding')})"
+    if static.get("met") is True:
+        return f"{missed} the static day meets"
+    if static.get("met") is None:   # a hand-cut answer: the static day's verdict unknown, not "meets"
+        return missed
     return f", but both days miss the SLOs (autoscaled: {scaled.get('binding')}; static: {static.get('binding')})"
 
 
@@ -274,7 +278,9 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         if engine == "fluid":
             refuse_closed_loop_in_fluid(policy.scale_on)
     one = make_design(family, machines=1, **overrides)
-    unservable = unservable_reason(trace.prompt_tokens, trace.output_tokens, perf.llm(model), perf,
+    traces = (trace, peak_trace, *sizing_windows)   # drawn arrivals' peak trace has sizes the day may not
+    unservable = unservable_reason(np.concatenate([t.prompt_tokens for t in traces]),
+                                   np.concatenate([t.output_tokens for t in traces]), perf.llm(model), perf,
                                    [one.prompt_machine, one.token_machine])
     if unservable is not None:   # no count meets the SLOs, and looser SLOs would not help
         raise ProvisionerError(f"{family}: {unservable}", params=("trace",))

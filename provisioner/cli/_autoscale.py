@@ -158,13 +158,14 @@ def autoscale_command(
         raise ProvisionerError(f"--profile: its peak, {rate.peak_rps:.3g} req/s, brings no request in the "
                                f"{traces.duration_s:g}-s sizing trace at the peak; raise the profile's rates (or "
                                f"--rps, its peak) or --sizing-duration")
-    t0 = time.perf_counter()
-    day = traces.with_profile(rate)   # a day too large is refused here, naming the profile
     at_peak = rate.peak_rps * traces.duration_s
-    if traces.arrival != "replay" and at_peak > MAX_TRACE_REQUESTS:   # named --duration's "duration" before
+    day_fits = rate.mean_rps * rate.duration_s <= MAX_TRACE_REQUESTS   # else drawing the day refuses it, naming it
+    if traces.arrival != "replay" and at_peak > MAX_TRACE_REQUESTS and day_fits:   # named "the duration" before
         raise ProvisionerError(f"--sizing-duration {traces.duration_s:.3g}: the sizing trace at the peak "
                                f"({rate.peak_rps:.3g} req/s) would hold {at_peak:.3g} requests, more than a trace "
                                f"holds ({MAX_TRACE_REQUESTS:,}); shorten --sizing-duration")
+    t0 = time.perf_counter()
+    day = traces.with_profile(rate)
     # The static cluster is sized on the day's busiest load: drawn arrivals' first window at
     # the profile's peak rate (a stationary stream), a replayed file's busiest windows of the
     # day as the day plays them (the file at the peak rate would size a burst the day plays in

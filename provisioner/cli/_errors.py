@@ -175,8 +175,10 @@ def _unexpected(exc: BaseException) -> int:
     if isinstance(cause, OSError) and cause.errno == errno.ENAMETOOLONG:   # a path the user gave, always
         name = str(cause.filename or "")
         shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
-        return _say(f"path '{shown}' ({len(name):,} characters): {cause.strerror or cause}; give a shorter file "
-                    f"name (at most 255 bytes a name)", EXIT_USER_ERROR)
+        fix = ("give a shorter file name (at most 255 bytes a name)"
+               if any(len(os.fsencode(part)) > 255 for part in Path(name).parts) else "give a shorter path")
+        return _say(f"path '{shown}' ({len(os.fsencode(name)):,} bytes): {cause.strerror or cause}; {fix}",
+                    EXIT_USER_ERROR)
     if isinstance(cause, OSError) and cause.errno == errno.EBADF:   # `provision catalog >&-`
         _silence_stdout()
         return _say(f"cannot write the output: {cause.strerror or cause}; redirect it to a file or "

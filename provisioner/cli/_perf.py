@@ -31,7 +31,7 @@ from perfmodels import (MIN_POWER_CAP, TP_DEGREES, CalibrationReport, LatencyMod
                         read_profile, PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
-from ..files import check_output_path, resolved, write_output
+from ..files import check_output_path, resolved, stdout_is_an_output, write_output
 from ._common import check_seed
 from ._common import console as make_console
 from ..errors import ProvisionerError
@@ -79,11 +79,11 @@ def predict_command(
     cols = list(POINT_INPUT_COLUMNS) + (["power_cap"] if parsed.has_power_cap else [])
     result = pd.concat([df[cols], parsed.extra, times], axis=1)
     write_output(out, result.to_csv(index=False), flag="--out", force=force, force_hint="--force", inputs=(points,))
-    typer.echo(f"wrote {len(result)} rows to {out}")
+    typer.echo(f"wrote {len(result)} rows to {out}", err=stdout_is_an_output())
     kept = [c for c in parsed.extra.columns if c.startswith("input_") and c[len("input_"):] in PREDICTED_COLUMNS]
     if kept:
         typer.echo(f"--points has {', '.join(c[len('input_'):] for c in kept)}: kept as {', '.join(kept)} beside the "
-                   f"prediction")
+                   f"prediction", err=stdout_is_an_output())
 
 
 def _read_points(path: Path) -> _Points:
@@ -389,4 +389,4 @@ def plot_command(
     write_output(out, fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart-0"), flag="--out", force=force,
                  force_hint="--force", inputs=(profile,))
     typer.echo(f"wrote {out} ({len(data[data.kind == 'measured'])} measured points, "
-               f"{data.panel.nunique()} panels)")
+               f"{data.panel.nunique()} panels)", err=stdout_is_an_output())

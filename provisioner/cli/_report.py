@@ -11,7 +11,7 @@ import typer
 from hardware_catalog import decode_text
 
 from ..errors import ProvisionerError
-from ..files import check_output_path, resolved
+from ..files import check_output_path, resolved, stdout_is_an_output
 from ._common import load_latency_model, recorded_profile
 
 
@@ -35,14 +35,14 @@ def report_command(
             raise ProvisionerError(f"--baseline normalizes a provisioning result's families; '{result_json}' is "
                                    f"the answer of `provision {kind} --json`: drop --baseline")
         path = write_command_page(result, out, force=force, flag="--out", inputs=(result_json,))
-        typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", err=stdout_is_an_output())
         return
     profile, interp = recorded_profile(result)   # the answer's own latency model, for its curves
     perf = load_latency_model(profile, interp if profile is not None else None,
                               where=f"{result_json}: its latency profile '{profile}'")   # not typed as a flag here
     path = write_report(result, out, force=force, baseline=baseline, perf=perf,
                         inputs=(result_json,) + ((profile,) if profile else ()))
-    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", err=stdout_is_an_output())
 
 
 def load_result(path: Path, flag: str = "result file") -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ProvisionerError
-from ..files import check_output_path, refuse_shipped, write_output
+from ..files import check_output_path, check_path_length, refuse_shipped, write_output
 from ._common import (ARRIVAL_HELP, CV_HELP, family_pools, given, input_files, latency_interp_option,
                       latency_model_json, latency_profile_option, load_latency_model, preemption_option,
                       check_study_path, scheduler_option, study_option, swap_space_option)
@@ -72,6 +72,9 @@ def sweep_command(
             raise ProvisionerError(f"{name} must be at most {MAX_PROCESSES_PER_CPU * cpus} ({MAX_PROCESSES_PER_CPU}x "
                                    f"this machine's {cpus} CPUs; got {value}): each is a whole process; leave "
                                    f"it out for one per CPU")
+    if str(out) == "-":   # made a directory named '-'
+        raise ProvisionerError("--out '-': give a directory (a sweep writes three files there)")
+    check_path_length(out, "--out")   # before the stat of `exists`, which would raise ENAMETOOLONG
     if out.exists() and not out.is_dir():
         raise ProvisionerError(f"--out '{out}' is a file; give a directory")
     from ..sweep import load_sweep_spec, run_sweep
