@@ -316,7 +316,8 @@ def test_swap_searches_the_baselines_by_default_and_refuses_other_families_up_fr
     spec.write_text('rps = [2]\nscheduler = "jsq"\npreemption = "swap"\n')
     assert all(f.startswith("baseline-") for f in load_sweep_spec(spec).questions[0].request.families)
     spec.write_text('rps = [2]\nscheduler = "jsq"\npreemption = "swap"\nfamilies = ["splitwiser-h100"]\n')
-    with pytest.raises(ProvisionerError, match=r"sweep.toml': keys 'preemption' and 'families': .* not splitwiser-h100: drop it"):
+    with pytest.raises(ProvisionerError,
+                       match=r"sweep.toml': keys 'preemption' and 'families': .* not splitwiser-h100: drop it"):
         load_sweep_spec(spec)
     with pytest.raises(ProvisionerError) as error:
         ProvisionRequest(goal="cost", rps=2.0, families=("baseline-h100", "splitwise-hh"), scheduler="jsq",
