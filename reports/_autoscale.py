@@ -4,6 +4,8 @@ beside the static cluster sized for the peak."""
 
 from __future__ import annotations
 
+import math
+
 from provisioner.autoscale import measures_text, saving_caveat
 from provisioner.files import check_output_path, write_output
 
@@ -20,6 +22,7 @@ def build_autoscale_html(answer: dict) -> str:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    _check_day(answer)
     tl = answer["timeline"]
     hours = [t / 3600.0 for t in tl["time_s"]]
     metric, title = METRIC_TITLES[answer["scale_on"]]
@@ -34,6 +37,23 @@ def build_autoscale_html(answer: dict) -> str:
     _shade_sizing_windows(fig, answer)
     # a fixed id (plotly's default is a random UUID): the same answer, the same bytes
     return fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart-0")
+
+
+def _check_day(answer: dict) -> None:
+    """Refuse (ValueError, one line by `write_command_page`) values a hand-edited answer may
+    hold that would draw a wrong page without a word: a day of no finite length, a static
+    cluster of no machines, a timeline whose columns differ in length, no sizing window."""
+    timeline, duration_s, machines = answer["timeline"], answer["duration_s"], answer["static"]["machines"]
+    if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s) and duration_s > 0):
+        raise ValueError(f"duration_s is {duration_s!r:.40}, not a positive number of seconds")
+    if not (isinstance(machines, int) and machines >= 1):
+        raise ValueError(f"static machines is {machines!r:.40}, not a count of one or more")
+    lengths = {name: len(column) for name, column in timeline.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError("the timeline's columns differ in length ("
+                         + ", ".join(f"{name} {n}" for name, n in lengths.items()) + ")")
+    if answer.get("sizing_windows") == []:
+        raise ValueError("sizing_windows is empty: the static cluster was sized on at least one window")
 
 
 def _shade_sizing_windows(fig, answer: dict) -> None:
