@@ -101,7 +101,7 @@ def autoscale_command(
     max_machines: int = typer.Option(None, "--max-machines", help="Closed-loop: never more machines serving or "
                                      "loading (default: the static cluster's count)."),
     json_out: bool = typer.Option(False, "--json",
-                                  help="Print the answer as one JSON object (its keys: README.md)."),
+                                  help="Print the answer as one JSON object (its keys: provisioner/RESULT_SCHEMA.md)."),
     report: Path = typer.Option(None, "--report", readable=False, metavar="PATH.html",
                                 help="Write rate and machines over time (both clusters) as an HTML page."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),
@@ -296,10 +296,15 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     if obj["trace"]["arrival"] == "replay" and "sizing" in obj:
         z = obj["sizing"]
         by = measures_text(z["by"])
-        what = (f"the static cluster is sized on the day's busiest {obj['trace']['duration_s']:g}-s window by {by} "
+        # a day shorter than --sizing-duration is one window, the day
+        window_s = min(obj["trace"]["duration_s"], p["duration_s"])
+        window = f"{window_s:g}-s window"
+        if window_s < obj["trace"]["duration_s"]:
+            window += f" (the whole day, shorter than --sizing-duration {obj['trace']['duration_s']:g} s)"
+        what = (f"the static cluster is sized on the day's busiest {window} by {by} "
                 f"(of {len(obj['sizing_windows'])} distinct)" if z["sized"] else
                 f"the static cluster's size is given (--static-machines); the controller's peak is the day's "
-                f"busiest {obj['trace']['duration_s']:g}-s window by {by}")
+                f"busiest {window} by {by}")
         console.print(f"{what}: from {z['start_s']:.6g} s, {z['requests']:,} requests ({z['rps']:.3g} req/s), "
                       f"{z['prompt_tokens']:,} prompt and {z['output_tokens']:,} output tokens")
     if obj["scale_on"] != "rate":

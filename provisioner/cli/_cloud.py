@@ -60,7 +60,7 @@ def cloud_command(
     arrival: str = typer.Option(None, "--arrival", help=ARRIVAL_HELP),
     cv: float = typer.Option(2.0, "--cv", help=CV_HELP),
     json_out: bool = typer.Option(False, "--json",
-                                  help="Print the answer as one JSON object (its keys: README.md)."),
+                                  help="Print the answer as one JSON object (its keys: provisioner/RESULT_SCHEMA.md)."),
     report: Path = typer.Option(None, "--report", readable=False,
                                 help="Also write the plan's HTML report to this file."),
     force: bool = typer.Option(False, "--force", help="Overwrite the --report file if it exists."),

@@ -57,7 +57,7 @@ def simulate_command(
     family: str = typer.Option(None, "--family", help="With --from-result: the family whose answer to re-score "
                                                       "(default: the winner)."),
     json_out: bool = typer.Option(False, "--json",
-                                  help="Print the answer as one JSON object (its keys: README.md)."),
+                                  help="Print the answer as one JSON object (its keys: provisioner/RESULT_SCHEMA.md)."),
     latency_profile: str = latency_profile_option(),
     latency_interp: str = latency_interp_option(),
     prefill_chunk_tokens: int = prefill_chunk_option(),
