@@ -278,12 +278,13 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
         if engine == "fluid":
             refuse_closed_loop_in_fluid(policy.scale_on)
     one = make_design(family, machines=1, **overrides)
-    traces = (trace, peak_trace, *sizing_windows)   # drawn arrivals' peak trace has sizes the day may not
-    unservable = unservable_reason(np.concatenate([t.prompt_tokens for t in traces]),
-                                   np.concatenate([t.output_tokens for t in traces]), perf.llm(model), perf,
-                                   [one.prompt_machine, one.token_machine])
-    if unservable is not None:   # no count meets the SLOs, and looser SLOs would not help
-        raise ProvisionerError(f"{family}: {unservable}", params=("trace",))
+    # the day's requests, then the peak trace's (drawn arrivals' has sizes the day may not; a
+    # replay's windows are the day's own): no count meets the SLOs, and looser SLOs would not help
+    for sizes in (trace, peak_trace):
+        unservable = unservable_reason(sizes.prompt_tokens, sizes.output_tokens, perf.llm(model), perf,
+                                       [one.prompt_machine, one.token_machine])
+        if unservable is not None:
+            raise ProvisionerError(f"{family}: {unservable}", params=("trace",))
     slo = slo if slo is not None else SLO()
     # Closed loop under least-work: the fluid engine sizes the static cluster (a batch of
     # counts on a peak trace takes it seconds, the discrete-event engine minutes); both days run in the DES.
