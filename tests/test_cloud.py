@@ -971,6 +971,24 @@ def test_goal_throughput_below_the_floor_answers_on_the_rate_it_found(tmp_path, 
     assert a["rps"] < 20 / 120 and a["requests"] == 20 and a["slo_attainment"]["all"] >= 0.99
 
 
+def test_goal_throughput_on_a_replayed_file_scores_every_row(tmp_path, capsys):
+    """A file of 60 short prompts then 90 long ones: --goal throughput probed each rate on the
+    window of the file at its own rate, which below that rate held only the first rows, the
+    easy ones (149 of 200 in helper 70's file, attainment 99.3% there and 78.5% on the whole
+    file). Every probe and the answer now replay the whole file (CONTRACTS: requests equals
+    the file's data rows)."""
+    path = tmp_path / "two.toml"
+    path.write_text(ONE_NODE.replace("count = 1", "count = 2"))
+    trace = tmp_path / "easyfirst.csv"
+    sizes = [(100 + i, 20) for i in range(60)] + [(6000 + 10 * i, 20) for i in range(90)]
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" +
+                     "".join(f"{0.5 * i:g},{p},{n}\n" for i, (p, n) in enumerate(sizes)))
+    assert run(["cloud", "--inventory", str(path), "--workload", str(trace), "--prefill-chunk-tokens", "0",
+                "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["goal"] == "throughput" and a["requests"] == 150 and a["slo_attainment"]["all"] >= 0.99
+
+
 def test_goal_cost_with_room_for_one_replica_says_raise_available(tmp_path, capsys):
     """A price list that makes one 4x3090 Ti node available: no rental has a split plan at
     any rate, so "lower --rps" (the old advice) cannot help; raising `available` can."""

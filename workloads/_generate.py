@@ -98,6 +98,8 @@ class TraceGenerator:
         self.seed = _int_seed(seed)
         self.cv = float(cv)
         self.native_rps = _native_rps(self.source, self.label) if self.arrival == "replay" else None
+        # a replay with no window given is the user's whole file (`whole_at`)
+        self.whole_file = self.arrival == "replay" and duration_s is None
         if duration_s is None:
             duration_s = self._default_window_s(rps)
         check_positive("duration_s", duration_s, "the window length in seconds, e.g. 120")
@@ -111,6 +113,19 @@ class TraceGenerator:
         if self.arrival != "replay":
             return DEFAULT_DURATION_S
         return len(self.source) / (rps or self.native_rps)
+
+    def whole_at(self, rps: float) -> Trace:
+        """A replay's whole file once at ``rps`` requests/s, every row, whatever the window:
+        what a question on the user's own requests probes at each rate it tries (``at``
+        keeps the window, which at a lower rate holds only the file's first rows)."""
+        if self.arrival != "replay":
+            raise WorkloadError(f"whole_at replays a file; {self.arrival} arrivals have no whole",
+                                params=("arrival",))
+        check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+        src = self.source
+        factor = self.native_rps / float(rps)
+        return Trace((src.arrival_s - src.arrival_s[0]) * factor, src.prompt_tokens, src.output_tokens, self.name,
+                     len(src) / float(rps))
 
     @property
     def name(self) -> str:
