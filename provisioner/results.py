@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ProvisionerError
 from .schedulers import DEFAULT_SCHEDULER
 from .slo import METRICS, PERCENTILES
 
@@ -186,30 +187,65 @@ def _family_entry(result: dict, family: str | None) -> dict:
     return entry
 
 
-def design_from_json(obj: dict):
-    """The `Design` of a result's "design" object (`design_json`'s inverse)."""
-    from .designs import Design, check_design
-    from .errors import ProvisionerError
+# The design keys of a result, by the type each holds (`design_from_json` reads them strictly:
+# 2.5 machines ran as 2, true as 1, "false" as duplicated weights).
+_DESIGN_KEY_TYPES = {"family": str, "prompt_machines": int, "token_machines": int, "prompt_machine": str,
+                     "token_machine": str, "prompt_power_cap": float, "token_power_cap": float, "prompt_tp": int,
+                     "token_tp": int, "prompt_batch_cap_tokens": int, "prefill_chunk_tokens": int,
+                     "mps_prefill_share": float, "duplicate_weights": bool, "scheduler": str}
 
-    try:
-        d = Design(family=str(obj["family"]), prompt_machines=int(obj["prompt_machines"]),
-                      token_machines=int(obj.get("token_machines") or 0), prompt_machine=str(obj["prompt_machine"]),
-                      token_machine=str(obj["token_machine"]), prompt_power_cap=float(obj["prompt_power_cap"]),
-                      token_power_cap=float(obj["token_power_cap"]), prompt_tp=int(obj["prompt_tp"]),
-                      token_tp=int(obj["token_tp"]), prompt_batch_cap_tokens=int(obj["prompt_batch_cap_tokens"]),
-                      prefill_chunk_tokens=int(obj.get("prefill_chunk_tokens") or 0),
-                      mps_prefill_share=float(obj.get("mps_prefill_share") or 0.0),
-                      duplicate_weights=bool(obj.get("duplicate_weights") or False),
-                      scheduler=str(obj.get("scheduler") or DEFAULT_SCHEDULER))
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise ProvisionerError(f"result JSON design of {obj.get('family')} is incomplete ({exc!r}); give the "
-                               f"output of `provision --json`") from None
+
+def design_from_json(obj: dict):
+    """The `Design` of a result's "design" object (`design_json`'s inverse), read strictly:
+    each key of its type (an integer for counts, a number for caps, true/false for flags),
+    the keys older results lack at their defaults, and the design one its family holds (a
+    baseline has no token machines; a named family runs its own machine types)."""
+    from .designs import OPTIONAL_DESIGN_FIELDS, Design, check_design
+
+    values = {}
+    for key, kind in _DESIGN_KEY_TYPES.items():
+        if key not in obj:
+            if key not in OPTIONAL_DESIGN_FIELDS:
+                raise _bad_design(obj, f"lacks key '{key}'")
+            values[key] = OPTIONAL_DESIGN_FIELDS[key]
+            continue
+        value = obj[key]
+        fits = (isinstance(value, bool) if kind is bool else
+                isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+                isinstance(value, kind) and not isinstance(value, bool))
+        if not fits:
+            wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
+            raise _bad_design(obj, f"key '{key}' is {value!r:.40}, not {wanted}")
+        values[key] = float(value) if kind is float else value
+    d = Design(**values)
     try:
         check_design(d)
+        _check_family_shape(d)
     except ProvisionerError as exc:   # named as the file's keys, not as flags
-        raise ProvisionerError(f"result JSON design of {d.family} is invalid: {exc}; give the output of "
-                               f"`provision --json`") from None
+        raise _bad_design(obj, f"is invalid: {exc}") from None
     return d
+
+
+def _check_family_shape(d) -> None:
+    """A named family's design as the family runs it: one pool for a baseline, its machines."""
+    from .designs import CUSTOM_FAMILIES, family_spec
+
+    if d.family in CUSTOM_FAMILIES:
+        return
+    spec = family_spec(d.family)
+    if not spec.split and d.token_machines:
+        raise ProvisionerError(f"{d.family} has one pool of mixed machines: token_machines must be 0 "
+                               f"(got {d.token_machines})")
+    for side in ("prompt", "token"):
+        machine = getattr(d, f"{side}_machine")
+        if machine != getattr(spec, f"{side}_machine"):
+            raise ProvisionerError(f"{d.family} runs {getattr(spec, f'{side}_machine')} machines, not {machine} "
+                                   f"({side}_machine)")
+
+
+def _bad_design(obj: dict, what: str) -> ProvisionerError:
+    return ProvisionerError(f"result JSON design of {str(obj.get('family'))[:40]} {what}; give the output of "
+                            f"`provision --json`")
 
 
 def preemption_from_question(q: dict) -> tuple[str, float]:

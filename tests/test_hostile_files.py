@@ -463,3 +463,38 @@ def test_long_paths_and_dash_for_sweep_out_and_temporary_names(tmp_path):
     code, out, err = cli("perf", "predict", "--points", points, "--out", name)
     assert code == 0 and name.read_text().startswith("model,hardware"), err
 
+
+
+@pytest.fixture(scope="module")
+def two_family_answer():
+    """`provision --json` on splitwise-hh and baseline-h100 (its text)."""
+    code, out, err = cli("--goal", "cost", "--rps", "5", "--design", "splitwise-hh", "--design", "baseline-h100",
+                         "--model", "llama2-70b", "--duration", "20", "--no-verify", "--json")
+    assert code == 0, err
+    return out
+
+
+@pytest.mark.parametrize("family, key, value, why", [
+    ("splitwise-hh", "prompt_machines", 2.5, "key 'prompt_machines' is 2.5, not an integer"),   # ran as 2
+    ("splitwise-hh", "prompt_machines", True, "key 'prompt_machines' is True, not an integer"),   # ran as 1
+    ("splitwise-hh", "prompt_machines", "4", "key 'prompt_machines' is '4', not an integer"),
+    ("splitwise-hh", "token_machines", None, "lacks key 'token_machines'"),   # was "(got 0)"
+    ("baseline-h100", "token_machines", 5, "baseline-h100 has one pool of mixed machines: token_machines must be "
+                                           "0 (got 5)"),   # billed 13 machines for 8
+    ("baseline-h100", "prompt_machine", "dgx-a100", "baseline-h100 runs dgx-h100 machines, not dgx-a100 "
+                                                    "(prompt_machine)"),
+])
+def test_a_hand_edited_design_is_refused_not_coerced(tmp_path, two_family_answer, family, key, value, why):
+    """Helper 70: --from-result read a design's values with int() and bool() and never
+    checked it against its family: 2.5 machines ran as 2, a baseline's five token machines
+    were billed, an H100 family ran A100 machines under its name."""
+    answer = json.loads(two_family_answer)
+    design = next(b["design"] for b in answer["best"] if b["design"]["family"] == family)
+    if value is None:
+        del design[key]
+    else:
+        design[key] = value
+    saved = tmp_path / "edited.json"
+    saved.write_text(json.dumps(answer))
+    assert_one_line_error(*cli("simulate", "--from-result", saved, "--family", family),
+                          f"result JSON design of {family} ", why, "give the output of `provision --json`")
