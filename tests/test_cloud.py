@@ -312,6 +312,18 @@ def test_goal_cost_takes_without_a_node_it_may_rent(capsys):
     assert err.count("\n") == 1 and "no node 'a5000-4x-9'" in err and "a5000-4x-3" in err, err
 
 
+def test_goal_cost_without_the_rentals_only_node_skips_the_re_plan(capsys):
+    """Helper 70: when the chosen rental was one 8xA40 node, --without a40-8x-0 was refused
+    after the search as "the only node of inventory cloud-prices" (a price list of 14 nodes);
+    a node the rental lacks is a skipped re-plan, and so is the rental's only node."""
+    assert run(["cloud", "--inventory", "cloud-prices", "--goal", "cost", "--rps", "1", "--duration", "20",
+                "--without", "a40-8x-0", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["rented"]["a40-8x"] == 1 and sum(obj["rented"].values()) == 1, obj["rented"]
+    assert obj["replan_skipped"] == "a40-8x-0 is the chosen rental's only node: nothing is left to re-plan on"
+    assert "replan" not in obj
+
+
 def test_goal_cost_refuses_a_bandwidth_matrix(tmp_path, capsys):
     """--goal cost re-counts the nodes, which used to drop the matrix silently (40 Gbps instead)."""
     path = tmp_path / "prices.toml"

@@ -206,19 +206,24 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             ch = out["non_split_chunked"]["sustained_rps"]
             out["split_over_non_split_chunked_sustained"] = sustained / ch if ch > 0 and not no_split else None
         replans = without is not None or new_mix is not None
-        # --goal cost: the price list could rent this node, the chosen rental does not
+        # --goal cost: the price list could rent this node, the chosen rental does not, or
+        # rents it alone (refused as "the only node of inventory cloud-prices", which has 14)
         unrented = without is not None and without not in (name for name, _ in inventory.nodes)
+        alone = without is not None and not unrented and len(inventory.nodes) == 1
         if replans and no_split:
             out["replan_skipped"] = f"{no_split}: nothing to re-plan"
-        elif unrented and new_mix is None:
-            out["replan_skipped"] = f"the chosen rental has no node {without}: nothing to re-plan"
+        elif (unrented or alone) and new_mix is None:
+            out["replan_skipped"] = (f"the chosen rental has no node {without}: nothing to re-plan" if unrented else
+                                     f"{without} is the chosen rental's only node: nothing is left to re-plan on")
         elif replans:
-            if unrented:
-                out["replan_skipped"] = f"the chosen rental has no node {without}: re-planned for the new mix alone"
+            if unrented or alone:
+                out["replan_skipped"] = (f"the chosen rental has no node {without}" if unrented else
+                                         f"{without} is the chosen rental's only node") + \
+                    ": re-planned for the new mix alone"
             mix = None if new_mix is None else (new_mix.label, trace_at(new_mix, rps), size_sample(new_mix, rps))
             progress.start("re-planning: none, lightweight and full")
             out["replan"] = replan(ctx, plan, routed, sim["slo_attainment"], llm, perf, trace, rps, slo_scale, kv_bits,
-                                   seed, engine, node=None if unrented else without, mix=mix)
+                                   seed, engine, node=None if unrented or alone else without, mix=mix)
         if goal == "cost":
             out["non_split_rental"] = ns_rental
         if max(carried, out.get("non_split_chunked", {}).get("sustained_rps", 0.0)) <= 0:
