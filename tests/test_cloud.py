@@ -377,6 +377,20 @@ def test_pp_group_fits_each_gpu(perf):
             assert weights <= tp * gpu.hbm_capacity_gb * 1e9 * HBM_UTILIZATION * (1 + 1e-9)
 
 
+def test_a_nodes_intra_link_times_its_tp_all_reduce(perf, tmp_path):
+    """Helper 70: intra_link_gb_per_s was read for KV and pipeline hand-offs only; a TP group's
+    all-reduce ran at the catalog GPU's link, so a 4xA6000 node on a 1 MB/s link kept its
+    non-split rate (1.02 req/s) while its split plan fell to 0."""
+    path = tmp_path / "slow.toml"
+    coefs = []
+    for link in ("", "intra_link_gb_per_s = 0.001\n"):
+        path.write_text(f'[[nodes]]\ntype = "a6000-4x"\ncount = 1\n{link}')
+        ctx = _ctx(perf, load_inventory(str(path), perf.catalog))
+        coefs.append(ctx.physics.group(((0, 2),)).coef)
+    default, slow = coefs
+    assert np.all(slow >= default) and np.any(slow > 100 * default)
+
+
 def test_routing_sums_to_one_within_capacities(perf):
     ctx = _ctx(perf, load_inventory("thunderserve-32gpu", perf.catalog), "conversation")
     plan, rps = search_plan(ctx, steps=20)

@@ -4,7 +4,8 @@ An inventory lists `[[nodes]]` entries, each a catalog machine (`type = "a40-8x"
 inline GPU node (`name`, `gpu = "a100-80gb"`, `gpus = 8`), with `count` (default 1),
 `price_usd_per_h` (default: the catalog's price of the node), `available` (a price
 list's limit for `--goal cost`; then `count` defaults to 0), `intra_link_gb_per_s`
-(default: the GPU's intra-node link) and `nic_gbps` (the node's network card, each
+(default: the GPU's intra-node link; its TP all-reduces, KV sends and pipeline hand-offs
+inside the node run over it) and `nic_gbps` (the node's network card, each
 direction, shared by all its inter-node links; default `[network] nic_gbps`, else none:
 each node pair's link is its own). `[network]` gives `inter_node_gbps` (each node pair's
 link) and `inter_node_latency_ms`, or a full `bandwidth_gbps` matrix over the expanded

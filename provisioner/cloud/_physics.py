@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,7 +51,11 @@ class Physics:
         self.inv, self.llm, self.perf = inventory, llm, perf
         cat = perf.catalog
         self.node_type = np.array([ti for _, ti in inventory.nodes], dtype=np.int64)
-        self.gpus = [cat.gpu(t.gpu) for t in inventory.types]
+        # each node type's GPU on its own link: a TP group's all-reduce runs over the node's
+        # intra_link_gb_per_s (1 MB/s timed TP all-reduces at the catalog's PCIe before)
+        self.gpus = [replace(cat.gpu(t.gpu), intra_link_bandwidth_gb_per_s=t.intra_link_gb_per_s)
+                     if t.intra_link_gb_per_s != cat.gpu(t.gpu).intra_link_bandwidth_gb_per_s else cat.gpu(t.gpu)
+                     for t in inventory.types]
         pair = inventory.link_gbps() * 1e9 / 8.0
         self.nic_bytes_per_s = inventory.nic_gbps() * 1e9 / 8.0
         # one transfer alone between two nodes: the slowest of the pair's link and the two NICs
