@@ -31,7 +31,7 @@ Public surface:
 """
 
 from ._calibrate import (ARTIFACT_REASON, ARTIFACT_RULE, POINT_COLUMNS, REQUIRED_COLUMNS as PROFILE_COLUMNS,
-                         MIN_FIT_POINTS, CalibrationReport, RooflineFit, calibrate, calibration_artifacts, fit_roofline,
+                         MIN_FIT_POINTS, POOR_FIT_MAPE_PCT, CalibrationReport, RooflineFit, calibrate, calibration_artifacts, fit_roofline,
                          holdout_mask, shipped_profile)
 from ._constants import (DEFAULT_CALIBRATION_PATH, Calibration, GpuConstants, dump_calibration, load_calibration,
                          merge_calibration)
@@ -51,7 +51,7 @@ from ._roofline import (COEF_NAMES, N_COEF, HardwareArrays, ModelShape, decode_t
 from .errors import PerfModelError
 
 __all__ = [
-    "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate", "fit_roofline", "RooflineFit", "MIN_FIT_POINTS",
+    "LatencyModel", "Calibration", "GpuConstants", "CalibrationReport", "calibrate", "fit_roofline", "RooflineFit", "MIN_FIT_POINTS", "POOR_FIT_MAPE_PCT",
     "shipped_profile", "load_calibration", "dump_calibration", "merge_calibration", "DEFAULT_CALIBRATION_PATH", "calibration_artifacts",
     "holdout_mask", "ARTIFACT_RULE", "ARTIFACT_REASON", "POINT_COLUMNS", "PROFILE_COLUMNS", "TP_DEGREES",
     "machine_tp_degrees",

@@ -130,6 +130,10 @@ def _allreduce_constants(model: LatencyModel, gpu: str) -> dict:
 # two residuals a point (prefill, decode), with room to spare. One point fitted all ten
 # "perfectly" (0% MAPE) and moved the GPU's TP-8 decode by 0.78x off a TP-2 measurement.
 MIN_FIT_POINTS = 10
+# A fit whose MAPE exceeds this is flagged (`perf calibrate`, `cloud --latency-profile`): the
+# shipped DGX profiles fit within 2-8%; a profile of H100 rows relabelled A40 fit at 200%,
+# one in microseconds as milliseconds at 83%, both used without a word.
+POOR_FIT_MAPE_PCT = 25.0
 
 
 @dataclass(frozen=True)

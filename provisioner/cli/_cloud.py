@@ -170,7 +170,7 @@ def _fitted_profile(path, perf, inv) -> tuple:
     `provision perf calibrate`). A measured table is per whole replica of one GPU type and
     TP, and a cloud group's pipeline stages may mix types, so nothing is interpolated. What
     was fitted, not fitted or left out goes to stderr."""
-    from perfmodels import ARTIFACT_RULE, MIN_FIT_POINTS, fit_roofline, read_profile
+    from perfmodels import ARTIFACT_RULE, MIN_FIT_POINTS, POOR_FIT_MAPE_PCT, fit_roofline, read_profile
     where = f"--latency-profile '{path}'"
     profile = read_profile(path, perf.catalog, where)
     fit = fit_roofline(profile.frame(), perf.calibration, perf.catalog)
@@ -199,6 +199,12 @@ def _fitted_profile(path, perf, inv) -> tuple:
         elif len(f["tp_degrees"]) == 1:
             typer.echo(f"warning: latency profile: {gpu} is measured at TP {f['tp_degrees'][0]} only: its other TP "
                        f"degrees rest on the all-reduce constants fitted there; measure two or more", err=True)
+    for gpu, f in fit.fitted.items():
+        worst = max(f["prefill_mape_pct"], f["decode_mape_pct"])
+        if worst > POOR_FIT_MAPE_PCT:   # a 200% fit (H100 rows relabelled A40) planned without a word
+            typer.echo(f"warning: latency profile: the fit of {gpu} is poor (in-sample MAPE {worst:.1f}%, over "
+                       f"{POOR_FIT_MAPE_PCT:g}%): its plan rests on it; check the profile's units and hardware "
+                       f"names", err=True)
     fitted = ", ".join(f"{g} ({f['points']} points, in-sample MAPE prefill {f['prefill_mape_pct']:.1f}%, decode "
                        f"{f['decode_mape_pct']:.1f}%)" for g, f in fit.fitted.items())
     here = "; ".join(f"{g}: {how}" for g, how in gpus.items())

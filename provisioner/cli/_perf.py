@@ -26,7 +26,7 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, decode_text, load_catalog
-from perfmodels import (MIN_POWER_CAP, TP_DEGREES, CalibrationReport, LatencyModel, Profile, calibrate,
+from perfmodels import (MIN_POWER_CAP, POOR_FIT_MAPE_PCT, TP_DEGREES, CalibrationReport, LatencyModel, Profile, calibrate,
                         dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
                         read_profile, PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
@@ -334,6 +334,12 @@ def calibrate_command(
     console.print(f"excluded {report.excluded_rows} artifact rows where {report.excluded_rule}: "
                   f"{report.excluded_reason}", highlight=False, soft_wrap=True)
 
+    worst = table.loc[table[["held-out_mape_pct", "train_mape_pct"]].max(axis=1).idxmax()]
+    worst_pct = max(worst["held-out_mape_pct"], worst["train_mape_pct"])
+    if max_mape is None and worst_pct > POOR_FIT_MAPE_PCT:   # saved all the same: said, on stderr
+        typer.echo(f"warning: the fit of {worst.gpu} {worst.phase} is poor (MAPE {worst_pct:.1f}%, over "
+                   f"{POOR_FIT_MAPE_PCT:g}%): check the profile's units and hardware names; --max-mape N refuses to "
+                   f"save such a fit", err=True)
     if max_mape is not None:
         worst = table.loc[table["held-out_mape_pct"].idxmax()]
         if worst["held-out_mape_pct"] > max_mape:
