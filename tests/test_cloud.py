@@ -245,6 +245,9 @@ def test_inventory_error_is_one_line_with_file_line_field(tmp_path, capsys, body
      "appears twice"),
     # was a different one of the two, run to run (set order)
     ('[[nodes]]\ntype = "a40-8x"\nprice = 1\ncnt = 3\n', "nodes[1].cnt", 4, "unknown field"),
+    # 'café' as é and as e + a combining accent: two nodes that print alike (helper 70)
+    ('[[nodes]]\nname = "caf\u00e9"\ntype = "a6000-4x"\n[[nodes]]\nname = "cafe\u0301"\ntype = "a40-8x"\n',
+     "nodes[2].name", 5, "'caf\u00e9' appears twice"),
 ])
 def test_inventory_nonsense_is_refused_with_file_line_field(tmp_path, perf, body, field, line, words):
     from provisioner import ProvisionerError

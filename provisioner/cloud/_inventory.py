@@ -148,6 +148,7 @@ class Inventory:
 
     def without(self, node: str) -> tuple["Inventory", int]:
         """The inventory less one named node; also that node's index in `nodes`."""
+        node = unicodedata.normalize("NFC", node)
         names = [n for n, _ in self.nodes]
         if node not in names:
             raise ProvisionerError(f"without: no node '{node}' in inventory {self.name}; its nodes are "
@@ -387,7 +388,10 @@ def _node(entry, k: int, loc: _Locator, catalog, default_nic_gbps: float | None)
                    f"{field}.intra_link_gb_per_s", loc, k, bounds=LINK_GB_PER_S_RANGE, unit="GB/s")
     nic = default_nic_gbps if "nic_gbps" not in entry else _number(
         entry["nic_gbps"], f"{field}.nic_gbps", loc, k, bounds=GBPS_RANGE, unit="Gbps")
-    return NodeType(name=name, gpu=gpu.name, gpus=gpus, count=count, price_usd_per_h=float(price),
+    # one spelling of a name: 'café' typed as é or as e + combining accent was two nodes,
+    # and which one --without removed hung on how the shell encoded it
+    return NodeType(name=unicodedata.normalize("NFC", str(name)), gpu=gpu.name, gpus=gpus, count=count,
+                    price_usd_per_h=float(price),
                     available=available, intra_link_gb_per_s=link, nic_gbps=nic)
 
 
