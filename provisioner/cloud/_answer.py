@@ -505,10 +505,11 @@ def _floor_rps(traces) -> float:
 def trace_at(traces, rate):
     """`traces.at(rate)`, or below the rate whose window holds MIN_REQUESTS requests (the
     floor, `_floor_rps`), that many requests spread out in time (a window that long at this rate).
-    A replayed file with no window given is the whole file at every rate (`whole_at`): its
-    window at the file's own rate held 149 of 200 rows at --goal throughput's 1.53 req/s, the
-    easy first ones, and the plan's attainment on the whole file was 78.5%, not 99.3%."""
-    if getattr(traces, "whole_file", False):
+    A replayed file of MIN_REQUESTS rows or more with no window given is the whole file at
+    every rate (`whole_at`): its window at the file's own rate held 149 of 200 rows at --goal
+    throughput's 1.53 req/s, the easy first ones, and the plan's attainment on the whole file
+    was 78.5%, not 99.3%. A shorter file is the floor's requests, as a window is."""
+    if getattr(traces, "whole_file", False) and len(traces.source) >= MIN_REQUESTS:
         return traces.whole_at(rate)
     floor = _floor_rps(traces)
     if rate >= floor:
