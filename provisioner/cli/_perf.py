@@ -26,9 +26,9 @@ import typer
 
 import perfmodels
 from hardware_catalog import UnknownNameError, decode_text, load_catalog
-from perfmodels import (MIN_POWER_CAP, POOR_FIT_MAPE_PCT, TP_DEGREES, CalibrationReport, LatencyModel, Profile, calibrate,
-                        dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration, predict_points,
-                        read_profile, PREDICTED_COLUMNS)
+from perfmodels import (MIN_POWER_CAP, POOR_FIT_MAPE_PCT, TP_DEGREES, CalibrationReport, LatencyModel, Profile,
+                        calibrate, dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration,
+                        predict_points, read_profile, PREDICTED_COLUMNS)
 from reports import perf_figure, perf_plot_data
 
 from ..files import check_output_path, resolved, stdout_is_an_output, write_output
