@@ -334,13 +334,14 @@ def calibrate_command(
     console.print(f"excluded {report.excluded_rows} artifact rows where {report.excluded_rule}: "
                   f"{report.excluded_reason}", highlight=False, soft_wrap=True)
 
-    worst = table.loc[table[["held-out_mape_pct", "train_mape_pct"]].max(axis=1).idxmax()]
-    worst_pct = max(worst["held-out_mape_pct"], worst["train_mape_pct"])
-    if max_mape is None and worst_pct > POOR_FIT_MAPE_PCT:   # saved all the same: said, on stderr
-        typer.echo(f"warning: the fit of {worst.gpu} {worst.phase} is poor (MAPE {worst_pct:.1f}%, over "
-                   f"{POOR_FIT_MAPE_PCT:g}%): check the profile's units and hardware names; --max-mape N refuses to "
-                   f"save such a fit", err=True)
-    if max_mape is not None:
+    if max_mape is None:   # a poor fit is saved all the same: said, on stderr
+        worst_pct = table[["held-out_mape_pct", "train_mape_pct"]].max(axis=1)
+        worst = table.loc[worst_pct.idxmax()]
+        if worst_pct.max() > POOR_FIT_MAPE_PCT:
+            typer.echo(f"warning: the fit of {worst.gpu} {worst.phase} is poor (MAPE {worst_pct.max():.1f}%, over "
+                       f"{POOR_FIT_MAPE_PCT:g}%): check the profile's units and hardware names; --max-mape N refuses "
+                       f"to save such a fit", err=True)
+    else:
         worst = table.loc[table["held-out_mape_pct"].idxmax()]
         if worst["held-out_mape_pct"] > max_mape:
             raise ProvisionerError(

@@ -54,7 +54,6 @@ class Physics:
         # each node type's GPU on its own link: a TP group's all-reduce runs over the node's
         # intra_link_gb_per_s (1 MB/s timed TP all-reduces at the catalog's PCIe before)
         self.gpus = [replace(cat.gpu(t.gpu), intra_link_bandwidth_gb_per_s=t.intra_link_gb_per_s)
-                     if t.intra_link_gb_per_s != cat.gpu(t.gpu).intra_link_bandwidth_gb_per_s else cat.gpu(t.gpu)
                      for t in inventory.types]
         pair = inventory.link_gbps() * 1e9 / 8.0
         self.nic_bytes_per_s = inventory.nic_gbps() * 1e9 / 8.0
