@@ -177,3 +177,18 @@ def test_report_is_written(tmp_path):
                "--report", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.exists() and out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("flags,expected", [
+    ([], "splitwise-hhcap: 3 prompt + 2 token machines, token pool at 50% of TDP —"),
+    # an override of the cap that defines the family is run, and named, never passed off as the family's own
+    (["--token-power-cap", "1.0"],
+     "splitwise-hhcap: 3 prompt + 2 token machines, token pool at 100% of TDP (--token-power-cap; the family's own "
+     "50%) —"),
+])
+def test_simulate_names_the_power_caps_it_ran(capsys, flags, expected):
+    from provisioner.cli import run as run_in_process
+
+    assert run_in_process(["simulate", "--design", "splitwise-hhcap", "--prompt-machines", "3", "--token-machines",
+                           "2", "--rps", "2", "--duration", "10", *flags]) == 0
+    assert expected in " ".join(capsys.readouterr().out.split())   # the title as rich wraps it, rejoined

@@ -228,6 +228,7 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
     d = obj["design"]
     title = (f"{d['family']}: {d['prompt_machines']} prompt + {d['token_machines']} token machines"
              if d["token_machines"] else f"{d['family']}: {d['prompt_machines']} machines")
+    title += _power_caps_text(d)
     if d.get("prefill_chunk_tokens"):
         title += f", chunked prefill {d['prefill_chunk_tokens']} tokens"
     if d.get("scheduler"):
@@ -264,6 +265,21 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
                   f"throughput {obj['throughput_rps']:.1f} req/s")
     console.print(speed)
+
+
+def _power_caps_text(d: dict) -> str:
+    """The pools' GPU power caps, when any is below TDP or not the family's own (a hhcap
+    design run at --token-power-cap 1.0 is uncapped, and its title says so)."""
+    spec = family_spec(d["family"])
+    text = ""
+    for pool, name in (("prompt", "prompt pool" if d["token_machines"] else "machines"), ("token", "token pool")):
+        cap, own = d.get(f"{pool}_power_cap"), getattr(spec, f"{pool}_power_cap")
+        if cap is None or (pool == "token" and not d["token_machines"]) or (cap == 1.0 and own == 1.0):
+            continue
+        text += f", {name} at {100 * cap:g}% of TDP"
+        if cap != own:
+            text += f" (--{pool}-power-cap; the family's own {100 * own:g}%)"
+    return text
 
 
 def _high_priority_slo(ctx: typer.Context, slo: SLO, scale: float, fraction: float) -> SLO | None:
