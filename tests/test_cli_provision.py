@@ -192,3 +192,26 @@ def test_simulate_names_the_power_caps_it_ran(capsys, flags, expected):
     assert run_in_process(["simulate", "--design", "splitwise-hhcap", "--prompt-machines", "3", "--token-machines",
                            "2", "--rps", "2", "--duration", "10", *flags]) == 0
     assert expected in " ".join(capsys.readouterr().out.split())   # the title as rich wraps it, rejoined
+
+
+def _run_with_env(env_update: dict, *args):
+    import os
+
+    return subprocess.run([PROVISION, *args], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **env_update})
+
+
+def test_a_long_run_off_a_terminal_says_what_it_is_doing():
+    """stderr captured (a log, a CI job): no bar, but one line per heartbeat period."""
+    proc = _run_with_env({"PROVISION_HEARTBEAT_S": "0.05"}, "--goal", "cost", "--rps", "2", "--duration", "5",
+                         "--design", "splitwise-hh", "--json")
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)   # the answer is untouched
+    beats = [line for line in proc.stderr.splitlines() if line.startswith("... ")]
+    assert beats and all(line.endswith(" s)") for line in beats), proc.stderr
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-1", "inf"])
+def test_a_bad_heartbeat_period_is_one_line(value):
+    assert_user_error(_run_with_env({"PROVISION_HEARTBEAT_S": value}, "--goal", "cost", "--rps", "2", "--duration",
+                                    "5", "--design", "splitwise-hh"), "PROVISION_HEARTBEAT_S must be a number")

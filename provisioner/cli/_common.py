@@ -6,6 +6,9 @@ import hashlib
 import json
 import math
 import os
+import sys
+import threading
+import time
 from pathlib import Path
 
 import typer
@@ -295,13 +298,35 @@ def input_files(*paths) -> tuple:
     return tuple(p for p in paths if p and Path(str(p)).is_file())
 
 
-class RichProgress:
-    """`provisioner.search.Progress` drawn with rich on stderr, gone when done (nothing when
-    stderr is not a terminal). unit : what a stage counts ("designs"); None: stages without
-    counts, each a spinner, its label and the time it has taken (`provision cloud`)."""
+HEARTBEAT_S = 60.0   # off a terminal, a long stage says what it is doing this often
+HEARTBEAT_ENV = "PROVISION_HEARTBEAT_S"   # ... or as often as this says (seconds)
 
-    def __init__(self, unit: str | None = "designs"):
+
+def heartbeat_period_s() -> float:
+    """The heartbeat's period: $PROVISION_HEARTBEAT_S if set, else HEARTBEAT_S."""
+    text = os.environ.get(HEARTBEAT_ENV)
+    if text is None:
+        return HEARTBEAT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ProvisionerError(f"{HEARTBEAT_ENV} must be a number of seconds > 0 (got {text!r}): set it so, or "
+                               f"unset it for one line every {HEARTBEAT_S:g} s")
+    return value
+
+
+class RichProgress:
+    """`provisioner.search.Progress` drawn with rich on stderr, gone when done. unit : what a
+    stage counts ("designs"); None: stages without counts, each a spinner, its label and the
+    time it has taken (`provision cloud`). When stderr is not a terminal (a log, a CI job)
+    there is no bar: a stage running past `heartbeat_s` ($PROVISION_HEARTBEAT_S, default 60) prints one line on stderr per period,
+    so a search of minutes is seen working; shorter runs print nothing."""
+
+    def __init__(self, unit: str | None = "designs", heartbeat_s: float | None = None):
         self.unit = unit
+        self.heartbeat_s = heartbeat_period_s() if heartbeat_s is None else heartbeat_s
 
     def __enter__(self):
         from rich.console import Console
@@ -314,21 +339,44 @@ class RichProgress:
                              console=console, transient=True, disable=not console.is_terminal)
         self._bar.__enter__()
         self._task = None
+        self._stage = None   # (label, total, start time) of the running stage, for the heartbeat
+        self._count = 0
+        self._stop = None
+        if not console.is_terminal:
+            self._stop = threading.Event()
+            threading.Thread(target=self._beat, name="provision-heartbeat", daemon=True).start()
         return self
 
     def __exit__(self, *exc):
+        if self._stop is not None:
+            self._stop.set()
         return self._bar.__exit__(*exc)
 
     def start(self, label: str, total: int | None = None) -> None:
         if self._task is not None:
             self._bar.remove_task(self._task)
         self._task = self._bar.add_task(label, total=total)
+        self._stage, self._count = (label, total, time.monotonic()), 0
 
     def advance(self, n: int = 1) -> None:
         if self._task is not None:
             self._bar.advance(self._task, n)
+            self._count += n
 
     def done(self) -> None:
         if self._task is not None:
             self._bar.remove_task(self._task)
             self._task = None
+        self._stage = None
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            stage = self._stage
+            if stage is None:
+                continue
+            label, total, t0 = stage
+            count = f" {self._count:,}/{total:,} {self.unit}" if total and self.unit else ""
+            try:
+                print(f"... {label}{count} ({time.monotonic() - t0:,.0f} s)", file=sys.stderr, flush=True)
+            except (OSError, ValueError):   # stderr closed or gone: the run goes on, unreported
+                return
