@@ -205,6 +205,18 @@ def test_calibrate_refuses_a_short_profile_row_naming_the_flag(tmp_path, capsys,
     assert not (tmp_path / "x.toml").exists()
 
 
+def test_plot_of_the_profile_model_says_why_it_asks_for_a_held_out_split(tmp_path, capsys, monkeypatch):
+    # named --holdout with no word on why a plot of the grid model holds anything out
+    (tmp_path / "p.csv").write_text(PROFILE_HEADER + TWO_POINTS)
+    code, _, err = _run_in_process(capsys, monkeypatch, tmp_path, "perf", "plot", "--profile", "p.csv",
+                                   "--latency-interp", "grid", "--out", "x.html")
+    assert code == 2 and err.strip() == (
+        "error: --holdout 0.2 leaves no held-out points for h100-80gb; use --holdout 0.26 or more (a fraction of its "
+        "2 configuration points that rounds to at least one) (--latency-interp grid draws the roofline where the "
+        "profile does not cover a point, fitted on a held-out split as `perf plot` draws it)"), err
+    assert not (tmp_path / "x.html").exists()
+
+
 def test_calibrate_takes_splitwisesims_header(tmp_path, capsys, monkeypatch):
     # prompt_time / token_time: --latency-profile took them, --profile said "missing columns"
     header = PROFILE_HEADER.replace("prompt_time_ms,token_time_ms", "prompt_time,token_time")

@@ -380,7 +380,14 @@ def plot_command(
     _check_out(out, force, "--out")
     measured = _read_profile(profile)
     df = _frame(measured)
-    report = run_calibration(df, holdout, seed, where=None if profile is None else f"--profile '{profile}'")
+    try:
+        report = run_calibration(df, holdout, seed, where=None if profile is None else f"--profile '{profile}'")
+    except ProvisionerError as e:
+        if latency_interp is None:
+            raise
+        # the split is not the measured-profile model's: say why it is asked for at all
+        raise ProvisionerError(f"{e} (--latency-interp {latency_interp} draws the roofline where the profile does "
+                               f"not cover a point, fitted on a held-out split as `perf plot` draws it)") from None
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
     if latency_interp is not None:
         from perfmodels import ProfileLatencyModel, load_profile_model
