@@ -150,6 +150,8 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
         raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "
                                f"{flag} to a file, or drop {stdout_taken_by}")
     _STDOUT_IS_AN_OUTPUT[0] |= on_stdout
+    if str(path) == ".":   # typer reads an empty value as '.': name both
+        raise ProvisionerError(f"{flag} is empty or '.', the working directory; give a file name such as out")
     if path.is_dir():
         raise ProvisionerError(f"{flag} '{path}' is a directory; give a file name such as {path / 'out'}")
     if not shipped_ok:

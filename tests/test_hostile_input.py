@@ -202,6 +202,8 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["sweep", "spec.toml", "--out", ""], "--out is empty"),
     # said "is a directory" (the working directory)
     (["simulate", "--design", "baseline-h100", "--machines", "2", "--latency-profile", ""], "the path is empty"),
+    # said "'.' is a directory", a path the user never typed
+    (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "4", "--report", ""], "--report is empty or '.'"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(args, needle):
     assert_one_line_error(*cli(*args), needle)
