@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import perfmodels
 import pytest
+import workloads
 
 from provisioner.sweep import SWEEP_COLUMNS
 
@@ -137,6 +138,9 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
     # were refused only once the question ran, naming no key (and after the others had run)
     ('rps = [5, 1e300]\n' + SMALL, ["keys 'rps' and 'duration_s': 1e+300 requests/s over 3 s", "more than a trace holds"]),
     ('rps = [1e300]\nverify = false\n', ["key 'rps': 1e+300 requests/s over 120 s", "more than a trace holds"]),
+    # a replay's window past the floats: an internal OverflowError once the question ran
+    (f'rps = [1000]\nworkloads = ["{Path(workloads.__file__).parent / "data" / "code.csv"}"]\nduration_s = 1e308\n',
+     ["key 'duration_s': a 1e+308-s window of trace", "repeats the file beyond counting"]),
 ])
 def test_sweep_spec_errors_name_file_and_key(tmp_path, capsys, body, needles):
     from provisioner.cli import run   # the console script's error path, in this process

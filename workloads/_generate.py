@@ -214,8 +214,12 @@ class TraceGenerator:
 
     def check_rate(self, rps: float) -> None:
         """Refuse, before drawing anything, a rate whose trace would hold no request or more
-        than a trace holds (drawn arrivals; a replay is checked as :meth:`at` cuts it)."""
-        if self.arrival != "replay":
+        than a trace holds (drawn arrivals), or a replay whose window wraps its file more
+        times than a trace holds (the rest of a replay is checked as :meth:`at` cuts it)."""
+        if self.arrival == "replay":
+            check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
+            self._replay_copies(float(rps))
+        else:
             request_count(rps, self.duration_s)
 
     def with_profile(self, profile) -> Trace:
@@ -318,17 +322,26 @@ class TraceGenerator:
         to seconds at `rps`; the window in its own seconds). `extra_copies` more copies of the
         file, for windows that start past its beginning."""
         src = self.source
-        m = len(src)
         offset_s = src.arrival_s - src.arrival_s[0]
+        copies, period_s, factor, window_s = self._replay_copies(rps, extra_copies)
+        return (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel(), factor, window_s
+
+    def _replay_copies(self, rps: float, extra_copies: int = 0) -> tuple[int, float, float, float]:
+        """(copies of the file the window at `rps` wraps over, the file's period in its own
+        seconds, the factor to seconds at `rps`, the window in its own seconds); refused
+        before anything is allocated when the copies hold more than a trace."""
+        m = len(self.source)
         period_s = m / self.native_rps           # the file's span plus one mean gap
         factor = self.native_rps / rps           # exactly 1.0 at the file's own rate
         window_s = self.duration_s / factor * (1.0 - _WINDOW_REL_TOL)   # in the file's own seconds
-        copies = max(1, math.ceil(window_s / period_s)) + extra_copies
-        if copies * m > 2 * MAX_TRACE_REQUESTS:   # before allocating: a window far longer than the file
+        ratio = window_s / period_s   # inf past the floats (a 1e308-s window): checked before ceil
+        copies = (max(1, math.ceil(ratio)) if ratio * m <= 2 * MAX_TRACE_REQUESTS else ratio) + extra_copies
+        if copies * m > 2 * MAX_TRACE_REQUESTS:   # a window far longer than the file
+            times = f"{copies:,.4g} times" if math.isfinite(copies) else "beyond counting"
             raise WorkloadError(f"a {self.duration_s:g}-s window of trace '{self.label}' at {rps:g} req/s repeats the "
-                                f"file {copies:,.4g} times, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
+                                f"file {times}, more than a trace holds ({MAX_TRACE_REQUESTS:,} "
                                 f"requests); shorten duration_s", params=("duration_s",))
-        return (offset_s[np.newaxis, :] + period_s * np.arange(copies)[:, np.newaxis]).ravel(), factor, window_s
+        return int(copies), period_s, factor, window_s
 
     def _check_replay_window(self, k: int, rps: float, span_s: float) -> None:
         """Refuse a replayed window of `k` requests over `span_s` seconds that no trace holds."""
