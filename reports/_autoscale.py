@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from provisioner.autoscale import measures_text, saving_caveat
+from provisioner.autoscale import measures_text, saving_caveat, saving_text
 from provisioner.files import check_output_path, write_output
 
 __all__ = ["build_autoscale_html", "write_autoscale_report"]
@@ -32,7 +32,7 @@ def build_autoscale_html(answer: dict) -> str:
     fig.add_trace(go.Scatter(x=[0, answer["duration_s"] / 3600.0], y=[answer["static"]["machines"]] * 2,
                              name="static (peak)", line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
-    fig.update_layout(title=f"Autoscaling {answer['family']}: saves {answer['saving_pct']:.1f}% of the cost"
+    fig.update_layout(title=f"Autoscaling {answer['family']}: {saving_text(answer)}"
                             f"{saving_caveat(answer)}")
     _shade_sizing_windows(fig, answer)
     # a fixed id (plotly's default is a random UUID): the same answer, the same bytes

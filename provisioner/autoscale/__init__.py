@@ -14,8 +14,10 @@ The rules are in `provisioner/sim/SEMANTICS.md`, "Autoscaling".
 from ._calibrate import SCALE_IN_FACTOR, calibrate
 from ._policy import SCALE_ON, AutoscalePolicy, ScalingSchedule, plan_scaling
 from ._run import (AutoscaleResult, ClusterDay, Sizing, autoscale, check_floor, machine_hours, run_closed_loop,
-                   measures_text, saving_caveat, size_for_peak, size_for_windows)
+                   measures_text, saving_caveat, saving_parts, saving_text, size_for_peak,
+                   size_for_windows)
 
 __all__ = ["SCALE_ON", "AutoscalePolicy", "ScalingSchedule", "plan_scaling", "AutoscaleResult", "ClusterDay",
            "autoscale", "check_floor", "machine_hours", "size_for_peak", "size_for_windows", "Sizing",
-           "run_closed_loop", "measures_text", "saving_caveat", "calibrate", "SCALE_IN_FACTOR"]
+           "run_closed_loop", "measures_text", "saving_caveat", "saving_text", "saving_parts", "calibrate",
+           "SCALE_IN_FACTOR"]

@@ -20,7 +20,7 @@ from ._calibrate import Calibration, calibrate
 from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
 __all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "measures_text",
-           "saving_caveat", "size_for_peak", "size_for_windows", "run_closed_loop", "SIZING_BATCH",
+           "saving_caveat", "saving_text", "saving_parts", "size_for_peak", "size_for_windows", "run_closed_loop", "SIZING_BATCH",
            "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing the static cluster
@@ -94,12 +94,33 @@ def measures_text(by) -> str:
     return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
 
 
+def saving_text(answer: dict) -> str:
+    """The cost saving of an answer of `provision autoscale --json` in words: "saves 12.3%
+    of the cost", or, where the autoscaled day costs more (a flat day, on which the target
+    load keeps more machines than the peak's static cluster), "costs 16.0% more than the
+    static cluster", never a negative saving."""
+    pct = float(answer["saving_pct"])
+    return f"saves {pct:.1f}% of the cost" if pct >= 0 else f"costs {-pct:.1f}% more than the static cluster"
+
+
+def saving_parts(answer: dict) -> str:
+    """The machine-hours and energy savings in words ("12.3% of the machine-hours" or
+    "4.0% more machine-hours"), for after `saving_text`."""
+    def part(pct: float, what: str, more: str) -> str:
+        return f"{pct:.1f}% of the {what}" if pct >= 0 else f"{-pct:.1f}% {more}"
+    return (f"{part(float(answer['machine_hours_saving_pct']), 'machine-hours', 'more machine-hours')}, "
+            f"{part(float(answer['energy_saving_pct']), 'energy', 'more energy')}")
+
+
 def saving_caveat(answer: dict) -> str:
-    """What qualifies a saving in an answer of `provision autoscale --json` ("" when the
-    autoscaled day meets the SLOs): a saving bought with missed SLOs is not one. A hand-cut
-    answer without the autoscaled SLO block gets none; without the static one, no word of it."""
+    """What qualifies a saving in an answer of `provision autoscale --json` ("" when both
+    days meet the SLOs): a saving bought with missed SLOs is not one, nor a cost over a
+    static day that misses them. A hand-cut answer without the autoscaled SLO block gets
+    none; without the static one, no word of it."""
     scaled, static = (answer.get(side, {}).get("slo") or {} for side in ("autoscaled", "static"))
     if scaled.get("met", True):
+        if scaled and static.get("met") is False:
+            return f", where the static day misses the SLOs ({static.get('binding')}) the autoscaled day meets"
         return ""
     missed = f", but the autoscaled day misses the SLOs ({scaled.get('binding')})"
     if static.get("met") is True:

@@ -272,7 +272,7 @@ def _profile(profile: str, rps: float | None, duration: float | None):
 def _print_summary(obj: dict, elapsed_s: float) -> None:
     from rich.table import Table
 
-    from ..autoscale import measures_text, saving_caveat
+    from ..autoscale import measures_text, saving_caveat, saving_parts, saving_text
     from ._common import console as make_console
 
     p = obj["profile"]
@@ -309,8 +309,7 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
                       f"{z['prompt_tokens']:,} prompt and {z['output_tokens']:,} output tokens")
     if obj["scale_on"] != "rate":
         console.print(_thresholds_line(obj["policy"], obj["scale_on"]))
-    console.print(f"autoscaling saves {obj['saving_pct']:.1f}% of the cost ({obj['machine_hours_saving_pct']:.1f}% of "
-                  f"the machine-hours, {obj['energy_saving_pct']:.1f}% of the energy){saving_caveat(obj)}; {how} and "
+    console.print(f"autoscaling {saving_text(obj)} ({saving_parts(obj)}){saving_caveat(obj)}; {how} and "
                   f"started {a['machines_started']} machines")
     console.print(f"simulated {p['requests']:,} requests twice in {elapsed_s:.1f} s")
 
