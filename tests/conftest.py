@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from perfmodels import LatencyModel
+
+# A long run off a terminal prints a heartbeat line on stderr each minute (RichProgress);
+# on a loaded machine a test's run can pass a minute, and tests read stderr (and click's
+# mixed output) exactly. The heartbeat's own test sets the period it wants.
+os.environ["PROVISION_HEARTBEAT_S"] = "86400"
 
 
 @pytest.fixture(scope="session")

@@ -791,6 +791,17 @@ def test_cli_goal_cost_rents_within_availability_and_meets_the_target(tmp_path):
     assert a["non_split"]["sustained_rps"] > 0.3 and ns["cost_usd_per_h"] <= a["cost_usd_per_h"]
 
 
+def test_a_rental_meeting_the_target_at_its_rate_is_rated_at_that_rate_at_least():
+    """`--goal cost --rps 4 --duration 20` rented for 4 req/s, met 99% there (80 requests),
+    and rated its plan 2.85 req/s: the bisection's probes under 4 req/s hold fewer requests
+    (57 at 2.85), of which one miss breaks 99%. The asked rate is checked too."""
+    res = CliRunner().invoke(get_app(), ["cloud", "--inventory", "cloud-prices", "--goal", "cost", "--rps", "4",
+                                         "--duration", "20", "--prefill-chunk-tokens", "0", "--json"])
+    a = json.loads(res.output)
+    assert min(a["slo_attainment"][m] for m in ("ttft", "tbt", "e2e")) >= a["target_attainment"]
+    assert a["sustained_rps"] >= a["rps"] == 4.0
+
+
 def test_goal_cost_rents_the_cheapest_rental_that_passes(tmp_path, perf):
     """On a price list small enough to check every rental (3 x 3 counts), the rental chosen
     is the cheapest whose search finalists meet the target at --rps, the check the answer

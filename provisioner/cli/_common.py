@@ -321,8 +321,9 @@ class RichProgress:
     """`provisioner.search.Progress` drawn with rich on stderr, gone when done. unit : what a
     stage counts ("designs"); None: stages without counts, each a spinner, its label and the
     time it has taken (`provision cloud`). When stderr is not a terminal (a log, a CI job)
-    there is no bar: a stage running past `heartbeat_s` ($PROVISION_HEARTBEAT_S, default 60) prints one line on stderr per period,
-    so a search of minutes is seen working; shorter runs print nothing."""
+    there is no bar: every `heartbeat_s` ($PROVISION_HEARTBEAT_S, default 60) of the run, a
+    line on stderr names the stage it is in and for how long, so a search of minutes is seen
+    working; shorter runs print nothing."""
 
     def __init__(self, unit: str | None = "designs", heartbeat_s: float | None = None):
         self.unit = unit

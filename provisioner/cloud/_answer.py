@@ -126,7 +126,8 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
     # the two cores lengthens the plan's own time by about a second on coding, and the whole
     # answer comes 4-5 s sooner (benchmarks/results/cloud_beside.md); started only once the
     # plan was chosen, the answer came no sooner and the plan no faster.
-    with beside(best_chunked_non_split, ctx, traces, target, seed, budgets, rescore_engine,
+    asked = rps if goal != "throughput" else None   # a rate each plan's rating checks too
+    with beside(best_chunked_non_split, ctx, traces, target, seed, budgets, rescore_engine, None, asked,
                 parallel=bool(budgets) and rescore_engine == "des") as chunked:
         progress.start(f"searching split plans of {inventory.n_gpus} GPUs (tabu search)")
         ranked = finalist_plans(ctx, seed)
@@ -136,17 +137,18 @@ def plan_cloud(inventory, llm, perf, traces, *, goal="rps", rps=None, kv_bits=16
             # own finalists sustained at most 0.46 req/s, that plan 1.35)
             ranked.append((met_plan, score(ctx.scorer, met_plan)))
         progress.start(f"simulating the {len(ranked)} best split plans for the rate each sustains")
-        plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked)
+        plan, cap, sustained = best_by_des(ctx, traces, target, seed, engine=rescore_engine, ranked=ranked,
+                                           asked_rps=asked)
         if met_plan is not None and plan != met_plan and sustained < rps and \
                 not meets_target(ctx, plan, trace_at(traces, rps), rps, target, engine=rescore_engine):
             # the pick misses the target at the rate rented for: the plan checked there is the answer
             plan, cap = met_plan, score(ctx.scorer, met_plan)
-            sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine)
+            sustained = sustained_rps(ctx, plan, traces, cap, target, engine=rescore_engine, asked_rps=asked)
         plan_s = time.perf_counter() - t0
         progress.start("searching and simulating non-split plans (the comparison)")
         ns_finalists = finalist_plans(ctx, seed, phases=("both",))   # shared by both non-split comparisons
         ns_plan, ns_cap, ns_sustained = best_by_des(ctx, traces, target, seed, phases=("both",), engine=rescore_engine,
-                                                    ranked=ns_finalists)
+                                                    ranked=ns_finalists, asked_rps=asked)
         bound = bound or bounds(ctx)
         carried = max(cap or 0.0, sustained or 0.0, ns_cap or 0.0, ns_sustained or 0.0)
         if crawls:
@@ -424,13 +426,14 @@ def _best_first(scorer, scored):
 
 
 def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalists=FINALISTS, engine="des",
-                chunk_tokens=0, ranked=None):
+                chunk_tokens=0, ranked=None, asked_rps=None):
     """(plan, predicted rps, sustained rps): the tabu search's `finalists` best plans by the
     analytic score, re-scored by the rate the simulation (`engine`) sustains at the target
     attainment (the analytic score ranks; the simulation decides among the best it found).
     (None, 0.0, 0.0) when there is no plan of `phases` (`no_split_plan_reason`).
     chunk_tokens : chunked-prefill budget of non-split replicas in the simulation (0: off).
-    ranked : `finalist_plans(ctx, seed, phases, finalists)` when the caller has it already."""
+    ranked : `finalist_plans(ctx, seed, phases, finalists)` when the caller has it already.
+    asked_rps : as `sustained_rps`'s."""
     if ranked is None:
         ranked = finalist_plans(ctx, seed, phases, finalists)
     if not ranked:
@@ -439,7 +442,7 @@ def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalis
     best = None   # (sustained rps, predicted rps, plan)
     for p, cap in ranked:   # a finalist's bisection stops once it cannot reach the best rate so far
         sustained = sustained_rps(ctx, p, traces, cap, target, split=split, engine=engine, chunk_tokens=chunk_tokens,
-                                  below=best[0] if best else None)
+                                  below=best[0] if best else None, asked_rps=asked_rps)
         if sustained is not None and (best is None or (sustained, cap) > best[:2]):
             best = (sustained, cap, p)
     sustained, cap, plan = best
@@ -447,23 +450,24 @@ def best_by_des(ctx, traces, target, seed, phases=("prefill", "decode"), finalis
 
 
 def chunked_non_split_by_budget(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des",
-                                ranked=None) -> list:
+                                ranked=None, asked_rps=None) -> list:
     """[(plan, predicted rps, sustained rps, chunk budget)]: `best_by_des` of the non-split
     plans once per budget. The analytic score ignores chunking, so the finalists are the
     unchunked comparison's (searched once: `ranked`, or here); only the simulation sees what
-    chunking changes."""
+    chunking changes. asked_rps : as `sustained_rps`'s."""
     if ranked is None:
         ranked = finalist_plans(ctx, seed, phases=("both",))
     return [(*best_by_des(ctx, traces, target, seed, phases=("both",), engine=engine, chunk_tokens=c,
-                          ranked=ranked), c)
+                          ranked=ranked, asked_rps=asked_rps), c)
             for c in budgets]
 
 
-def best_chunked_non_split(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des", ranked=None):
+def best_chunked_non_split(ctx, traces, target, seed, budgets=CHUNK_TOKEN_CHOICES, engine="des", ranked=None,
+                           asked_rps=None):
     """(plan, predicted rps, sustained rps, chunk budget): the best of
     `chunked_non_split_by_budget`, by `best_by_des`'s criterion (sustained rate, then
     predicted rate; the smaller budget on a tie)."""
-    return best_of_budgets(chunked_non_split_by_budget(ctx, traces, target, seed, budgets, engine, ranked))
+    return best_of_budgets(chunked_non_split_by_budget(ctx, traces, target, seed, budgets, engine, ranked, asked_rps))
 
 
 def best_of_budgets(rated):
@@ -536,13 +540,18 @@ def meets_target(ctx, plan, trace, rate, target, split=True, engine="des", chunk
 
 
 def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chunk_tokens=0,
-                  below=None) -> float | None:
+                  below=None, asked_rps=None) -> float | None:
     """Highest rate (bisection on `engine`, traces nested across rates) at which every
     metric's attainment is >= target; 0 when even a tiny rate misses it. chunk_tokens:
     chunked-prefill budget of a non-split plan's replicas (0: whole prompts).
     below : a rate to beat (the best of other plans): None as soon as the bisection's top
         falls to it or under, as the whole bisection would end under it (it takes the same
         steps up to there, so a plan that can reach it is rated as without `below`).
+    asked_rps : the question's rate: a bisection ending under it checks it too, and a plan
+        meeting the target there is rated at it. The bisection's probes below that rate hold
+        fewer requests (a window of the same length), on which one miss can break 99%: the
+        rental `--goal cost` chose for 4 req/s, meeting 99% there on 80 requests (20 s), was
+        rated 2.85 req/s (one miss of 57), under the rate it was rented for.
 
     Every probe holds at least MIN_REQUESTS requests (below that 1% is not even one
     request): under the rate whose window holds that many (the floor), a probe is the
@@ -572,6 +581,8 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     if below is not None and hi <= below:
         return None
+    if asked_rps is not None and lo < asked_rps and ok(asked_rps):
+        return float(asked_rps)
     return lo   # a rate that passed, 0 when none did (rounding could move it past one that did not)
 
 
