@@ -262,6 +262,19 @@ def test_a_family_with_nothing_feasible_says_what_binds():
         res.family("splitwise-aa")   # was a bare KeyError
 
 
+def test_a_budget_a_cost_answer_spends_sustains_its_load():
+    """`--goal cost --rps 14` verified splitwise-hh 7P+2T at $342/h; `--goal throughput` at
+    $342/h called the budget infeasible: its six 3% steps under the search trace's 17.3 req/s,
+    among the designs that sustained that load only, never passed the re-check."""
+    family = ("splitwise-hh",)
+    cost = provision(ProvisionRequest(goal="cost", rps=14, families=family)).family("splitwise-hh")
+    assert cost.feasible
+    budget = cost.row["cost_usd_per_h"]
+    most = provision(ProvisionRequest(goal="throughput", cost_budget_usd_per_h=budget, families=family))
+    fr = most.family("splitwise-hh")
+    assert fr.feasible and fr.row["cost_usd_per_h"] <= budget and fr.sustainable_rps >= 14
+
+
 def test_a_budget_that_buys_nothing_says_so():
     res = provision(ProvisionRequest(goal="throughput", cost_budget_usd_per_h=50.0,
                                      families=("splitwise-hh",), **QUICK))

@@ -3,8 +3,9 @@
 
 The designs the budget affords at most (none dominated by another affordable one) are
 raced by bisection on the load (`_throughput.max_sustainable_rps`); the sustaining ones,
-cheapest in the budget's currency first, go to `_finalise.choose`. A claim that fails the
-discrete-event re-check is lowered step by step and re-checked.
+cheapest in the budget's currency first, go to `_finalise.choose`. A load at which no design
+passes the discrete-event re-check is lowered in 3% steps, then bisected (`_verified_rps`),
+every affordable design competing again at each load tried.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from ._space import FamilySpace
 from ._throughput import MIN_REQUESTS, max_sustainable_rps
 
 THROUGHPUT_MAX_CANDIDATES = 96  # designs raced per family (best capacity estimates first)
-THROUGHPUT_VERIFY_STEP = 0.03   # a sustainable rps that fails the DES is lowered by 3% and retried
-THROUGHPUT_VERIFY_TRIES = 6
+THROUGHPUT_VERIFY_STEP = 0.03   # a sustainable rps that fails the DES is lowered by 3% and retried,
+THROUGHPUT_VERIFY_TRIES = 6     # this many times; then bisected down to
+THROUGHPUT_VERIFY_FLOOR = 0.5   # this fraction of the search trace's rps, in as many re-checks
 
 
 class _Evaluators:
@@ -86,7 +88,7 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     order = np.lexsort((-frame["min_margin"].to_numpy(float), np.round(obj, 9)))
     alive, obj = alive.take(order), obj[order]
     if req.verify:
-        rps, choice = _verified_rps(problem, family, alive, obj, evs, rps)
+        rps, choice = _verified_rps(problem, family, cand, frame, alive, obj, evs, rps)
         if choice.design is None:
             return infeasible(problem, family, evs.counter, bound, alive, searcher, evaluated=evs.scored(),
                               reason=choice.reason, verification=choice.verification, rps=rps)
@@ -101,15 +103,55 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     return fr
 
 
-def _verified_rps(problem: SearchProblem, family: str, alive: DesignBatch, obj: np.ndarray, evs: _Evaluators,
-                  rps: float) -> tuple[float, Choice]:
-    """The highest load (from `rps` down, in steps) at which a design passes the re-check."""
-    for _ in range(THROUGHPUT_VERIFY_TRIES):
-        choice = choose(problem, family, alive, obj, evs.at(rps), rps)
+def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame: pd.DataFrame, alive: DesignBatch,
+                  obj: np.ndarray, evs: _Evaluators, rps: float) -> tuple[float, Choice]:
+    """The highest load at which a design passes the re-check: the search trace's `rps`
+    (its designs `alive`, cheapest first, `obj`; `frame` their rows, `candidate` their
+    index in `cand`), else the first of THROUGHPUT_VERIFY_TRIES loads THROUGHPUT_VERIFY_STEP
+    apart under it, else the best of a bisection from the last of them down to
+    THROUGHPUT_VERIFY_FLOOR x `rps`. Under `rps` every affordable design of `cand` competes
+    again. With none passing, the lowest load tried and its failure.
+
+    Stepping among the designs that sustained the search trace's load only, and no further,
+    called $342/h of splitwise-hh infeasible at 14.49 req/s (a load never tried) where
+    `--goal cost --rps 14` verified 7P+2T at $342/h, and rated $1216/h 68.32 req/s
+    (25P+7T) where 26P+6T, at the same cost, passes the re-check at 70.37."""
+    choice = choose(problem, family, alive, obj, evs.at(rps), rps)
+    if choice.design is not None:
+        return rps, choice
+    everyone, every_obj = _cheapest_first(problem, cand, frame)
+
+    def attempt(load: float) -> Choice:
+        return choose(problem, family, everyone, every_obj, evs.at(load), load)
+
+    failed, load = (rps, choice), rps
+    for _ in range(THROUGHPUT_VERIFY_TRIES):   # the steps' first pass is the answer
+        load = float(f"{load / (1 + THROUGHPUT_VERIFY_STEP):.4g}")
+        choice = attempt(load)
         if choice.design is not None:
-            return rps, choice
-        rps = float(f"{rps / (1 + THROUGHPUT_VERIFY_STEP):.4g}")
-    return rps, choice
+            return load, choice
+        failed = (load, choice)
+    passed, lo, hi = None, rps * THROUGHPUT_VERIFY_FLOOR, load
+    for _ in range(THROUGHPUT_VERIFY_TRIES):
+        load = float(f"{np.sqrt(lo * hi):.4g}")
+        if not lo < load < hi:
+            break
+        choice = attempt(load)
+        if choice.design is not None:
+            passed, lo = (load, choice), load
+        else:
+            failed, hi = (load, choice), load
+    return passed or failed
+
+
+def _cheapest_first(problem: SearchProblem, cand: DesignBatch, frame: pd.DataFrame) -> tuple[DesignBatch, np.ndarray]:
+    """Every design of `cand`, cheapest in the budget's currency first; at equal cost those
+    that sustained the search trace's load (`frame`) first, widest margin first."""
+    obj = problem.objective_values(cand, problem.budget_key)
+    margin = np.full(len(cand), np.inf)
+    margin[frame["candidate"].to_numpy()] = -frame["min_margin"].to_numpy(float)
+    order = np.lexsort((margin, np.round(obj, 9)))
+    return cand.take(order), obj[order]
 
 
 def budget_candidates(problem: SearchProblem, space: FamilySpace) -> DesignBatch | None:
