@@ -86,7 +86,7 @@ def main() -> None:
             f"plan s | plan CPU s | split rps | non-split rps | ratio | prefill / decode replicas |\n"
             f"|---|---|---|---|---|---|---|---|\n")
     tail = (f"\n\nAt equal attainment (32 GPUs): the highest rate at which the {engine.upper()} keeps 99% of requests "
-            "within every p99 limit (bisection on nested 600-s traces), for the best of the tabu search's five "
+            "within each metric's p99 limit (bisection on nested 600-s traces), for the best of the tabu search's five "
             "best plans by the analytic score, as `provision cloud` answers; dispatch by least queued work within "
             "the routing shares (SEMANTICS.md, \"Cloud plans\"). Replicas: the split plan's prefill / decode and "
             f"the non-split plan's; GPUs per type as prefill / decode; plan s: search and {engine.upper()} re-scoring of the "

@@ -12,6 +12,7 @@ import warnings
 from html import escape
 from importlib import resources
 
+from ._base import CURVE_DURATION_S
 from ._data import CHECK_NAMES, ReportData
 
 VENDORED_BUNDLE = "plotly-cartesian.min.js"
@@ -31,9 +32,11 @@ SECTIONS = {
                "Designs that meet every SLO, across families. Large outlined markers are the Pareto frontier: "
                "no other design is cheaper, lower-power and higher-throughput at once."),
     "load": ("Latency vs. load",
-             "Each family's answer re-simulated (fluid engine, same workload and seed) from a quarter to 1.5x "
-             "of the goal's rate: p50/p90/p99 of TTFT, TBT and E2E as slowdowns against the same request alone, "
-             "with the SLO limit dashed (Splitwise Fig. 16). Hover for milliseconds."),
+             f"Each family's answer re-simulated (fluid engine, same workload and seed, on a "
+             f"{CURVE_DURATION_S:g}-s trace: at 1x its percentiles differ a little from the answer's, simulated on "
+             "the question's trace) from a quarter to 1.5x of the goal's rate: p50/p90/p99 of TTFT, TBT and E2E as "
+             "slowdowns against the same request alone, with the SLO limit dashed (Splitwise Fig. 16). Hover for "
+             "milliseconds."),
     "summary": ("Summary",
                 "Each family's answer normalized to the baseline (Splitwise Figs. 18-19)."),
     "workload": ("Workload", "Request sizes and arrivals of the question's trace (same seed)."),
