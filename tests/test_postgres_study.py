@@ -1,10 +1,11 @@
 """Two worker processes on one PostgreSQL study (`--study postgresql://...`).
 
 The test starts a throwaway PostgreSQL server of its own (Debian's `postgresql` package:
-`initdb` + `pg_ctl`, a Unix socket in a temporary directory, no TCP port) and FAILS,
-never skips, when it cannot: `.ci/run` installs the package, so a missing server is a
-broken CI, not an optional feature. Run as root, the server runs as the `postgres` user
-(PostgreSQL refuses root).
+`initdb` + `pg_ctl`, a Unix socket in a temporary directory, no TCP port). Under CI
+(`CI` set, as `.ci/run` is run) it FAILS when there is none: `.ci/run` installs the
+package, so a missing server is a broken CI, not an optional feature. Elsewhere (a
+newcomer's quick start) it skips, saying how to install one. Run as root, the server runs
+as the `postgres` user (PostgreSQL refuses root).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _bindir() -> Path:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3]))
     pg_ctl = found[-1] if found else shutil.which("pg_ctl")
     if pg_ctl is None:
-        pytest.fail(f"no PostgreSQL server binaries (pg_ctl, initdb) on this machine: {INSTALL_HINT}")
+        missing = pytest.fail if os.environ.get("CI") else pytest.skip
+        missing(f"no PostgreSQL server binaries (pg_ctl, initdb) on this machine: {INSTALL_HINT}")
     return Path(pg_ctl).parent
 
 
