@@ -224,8 +224,9 @@ def _render(a: dict) -> None:
     from ..cloud import REPLICA_COLUMNS, load_text, rented_text, replica_cells
     from ._common import console as make_console
     con = make_console()
+    nodes = "rented" if a["goal"] == "cost" else "nodes"   # a fixed inventory is not rented: it is given
     con.print(f"{a['inventory']}: {a['model']} on {a['workload']}, {a['cost_usd_per_h']:.3f} $/h, planned in "
-              f"{a['elapsed_s']:.2f} s; rented {rented_text(a['rented'])}")
+              f"{a['elapsed_s']:.2f} s; {nodes} {rented_text(a['rented'])}")
     con.print(f"network: {a['network']}; {a['kv_bits']}-bit KV on the wire")
     none = a.get("no_split_plan")   # no split plan on this inventory: the non-split plan is the answer
     if none:

@@ -263,7 +263,7 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
         verdict = (f"cannot serve {obj['slo']['unservable_requests']} request(s): their KV cache is larger than "
                    f"any machine of the design holds")
     console.print(f"{verdict}; ${obj['cost_usd_per_h']:.1f}/h, {obj['power_kw']:.1f} kW, "
-                  f"throughput {obj['throughput_rps']:.1f} req/s")
+                  f"throughput {obj['throughput_rps']:.1f} req/s (requests / time to the last finish)")
     console.print(speed)
 
 
