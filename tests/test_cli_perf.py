@@ -215,6 +215,10 @@ def test_plot_of_the_profile_model_says_why_it_asks_for_a_held_out_split(tmp_pat
         "2 configuration points that rounds to at least one) (--latency-interp grid draws the roofline where the "
         "profile does not cover a point, fitted on a held-out split as `perf plot` draws it)"), err
     assert not (tmp_path / "x.html").exists()
+    # a bad flag of its own says nothing of the split
+    code, _, err = _run_in_process(capsys, monkeypatch, tmp_path, "perf", "plot", "--profile", "p.csv",
+                                   "--latency-interp", "grid", "--seed", "-1", "--out", "x.html")
+    assert code == 2 and err.strip() == "error: --seed must be a whole number in [0, 2**63) (got -1)", err
 
 
 def test_calibrate_takes_splitwisesims_header(tmp_path, capsys, monkeypatch):

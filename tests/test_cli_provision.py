@@ -183,8 +183,7 @@ def test_report_is_written(tmp_path):
     ([], "splitwise-hhcap: 3 prompt + 2 token machines, token pool at 50% of TDP —"),
     # an override of the cap that defines the family is run, and named, never passed off as the family's own
     (["--token-power-cap", "1.0"],
-     "splitwise-hhcap: 3 prompt + 2 token machines, token pool at 100% of TDP (--token-power-cap; the family's own "
-     "50%) —"),
+     "splitwise-hhcap: 3 prompt + 2 token machines, token pool at 100% of TDP (the family's own: 50%) —"),
 ])
 def test_simulate_names_the_power_caps_it_ran(capsys, flags, expected):
     from provisioner.cli import run as run_in_process
@@ -211,7 +210,31 @@ def test_a_long_run_off_a_terminal_says_what_it_is_doing():
     assert beats and all(line.endswith(" s)") for line in beats), proc.stderr
 
 
-@pytest.mark.parametrize("value", ["x", "0", "-1", "inf"])
+@pytest.mark.parametrize("value", ["x", "0", "-1", "inf", "1e300", "1e-300"])   # 1e300: threading's wait overflowed
 def test_a_bad_heartbeat_period_is_one_line(value):
     assert_user_error(_run_with_env({"PROVISION_HEARTBEAT_S": value}, "--goal", "cost", "--rps", "2", "--duration",
                                     "5", "--design", "splitwise-hh"), "PROVISION_HEARTBEAT_S must be a number")
+
+
+def test_the_heartbeat_never_writes_to_stdout_when_stderr_is_closed():
+    """With fd 2 closed, sys.stderr is None and print(file=None) wrote the heartbeat into the JSON."""
+    import os
+
+    proc = subprocess.run([PROVISION, "--goal", "cost", "--rps", "2", "--duration", "5", "--design",
+                           "splitwise-hh", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          timeout=240, env={**os.environ, "PROVISION_HEARTBEAT_S": "0.01"},
+                          preexec_fn=lambda: os.close(2))
+    assert proc.returncode == 0
+    json.loads(proc.stdout)
+
+
+def test_simulate_from_result_of_a_custom_family_prints_its_table(tmp_path, capsys):
+    """A custom family has no caps of its own: the title's caps looked its spec up and
+    refused the answer, after the simulation, naming a --design flag never typed."""
+    from provisioner.cli import run as run_in_process
+
+    assert run_in_process(["--goal", "cost", "--rps", "2", "--duration", "10", "--design", "baseline-custom",
+                           "--prompt-machine-types", "dgx-h100", "--trials", "8", "--no-verify", "--json"]) == 0
+    (tmp_path / "custom.json").write_text(capsys.readouterr().out)
+    assert run_in_process(["simulate", "--from-result", str(tmp_path / "custom.json")]) == 0
+    assert " ".join(capsys.readouterr().out.split()).startswith("baseline-custom: ")

@@ -98,18 +98,23 @@ def saving_text(answer: dict) -> str:
     """The cost saving of an answer of `provision autoscale --json` in words: "saves 12.3%
     of the cost", or, where the autoscaled day costs more (a flat day, on which the target
     load keeps more machines than the peak's static cluster), "costs 16.0% more than the
-    static cluster", never a negative saving."""
-    pct = float(answer["saving_pct"])
-    return f"saves {pct:.1f}% of the cost" if pct >= 0 else f"costs {-pct:.1f}% more than the static cluster"
+    static cluster", never a negative saving (compared as printed: -0.04% saves 0.0%)."""
+    pct = round(float(answer["saving_pct"]), 1)
+    return f"saves {abs(pct):.1f}% of the cost" if pct >= 0 else f"costs {-pct:.1f}% more than the static cluster"
 
 
 def saving_parts(answer: dict) -> str:
-    """The machine-hours and energy savings in words ("12.3% of the machine-hours" or
-    "4.0% more machine-hours"), for after `saving_text`."""
-    def part(pct: float, what: str, more: str) -> str:
-        return f"{pct:.1f}% of the {what}" if pct >= 0 else f"{-pct:.1f}% {more}"
-    return (f"{part(float(answer['machine_hours_saving_pct']), 'machine-hours', 'more machine-hours')}, "
-            f"{part(float(answer['energy_saving_pct']), 'energy', 'more energy')}")
+    """The machine-hours and energy savings in words, for after `saving_text`: "12.3% of the
+    machine-hours" (a saving, as the cost's), "4.0% more machine-hours", or "saves 2.5% of
+    the energy" after a cost that rose."""
+    cost_saved = round(float(answer["saving_pct"]), 1) >= 0
+
+    def part(key: str, what: str) -> str:
+        pct = round(float(answer[key]), 1)
+        if pct < 0:
+            return f"{-pct:.1f}% more {what}"
+        return f"{'' if cost_saved else 'saves '}{abs(pct):.1f}% of the {what}"
+    return f"{part('machine_hours_saving_pct', 'machine-hours')}, {part('energy_saving_pct', 'energy')}"
 
 
 def saving_caveat(answer: dict) -> str:

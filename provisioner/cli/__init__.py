@@ -9,6 +9,7 @@ naming the saved traceback and exit 1. Never a traceback on the terminal.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -76,11 +77,29 @@ def get_app() -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    _open_closed_stderr()
     signal.signal(signal.SIGTERM, on_sigterm)   # as Ctrl-C: workers stopped, one line (exit 143)
     code = run(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)   # the work is done: a late SIGTERM just ends the exit
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the work is done: a late Ctrl-C must not break the exit
     raise SystemExit(code)
+
+
+def _open_closed_stderr() -> None:
+    """Run with standard error closed (`2>&-`), Python's sys.stderr is None: the worker pool
+    (loky) failed on flushing it, and a print to it wrote to stdout. Messages then go to
+    /dev/null, as to a closed stream; the answer on stdout is whole."""
+    if sys.stderr is not None:
+        return
+    try:
+        os.fstat(2)
+    except OSError:   # fd 2 free: the lowest free descriptor, or moved there
+        fd = os.open(os.devnull, os.O_WRONLY)
+        if fd != 2:
+            os.dup2(fd, 2)
+            os.close(fd)
+        os.set_inheritable(2, True)   # os.open's descriptors close on exec: worker processes need it too
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -300,6 +300,7 @@ def input_files(*paths) -> tuple:
 
 HEARTBEAT_S = 60.0   # off a terminal, a long stage says what it is doing this often
 HEARTBEAT_ENV = "PROVISION_HEARTBEAT_S"   # ... or as often as this says (seconds)
+HEARTBEAT_RANGE_S = (0.01, 1e9)   # shorter floods stderr; longer overflows threading's wait
 
 
 def heartbeat_period_s() -> float:
@@ -311,9 +312,10 @@ def heartbeat_period_s() -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value < float("inf"):
-        raise ProvisionerError(f"{HEARTBEAT_ENV} must be a number of seconds > 0 (got {text!r}): set it so, or "
-                               f"unset it for one line every {HEARTBEAT_S:g} s")
+    low, high = HEARTBEAT_RANGE_S
+    if not low <= value <= high:
+        raise ProvisionerError(f"{HEARTBEAT_ENV} must be a number of seconds from {low:g} to {high:g} (got "
+                               f"{text!r}): set it so, or unset it for one line every {HEARTBEAT_S:g} s")
     return value
 
 
@@ -343,7 +345,8 @@ class RichProgress:
         self._stage = None   # (label, total, start time) of the running stage, for the heartbeat
         self._count = 0
         self._stop = None
-        if not console.is_terminal:
+        self._stream = sys.stderr   # None when fd 2 was closed: then print() would write to stdout
+        if not console.is_terminal and self._stream is not None:
             self._stop = threading.Event()
             threading.Thread(target=self._beat, name="provision-heartbeat", daemon=True).start()
         return self
@@ -378,6 +381,6 @@ class RichProgress:
             label, total, t0 = stage
             count = f" {self._count:,}/{total:,} {self.unit}" if total and self.unit else ""
             try:
-                print(f"... {label}{count} ({time.monotonic() - t0:,.0f} s)", file=sys.stderr, flush=True)
+                print(f"... {label}{count} ({time.monotonic() - t0:,.0f} s)", file=self._stream, flush=True)
             except (OSError, ValueError):   # stderr closed or gone: the run goes on, unreported
                 return

@@ -255,8 +255,10 @@ def _frame(measured: Profile | None) -> pd.DataFrame | None:
 
 
 def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int,
-                    where: str | None = None) -> CalibrationReport:
-    """`perfmodels.calibrate` with the CLI's argument checks (one-line errors naming `where`)."""
+                    where: str | None = None, why_split: str = "") -> CalibrationReport:
+    """`perfmodels.calibrate` with the CLI's argument checks (one-line errors naming `where`).
+    why_split : appended to a split that cannot be made, when the command's purpose does not
+        say why it makes one."""
     if not 0 < holdout < 1:
         raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g})")
     check_seed(seed)
@@ -274,13 +276,13 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int,
         fix = (f"use --holdout {math.ceil(51 / points) / 100:g} or more (a fraction of its {points} configuration "
                f"points that rounds to at least one)" if points >= 2 else
                f"add measurements (it has {points} configuration point: none to hold out)")
-        raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {gpu}; {fix}")
+        raise ProvisionerError(f"--holdout {holdout:g} leaves no held-out points for {gpu}; {fix}{why_split}")
     if len(no_trained):   # every point held out: nothing left to fit
         gpu = no_trained[0]
         points = int(held[gpu])
         raise ProvisionerError(f"--holdout {holdout:g} holds out every configuration point of {gpu}, leaving none "
                                f"to fit; use --holdout {math.floor((points - 0.51) / points * 100) / 100:g} or less "
-                               f"(a fraction of its {points} points that leaves at least one)")
+                               f"(a fraction of its {points} points that leaves at least one){why_split}")
     return report
 
 
@@ -380,14 +382,12 @@ def plot_command(
     _check_out(out, force, "--out")
     measured = _read_profile(profile)
     df = _frame(measured)
-    try:
-        report = run_calibration(df, holdout, seed, where=None if profile is None else f"--profile '{profile}'")
-    except ProvisionerError as e:
-        if latency_interp is None:
-            raise
-        # the split is not the measured-profile model's: say why it is asked for at all
-        raise ProvisionerError(f"{e} (--latency-interp {latency_interp} draws the roofline where the profile does "
-                               f"not cover a point, fitted on a held-out split as `perf plot` draws it)") from None
+    # the split is not the measured-profile model's: say why it is made at all
+    why = ("" if latency_interp is None else f" (--latency-interp {latency_interp} draws the roofline where the "
+                                              f"profile does not cover a point, fitted on a held-out split as "
+                                              f"`perf plot` draws it)")
+    report = run_calibration(df, holdout, seed, where=None if profile is None else f"--profile '{profile}'",
+                             why_split=why)
     data = perf_plot_data(report, df, holdout_fraction=holdout, seed=seed)
     if latency_interp is not None:
         from perfmodels import ProfileLatencyModel, load_profile_model

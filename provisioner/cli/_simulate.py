@@ -269,16 +269,20 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
 
 def _power_caps_text(d: dict) -> str:
     """The pools' GPU power caps, when any is below TDP or not the family's own (a hhcap
-    design run at --token-power-cap 1.0 is uncapped, and its title says so)."""
-    spec = family_spec(d["family"])
+    design run at --token-power-cap 1.0 is uncapped, and its title says so). A custom
+    family has no caps of its own: only caps below TDP are named."""
+    from ..designs import FAMILY_SPECS
+
+    spec = FAMILY_SPECS.get(d["family"])
     text = ""
     for pool, name in (("prompt", "prompt pool" if d["token_machines"] else "machines"), ("token", "token pool")):
-        cap, own = d.get(f"{pool}_power_cap"), getattr(spec, f"{pool}_power_cap")
+        cap = d.get(f"{pool}_power_cap")
+        own = getattr(spec, f"{pool}_power_cap") if spec is not None else 1.0
         if cap is None or (pool == "token" and not d["token_machines"]) or (cap == 1.0 and own == 1.0):
             continue
         text += f", {name} at {100 * cap:g}% of TDP"
-        if cap != own:
-            text += f" (--{pool}-power-cap; the family's own {100 * own:g}%)"
+        if spec is not None and cap != own:
+            text += f" (the family's own: {100 * own:g}%)"
     return text
 
 

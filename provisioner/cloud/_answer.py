@@ -33,6 +33,7 @@ BISECTION_STEPS = 8   # the sustained rate to 1.2 x capacity / 256
 FINALISTS = 5        # plans the simulation re-scores after the tabu search
 RENTAL_SEARCH_STEPS = 30   # --goal cost: the shorter search of each candidate rental
 MIN_REQUESTS = 20     # the bisection's lowest rate: this many requests in the trace window
+ASKED_RPS_REACH = 1.5   # a bisection ending under --rps checks it when its lowest miss is within this factor
 # The chunked non-split comparison's budget: one budget, not the families' four (each is a
 # bisection per finalist). On thunderserve-32gpu (benchmarks/results/cloud.md) 512 is the
 # best on coding and within 1% of the best (2048) on conversation.
@@ -547,8 +548,9 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
     below : a rate to beat (the best of other plans): None as soon as the bisection's top
         falls to it or under, as the whole bisection would end under it (it takes the same
         steps up to there, so a plan that can reach it is rated as without `below`).
-    asked_rps : the question's rate: a bisection ending under it checks it too, and a plan
-        meeting the target there is rated at it. The bisection's probes below that rate hold
+    asked_rps : the question's rate: a bisection ending under it, with its lowest miss within
+        ASKED_RPS_REACH of it, checks it too, and a plan meeting the target there is rated at
+        it (also when the bisection stopped at `below`, if `asked_rps` is `below` or more). The bisection's probes below that rate hold
         fewer requests (a window of the same length), on which one miss can break 99%: the
         rental `--goal cost` chose for 4 req/s, meeting 99% there on 80 requests (20 s), was
         rated 2.85 req/s (one miss of 57), under the rate it was rented for.
@@ -574,16 +576,24 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
         if not ok(hi):
             break
         lo, hi = hi, hi * 1.5
+    def at_asked():
+        """`asked_rps` when it was not reached but lies within ASKED_RPS_REACH of the lowest
+        miss, can rate the plan at `below` or more, and passes; else None."""
+        if asked_rps is None or not lo < asked_rps <= hi * ASKED_RPS_REACH:
+            return None
+        if below is not None and asked_rps < below:
+            return None
+        return float(asked_rps) if ok(asked_rps) else None
+
     for _ in range(BISECTION_STEPS):
         if below is not None and hi <= below:
-            return None
+            return at_asked()
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     if below is not None and hi <= below:
-        return None
-    if asked_rps is not None and lo < asked_rps and ok(asked_rps):
-        return float(asked_rps)
-    return lo   # a rate that passed, 0 when none did (rounding could move it past one that did not)
+        return at_asked()
+    asked = at_asked()
+    return lo if asked is None else asked   # lo: a rate that passed, 0 when none did
 
 
 def replan(ctx, plan, routed, before, llm, perf, trace, rps, slo_scale, kv_bits, seed, engine="des", node=None,
