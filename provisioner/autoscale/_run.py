@@ -20,8 +20,8 @@ from ._calibrate import Calibration, calibrate
 from ._policy import MAX_MACHINES, AutoscalePolicy, ScalingSchedule, plan_scaling
 
 __all__ = ["AutoscaleResult", "ClusterDay", "Sizing", "autoscale", "check_floor", "machine_hours", "measures_text",
-           "saving_caveat", "saving_text", "saving_parts", "size_for_peak", "size_for_windows", "run_closed_loop", "SIZING_BATCH",
-           "MAX_STATIC_MACHINES"]
+           "saving_caveat", "saving_text", "saving_parts", "size_for_peak", "size_for_windows", "run_closed_loop",
+           "SIZING_BATCH", "MAX_STATIC_MACHINES"]
 
 SIZING_BATCH = 32            # machine counts scored per batched simulation when sizing the static cluster
 MAX_STATIC_MACHINES = 1024

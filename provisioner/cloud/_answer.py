@@ -550,7 +550,8 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
         steps up to there, so a plan that can reach it is rated as without `below`).
     asked_rps : the question's rate: a bisection ending under it, with its lowest miss within
         ASKED_RPS_REACH of it, checks it too, and a plan meeting the target there is rated at
-        it (also when the bisection stopped at `below`, if `asked_rps` is `below` or more). The bisection's probes below that rate hold
+        it (also when the bisection stopped at `below`, if `asked_rps` is `below` or more).
+        The bisection's probes below that rate hold
         fewer requests (a window of the same length), on which one miss can break 99%: the
         rental `--goal cost` chose for 4 req/s, meeting 99% there on 80 requests (20 s), was
         rated 2.85 req/s (one miss of 57), under the rate it was rented for.
@@ -576,6 +577,7 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
         if not ok(hi):
             break
         lo, hi = hi, hi * 1.5
+
     def at_asked():
         """`asked_rps` when it was not reached but lies within ASKED_RPS_REACH of the lowest
         miss, can rate the plan at `below` or more, and passes; else None."""

@@ -114,8 +114,9 @@ def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame:
 
     Stepping among the designs that sustained the search trace's load only, and no further,
     called $342/h of splitwise-hh infeasible at 14.49 req/s (a load never tried) where
-    `--goal cost --rps 14` verified 7P+2T at $342/h, and rated $1216/h 68.32 req/s
-    (25P+7T) where 26P+6T, at the same cost, passes the re-check at 70.37."""
+    `--goal cost --rps 14` verified 7P+2T at $342/h (now 14.5 req/s). The steps keep their
+    3% resolution: $1216/h of splitwise-hh sustains 68.3 req/s here, where `--goal cost
+    --rps 70` verifies 26P+6T at $1216/h."""
     choice = choose(problem, family, alive, obj, evs.at(rps), rps)
     if choice.design is not None:
         return rps, choice
