@@ -604,6 +604,8 @@ def test_a_cost_over_the_static_cluster_is_not_a_negative_saving():
     answer.update(saving_pct=-0.04, machine_hours_saving_pct=-0.0)   # as printed: no "costs 0.0% more", no "-0.0%"
     assert (saving_text(answer), saving_parts(answer)) == \
         ("saves 0.0% of the cost", "0.0% of the machine-hours, 2.5% of the energy")
+    answer.update(saving_pct=3.0, machine_hours_saving_pct=-2.0)   # a saving after "more" says so
+    assert saving_parts(answer) == "2.0% more machine-hours, saves 2.5% of the energy"
 
 
 def test_a_saving_that_misses_the_slos_says_so():

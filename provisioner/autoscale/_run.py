@@ -105,16 +105,18 @@ def saving_text(answer: dict) -> str:
 
 def saving_parts(answer: dict) -> str:
     """The machine-hours and energy savings in words, for after `saving_text`: "12.3% of the
-    machine-hours" (a saving, as the cost's), "4.0% more machine-hours", or "saves 2.5% of
-    the energy" after a cost that rose."""
-    cost_saved = round(float(answer["saving_pct"]), 1) >= 0
-
-    def part(key: str, what: str) -> str:
+    machine-hours" (a saving, as the phrase before it), "4.0% more machine-hours", or
+    "saves 2.5% of the energy" after a phrase that said "more"."""
+    after_more = round(float(answer["saving_pct"]), 1) < 0   # saving_text said "costs ... more"
+    parts = []
+    for key, what in (("machine_hours_saving_pct", "machine-hours"), ("energy_saving_pct", "energy")):
         pct = round(float(answer[key]), 1)
         if pct < 0:
-            return f"{-pct:.1f}% more {what}"
-        return f"{'' if cost_saved else 'saves '}{abs(pct):.1f}% of the {what}"
-    return f"{part('machine_hours_saving_pct', 'machine-hours')}, {part('energy_saving_pct', 'energy')}"
+            parts.append(f"{-pct:.1f}% more {what}")
+        else:
+            parts.append(f"{'saves ' if after_more else ''}{abs(pct):.1f}% of the {what}")
+        after_more = pct < 0
+    return ", ".join(parts)
 
 
 def saving_caveat(answer: dict) -> str:

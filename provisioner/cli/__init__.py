@@ -93,13 +93,16 @@ def _open_closed_stderr() -> None:
         return
     try:
         os.fstat(2)
-    except OSError:   # fd 2 free: the lowest free descriptor, or moved there
+    except OSError:   # fd 2 free: /dev/null there, for this process and its workers
         fd = os.open(os.devnull, os.O_WRONLY)
         if fd != 2:
             os.dup2(fd, 2)
             os.close(fd)
         os.set_inheritable(2, True)   # os.open's descriptors close on exec: worker processes need it too
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        return
+    # fd 2 holds another file (a caller of main() opened one since): never write to it
+    sys.stderr = open(os.devnull, "w", encoding="utf-8")
 
 
 if __name__ == "__main__":  # pragma: no cover

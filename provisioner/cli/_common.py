@@ -314,7 +314,7 @@ def heartbeat_period_s() -> float:
         value = float("nan")
     low, high = HEARTBEAT_RANGE_S
     if not low <= value <= high:
-        raise ProvisionerError(f"{HEARTBEAT_ENV} must be a number of seconds from {low:g} to {high:g} (got "
+        raise ProvisionerError(f"{HEARTBEAT_ENV} must be a number of seconds from {low:g} to {high:,.0f} (got "
                                f"{text!r}): set it so, or unset it for one line every {HEARTBEAT_S:g} s")
     return value
 

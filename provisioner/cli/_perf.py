@@ -260,7 +260,7 @@ def run_calibration(profile: pd.DataFrame | None, holdout: float, seed: int,
     why_split : appended to a split that cannot be made, when the command's purpose does not
         say why it makes one."""
     if not 0 < holdout < 1:
-        raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g})")
+        raise ProvisionerError(f"--holdout must be a fraction in (0, 1), e.g. 0.2 (got {holdout:g}){why_split}")
     check_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an empty split's mean; reported below

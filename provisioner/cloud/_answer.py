@@ -587,9 +587,16 @@ def sustained_rps(ctx, plan, traces, cap, target, split=True, engine="des", chun
             return None
         return float(asked_rps) if ok(asked_rps) else None
 
+    def pruned() -> bool:
+        """Under `below`, with `asked_rps` under `below` or out of reach: `hi` only falls, so
+        it stays out, and the plan is rated under `below` as without it."""
+        if below is None or hi > below:
+            return False
+        return asked_rps is None or not below <= asked_rps <= hi * ASKED_RPS_REACH
+
     for _ in range(BISECTION_STEPS):
-        if below is not None and hi <= below:
-            return at_asked()
+        if pruned():
+            return None
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     if below is not None and hi <= below:
