@@ -451,3 +451,13 @@ def test_sweep_takes_cv_with_the_specs_gamma_and_never_overwrites_the_profile(tm
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--out" in err and "input" in err, err
     assert profile.read_bytes() == before
+
+
+def test_a_sweep_off_a_terminal_says_how_far_it_is(tmp_path):
+    """Its bar shows on a terminal only: in a log, a sweep of hours said nothing until its end."""
+    (tmp_path / "spec.toml").write_text('rps = [2, 3]\nfamilies = ["splitwise-hh"]\nduration_s = 5\nverify = false\n')
+    proc = subprocess.run([PROVISION, "sweep", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PROVISION_HEARTBEAT_S": "0.05"})
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^\.\.\. sweep \d/2 questions \(\d+ s\)$", proc.stderr, re.MULTILINE), proc.stderr

@@ -19,9 +19,9 @@ import typer
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, check_path_length, refuse_shipped, write_output
-from ._common import (ARRIVAL_HELP, CV_HELP, family_pools, given, input_files, latency_interp_option,
-                      latency_model_json, latency_profile_option, load_latency_model, preemption_option,
-                      check_study_path, scheduler_option, study_option, swap_space_option)
+from ._common import (ARRIVAL_HELP, CV_HELP, RichProgress, family_pools, given, input_files,
+                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
+                      preemption_option, check_study_path, scheduler_option, study_option, swap_space_option)
 
 OUTPUTS = ("results.parquet", "results.csv", "summary.html")
 # --jobs / --dask-local: processes per CPU at most. Each is a whole Python process (numba, a
@@ -99,10 +99,12 @@ def sweep_command(
     # (a progress bar on a terminal only); --study makes a long one resumable
     typer.echo(f"sweep: {len(questions):,} question{'s' * (len(questions) != 1)}"
                + ("" if study else "; a long sweep resumes after a stop with --study PATH"), err=True)
-    with _cluster(dask_scheduler, dask_local) as cluster, _Progress(len(questions)) as progress:
+    # a bar on a terminal; off one, a heartbeat line a minute (a sweep of hours in a log)
+    with _cluster(dask_scheduler, dask_local) as cluster, RichProgress(unit="questions") as progress:
+        progress.start("sweep", total=len(questions))
         backend, n_jobs, threads = cluster if cluster is not None else ("loky", jobs, None)
         table = run_sweep(questions, study=study, n_jobs=n_jobs, backend=backend, threads=threads,
-                          on_answer=progress.advance, perf=perf)
+                          on_answer=lambda _question: progress.advance(1), perf=perf)
     _write(table, paths, force, spec, inputs)
 
 
@@ -171,28 +173,3 @@ def _cluster(scheduler: str | None, local: int | None):
             if local is None:
                 n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
             yield "dask", n_workers, threads
-
-
-class _Progress:
-    """A rich progress bar over questions on stderr (nothing when stderr is not a terminal)."""
-
-    def __init__(self, total: int):
-        self.total = total
-
-    def __enter__(self):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        console = Console(stderr=True)
-        self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("questions"),
-                             TimeElapsedColumn(), console=console, transient=True,
-                             disable=not console.is_terminal)
-        self._bar.__enter__()
-        self._task = self._bar.add_task("sweep", total=self.total)
-        return self
-
-    def __exit__(self, *exc):
-        return self._bar.__exit__(*exc)
-
-    def advance(self, _question=None) -> None:
-        self._bar.advance(self._task, 1)
