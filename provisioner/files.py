@@ -23,9 +23,10 @@ from pathlib import Path
 from .errors import ProvisionerError
 
 __all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped", "resolved", "stdout_is_an_output",
-           "forget_outputs", "check_path_length"]
+           "forget_outputs", "check_path_length", "long_name_part", "NAME_MAX_BYTES"]
 
 _PATH_MAX = 4096   # Linux's PATH_MAX (bytes, with the final NUL)
+NAME_MAX_BYTES = 255   # the longest file name (one part of a path) a file system allows
 
 # Whether an output this command checked is its own standard output (`--report /dev/stdout >
 # f.html`): then the command's text summary goes to standard error, not into that file.
@@ -102,14 +103,19 @@ def refuse_shipped(path, flag: str) -> None:
                                f"of every command; write to another folder")
 
 
+def long_name_part(path) -> str | None:
+    """The first part of `path` (a file or folder name) longer than NAME_MAX_BYTES bytes, or None."""
+    return next((part for part in Path(path).parts if len(os.fsencode(part)) > NAME_MAX_BYTES), None)
+
+
 def check_path_length(path, flag: str) -> None:
     """Refuse, naming `flag`, a path with a name over 255 bytes or longer than the system's
     PATH_MAX (4,096 bytes on Linux) as a whole: the file system would refuse it later with
     ENAMETOOLONG, an internal error then."""
-    long_part = next((part for part in Path(path).parts if len(os.fsencode(part)) > 255), None)
+    long_part = long_name_part(path)
     if long_part is not None:
         raise ProvisionerError(f"{flag}: '{long_part[:40]}...' is a name of {len(os.fsencode(long_part)):,} bytes, "
-                               f"over the 255 a file system allows; give a shorter name")
+                               f"over the {NAME_MAX_BYTES} a file system allows; give a shorter name")
     whole = len(os.fsencode(os.path.abspath(path)))
     if whole >= _PATH_MAX:
         raise ProvisionerError(f"{flag}: a path of {whole:,} bytes, over the {_PATH_MAX:,} this system allows; give "

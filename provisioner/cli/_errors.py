@@ -28,6 +28,7 @@ from workloads import WorkloadError
 
 from ..workers import stop_workers
 from ..errors import ProvisionerError
+from ..files import NAME_MAX_BYTES, long_name_part
 from ._loading import EXIT_INTERRUPTED, EXIT_TERMINATED, INTERRUPTED_LINE, TERMINATED_LINE
 
 USER_ERRORS = (ProvisionerError, CatalogError, PerfModelError, WorkloadError, FileNotFoundError)
@@ -175,8 +176,8 @@ def _unexpected(exc: BaseException) -> int:
     if isinstance(cause, OSError) and cause.errno == errno.ENAMETOOLONG:   # a path the user gave, always
         name = str(cause.filename or "")
         shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
-        fix = ("give a shorter file name (at most 255 bytes a name)"
-               if any(len(os.fsencode(part)) > 255 for part in Path(name).parts) else "give a shorter path")
+        fix = (f"give a shorter file name (at most {NAME_MAX_BYTES} bytes a name)"
+               if long_name_part(name) is not None else "give a shorter path")
         return _say(f"path '{shown}' ({len(os.fsencode(name)):,} bytes): {cause.strerror or cause}; {fix}",
                     EXIT_USER_ERROR)
     if isinstance(cause, OSError) and cause.errno == errno.EBADF:   # `provision catalog >&-`

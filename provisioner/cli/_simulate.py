@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from ..designs import family_spec, make_design
+from ..designs import FAMILY_SPECS, family_spec, make_design
 from ..errors import ProvisionerError
 from ..files import check_output_path, write_output
 from ..results import design_result_json, scheduler_json
@@ -271,8 +271,6 @@ def _power_caps_text(d: dict) -> str:
     """The pools' GPU power caps, when any is below TDP or not the family's own (a hhcap
     design run at --token-power-cap 1.0 is uncapped, and its title says so). A custom
     family has no caps of its own: only caps below TDP are named."""
-    from ..designs import FAMILY_SPECS
-
     spec = FAMILY_SPECS.get(d["family"])
     text = ""
     for pool, name in (("prompt", "prompt pool" if d["token_machines"] else "machines"), ("token", "token pool")):

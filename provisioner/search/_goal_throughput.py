@@ -21,7 +21,7 @@ from ._ilp import gap_pct
 from ._problem import SearchProblem
 from ._result import FamilyResult
 from ._space import FamilySpace
-from ._throughput import MIN_REQUESTS, max_sustainable_rps
+from ._throughput import MIN_REQUESTS, _geo_mid, max_sustainable_rps
 
 THROUGHPUT_MAX_CANDIDATES = 96  # designs raced per family (best capacity estimates first)
 THROUGHPUT_VERIFY_STEP = 0.03   # a sustainable rps that fails the DES is lowered by 3% and retried,
@@ -134,7 +134,7 @@ def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame:
         failed = (load, choice)
     passed, lo, hi = None, rps * THROUGHPUT_VERIFY_FLOOR, load
     for _ in range(THROUGHPUT_VERIFY_TRIES):
-        load = float(f"{np.sqrt(lo * hi):.4g}")
+        load = float(_geo_mid(lo, hi)[0])
         if not lo < load < hi:
             break
         choice = attempt(load)
