@@ -4,8 +4,9 @@
 The designs the budget affords at most (none dominated by another affordable one) are
 raced by bisection on the load (`_throughput.max_sustainable_rps`); the sustaining ones,
 cheapest in the budget's currency first, go to `_finalise.choose`. A load at which no design
-passes the discrete-event re-check is lowered in 3% steps, then bisected (`_verified_rps`),
-every affordable design competing again at each load tried.
+passes the discrete-event re-check is lowered in 3% steps, a pass bisected against the
+step above it, else bisected further down (`_verified_rps`), every affordable design
+competing again at each load tried.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from ._ilp import gap_pct
 from ._problem import SearchProblem
 from ._result import FamilyResult
 from ._space import FamilySpace
-from ._throughput import MIN_REQUESTS, _geo_mid, max_sustainable_rps
+from ._throughput import DEFAULT_REL_TOL, MIN_REQUESTS, _geo_mid, max_sustainable_rps
 
 THROUGHPUT_MAX_CANDIDATES = 96  # designs raced per family (best capacity estimates first)
 THROUGHPUT_VERIFY_STEP = 0.03   # a sustainable rps that fails the DES is lowered by 3% and retried,
-THROUGHPUT_VERIFY_TRIES = 6     # this many times; then bisected down to
-THROUGHPUT_VERIFY_FLOOR = 0.5   # this fraction of the search trace's rps, in as many re-checks
+THROUGHPUT_VERIFY_TRIES = 6     # this many times (a pass is then bisected against the load above it);
+THROUGHPUT_VERIFY_FLOOR = 0.5   # then bisected down to this fraction of the search trace's rps
 
 
 class _Evaluators:
@@ -108,15 +109,16 @@ def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame:
     """The highest load at which a design passes the re-check: the search trace's `rps`
     (its designs `alive`, cheapest first, `obj`; `frame` their rows, `candidate` their
     index in `cand`), else the first of THROUGHPUT_VERIFY_TRIES loads THROUGHPUT_VERIFY_STEP
-    apart under it, else the best of a bisection from the last of them down to
+    apart under it, bisected against the load above it to the search's own resolution
+    (DEFAULT_REL_TOL), else the best of a bisection from the last of them down to
     THROUGHPUT_VERIFY_FLOOR x `rps`. Under `rps` every affordable design of `cand` competes
     again. With none passing, the lowest load tried and its failure.
 
     Stepping among the designs that sustained the search trace's load only, and no further,
     called $342/h of splitwise-hh infeasible at 14.49 req/s (a load never tried) where
-    `--goal cost --rps 14` verified 7P+2T at $342/h (now 14.5 req/s). The steps keep their
-    3% resolution: $1216/h of splitwise-hh sustains 68.3 req/s here, where `--goal cost
-    --rps 70` verifies 26P+6T at $1216/h."""
+    `--goal cost --rps 14` verified 7P+2T at $342/h (now 14.5 req/s). Stopping at the first
+    step that passed rated $1216/h of splitwise-hh at 68.3 req/s where `--goal cost --rps 70`
+    verifies 26P+6T at $1216/h."""
     choice = choose(problem, family, alive, obj, evs.at(rps), rps)
     if choice.design is not None:
         return rps, choice
@@ -126,16 +128,25 @@ def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame:
         return choose(problem, family, everyone, every_obj, evs.at(load), load)
 
     failed, load = (rps, choice), rps
-    for _ in range(THROUGHPUT_VERIFY_TRIES):   # the steps' first pass is the answer
+    for _ in range(THROUGHPUT_VERIFY_TRIES):
         load = float(f"{load / (1 + THROUGHPUT_VERIFY_STEP):.4g}")
         choice = attempt(load)
         if choice.design is not None:
-            return load, choice
+            return _bisect_verified(attempt, (load, choice), failed)
         failed = (load, choice)
-    passed, lo, hi = None, rps * THROUGHPUT_VERIFY_FLOOR, load
+    return _bisect_verified(attempt, None, failed, lo=rps * THROUGHPUT_VERIFY_FLOOR)
+
+
+def _bisect_verified(attempt, passed: tuple[float, Choice] | None, failed: tuple[float, Choice],
+                     lo: float | None = None) -> tuple[float, Choice]:
+    """Bisect between a load that passed the re-check (`passed`, or a bare lower end `lo`)
+    and one that failed, THROUGHPUT_VERIFY_TRIES times at most, until the two are within
+    DEFAULT_REL_TOL. The highest load that passed with its choice, else the lowest that failed."""
+    lo = passed[0] if passed is not None else lo
+    hi = failed[0]
     for _ in range(THROUGHPUT_VERIFY_TRIES):
-        load = float(_geo_mid(lo, hi)[0])
-        if not lo < load < hi:
+        load = float(_geo_mid(np.array([lo]), np.array([hi]))[0])
+        if hi <= lo * (1 + DEFAULT_REL_TOL) or not lo < load < hi:
             break
         choice = attempt(load)
         if choice.design is not None:
