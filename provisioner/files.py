@@ -30,17 +30,18 @@ NAME_MAX_BYTES = 255   # the longest file name (one part of a path) a file syste
 
 # Whether an output this command checked is its own standard output (`--report /dev/stdout >
 # f.html`): then the command's text summary goes to standard error, not into that file.
-_STDOUT_IS_AN_OUTPUT = [False]
+_stdout_is_an_output = False
 
 
 def stdout_is_an_output() -> bool:
     """An output path checked since `forget_outputs` is this process's standard output."""
-    return _STDOUT_IS_AN_OUTPUT[0]
+    return _stdout_is_an_output
 
 
 def forget_outputs() -> None:
     """A new command: no output of it checked yet (`provision` calls it at each run)."""
-    _STDOUT_IS_AN_OUTPUT[0] = False
+    global _stdout_is_an_output
+    _stdout_is_an_output = False
 
 
 def os_error_line(exc: OSError, path) -> str:
@@ -145,6 +146,7 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
              ) -> tuple[Path, int | None]:
     """`check_output_path`'s checks; (path, `_own_stream(path)`): the stream is looked up
     once (stat calls) for the checks and the write."""
+    global _stdout_is_an_output
     if str(path) == "-":   # written as a file named '-', where the convention reads standard output
         raise ProvisionerError(f"{flag} '-': give a file name, or /dev/stdout for standard output")
     path = Path(path)
@@ -155,7 +157,7 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
     if stdout_taken_by is not None and on_stdout:
         raise ProvisionerError(f"{flag} '{path}' is standard output, where {stdout_taken_by} prints too: write "
                                f"{flag} to a file, or drop {stdout_taken_by}")
-    _STDOUT_IS_AN_OUTPUT[0] |= on_stdout
+    _stdout_is_an_output |= on_stdout
     if str(path) == ".":   # typer reads an empty value as '.': name both
         raise ProvisionerError(f"{flag} is empty or '.', the working directory; give a file name such as out")
     if path.is_dir():
