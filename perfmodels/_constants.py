@@ -195,18 +195,18 @@ def _toml_value(v) -> str:
 
 
 def merge_calibration(new: Calibration, old: Calibration) -> tuple[Calibration, list[str]]:
-    """`new`, plus the GPUs only `old` has constants for (and `old`'s borrowings of them).
+    """`new`, plus the GPUs only `old` has constants for, and `old`'s borrowings of any GPU
+    with constants now (a `[borrowed]` line added by hand outlives a refit of its lender;
+    it wins over `new`'s default borrowing of the same GPU).
 
     Returns the merged calibration and the GPU names kept from `old`.
     """
     kept = sorted(set(old.per_gpu) - set(new.per_gpu))
-    if not kept:
-        return new, []
     per_gpu = {**{g: old.per_gpu[g] for g in kept}, **new.per_gpu}
-    borrowed = {g: t for g, t in old.borrowed.items() if t in kept and g not in per_gpu}
-    borrowed.update(new.borrowed)
+    borrowed = {**new.borrowed, **{g: t for g, t in old.borrowed.items() if t in per_gpu}}
+    borrowed = {g: t for g, t in borrowed.items() if g not in per_gpu}
     mape = {k: v for k, v in old.holdout_mape_pct.items() if k.split("/")[0] in kept}
     mape.update(new.holdout_mape_pct)
-    source = f"{new.source}; constants of {', '.join(kept)} kept from the previous file"
+    source = new.source + (f"; constants of {', '.join(kept)} kept from the previous file" if kept else "")
     return replace(new, per_gpu=dict(sorted(per_gpu.items())), borrowed=dict(sorted(borrowed.items())),
                    holdout_mape_pct=mape, source=source), kept

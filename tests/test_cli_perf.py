@@ -273,6 +273,29 @@ def test_refreshing_the_default_from_some_gpus_keeps_the_others(tmp_path, monkey
     assert "kept from the previous file" in cal.source
 
 
+def test_refreshing_the_default_keeps_a_borrowing_added_by_hand(tmp_path, monkeypatch):
+    """README: a GPU without profiles is added to [borrowed]; a refit of its lender rebuilt
+    [borrowed] from the package's defaults and dropped the line (the GPU then had no constants)."""
+    from typer.testing import CliRunner
+
+    import perfmodels
+    from provisioner.cli import get_app
+
+    default = tmp_path / "calibration.toml"
+    text = PACKAGE_CALIBRATION.read_text()
+    text = text.replace('"a40" = "a100-80gb"', '"a40" = "h100-80gb"')
+    default.write_text(text.replace("[borrowed]\n", '[borrowed]\n"h20" = "h100-80gb"\n', 1))
+    monkeypatch.setattr(perfmodels, "DEFAULT_CALIBRATION_PATH", default.resolve())
+    assert load_calibration(default).borrowed["h20"] == "h100-80gb"
+    r = CliRunner().invoke(get_app(), ["perf", "calibrate"])
+    assert r.exit_code == 0, r.output
+    cal = load_calibration(default)
+    assert cal.borrowed["h20"] == "h100-80gb"
+    assert cal.borrowed["a40"] == "h100-80gb"   # the file's choice, not the default lender
+    assert {g: t for g, t in cal.borrowed.items() if g not in ("h20", "a40")} == \
+        {g: t for g, t in load_calibration().borrowed.items() if g != "a40"}
+
+
 # --- plot ------------------------------------------------------------------------------
 
 
