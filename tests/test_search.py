@@ -234,6 +234,18 @@ def test_optuna_searches_tensor_parallelism_where_it_fits(perf):
     assert set(trials.loc[trials.prompt_machine == "dgx-h100", "prompt_tp"]) == {8}
 
 
+def test_optuna_grows_a_count_bound_the_capacity_estimate_set_too_low():
+    """11 DGX-A100 at TP 4 meet 10 req/s of llama2-70b coding, past the count bound that
+    hardware choice's capacity estimate gave: the family was called infeasible (its reason
+    naming a 'binding' SLO under its limit), and found with max_machines=40."""
+    kw = dict(goal="cost", rps=10, model="llama2-70b", families=("baseline-custom",),
+              prompt_machine_types=("dgx-a100",), verify=False)
+    grown = provision(ProvisionRequest(**kw)).family("baseline-custom")
+    wide = provision(ProvisionRequest(max_machines=40, **kw)).family("baseline-custom")
+    assert wide.feasible and grown.feasible
+    assert grown.row["cost_usd_per_h"] <= wide.row["cost_usd_per_h"] * (1 + 1e-9)
+
+
 # -- results and errors ---------------------------------------------------------------------------
 def test_result_json_follows_the_schema():
     res = provision(ProvisionRequest(goal="cost", rps=6, families=("splitwise-hh", "baseline-a100"), **QUICK))

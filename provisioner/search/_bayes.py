@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..designs import MAX_DESIGN_MACHINES
 from ._enumerate import StaircaseRun, lockstep
 from ._space import FamilySpace, PoolSpace
 
@@ -48,7 +49,7 @@ class BayesOutcome:
 def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callable, bounds: Callable,
                  n_trials: int = 48, batch: int = 6, seed: int = 0, warm_starts: list[dict] | None = None,
                  lower_bound: float | None = None, on_batch: Callable[[int], None] | None = None,
-                 designed_start: bool = True, durable=None) -> BayesOutcome:
+                 designed_start: bool = True, durable=None, expansions: int = 0) -> BayesOutcome:
     """Minimize the objective over `space` subject to every SLO (see the module docstring).
 
     Parameters
@@ -65,6 +66,10 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
     designed_start : the first batch also holds `type_seeds(space)` (every (machine type,
         TP) combination at full power); False leaves the start to TPE (an ablation).
     durable : a `DurableStudy` each told trial is recorded in (or checked against).
+    expansions : how often a trial's count bounds double (up to MAX_DESIGN_MACHINES) while
+        every design in them fails: `bounds` is an estimate, which a hardware choice can
+        outgrow (11 DGX-A100 at TP 4 meet 10 req/s of llama2-70b coding, past the bound its
+        capacity gave; without doubling the family was called infeasible).
     """
     import optuna
 
@@ -83,12 +88,23 @@ def bayes_search(space: FamilySpace, evaluate: Callable, *, objective_fn: Callab
         trials = [study.ask() for _ in range(k)]
         hws = [hardware_of(space, t) for t in trials]
         seen.update(_point(space, hw) for hw in hws)
-        batch_runs = []
-        for hw in hws:
-            fixed = fixed_space(space, hw, *bounds(hw))
-            batch_runs.append(StaircaseRun(fixed, objective=objective_fn(fixed), lower_bound=lower_bound,
-                                           decide_all=False, per_round=PER_TRIAL_ROUND))
+
+        def count_search(hw: dict, top: tuple[int, int]) -> StaircaseRun:
+            fixed = fixed_space(space, hw, *top)
+            return StaircaseRun(fixed, objective=objective_fn(fixed), lower_bound=lower_bound,
+                                decide_all=False, per_round=PER_TRIAL_ROUND)
+
+        tops = [tuple(bounds(hw)) for hw in hws]
+        batch_runs = [count_search(hw, top) for hw, top in zip(hws, tops)]
         best = lockstep(batch_runs, evaluate, incumbent=best)
+        for _ in range(expansions):
+            grow = [i for i, run in enumerate(batch_runs) if _outgrown(run, tops[i])]
+            if not grow:
+                break
+            for i in grow:
+                tops[i] = _doubled(tops[i])
+                batch_runs[i] = count_search(hws[i], tops[i])
+            best = lockstep([batch_runs[i] for i in grow], evaluate, incumbent=best)
         for t, hw, run in zip(trials, hws, batch_runs):
             value = run.best_objective
             feasible = bool(np.isfinite(value))
@@ -134,6 +150,16 @@ def _point(space: FamilySpace, hw: dict) -> tuple:
         step = int(round((float(hw[f"{name}_power_cap"]) - pool.power_cap[0]) / CAP_STEP))
         key[f"{name}_power_cap"] = min(max(step, 0), _cap_steps(pool) - 1)
     return tuple(sorted(key.items()))
+
+
+def _outgrown(run: StaircaseRun, top: tuple[int, int]) -> bool:
+    """Every design of the run's count grid is known to fail (its largest among them), and
+    the grid can still grow."""
+    return not np.isfinite(run.best_objective) and not _box_has_unknown(run) and _doubled(top) != top
+
+
+def _doubled(top: tuple[int, int]) -> tuple[int, int]:
+    return tuple(min(2 * n, MAX_DESIGN_MACHINES) for n in top)
 
 
 def _box_has_unknown(run: StaircaseRun) -> bool:

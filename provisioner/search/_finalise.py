@@ -130,7 +130,11 @@ def _binding_reason(problem: SearchProblem, full: pd.Series, design, rps: float)
     lim = getattr(problem.slo, m)[PERCENTILES.index(int(p))]
     size = (f"{design.prompt_machines} prompt + {design.token_machines} token machines"
             if design.token_machines else f"{design.prompt_machines} machines")
-    return (f"{b} binds: slowdown {full[f'slowdown_{b}']:.2f}x > {lim:g}x even with {size} at {rps:g} req/s; "
+    slowdown = float(full[f"slowdown_{b}"])
+    if slowdown <= lim:   # not the design that failed (a search whose candidates all failed elsewhere)
+        return (f"no design searched meets every SLO at {rps:g} req/s ({b} closest to its limit: {slowdown:.2f}x "
+                f"of {lim:g}x with {size}); {relax_advice(problem.req)}")
+    return (f"{b} binds: slowdown {slowdown:.2f}x > {lim:g}x even with {size} at {rps:g} req/s; "
             f"{relax_advice(problem.req)}")
 
 

@@ -138,7 +138,8 @@ def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bou
                        bounds=lambda hw: problem.hardware_bounds(space, hw, req.rps), n_trials=req.n_trials,
                        batch=req.trial_batch, seed=req.seed if req.sampler_seed is None else req.sampler_seed,
                        warm_starts=warm, lower_bound=bound.value if bound.feasible else None,
-                       designed_start=req.optuna_designed_start, durable=problem.durable_study(space.family))
+                       designed_start=req.optuna_designed_start, durable=problem.durable_study(space.family),
+                       expansions=MAX_EXPANSIONS if req.max_machines is None else 0)
     frames = []
     for run in out.runs.values():
         p, t = run.sc.feasible_cells()
@@ -147,6 +148,8 @@ def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bou
     if not frames:
         biggest = space.designs([space.prompt.max_machines],
                                 [space.token.max_machines if space.token is not None else 0])
+        if ev(biggest)["slo_met"].iloc[0]:   # the family's own count bound holds one the trials' did not
+            return _Found(biggest, space, bayes=out)
         return _Found(None, space, bayes=out, closest=biggest)
     allc = pd.concat(frames, ignore_index=True).drop_duplicates()
     batch = DesignBatch.from_frame(allc)
