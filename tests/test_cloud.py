@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import hardware_catalog
 from perfmodels import HBM_UTILIZATION, LatencyModel
 from provisioner.cli import get_app, run
-from provisioner.cloud import (MAX_GROUPS, canon, exhaustive, initial_plan, load_inventory, make_context, neighbours,
+from provisioner.cloud import (MAX_GROUPS, SHIPPED, canon, exhaustive, initial_plan, load_inventory, make_context, neighbours,
                                plan_cloud, plan_routing, score, search_plan, simulate_plan, size_sample,
                                split_layers)
 from workloads import Trace, TraceGenerator
@@ -186,6 +187,16 @@ def test_shipped_inventory_matches_thunderserve(perf):
     inv = load_inventory("thunderserve-32gpu", perf.catalog)
     assert inv.n_gpus == 32   # TS: 2x 4xA6000, 2x 4xA5000, 1x 8xA40, 2x 4x3090Ti
     assert {t.gpu: t.count * t.gpus for t in inv.types} == {"a6000": 8, "a5000": 8, "a40": 8, "rtx3090ti": 8}
+
+
+def test_every_inventory_file_in_the_catalog_is_shipped_under_its_name(perf):
+    """README: put an inventory in hardware_catalog/data/inventories to ship it under its
+    name; the names were a hard-coded pair."""
+    folder = Path(hardware_catalog.__file__).parent / "data" / "inventories"
+    names = sorted(p.stem for p in folder.glob("*.toml"))
+    assert sorted(SHIPPED) == names and SHIPPED[0] == "thunderserve-32gpu"
+    for name in names:
+        assert load_inventory(name, perf.catalog).types   # a price list rents from zero nodes
 
 
 @pytest.mark.parametrize("body, field, line", [

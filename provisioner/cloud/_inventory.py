@@ -34,7 +34,10 @@ from hardware_catalog import Catalog, decode_text, load_catalog
 from .._validation import PRICE_USD_PER_H_RANGE, toml_float
 from ..errors import ProvisionerError
 
-SHIPPED = ("thunderserve-32gpu", "cloud-prices")
+_SHIPPED_DIR = resources.files("hardware_catalog") / "data" / "inventories"
+# The examples `--inventory NAME` finds: every TOML file in the catalog's inventories folder.
+SHIPPED = tuple(sorted((f.name[:-len(".toml")] for f in _SHIPPED_DIR.iterdir() if f.name.endswith(".toml")),
+                       key=lambda name: (name != "thunderserve-32gpu", name)))
 _NODE_KEYS = {"type", "name", "gpu", "gpus", "count", "price_usd_per_h", "available", "intra_link_gb_per_s",
               "nic_gbps"}
 _NET_KEYS = {"inter_node_gbps", "inter_node_latency_ms", "bandwidth_gbps", "nic_gbps"}
@@ -175,8 +178,7 @@ def load_inventory(spec: str | Path, catalog=None) -> Inventory:
         raise ProvisionerError(f"--inventory is empty: give a TOML file or a shipped example: {', '.join(SHIPPED)}")
     path = Path(str(spec))
     if str(spec) in SHIPPED and not path.exists():
-        res = resources.files("hardware_catalog") / "data" / "inventories" / f"{spec}.toml"
-        text, where = res.read_text(encoding="utf-8"), f"{spec}.toml"
+        text, where = (_SHIPPED_DIR / f"{spec}.toml").read_text(encoding="utf-8"), f"{spec}.toml"
     else:
         try:   # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
             text, where = decode_text(path.read_bytes(), universal_newlines=True), str(path)
