@@ -43,7 +43,8 @@ def evaluated_frame(result: dict) -> pd.DataFrame:
 
     Columns: family, prompt_machines, token_machines, prompt_machine, token_machine,
     prompt_power_cap, token_power_cap, cost_usd_per_h, power_kw, slo_met, binding_slo,
-    min_margin, rps, and `slowdown_{ttft,tbt,e2e}_p{50,90,99}`.
+    min_margin, rps, recheck ("failed", "passed" or "": see `meets_slos`), and
+    `slowdown_{ttft,tbt,e2e}_p{50,90,99}`.
     """
     rows = []
     for r in result["evaluated"]:
@@ -62,14 +63,22 @@ def evaluated_frame(result: dict) -> pd.DataFrame:
             "binding_slo": str(r.get("binding_slo") or ""),
             "min_margin": num(r.get("min_margin")),
             "rps": num(r.get("rps")),
+            "recheck": str(r.get("recheck") or ""),
         }
         for m, p in CHECKS:
             row[f"slowdown_{m}_{p}"] = num((sd.get(m) or {}).get(p))
         rows.append(row)
     cols = ["family", "prompt_machines", "token_machines", "prompt_machine", "token_machine",
             "prompt_power_cap", "token_power_cap", "cost_usd_per_h", "power_kw", "slo_met", "binding_slo",
-            "min_margin", "rps", *[f"slowdown_{c}" for c in CHECK_NAMES]]
+            "min_margin", "rps", "recheck", *[f"slowdown_{c}" for c in CHECK_NAMES]]
     return pd.DataFrame(rows, columns=cols)
+
+
+def meets_slos(evaluated: pd.DataFrame) -> pd.Series:
+    """The rows that meet every SLO on the search trace and were not rejected by the
+    re-check (the fluid screen on the verification traces or the discrete-event engine):
+    a design cheaper than the answer that met the search trace only is not an option."""
+    return evaluated.slo_met & (evaluated.recheck != "failed")
 
 
 def is_feasible(best: dict) -> bool:

@@ -71,7 +71,9 @@ def answer_table(result: dict) -> pd.DataFrame:
     """One row per family's answer: design, cost, power, sustainable RPS, SLO margins.
 
     Margins are limit / observed - 1 (negative = violated), in the columns
-    `margin_{ttft,tbt,e2e}_p{50,90,99}`; `min_margin` is the binding one.
+    `margin_{ttft,tbt,e2e}_p{50,90,99}`; `min_margin` is the binding one. These are the
+    search trace's; `recheck_binding_slo` and `recheck_min_margin` are the discrete-event
+    re-check's that the answer passed ("" and NaN without one).
     """
     winner = result.get("winner") or {}
     wdesign = winner.get("design") if winner else None
@@ -98,6 +100,10 @@ def answer_table(result: dict) -> pd.DataFrame:
             "evaluations": b.get("evaluations"),
             "gap_to_bound_pct": num(b.get("gap_to_bound_pct")),
         }
+        v = b.get("verification") or {}
+        passed = is_feasible(b) and bool(v.get("met"))
+        row["recheck_binding_slo"] = str(v.get("binding") or "") if passed else ""
+        row["recheck_min_margin"] = num(v.get("min_margin")) if passed else math.nan
         for m, p in CHECKS:
             row[f"margin_{m}_{p}"] = num((margin.get(m) or {}).get(p))
         finite = [row[f"margin_{c}"] for c in CHECK_NAMES if math.isfinite(row[f"margin_{c}"])]

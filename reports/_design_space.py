@@ -12,7 +12,7 @@ import pandas as pd
 from provisioner import ProvisionerError
 
 from ._base import (CHECK_NAMES, DEFAULT_BASELINE, OBJECTIVE_COLUMN, SUMMARY_METRICS, best_throughput_rps,
-                    evaluated_frame, is_feasible)
+                    evaluated_frame, is_feasible, meets_slos)
 from ._schema import num
 
 
@@ -33,21 +33,27 @@ class Heatmap:
     power_kw: np.ndarray            # (ny, nx)
     rps: np.ndarray                 # (ny, nx) load the cell was scored at
     evaluated: np.ndarray           # (ny, nx) bool
-    slo_met: np.ndarray             # (ny, nx) bool, False where not evaluated
+    slo_met: np.ndarray             # (ny, nx) bool, False where not evaluated (the search trace's verdict)
     slowdown: np.ndarray            # (ny, nx, 9) in CHECK_NAMES order
     binding_slo: np.ndarray         # (ny, nx) str
     min_margin: np.ndarray          # (ny, nx)
     optimum: tuple[int, int] | None  # (prompt_machines, token_machines) of the answer
     objective: str                  # column the goal minimizes
+    recheck_failed: np.ndarray | None = None   # (ny, nx) bool: met the search trace, failed the re-check
 
     @property
     def split(self) -> bool:
         return bool(np.any(self.token_counts > 0))
 
     @property
+    def meets(self) -> np.ndarray:
+        """Every SLO holds on the search trace and the re-check did not reject the design."""
+        return self.slo_met & ~self.recheck_failed if self.recheck_failed is not None else self.slo_met
+
+    @property
     def masked_cost(self) -> np.ndarray:
-        """Cost where every SLO holds, NaN elsewhere (what the heatmap colours)."""
-        return np.where(self.slo_met, self.cost_usd_per_h, np.nan)
+        """Cost where every SLO holds (and the re-check agrees), NaN elsewhere (what the heatmap colours)."""
+        return np.where(self.meets, self.cost_usd_per_h, np.nan)
 
 
 def heatmap(evaluated: pd.DataFrame, family: str, goal: str = "cost", best: dict | None = None) -> Heatmap:
@@ -65,8 +71,9 @@ def heatmap(evaluated: pd.DataFrame, family: str, goal: str = "cost", best: dict
     if rows.empty:
         raise ProvisionerError(f"no evaluated designs of family '{family}' in the result")
     objective = OBJECTIVE_COLUMN[goal]
-    rows = (rows.assign(_rps=rows.rps.fillna(-np.inf))
-            .sort_values(["slo_met", "_rps", objective], ascending=[False, False, True], kind="stable")
+    rows = (rows.assign(_rps=rows.rps.fillna(-np.inf), _meets=meets_slos(rows))
+            .sort_values(["_meets", "slo_met", "_rps", objective], ascending=[False, False, False, True],
+                         kind="stable")
             .drop_duplicates(["prompt_machines", "token_machines"]))
     px = _axis(rows.prompt_machines.to_numpy())
     ty = _axis(rows.token_machines.to_numpy())
@@ -88,7 +95,7 @@ def heatmap(evaluated: pd.DataFrame, family: str, goal: str = "cost", best: dict
         cost_usd_per_h=grid("cost_usd_per_h"), power_kw=grid("power_kw"), rps=grid("rps"),
         evaluated=evaluated_mask, slo_met=grid("slo_met", False, bool),
         slowdown=slow, binding_slo=grid("binding_slo", "", object), min_margin=grid("min_margin"),
-        optimum=None, objective=objective)
+        optimum=None, objective=objective, recheck_failed=grid("slo_met", False, bool) & ~grid("_meets", False, bool))
     return _with_optimum(h, rows, goal, best)
 
 
@@ -114,7 +121,7 @@ def _with_optimum(h: Heatmap, rows: pd.DataFrame, goal: str, best: dict | None) 
             i = int(np.searchsorted(h.token_counts, cell[1]))
             if h.slo_met[i, j]:
                 return replace(h, optimum=cell)
-    met = rows[rows.slo_met]
+    met = rows[meets_slos(rows)]
     if met.empty:
         return h
     if goal == "throughput":
@@ -154,7 +161,8 @@ def non_dominated(objectives: np.ndarray) -> np.ndarray:
 
 
 def pareto(evaluated: pd.DataFrame) -> pd.DataFrame:
-    """SLO-meeting designs across families with cost, power and sustainable throughput.
+    """SLO-meeting designs across families with cost, power and sustainable throughput
+    (those the re-check rejected left out: `meets_slos`).
 
     A design's throughput is the highest load it was scored at and met every SLO.
     `on_frontier` marks the designs no other design beats on all three of
@@ -162,7 +170,7 @@ def pareto(evaluated: pd.DataFrame) -> pd.DataFrame:
     """
     key = ["family", "prompt_machines", "token_machines", "prompt_machine", "token_machine",
            "prompt_power_cap", "token_power_cap"]
-    met = evaluated[evaluated.slo_met]
+    met = evaluated[meets_slos(evaluated)]
     if met.empty:
         return pd.DataFrame(columns=[*key, "cost_usd_per_h", "power_kw", "throughput_rps", "on_frontier"])
     out = (met.groupby(key, as_index=False, sort=False)

@@ -42,8 +42,12 @@ def _layout(fig, title: str, height: int):
     return fig
 
 
+REJECTED_COLOUR = "#f6c28b"   # met the search trace, rejected by the re-check
+
+
 def heatmap_figure(h: Heatmap):
-    """Prompt x token machines coloured by cost; SLO-failing cells grey; optimum starred.
+    """Prompt x token machines coloured by cost; SLO-failing cells grey, cells the re-check
+    rejected orange; optimum starred.
 
     The two heatmaps carry only colours (float32); the hover text (nine slowdowns, cost,
     power, load, binding SLO) rides on one transparent marker per evaluated cell, so a
@@ -65,13 +69,20 @@ def heatmap_figure(h: Heatmap):
         x=h.prompt_counts, y=y, z=np.where(h.evaluated & ~h.slo_met, 1.0, np.nan).astype(np.float32),
         colorscale=[[0, "#d0d0d0"], [1, "#d0d0d0"]], showscale=False, hoverinfo="skip",
         xgap=gap, ygap=gap, name="misses an SLO"))
+    rejected = h.recheck_failed if h.recheck_failed is not None else np.zeros_like(h.slo_met)
+    if rejected.any():
+        fig.add_trace(go.Heatmap(
+            x=h.prompt_counts, y=y, z=np.where(rejected, 1.0, np.nan).astype(np.float32),
+            colorscale=[[0, REJECTED_COLOUR], [1, REJECTED_COLOUR]], showscale=False, hoverinfo="skip",
+            xgap=gap, ygap=gap, name="fails the re-check"))
     fig.add_trace(go.Heatmap(
         x=h.prompt_counts, y=y, z=h.masked_cost.astype(np.float32), zmin=lo, zmax=hi,
         colorscale="Viridis", colorbar=dict(title=dict(text="$/h"), thickness=12), hoverinfo="skip",
         xgap=gap, ygap=gap, name="meets every SLO"))
     iy, ix = np.nonzero(h.evaluated)
     custom = np.column_stack([h.slowdown[iy, ix], h.cost_usd_per_h[iy, ix], h.power_kw[iy, ix], h.rps[iy, ix]])
-    verdict = np.where(h.slo_met[iy, ix], "meets every SLO", "misses an SLO")
+    verdict = np.where(rejected[iy, ix], "meets every SLO on the search trace, fails the re-check",
+                       np.where(h.slo_met[iy, ix], "meets every SLO", "misses an SLO"))
     fig.add_trace(go.Scatter(
         x=h.prompt_counts[ix], y=h.token_counts[iy] if split else ["mixed"] * len(ix), mode="markers",
         marker=dict(size=10, opacity=0), customdata=custom.round(4), text=h.binding_slo[iy, ix].astype(str),
@@ -98,7 +109,8 @@ def heatmap_figure(h: Heatmap):
     fig.update_yaxes(title_text="token machines" if split else "")
     if hi is not None:
         _zoom_to_region(fig, h, hi, split)
-    title = f"<b>{h.family}</b>: {int(h.slo_met.sum())}/{int(h.evaluated.sum())} designs meet the SLOs{best}"
+    failed = f" ({int(rejected.sum())} fail the re-check, orange)" if rejected.any() else ""
+    title = f"<b>{h.family}</b>: {int(h.slo_met.sum())}/{int(h.evaluated.sum())} designs meet the SLOs{failed}{best}"
     return _layout(fig, title, 380 if split else 230)
 
 

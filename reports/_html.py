@@ -25,11 +25,13 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
 SECTIONS = {
     "heatmaps": ("Design space per family",
                  "Every design the search scored, on a grid of prompt x token machines (one row of mixed "
-                 "machines for a baseline), coloured by cost; grey cells miss at least one SLO. The star is the "
-                 "family's answer. Hover a cell for its nine SLO slowdowns (Splitwise Fig. 12). The view opens on the "
+                 "machines for a baseline), coloured by cost; grey cells miss at least one SLO on the search "
+                 "trace; orange cells meet it there but failed the re-check (the fluid screen on the "
+                 "verification traces or the discrete-event engine). The star is the family's answer. Hover a cell for its nine SLO slowdowns (Splitwise Fig. 12). The view opens on the "
                  "designs up to twice the cheapest SLO-meeting cost; zoom out (autoscale button) for all."),
     "pareto": ("Cost, power and throughput",
-               "Designs that meet every SLO, across families. Large outlined markers are the Pareto frontier: "
+               "Designs that meet every SLO, across families (those the re-check rejected left out). Large "
+               "outlined markers are the Pareto frontier: "
                "no other design is cheaper, lower-power and higher-throughput at once."),
     "load": ("Latency vs. load",
              f"Each family's answer re-simulated (fluid engine, same workload and seed, on a "
@@ -122,8 +124,10 @@ def _answer_sentence(data: ReportData) -> str:
     d = w["design"]
     from ._data import best_throughput_rps, design_label
 
+    rate = (f"{_fmt(best_throughput_rps(w), '.3g')} req/s sustained" if data.result.get("goal") == "throughput"
+            else f"every SLO met at the asked {_fmt(best_throughput_rps(w), '.3g')} req/s")
     return (f"Answer: {d['family']} with {design_label(d)} machines — ${_fmt(w['cost_usd_per_h'], ',.0f')}/h, "
-            f"{_fmt(w['power_kw'], ',.1f')} kW, {_fmt(best_throughput_rps(w), '.3g')} req/s sustained.")
+            f"{_fmt(w['power_kw'], ',.1f')} kW, {rate}.")
 
 
 def _question_table(data: ReportData) -> str:
@@ -134,7 +138,8 @@ def _question_table(data: ReportData) -> str:
 def _answer_table(data: ReportData) -> str:
     a = data.answer
     head = ("<tr><th>family</th><th>design</th><th>machines</th><th class=n>$/h</th><th class=n>kW</th>"
-            "<th class=n>sustainable req/s</th><th>binding SLO</th><th class=n>min margin</th><th>searcher</th></tr>")
+            f"<th class=n>{'sustainable req/s' if data.result.get('goal') == 'throughput' else 'req/s'}</th>"
+            "<th>binding SLO</th><th class=n>min margin</th><th>re-check: binding, margin</th><th>searcher</th></tr>")
     body = []
     for row in a.itertuples():
         cls = "winner" if row.winner else ("" if row.feasible else "infeasible")
@@ -145,8 +150,16 @@ def _answer_table(data: ReportData) -> str:
             f"<td>{escape(row.design)}{escape(status)}</td><td>{escape(row.machine_types)}</td>"
             f"<td class=n>{_fmt(row.cost_usd_per_h, ',.0f')}</td><td class=n>{_fmt(row.power_kw, ',.1f')}</td>"
             f"<td class=n>{_fmt(row.sustainable_rps, '.3g')}</td><td>{escape(row.binding_slo)}</td>"
-            f"<td class=n>{_fmt(row.min_margin * 100, '+.1f')}%</td><td>{escape(searcher)}</td></tr>")
+            f"<td class=n>{_fmt(row.min_margin * 100, '+.1f')}%</td><td>{escape(_recheck_text(row))}</td>"
+            f"<td>{escape(searcher)}</td></tr>")
     return f'<table class="answer-table">{head}{"".join(body)}</table>'
+
+
+def _recheck_text(row) -> str:
+    """The discrete-event re-check's binding SLO and margin of an answer ('–' without one)."""
+    if not row.recheck_binding_slo:
+        return "–"
+    return f"{row.recheck_binding_slo}, {_fmt(row.recheck_min_margin * 100, '+.1f')}%"
 
 
 def _margins_table(data: ReportData) -> str:

@@ -56,7 +56,8 @@ EVALUATED_SPEC = {"family": ((STR,), True), "prompt_machines": ((INT,), True), "
                   "cost_usd_per_h": ((NUMBER, NULL), True), "power_kw": ((NUMBER, NULL), True),
                   "slo_met": ((BOOL,), True), "binding_slo": ((STR, NULL), False), "min_margin": ((NUMBER, NULL), False),
                   "prompt_machine": ((STR, NULL), False), "token_machine": ((STR, NULL), False),
-                  "prompt_power_cap": ((NUMBER, NULL), False), "token_power_cap": ((NUMBER, NULL), False)}
+                  "prompt_power_cap": ((NUMBER, NULL), False), "token_power_cap": ((NUMBER, NULL), False),
+                  "recheck": ((STR, NULL), False)}
 SLO_SPEC = {"met": ((BOOL, NULL), False), "binding": ((STR, NULL), False), "slowdown": ((DICT, NULL), False),
             "margin": ((DICT, NULL), False)}
 

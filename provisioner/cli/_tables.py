@@ -46,14 +46,27 @@ def render_result(result, console=None) -> None:
         table.add_row(*_cells(fr, result.catalog), style=None if fr.feasible else "dim")
     console.print(table)
     limits = ", ".join(f"{m.upper()} " + "/".join(f"{v:g}" for v in getattr(req.effective_slo, m)) for m in METRICS)
+    rechecked = [fr for fr in result.families if _recheck_slowdown(fr) is not None]
+    caption = f"limits (p50/p90/p99): {limits}"
+    if rechecked:
+        v = rechecked[0].verification
+        runs = ("the same replayed trace" if req.arrival == "replay" else
+                f"the worst of {len(v['seeds'])} traces of {v['duration_s']:g} s (seeds "
+                f"{', '.join(map(str, v['seeds']))})")
+        caption += (f"\nre-check: the discrete-event engine on {runs}, which the answer passed; the row "
+                    f"above it is the fluid engine's on the search trace")
     slo = Table(title="SLO slowdowns and margins to the limits (%); binding in bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                caption=f"limits (p50/p90/p99): {limits}", caption_justify="left")
+                caption=caption, caption_justify="left")
     slo.add_column("family", no_wrap=True)
     for m in METRICS:
         for p in PERCENTILES:
             slo.add_column(f"{m.upper()}\np{p}", justify="right", no_wrap=True, min_width=4)
     for fr in result.families:
         slo.add_row(fr.family, *_slo_cells(fr), style=None if fr.feasible else "dim")
+        worst = _recheck_slowdown(fr)
+        if worst is not None:
+            slo.add_row("  re-check", *_slowdown_cells(worst, req.effective_slo, fr.verification.get("binding")),
+                        style=None if fr.feasible else "dim")
     console.print(slo)
     for fr in result.families:
         if not fr.feasible and fr.reason:
@@ -94,6 +107,32 @@ def _slo_cells(fr) -> list:
             s, g = r[f"slowdown_{m}_p{p}"], r[f"margin_{m}_p{p}"]
             text = fmt_cell(s, ".2f") + ("" if not np.isfinite(g) else f"\n{100 * g:+.0f}")
             cells.append(Text(text, style="bold") if str(r["binding_slo"]) == f"{m}_p{p}" else text)
+    return cells
+
+
+def _recheck_slowdown(fr) -> dict | None:
+    """The re-check's worst slowdowns of the family's answer (None: no re-check of it)."""
+    v = fr.verification
+    if not fr.feasible or not v or not v.get("met") or not v.get("worst_slowdown"):
+        return None
+    return v["worst_slowdown"]
+
+
+def _slowdown_cells(worst: dict, slo, binding: str | None) -> list:
+    """Nine cells of slowdowns and margins (limit / slowdown - 1, as the results') from a
+    {metric: {"p50": ..}} block."""
+    from rich.text import Text
+
+    cells = []
+    for m in METRICS:
+        for i, p in enumerate(PERCENTILES):
+            s = worst.get(m, {}).get(f"p{p}")
+            if s is None or not np.isfinite(s):
+                cells.append("-")
+                continue
+            limit = getattr(slo, m)[i]
+            text = fmt_cell(s, ".2f") + (f"\n{100 * (limit / s - 1):+.0f}" if s > 0 else "")
+            cells.append(Text(text, style="bold") if binding == f"{m}_p{p}" else text)
     return cells
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..designs import DesignBatch
+from ..designs import DESIGN_FIELDS, DesignBatch
 from ..results import json_number
 from ..slo import PERCENTILES
 from ._evaluate import Evaluator
@@ -27,6 +27,7 @@ class Choice:
     design: object | None
     verification: dict | None
     reason: str | None
+    rechecked: pd.DataFrame | None = None   # the designs re-checked: design fields, `rps`, `recheck`
 
 
 class PendingChoice:
@@ -65,23 +66,52 @@ def start_choice(problem: SearchProblem, family: str, cand: DesignBatch, objecti
                                  perf=problem.perf, pool=problem.des_pool, store=problem.store,
                                  on_progress=lambda: problem.progress.advance(1), preemption=req.preemption,
                                  swap_space_gb=req.swap_space_gb)
-    return PendingChoice(lambda: _verified_choice(req, cand, pending.outcome()))
+    return PendingChoice(lambda: _verified_choice(req, cand, pending.outcome(), rps))
 
 
-def _verified_choice(req, cand: DesignBatch, out) -> Choice:
-    """The `Choice` of a finished candidate walk (`VerifyOutcome` out)."""
+def _verified_choice(req, cand: DesignBatch, out, rps: float) -> Choice:
+    """The `Choice` of a finished candidate walk (`VerifyOutcome` out) at load `rps`."""
+    rechecked = _rechecked(cand, out, rps)
     if out.index is None:
         if out.last_failure is not None:
             v = out.last_failure
             reason = (f"designs feasible on the search trace fail the discrete-event re-check ({v.binding} "
                       f"margin {v.min_margin:+.0%} on {v.duration_s:g}-s traces, seeds "
                       f"{', '.join(map(str, v.seeds))}); {relax_advice(req)}")
-            return Choice(None, {**v.to_json(), "des_runs": out.des_runs, "screened": out.screened}, reason)
+            return Choice(None, {**v.to_json(), "des_runs": out.des_runs, "screened": out.screened}, reason,
+                          rechecked)
         reason = (f"no design passes the fluid screen on the {req.verification_duration_s:g}-s verification "
                   f"traces (seeds {', '.join(map(str, req.verification_seeds))}); {relax_advice(req)}")
-        return Choice(None, None, reason)
+        return Choice(None, None, reason, rechecked)
     return Choice(cand.design(out.index),
-                  {**out.verification.to_json(), "des_runs": out.des_runs, "screened": out.screened}, None)
+                  {**out.verification.to_json(), "des_runs": out.des_runs, "screened": out.screened}, None,
+                  rechecked)
+
+
+def _rechecked(cand: DesignBatch, out, rps: float) -> pd.DataFrame:
+    """The designs the walk rejected ("failed") and the one it kept ("passed"), at `rps`."""
+    index = list(out.failed) + ([out.index] if out.index is not None else [])
+    verdict = ["failed"] * len(out.failed) + (["passed"] if out.index is not None else [])
+    return cand.take(np.array(index, dtype=int)).to_frame().assign(rps=float(rps), recheck=verdict)
+
+
+def with_rechecks(evaluated: pd.DataFrame, *choices: Choice) -> pd.DataFrame:
+    """`evaluated` with a `recheck` column: "failed" or "passed" where a design meeting
+    every SLO on the search trace was re-checked at that row's load (`choices`' walks),
+    else None. The report draws the failed ones apart: cheaper than the answer, they
+    met the search trace only."""
+    frames = [c.rechecked for c in choices if c is not None and c.rechecked is not None and len(c.rechecked)]
+    out = evaluated.assign(recheck=None) if len(evaluated) else evaluated
+    if not frames or not len(evaluated):
+        return out
+    checked = pd.concat(frames, ignore_index=True)
+    keys = [k for k in DESIGN_FIELDS if k in evaluated.columns and k in checked.columns]
+    verdict = {(*row[:-2], round(float(row[-2]), 9)): row[-1]
+               for row in checked[keys + ["rps", "recheck"]].itertuples(index=False, name=None)}
+    rows = out[keys + ["rps"]].itertuples(index=False, name=None)
+    found = [verdict.get((*r[:-1], round(float(r[-1]), 9))) for r in rows]
+    out["recheck"] = [v if met else None for v, met in zip(found, out["slo_met"].to_numpy(bool))]
+    return out
 
 
 def _cheapest_scored(cand: DesignBatch, objective: np.ndarray, ev: Evaluator) -> Choice:

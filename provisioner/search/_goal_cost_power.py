@@ -21,7 +21,7 @@ from ..results import json_number
 from ._bayes import BayesOutcome, bayes_search
 from ._enumerate import Staircase, exhaustive_search, staircase_search
 from ._evaluate import Evaluator
-from ._finalise import infeasible, start_choice
+from ._finalise import infeasible, start_choice, with_rechecks
 from ._ilp import CapacityBound, gap_pct
 from ._problem import SearchProblem, objective_key
 from ._result import FamilyResult
@@ -64,15 +64,16 @@ def start_least_objective_family(problem: SearchProblem, family: str) -> Callabl
 
     def finish() -> FamilyResult:
         choice = pending.result()
+        evaluated = with_rechecks(ev.scored(), choice)
         if choice.design is None:
             return infeasible(problem, family, counter, bound, cand.take(np.array([0])), searcher,
-                              evaluated=ev.scored(), reason=choice.reason, verification=choice.verification)
+                              evaluated=evaluated, reason=choice.reason, verification=choice.verification)
         row = problem.final_row(choice.design, problem.trace)
         value = float(row[key])
         fr = FamilyResult(family, True, row, req.rps, lower_bound=json_number(bound.value),
                           gap_to_bound_pct=json_number(gap_pct(value, bound.value)), searcher=searcher,
                           evaluations=counter[0], verification=choice.verification, staircase=found.staircase,
-                          bound=bound, bayes=found.bayes, evaluated=ev.scored())
+                          bound=bound, bayes=found.bayes, evaluated=evaluated)
         problem.progress.done()
         return fr
 

@@ -17,7 +17,7 @@ import pandas as pd
 from ..designs import DesignBatch
 from ..results import json_number
 from ._evaluate import Evaluator
-from ._finalise import Choice, choose, infeasible
+from ._finalise import Choice, choose, infeasible, with_rechecks
 from ._ilp import gap_pct
 from ._problem import SearchProblem
 from ._result import FamilyResult
@@ -88,10 +88,12 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     obj = problem.objective_values(alive, problem.budget_key)
     order = np.lexsort((-frame["min_margin"].to_numpy(float), np.round(obj, 9)))
     alive, obj = alive.take(order), obj[order]
+    choices: list[Choice] = []
     if req.verify:
-        rps, choice = _verified_rps(problem, family, cand, frame, alive, obj, evs, rps)
+        rps, choice = _verified_rps(problem, family, cand, frame, alive, obj, evs, rps, choices)
         if choice.design is None:
-            return infeasible(problem, family, evs.counter, bound, alive, searcher, evaluated=evs.scored(),
+            return infeasible(problem, family, evs.counter, bound, alive, searcher,
+                              evaluated=with_rechecks(evs.scored(), *choices),
                               reason=choice.reason, verification=choice.verification, rps=rps)
     else:
         choice = Choice(alive.design(0), None, None)
@@ -99,20 +101,21 @@ def max_throughput_family(problem: SearchProblem, family: str) -> FamilyResult:
     fr = FamilyResult(family, True, row, rps, sustainable_rps=rps, lower_bound=json_number(bound.value),
                       gap_to_bound_pct=json_number(gap_pct(rps, bound.value)), searcher=searcher,
                       evaluations=evs.counter[0], verification=choice.verification, bound=bound,
-                      candidates=len(cand), evaluated=evs.scored())
+                      candidates=len(cand), evaluated=with_rechecks(evs.scored(), *choices))
     problem.progress.done()
     return fr
 
 
 def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame: pd.DataFrame, alive: DesignBatch,
-                  obj: np.ndarray, evs: _Evaluators, rps: float) -> tuple[float, Choice]:
+                  obj: np.ndarray, evs: _Evaluators, rps: float, choices: list) -> tuple[float, Choice]:
     """The highest load at which a design passes the re-check: the search trace's `rps`
     (its designs `alive`, cheapest first, `obj`; `frame` their rows, `candidate` their
     index in `cand`), else the first of THROUGHPUT_VERIFY_TRIES loads THROUGHPUT_VERIFY_STEP
     apart under it, bisected against the load above it to the search's own resolution
     (DEFAULT_REL_TOL), else the best of a bisection from the last of them down to
     THROUGHPUT_VERIFY_FLOOR x `rps`. Under `rps` every affordable design of `cand` competes
-    again. With none passing, the lowest load tried and its failure.
+    again. With none passing, the lowest load tried and its failure. Every `Choice` made is
+    appended to `choices` (the designs each load's re-check rejected).
 
     Stepping among the designs that sustained the search trace's load only, and no further,
     called $342/h of splitwise-hh infeasible at 14.49 req/s (a load never tried) where
@@ -120,12 +123,14 @@ def _verified_rps(problem: SearchProblem, family: str, cand: DesignBatch, frame:
     step that passed rated $1216/h of splitwise-hh at 68.3 req/s where `--goal cost --rps 70`
     verifies 26P+6T at $1216/h."""
     choice = choose(problem, family, alive, obj, evs.at(rps), rps)
+    choices.append(choice)
     if choice.design is not None:
         return rps, choice
     everyone, every_obj = _cheapest_first(problem, cand, frame)
 
     def attempt(load: float) -> Choice:
-        return choose(problem, family, everyone, every_obj, evs.at(load), load)
+        choices.append(choose(problem, family, everyone, every_obj, evs.at(load), load))
+        return choices[-1]
 
     failed, load = (rps, choice), rps
     for _ in range(THROUGHPUT_VERIFY_TRIES):

@@ -92,6 +92,7 @@ def evaluated_json(frame: pd.DataFrame) -> list[dict]:
             "slo_met": bool(r["slo_met"]), "binding_slo": str(r["binding_slo"]), "min_margin": json_number(r["min_margin"]),
             "slowdown": {m: {f"p{p}": json_number(r[f"slowdown_{m}_p{p}"]) for p in PERCENTILES} for m in METRICS},
             "rps": json_number(r["rps"]), "stopped_early": bool(r.get("stopped_early", False)),
+            "recheck": r.get("recheck") if isinstance(r.get("recheck"), str) else None,
         })
     return out
 
@@ -127,8 +128,9 @@ class ProvisionResult:
             rec = {"family": fr.family, "feasible": fr.feasible}
             if fr.row is not None:
                 for k in ("prompt_machines", "token_machines", "prompt_machine", "token_machine", "prompt_power_cap",
-                          "token_power_cap", "prompt_tp", "token_tp", "prompt_batch_cap_tokens", "prefill_chunk_tokens", "mps_prefill_share", "cost_usd_per_h",
-                          "power_kw", "throughput_rps", "binding_slo", "min_margin"):
+                          "token_power_cap", "prompt_tp", "token_tp", "prompt_batch_cap_tokens", "prefill_chunk_tokens",
+                          "mps_prefill_share", "duplicate_weights", "cost_usd_per_h", "power_kw", "throughput_rps",
+                          "binding_slo", "min_margin"):
                     rec[k] = fr.row.get(k)
                 for m in METRICS:
                     for p in PERCENTILES:
@@ -138,6 +140,9 @@ class ProvisionResult:
                        gap_to_bound_pct=fr.gap_to_bound_pct, searcher=fr.searcher, evaluations=fr.evaluations,
                        verified=None if fr.verification is None else bool(fr.verification["met"]),
                        reason=fr.reason)
+            passed = fr.feasible and fr.verification is not None and bool(fr.verification["met"])
+            rec.update(recheck_binding_slo=fr.verification.get("binding") if passed else None,
+                       recheck_min_margin=json_number(fr.verification.get("min_margin")) if passed else None)
             rows.append(rec)
         return pd.DataFrame(rows)
 

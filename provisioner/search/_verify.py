@@ -182,6 +182,7 @@ class VerifyOutcome:
     screened: int
     des_runs: int
     last_failure: Verification | None = None
+    failed: tuple[int, ...] = ()     # candidates the re-check rejected (the fluid screen or the DES)
 
 
 def candidate_walk(candidates: DesignBatch, objective: np.ndarray, screen: list[Evaluator], *,
@@ -201,6 +202,7 @@ def candidate_walk(candidates: DesignBatch, objective: np.ndarray, screen: list[
     screened = 0
     des_runs = 0
     last = None
+    failed: list[int] = []
     for start in range(0, len(candidates), chunk):
         idx = np.arange(start, min(start + chunk, len(candidates)))
         part = candidates.take(idx)
@@ -217,6 +219,7 @@ def candidate_walk(candidates: DesignBatch, objective: np.ndarray, screen: list[
         if on_progress is not None:
             on_progress()
         passing = idx[ok]
+        failed += idx[~ok].tolist()
         if not len(passing):
             continue
         # Cheapest objective first; within a level, the widest margin.
@@ -227,11 +230,12 @@ def candidate_walk(candidates: DesignBatch, objective: np.ndarray, screen: list[
             if on_progress is not None:
                 on_progress()
             if v.met:
-                return VerifyOutcome(int(i), v, screened, des_runs)
+                return VerifyOutcome(int(i), v, screened, des_runs, failed=tuple(failed))
             last = v
+            failed.append(int(i))
             if des_runs >= max_des:
-                return VerifyOutcome(None, None, screened, des_runs, last)
-    return VerifyOutcome(None, None, screened, des_runs, last)
+                return VerifyOutcome(None, None, screened, des_runs, last, tuple(failed))
+    return VerifyOutcome(None, None, screened, des_runs, last, tuple(failed))
 
 
 class PendingVerification:

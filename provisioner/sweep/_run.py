@@ -36,10 +36,12 @@ CHECKS = [f"{m}_p{p}" for m in METRICS for p in PERCENTILES]
 SWEEP_COLUMNS = (
     "question", "goal", "model", "workload", "rps", "power_budget_kw", "cost_budget_usd_per_h", "price_list", "seed",
     "family", "feasible", "winner", "machines", "prompt_machines", "token_machines", "prompt_machine",
-    "token_machine", "prompt_power_cap", "token_power_cap", "prompt_tp", "token_tp", "cost_usd_per_h", "power_kw",
+    "token_machine", "prompt_power_cap", "token_power_cap", "prompt_tp", "token_tp", "prompt_batch_cap_tokens",
+    "prefill_chunk_tokens", "mps_prefill_share", "duplicate_weights", "cost_usd_per_h", "power_kw",
     "throughput_rps", "sustainable_rps", "cost_usd_per_request", "binding_slo", "min_margin",
     *(f"margin_{c}" for c in CHECKS), *(f"slowdown_{c}" for c in CHECKS),
-    "lower_bound", "gap_to_bound_pct", "searcher", "evaluations", "verified", "reason")
+    "lower_bound", "gap_to_bound_pct", "searcher", "evaluations", "verified", "recheck_binding_slo",
+    "recheck_min_margin", "reason")
 
 
 def answer_question(question: Question, study=None, threads: int | None = None, perf=None) -> list[dict]:
