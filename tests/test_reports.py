@@ -139,6 +139,26 @@ def test_heatmap_mask_equals_evaluated_slo_met(result, data):
         assert h.evaluated.sum() == sum(r["family"] == h.family for r in result["evaluated"])
 
 
+def test_designs_the_recheck_rejected_are_drawn_apart_and_off_the_pareto(result):
+    """The cheapest SLO-meeting rows of the search trace that the re-check rejected were
+    coloured as options and made the Pareto frontier, cheaper than the answer."""
+    marked = copy.deepcopy(result)
+    fam = next(iter(FIXTURE_GRIDS))
+    met = sorted((r for r in marked["evaluated"] if r["family"] == fam and r["slo_met"]),
+                 key=lambda r: r["cost_usd_per_h"])
+    met[0]["recheck"] = "failed"
+    data = report_data(marked)
+    h = data.heatmaps[fam]
+    i = int(np.searchsorted(h.token_counts, met[0]["token_machines"]))
+    j = int(np.searchsorted(h.prompt_counts, met[0]["prompt_machines"]))
+    assert h.slo_met[i, j] and h.recheck_failed[i, j] and math.isnan(h.masked_cost[i, j])
+    assert h.recheck_failed.sum() == 1
+    cell = data.pareto[(data.pareto.family == fam) & (data.pareto.prompt_machines == met[0]["prompt_machines"])
+                       & (data.pareto.token_machines == met[0]["token_machines"])]
+    assert cell.empty
+    assert "fail the re-check" in build_report_html(marked)
+
+
 def test_optimum_marked_at_cheapest_feasible_design(result, data):
     best = {b["design"]["family"]: b for b in result["best"]}
     for fam, h in data.heatmaps.items():

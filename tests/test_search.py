@@ -290,6 +290,22 @@ def test_a_budget_a_cost_answer_spends_sustains_its_load(rps):
     assert fr.feasible and fr.row["cost_usd_per_h"] <= budget and fr.sustainable_rps >= rps / 1.01
 
 
+def test_the_recheck_verdicts_are_on_the_evaluated_rows():
+    """`recheck`: every design the walk rejected costs no more than the answer, which is
+    the one row that passed; the JSON, the table's re-check row and the sweep read them."""
+    res = provision(ProvisionRequest(goal="cost", rps=70, families=("splitwise-hh",)))
+    fr = res.family("splitwise-hh")
+    rows = res.to_json()["evaluated"]
+    failed = [r for r in rows if r["recheck"] == "failed"]
+    passed = [r for r in rows if r["recheck"] == "passed"]
+    assert failed and len(passed) == 1 and all(r["slo_met"] for r in failed + passed)
+    assert passed[0]["prompt_machines"] == fr.row["prompt_machines"]
+    assert max(r["cost_usd_per_h"] for r in failed) <= fr.row["cost_usd_per_h"]
+    best = res.best.iloc[0]
+    assert best["recheck_binding_slo"] == fr.verification["binding"]
+    assert best["recheck_min_margin"] == pytest.approx(fr.verification["min_margin"])
+
+
 def test_a_budget_that_buys_nothing_says_so():
     res = provision(ProvisionRequest(goal="throughput", cost_budget_usd_per_h=50.0,
                                      families=("splitwise-hh",), **QUICK))
