@@ -44,6 +44,17 @@ def forget_outputs() -> None:
     _stdout_is_an_output = False
 
 
+def _file_mode(path: Path) -> int:
+    """The permissions a written file gets: those of the file it replaces, else what
+    `open` would give a new file under the umask (the temporary file is 0600)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def os_error_line(exc: OSError, path) -> str:
     """One line for an OSError while writing `path`, with the usual fix."""
     why = exc.strerror or str(exc)
@@ -149,6 +160,9 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
     global _stdout_is_an_output
     if str(path) == "-":   # written as a file named '-', where the convention reads standard output
         raise ProvisionerError(f"{flag} '-': give a file name, or /dev/stdout for standard output")
+    if str(path).endswith(("/", os.sep)) and not Path(path).is_dir():   # Path() drops the slash
+        raise ProvisionerError(f"{flag} '{path}' ends in '/' but is no folder; give a file name such as "
+                               f"{Path(path) / 'out'}")
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
     check_path_length(path, flag)   # every stat below would raise ENAMETOOLONG
@@ -240,7 +254,7 @@ def write_output(path, data: str | bytes, *, flag: str = "path", force: bool = F
                 f.write(payload)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, _file_mode(path))
             os.replace(tmp, _replaced(path))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -126,7 +126,7 @@ def sqlite_file(location) -> Path | None:
     three slashes, absolute after four); None for another database's URL, an in-memory
     SQLite or an empty location.
 
-    >>> str(sqlite_file("sqlite:///runs/study.db")), str(sqlite_file("sqlite:////tmp/s.db"))
+    >>> str(sqlite_file("sqlite:///runs/study.db")), str(sqlite_file("sqlite+pysqlite:////tmp/s.db"))
     ('runs/study.db', '/tmp/s.db')
     """
     text = str(location).strip()
@@ -134,10 +134,11 @@ def sqlite_file(location) -> Path | None:
         return None
     if "://" not in text:
         return Path(text).expanduser()
-    prefix = "sqlite:///"
-    if not text.startswith(prefix):
+    scheme, _, rest = text.partition("://")
+    # `sqlite+pysqlite:///f.db` (a driver named) is the same file as `sqlite:///f.db`.
+    if scheme.split("+", 1)[0].lower() != "sqlite" or not rest.startswith("/"):
         return None
-    name = text[len(prefix):].split("?", 1)[0]
+    name = rest[1:].split("?", 1)[0]
     return Path(name).expanduser() if name and name != ":memory:" else None
 
 

@@ -69,15 +69,15 @@ def build_report_html(result, *, perf=None, baseline: str | None = None) -> str:
 
 
 def write_report(result, path, *, force: bool = False, perf=None, baseline: str | None = None,
-                 inputs=()) -> Path:
+                 inputs=(), flag: str = "path", force_hint: str = "force=True") -> Path:
     """Write the HTML report to `path` (atomically) and return it.
 
     Refuses (one-line `ProvisionerError`) to overwrite an existing file unless `force`,
     and always to overwrite one of `inputs` (the files the report is made from).
     """
-    check_output_path(path, flag="path", force=force, inputs=inputs, parents=True)
+    check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=True)
     html = build_report_html(result, perf=perf, baseline=baseline)
-    return write_output(path, html, flag="path", force=force, inputs=inputs, parents=True)
+    return write_output(path, html, flag=flag, force=force, force_hint=force_hint, inputs=inputs, parents=True)
 
 
 def write_command_page(answer: dict, path, *, force: bool = False, flag: str = "path", inputs=()) -> Path:

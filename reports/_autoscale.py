@@ -81,7 +81,9 @@ def _shade_sizing_windows(fig, answer: dict) -> None:
                                  f"windows ({'; '.join(said)}), the static cluster {sized_on}</sup>")
 
 
-def write_autoscale_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):
+def write_autoscale_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=(),
+                           force_hint: str = "force=True"):
     """Write the page atomically (refusing an existing file unless `force`)."""
-    check_output_path(path, flag=flag, force=force, inputs=inputs)
-    return write_output(path, build_autoscale_html(answer), flag=flag, force=force, inputs=inputs)
+    check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs)
+    return write_output(path, build_autoscale_html(answer), flag=flag, force=force, force_hint=force_hint,
+                        inputs=inputs)

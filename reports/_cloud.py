@@ -226,7 +226,8 @@ def _table(reps: list) -> str:
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
-def write_cloud_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=()):
+def write_cloud_report(answer: dict, path, *, force: bool = False, flag: str = "--report", inputs=(),
+                       force_hint: str = "force=True"):
     """Write the page atomically (refusing an existing file unless `force`)."""
-    check_output_path(path, flag=flag, force=force, inputs=inputs)
-    return write_output(path, build_cloud_html(answer), flag=flag, force=force, inputs=inputs)
+    check_output_path(path, flag=flag, force=force, force_hint=force_hint, inputs=inputs)
+    return write_output(path, build_cloud_html(answer), flag=flag, force=force, force_hint=force_hint, inputs=inputs)

@@ -498,3 +498,41 @@ def test_a_hand_edited_design_is_refused_not_coerced(tmp_path, two_family_answer
     saved.write_text(json.dumps(answer))
     assert_one_line_error(*cli("simulate", "--from-result", saved, "--family", family),
                           f"result JSON design of {family} ", why, "give the output of `provision --json`")
+
+
+@pytest.mark.parametrize("url", ["sqlite+pysqlite:///runs.db", "SQLite:///runs.db"])
+def test_a_study_url_naming_a_driver_is_the_same_file(tmp_path, url):
+    """`sqlite+pysqlite:///f.db` passed the checks `sqlite:///f.db` gets: the report
+    replaced the study database after the search, and another application's database was
+    taken over."""
+    r = cli("--goal", "cost", "--rps", "5", "--duration", "20", "--design", "splitwise-hh", "--no-verify",
+            "--study", url, "--report", "runs.db", cwd=tmp_path)
+    assert_one_line_error(*r, "--report 'runs.db' is also the --study database")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_keeps_the_mode_of_the_file_it_replaces_and_the_umask(tmp_path):
+    """Every output was chmod 0644: a private file overwritten with --force became
+    world-readable, and a new file ignored the umask."""
+    from provisioner.files import write_output
+
+    old = tmp_path / "private.csv"
+    old.write_text("x\n")
+    old.chmod(0o600)
+    write_output(old, "y\n", force=True)
+    assert old.read_text() == "y\n" and (old.stat().st_mode & 0o777) == 0o600
+    mask = os.umask(0o077)
+    try:
+        write_output(tmp_path / "new.csv", "z\n")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "new.csv").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_output_ending_in_a_slash_is_no_file(tmp_path):
+    from provisioner import ProvisionerError
+    from provisioner.files import write_output
+
+    with pytest.raises(ProvisionerError, match="ends in '/' but is no folder"):
+        write_output(str(tmp_path / "outdir") + "/", "x")
+    assert list(tmp_path.iterdir()) == []

@@ -199,7 +199,7 @@ def autoscale_command(
         pool = (perf.catalog.machine(d.prompt_machine).gpu, d.prompt_tp)
         obj["latency_model"] = latency_model_json(perf, model, [pool], day.prompt_tokens)
     if report is not None:
-        _write_report(report, obj, inputs)
+        _write_report(report, obj, inputs, force)
     if json_out:
         echo_json(obj)
         if sys.stderr.isatty():
@@ -326,9 +326,10 @@ def _thresholds_line(policy: dict, metric: str) -> str:
     return line
 
 
-def _write_report(path: Path, obj: dict, inputs: tuple = ()) -> None:
+def _write_report(path: Path, obj: dict, inputs: tuple = (), force: bool = False) -> None:
     """Rate and machines over time, one self-contained HTML page (`reports.write_autoscale_report`)."""
     from reports import write_autoscale_report
 
-    write_autoscale_report(obj, path, force=True, inputs=inputs)   # the path was checked before the run (--force)
+    # Checked before the run; without --force a file made there meanwhile is kept.
+    write_autoscale_report(obj, path, force=force, inputs=inputs, force_hint="--force")
     typer.echo(f"wrote {path}", err=True)

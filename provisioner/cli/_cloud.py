@@ -146,7 +146,8 @@ def cloud_command(
         answer["latency_model"] = latency
     if report is not None:
         from reports import write_cloud_report
-        write_cloud_report(answer, report, force=True)   # checked before the search
+        # Checked before the search; without --force a file made there meanwhile is kept.
+        write_cloud_report(answer, report, force=force, force_hint="--force")
     if json_out:
         echo_json(answer)
         return

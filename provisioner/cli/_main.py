@@ -140,7 +140,7 @@ def main_command(
     latency = None if perf is None else latency_model_json(perf, model, family_pools(request, perf.catalog))
     with RichProgress() as progress:
         result = provision(request, progress=progress, perf=perf, study=study)
-    _answer(result, request, latency, report, json_out, perf, input_files(workload, latency_profile))
+    _answer(result, request, latency, report, json_out, perf, input_files(workload, latency_profile), force)
 
 
 def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str, goal: str) -> None:
@@ -163,7 +163,8 @@ def _refuse_idle_search_flags(ctx: typer.Context, families: tuple, searcher: str
                                "custom families only: add one of them, or drop --trials")
 
 
-def _answer(result, request, latency: dict | None, report, json_out: bool, perf, inputs: tuple) -> None:
+def _answer(result, request, latency: dict | None, report, json_out: bool, perf, inputs: tuple,
+            force: bool = False) -> None:
     """Write the report, then print the JSON or the tables (and what a replay did)."""
     obj = result.to_json()
     for entry in obj["best"]:   # `winner` is one of these: translated with them
@@ -172,7 +173,8 @@ def _answer(result, request, latency: dict | None, report, json_out: bool, perf,
         obj["latency_model"] = latency
     if report is not None:
         from reports import write_report
-        write_report(obj, report, force=True, perf=perf, inputs=inputs)   # checked before the search
+        # Checked before the search; without --force a file made there meanwhile is kept.
+        write_report(obj, report, force=force, perf=perf, inputs=inputs, flag="--report", force_hint="--force")
     if json_out:
         echo_json(obj)
         return

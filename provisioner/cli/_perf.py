@@ -356,8 +356,8 @@ def calibrate_command(
         if kept:
             console.print(f"kept the constants of {', '.join(kept)} from the previous {target.name} "
                           f"(not in the profile)", highlight=False, soft_wrap=True)
-    write_output(target, dump_calibration(cal), flag="--out", force=True, inputs=(profile,),
-                 shipped_ok=is_default)
+    write_output(target, dump_calibration(cal), flag="--out", force=force or is_default, force_hint="--force",
+                 inputs=(profile,), shipped_ok=is_default)
     console.print(f"saved constants to {target}", highlight=False, soft_wrap=True)
 
 
