@@ -88,7 +88,7 @@ class Calibration:
         known = ", ".join(sorted(set(self.per_gpu) | set(self.borrowed)))
         raise PerfModelError(
             f"no latency constants for gpu '{gpu_name}': calibrate it or add it to [borrowed] "
-            f"in the calibration file (known: {known})"
+            f"of the calibration file (the installed one: {DEFAULT_CALIBRATION_PATH}; known: {known})"
         )
 
     def is_calibrated(self, gpu_name: str) -> bool:

@@ -67,6 +67,17 @@ MAX_DESIGN_MACHINES = 100_000   # per pool; the scale benchmark simulates 2,000
 
 @dataclass(frozen=True)
 class FamilySpec:
+    """A design family of fixed hardware: its machines, power caps and what the search
+    varies besides the counts. A spec added to FAMILY_SPECS joins the default families of
+    `provision` and `provision sweep` and is accepted by `--design` everywhere (simulate:
+    `--prompt-machines/--token-machines` for a split family, `--machines` otherwise).
+
+    name : the family's name (`--design NAME`).
+    split : prompt and token pools (Splitwise) or one pool of mixed machines (a baseline).
+    prompt_machine, token_machine : catalog machine names (a baseline uses the prompt one).
+    prompt_power_cap, token_power_cap : GPU power as a fraction of its rating.
+    """
+
     name: str
     split: bool
     prompt_machine: str

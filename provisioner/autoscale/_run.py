@@ -56,6 +56,7 @@ class AutoscaleResult:
     duration_s: float
     calibration: Calibration | None = None   # the `auto` thresholds' reading at the peak
     sizing_window: int = 0   # the sizing window that set the static count (0: the peak trace)
+    static_given: bool = False   # the static count was given (static_machines), not sized for the peak
 
     @property
     def saving_pct(self) -> float:
@@ -67,7 +68,8 @@ class AutoscaleResult:
         return {
             "family": self.family, "duration_s": self.duration_s, "capacity_rps": self.capacity_rps,
             "policy": self._policy_json(),
-            "static": {"machines": self.static_machines, **self.static.to_json()},
+            "static": {"machines": self.static_machines, "given": self.static_given,
+                       **self.static.to_json()},
             "autoscaled": {"machines_started": s.n_machines, "machines_max": most,
                            "machines_min": fewest, **self.autoscaled.to_json()},
             "saving_pct": self.saving_pct,
@@ -376,7 +378,7 @@ def autoscale(family: str, trace, peak_trace, model: str, policy: AutoscalePolic
     hours = n_static * horizon_s / 3600.0
     static = ClusterDay(hours, hours * usd_per_h, hours * kw, static_row)
     return AutoscaleResult(family, n_static, capacity, static, scaled, schedule, policy, horizon_s, calibration,
-                           sizing.window)
+                           sizing.window, static_given=bool(static_machines))
 
 
 def check_floor(min_machines: int, static_machines: int | None = None) -> None:

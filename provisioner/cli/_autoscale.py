@@ -283,7 +283,8 @@ def _print_summary(obj: dict, elapsed_s: float) -> None:
     for col in ("machines", "machine-hours", "cost ($)", "energy (kWh)", "TTFT p99 (ms)", "E2E p99 (ms)", "SLOs"):
         table.add_column(col, justify="right")
     s, a = obj["static"], obj["autoscaled"]
-    for name, c, machines in (("static (sized for the peak)", s, f"{s['machines']}"),
+    static = "static (as given)" if s.get("given") else "static (sized for the peak)"
+    for name, c, machines in ((static, s, f"{s['machines']}"),
                               ("autoscaled", a, f"{a['machines_min']}..{a['machines_max']}")):
         table.add_row(name, machines, f"{c['machine_hours']:.1f}", f"{c['cost_usd']:,.0f}", f"{c['energy_kwh']:,.0f}",
                       f"{c['ttft_ms']['p99']:.0f}", f"{c['e2e_ms']['p99']:.0f}",

@@ -226,8 +226,10 @@ def _print_summary(obj: dict, row, note: str | None, speed: str) -> None:
     from ._tables import fmt_cell
 
     d = obj["design"]
-    title = (f"{d['family']}: {d['prompt_machines']} prompt + {d['token_machines']} token machines"
-             if d["token_machines"] else f"{d['family']}: {d['prompt_machines']} machines")
+    def count(n, what="machine"):
+        return f"{n} {what}" + ("" if n == 1 else "s")
+    title = (f"{d['family']}: {d['prompt_machines']} prompt + {count(d['token_machines'], 'token machine')}"
+             if d["token_machines"] else f"{d['family']}: {count(d['prompt_machines'])}")
     title += _power_caps_text(d)
     if d.get("prefill_chunk_tokens"):
         title += f", chunked prefill {d['prefill_chunk_tokens']} tokens"
