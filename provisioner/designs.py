@@ -50,6 +50,7 @@ from .errors import ProvisionerError
 from .schedulers import DEFAULT_SCHEDULER, check_scheduler_family
 
 DEFAULT_PROMPT_BATCH_CAP_TOKENS = 2048  # Splitwise Sec. III-B: prompt throughput drops beyond it
+MAX_PROMPT_BATCH_CAP_TOKENS = 10_000_000   # a prompt batch of more tokens holds no model's KV
 # Token budgets the chunked families search: Sarathi-Serve runs 512 for strict TBT SLOs
 # and 2048 for relaxed ones; 256 and 1024 bracket them.
 CHUNK_TOKEN_CHOICES = (256, 512, 1024, 2048)
@@ -257,8 +258,13 @@ def check_design(d: Design) -> None:
                                    f"[{math.ceil(MIN_POWER_CAP * 100) / 100:g}, 1] (got {v:g}); below "
                                    f"{MIN_POWER_CAP:.3f} the GPU's static power leaves no clock to run at",
                                    params=(name,))
-    if d.prompt_batch_cap_tokens < 1:
-        raise ProvisionerError("prompt_batch_cap_tokens must be >= 1", params=("prompt_batch_cap_tokens",))
+    if not 1 <= d.prompt_batch_cap_tokens <= MAX_PROMPT_BATCH_CAP_TOKENS:
+        raise ProvisionerError(f"prompt_batch_cap_tokens must be in [1, {MAX_PROMPT_BATCH_CAP_TOKENS:,}] (got "
+                               f"{shown(d.prompt_batch_cap_tokens)})", params=("prompt_batch_cap_tokens",))
+    from .schedulers import SCHEDULERS   # here: schedulers is imported by the engines, after designs
+    if d.scheduler not in SCHEDULERS:   # 'zzz' in a saved result ran the default
+        raise ProvisionerError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {shown(d.scheduler)})",
+                               params=("scheduler",))
     if not 0 <= d.prefill_chunk_tokens <= MAX_CHUNK_TOKENS:
         raise ProvisionerError(f"prefill_chunk_tokens must be in [0, {MAX_CHUNK_TOKENS}] (got "
                                f"{shown(d.prefill_chunk_tokens)}); 0 turns chunked prefill off",

@@ -41,7 +41,7 @@ NUMBER, INT, STR, BOOL, DICT, LIST, NULL = "number", "integer", "string", "boole
 QUESTION_SPEC = {"workload": ((STR,), True), "model": ((STR,), True), "seed": ((INT,), True),
                  "families": ((LIST,), True), "rps": ((NUMBER, NULL), False), "duration_s": ((NUMBER, NULL), False),
                  "slo": ((DICT, NULL), False), "slo_scale": ((NUMBER, NULL), False), "arrival": ((STR, NULL), False),
-                 "cv": ((NUMBER, NULL), False), "code_version": ((STR, NULL), False)}
+                 "cv": ((NUMBER, NULL), False), "code_version": ((STR, NULL), False), "catalog": ((DICT, NULL), False)}
 DESIGN_SPEC = {"family": ((STR,), True), "prompt_machines": ((INT, NULL), True), "token_machines": ((INT, NULL), True),
                "prompt_machine": ((STR, NULL), False), "token_machine": ((STR, NULL), False),
                "prompt_power_cap": ((NUMBER, NULL), False), "token_power_cap": ((NUMBER, NULL), False),
@@ -57,7 +57,7 @@ EVALUATED_SPEC = {"family": ((STR,), True), "prompt_machines": ((INT,), True), "
                   "slo_met": ((BOOL,), True), "binding_slo": ((STR, NULL), False), "min_margin": ((NUMBER, NULL), False),
                   "prompt_machine": ((STR, NULL), False), "token_machine": ((STR, NULL), False),
                   "prompt_power_cap": ((NUMBER, NULL), False), "token_power_cap": ((NUMBER, NULL), False),
-                  "recheck": ((STR, NULL), False)}
+                  "recheck": ((STR, NULL), False), "slowdown": ((DICT, NULL), False), "rps": ((NUMBER, NULL), False)}
 SLO_SPEC = {"met": ((BOOL, NULL), False), "binding": ((STR, NULL), False), "slowdown": ((DICT, NULL), False),
             "margin": ((DICT, NULL), False)}
 
@@ -114,6 +114,9 @@ def validate_result(result: dict) -> None:
             _check_slo(b["slo"], f"{where}.slo")
     for i, row in enumerate(result["evaluated"]):
         _check_spec(row, EVALUATED_SPEC, f"evaluated[{i}]")
+        for metric, pcts in (row.get("slowdown") or {}).items():
+            for p, v in _require_dict(pcts, f"evaluated[{i}].slowdown.{metric}").items():
+                _check_type(v, (NUMBER, NULL), f"evaluated[{i}].slowdown.{metric}.{p}")
 
 
 def _check_slo(slo: dict, where: str) -> None:

@@ -215,6 +215,10 @@ def test_a_flag_that_would_change_nothing_is_refused(args, needle):
     # named the library's "SLO.scaled: factor"; NaN was taken as 1
     (lambda r: r["question"].__setitem__("slo_scale", float("nan")), "'question.slo_scale' must be a finite number"),
     (lambda r: r["question"].__setitem__("slo_scale", 0), "'question.slo_scale' must be a finite number"),
+    # internal errors (rc 1): the page read them as a table and as slowdowns
+    (lambda r: r["question"].__setitem__("catalog", [1]), "'question.catalog' must be object or null"),
+    (lambda r: r["evaluated"][0].__setitem__("slowdown", "x"), "'evaluated[0].slowdown' must be object or null"),
+    (lambda r: r["evaluated"][0]["slowdown"].__setitem__("ttft", {"p50": "x"}), "'evaluated[0].slowdown.ttft.p50'"),
 ])
 def test_a_mistyped_result_json_is_refused(tmp_path, mangle, needle):
     from test_reports import fixture_result
@@ -1599,3 +1603,13 @@ def test_scheduler_and_priority_errors_name_the_parameter_and_the_cli_its_flag()
         provisioner.simulate(design, Trace([0.0], [100], [2], "one"), engine="des", high_priority_fraction="0.5")
     assert_one_line_error(*cli("simulate", "--design", "baseline-a100", "--machines", "2", "--scheduler", "fastest"),
                           "--scheduler must be one of")
+
+
+@pytest.mark.parametrize("value", ["0", "abc", "-3", "100000"])
+def test_a_numba_thread_count_numba_cannot_run_with_is_one_line(monkeypatch, value):
+    """NUMBA_NUM_THREADS=0 was an internal error (exit 1) when the engine started; 'abc'
+    printed numba's traceback as a warning and ran on."""
+    monkeypatch.setenv("NUMBA_NUM_THREADS", value)
+    assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines",
+                               "1", "--rps", "2", "--duration", "5"),
+                          f"NUMBA_NUM_THREADS must be a whole number of threads from 1 to 1024 (got '{value}')")

@@ -19,6 +19,7 @@ with ctrl_c_stops_loading():   # the package itself loads lazily (provisioner/__
     import typer
 
     from ..workers import quiet_pool_warnings
+    from ._common import check_numba_threads
     from ._errors import on_sigterm, run_guarded
     from ._repeats import refuse_repeated_options
 
@@ -61,6 +62,7 @@ def run(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
 
     def command():   # all of it inside `run_guarded`: a signal between two steps is one line too
+        check_numba_threads()   # before numba is imported and reads it
         with ctrl_c_stops_loading():   # the commands' modules: the search, the engines, pandas
             _register()
         quiet_pool_warnings()   # Ctrl-C: one line, not a worker-cleanup warning after it; no loky races

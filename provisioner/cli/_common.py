@@ -319,6 +319,25 @@ def heartbeat_period_s() -> float:
     return value
 
 
+NUMBA_THREADS_ENV = "NUMBA_NUM_THREADS"   # numba's own; the sweep sets it for its workers
+MAX_NUMBA_THREADS = 1024
+
+
+def check_numba_threads() -> None:
+    """Refuse a $NUMBA_NUM_THREADS numba cannot run with, before numba reads it: 0 was an
+    internal error when the engine started, and 'abc' a traceback printed as a warning."""
+    text = os.environ.get(NUMBA_THREADS_ENV)
+    if text is None:
+        return
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_NUMBA_THREADS:
+        raise ProvisionerError(f"{NUMBA_THREADS_ENV} must be a whole number of threads from 1 to "
+                               f"{MAX_NUMBA_THREADS} (got {text!r}): set it so, or unset it to use every core")
+
+
 class RichProgress:
     """`provisioner.search.Progress` drawn with rich on stderr, gone when done. unit : what a
     stage counts ("designs"); None: stages without counts, each a spinner, its label and the
