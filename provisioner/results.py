@@ -151,9 +151,15 @@ def _refuse_missing_trace_file(q: dict) -> None:
 
     from .errors import ProvisionerError
 
+    from workloads import shipped_name
+
     workload = q.get("workload")
     if not q.get("workload_sha256") or not isinstance(workload, str) or Path(workload).expanduser().exists():
         return
+    if shipped_name(workload) is not None:   # was "trace file 'coding' does not exist"
+        raise ProvisionerError(f"the answer names the shipped workload '{workload}' but records a trace file's "
+                               f"SHA-256 (result JSON key 'question.workload_sha256'), which a shipped workload "
+                               f"has not; give the output of `provision --json` as it was written")
     where = ("; a relative path is read from the current directory: run from the one `provision` ran in"
              if not Path(workload).expanduser().is_absolute() else "")
     raise ProvisionerError(f"the answer's trace file '{workload}' (result JSON key 'question.workload') does not "

@@ -536,3 +536,14 @@ def test_an_output_ending_in_a_slash_is_no_file(tmp_path):
     with pytest.raises(ProvisionerError, match="ends in '/' but is no folder"):
         write_output(str(tmp_path / "outdir") + "/", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["--goal", "cost", "--rps", "5", "--report", "outdir/"],
+                                  ["perf", "predict", "--points", "p.csv", "--out=pp.csv/"],
+                                  ["simulate", "--design", "baseline-h100", "--machines", "1", "--timeline", "t/"]])
+def test_an_output_file_typed_with_a_trailing_slash_is_refused(tmp_path, args):
+    """The slash meant a folder; click's Path dropped it and the page was written as a
+    file named 'outdir' (exit 0)."""
+    flag = next(a for a in args if a.startswith("--") and a.split("=")[0] in ("--report", "--out", "--timeline"))
+    assert_one_line_error(*cli(*args, cwd=tmp_path), f"{flag.split('=')[0]} '", "ends in '/' but is no folder")
+    assert list(tmp_path.iterdir()) == []

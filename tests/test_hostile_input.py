@@ -1613,3 +1613,15 @@ def test_a_numba_thread_count_numba_cannot_run_with_is_one_line(monkeypatch, val
     assert_one_line_error(*cli("simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines",
                                "1", "--rps", "2", "--duration", "5"),
                           f"NUMBA_NUM_THREADS must be a whole number of threads from 1 to 1024 (got '{value}')")
+
+
+def test_a_shipped_workload_with_a_file_checksum_says_so(tmp_path):
+    """Was "the answer's trace file 'coding' ... does not exist": 'coding' is a shipped name."""
+    from test_reports import fixture_result
+
+    result = fixture_result(("splitwise-hh",))
+    assert result["question"]["workload"] == "coding"
+    result["question"]["workload_sha256"] = "00" * 32
+    (tmp_path / "r.json").write_text(json.dumps(result))
+    assert_one_line_error(*cli("simulate", "--from-result", tmp_path / "r.json"),
+                          "names the shipped workload 'coding' but records a trace file's SHA-256")

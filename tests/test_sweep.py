@@ -130,6 +130,9 @@ SMALL = 'families = ["baseline-a100"]\nduration_s = 3\nmax_machines = 4\nverify 
      ["key 'searcher'", "races every design"]),
     # asked the same questions twice: duplicate rows, twice the time
     ('rps = [5, 10, 5.0]\n' + SMALL, ["key 'rps' lists 5.0 twice"]),
+    ('rps = [5]\nworkloads = ["coding", "Code"]\n' + SMALL, ["key 'workloads' lists 'coding' and 'Code', one workload"]),
+    (f'rps = [5]\nworkloads = ["{Path(workloads.__file__).parent / "data" / "code.csv"}", '
+     f'"{Path(workloads.__file__).parent / "data" / ".." / "data" / "code.csv"}"]\n' + SMALL, ["one workload"]),
     # named the request's field (n_trials) and Python's booleans
     ('rps = [5]\nsearcher = "optuna"\ntrials = 0\n', ["key 'trials': trials must be an integer"]),
     ('rps = [5]\nverify = "no"\n', ["key 'verify': verify must be true or false"]),
@@ -297,7 +300,9 @@ def test_spec_trace_paths_resolve_as_every_path_does(tmp_path):
     rows = "\n".join(f"{i * 0.5},{100 + i},{5 + i % 3}" for i in range(20))
     trace = home / "traces" / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows + "\n")
-    (specs / "link.csv").symlink_to(trace)
+    linked = home / "traces" / "t2.csv"   # another file: two spellings of one are refused (the same question)
+    linked.write_text(trace.read_text())
+    (specs / "link.csv").symlink_to(linked)
     (specs / "UPPER.CSV").write_text(trace.read_text())
     (specs / "s.toml").write_text('rps = [2]\nworkloads = ["~/traces/t.csv", "link.csv", "UPPER.CSV"]\n'
                                   'families = ["baseline-a100"]\nmax_machines = 4\nverify = false\n')
@@ -307,7 +312,7 @@ def test_spec_trace_paths_resolve_as_every_path_does(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     workloads = list(pd.read_csv(tmp_path / "out" / "results.csv").workload)
-    assert workloads == [str(trace.resolve())] * 2 + [str((specs / "UPPER.CSV").resolve())]
+    assert workloads == [str(trace.resolve()), str(linked.resolve()), str((specs / "UPPER.CSV").resolve())]
 
 
 @pytest.mark.parametrize("workload, message", [

@@ -14,7 +14,8 @@ and :func:`make_workload` is its trace at one rate:
 
 from hardware_catalog import decode_text   # public here too: workloads' readers were its first users
 from workloads._arrivals import MAX_TRACE_REQUESTS, gamma_arrivals, poisson_arrivals, replay_arrivals
-from workloads._generate import ARRIVAL_PROCESSES, DEFAULT_DURATION_S, WINDOW_MEASURES, TraceGenerator, default_arrival
+from workloads._generate import (ARRIVAL_PROCESSES, DEFAULT_DURATION_S, WINDOW_MEASURES, TraceGenerator,
+                                 default_arrival, shipped_name)
 from workloads._profile import ProfileFormatError, RateProfile, diurnal_profile, read_profile_csv
 from workloads._readers import WORKLOAD_NAMES, azure_trace, read_trace_csv
 from workloads._trace import Trace
@@ -38,6 +39,7 @@ __all__ = [
     "decode_text",
     "default_arrival",
     "diurnal_profile",
+    "shipped_name",
     "gamma_arrivals",
     "make_workload",
     "poisson_arrivals",

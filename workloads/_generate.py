@@ -60,7 +60,7 @@ _WINDOW_REL_TOL = 1e-12   # an arrival within this fraction of the window's end 
 
 def default_arrival(workload) -> str:
     """``"poisson"`` for a shipped name, ``"replay"`` for a CSV path or a Trace."""
-    return "poisson" if _shipped_name(workload) is not None else "replay"
+    return "poisson" if shipped_name(workload) is not None else "replay"
 
 
 class TraceGenerator:
@@ -358,7 +358,8 @@ class TraceGenerator:
                                 f"1e9), or give rps to rescale it", params=("rps",))
 
 
-def _shipped_name(workload) -> str | None:
+def shipped_name(workload) -> str | None:
+    """The shipped workload `workload` names (an alias too: 'code' is 'coding'), else None."""
     if isinstance(workload, str) and workload.strip().lower() in WORKLOAD_ALIASES:
         return WORKLOAD_ALIASES[workload.strip().lower()]
     return None
@@ -368,7 +369,7 @@ def _source_trace(workload) -> Trace:
     """The trace that request sizes (and replayed arrivals) come from."""
     if isinstance(workload, Trace):
         return workload
-    if _shipped_name(workload) is not None:
+    if shipped_name(workload) is not None:
         return azure_trace(workload)
     if isinstance(workload, os.PathLike) or (isinstance(workload, str) and _looks_like_path(workload)):
         return read_trace_csv(workload)
@@ -383,7 +384,7 @@ def _looks_like_path(text: str) -> bool:
 
 
 def _file_sha256(workload) -> str | None:
-    if isinstance(workload, Trace) or _shipped_name(workload) is not None:
+    if isinstance(workload, Trace) or shipped_name(workload) is not None:
         return None
     digest = hashlib.sha256()
     with open(os.fspath(workload), "rb") as stream:

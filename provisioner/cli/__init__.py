@@ -21,7 +21,7 @@ with ctrl_c_stops_loading():   # the package itself loads lazily (provisioner/__
     from ..workers import quiet_pool_warnings
     from ._common import check_numba_threads
     from ._errors import on_sigterm, run_guarded
-    from ._repeats import refuse_repeated_options
+    from ._repeats import refuse_folder_outputs, refuse_repeated_options
 
 __all__ = ["app", "get_app", "main", "run"]
 
@@ -66,7 +66,9 @@ def run(argv: list[str] | None = None) -> int:
         with ctrl_c_stops_loading():   # the commands' modules: the search, the engines, pandas
             _register()
         quiet_pool_warnings()   # Ctrl-C: one line, not a worker-cleanup warning after it; no loky races
-        refuse_repeated_options(typer.main.get_command(app), args)   # before click keeps the last
+        root = typer.main.get_command(app)
+        refuse_repeated_options(root, args)   # before click keeps the last
+        refuse_folder_outputs(root, args)   # before click's Path drops the slash
         return app(args=args, prog_name="provision", standalone_mode=False)
     return run_guarded(command)
 

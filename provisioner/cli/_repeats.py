@@ -1,22 +1,33 @@
-"""A single-value option given twice is an error, not a silent "the last one wins".
+"""Checks of the command line as typed, before click parses it.
 
-click keeps the last value of an option that is not `multiple` (`provision --goal cost
---rps 70 --rps 80` plans for 80 req/s, without a word), and the last of a flag pair
-(`--verify --no-verify`). The user meant something by each: `refuse_repeated_options`
-reads the command line against the click command's own option metadata, before click
-parses it, and refuses the second occurrence in one line naming the option. Options
-declared `multiple` (`--design`, `provision cloud --without`) or counted repeat freely.
+A single-value option given twice is an error, not a silent "the last one wins": click
+keeps the last value of an option that is not `multiple` (`provision --goal cost --rps 70
+--rps 80` plans for 80 req/s, without a word), and the last of a flag pair (`--verify
+--no-verify`). The user meant something by each: `refuse_repeated_options` reads the
+command line against the click command's own option metadata and refuses the second
+occurrence in one line naming the option. Options declared `multiple` (`--design`,
+`provision cloud --without`) or counted repeat freely.
 
-It is deliberately not a parser: it follows the options it knows and stops, saying
+An output file typed with a trailing '/' (`--report outdir/`) means a folder: click hands
+the command a `Path`, which has dropped the slash, and the page would be written as a
+file named `outdir`. `refuse_folder_outputs` refuses it while the slash is still there.
+
+Neither is a parser: `typed_options` follows the options it knows and stops, saying
 nothing, where it meets anything else (an unknown option, a stray argument, `--`),
 leaving that to click's own error.
 """
 
 from __future__ import annotations
 
+import os
+
 from ..errors import ProvisionerError
 
-__all__ = ["refuse_repeated_options"]
+__all__ = ["refuse_repeated_options", "refuse_folder_outputs"]
+
+# Options naming an output file (`provision sweep --out` names a folder).
+FILE_OUTPUTS = {"--report", "--out", "--timeline"}
+FOLDER_OUTPUT_COMMANDS = {"sweep"}
 
 
 def refuse_repeated_options(command, argv: list[str]) -> None:
@@ -26,7 +37,29 @@ def refuse_repeated_options(command, argv: list[str]) -> None:
     command : the root click command (`typer.main.get_command(app)`); a group's options
         and each subcommand's are counted apart, as click parses them.
     """
-    seen: dict[str, tuple[str, str | None]] = {}   # param name -> (as typed, value) of its first use
+    seen: dict[tuple[int, str], tuple[str, str | None]] = {}   # (command, param) -> (as typed, value) first
+    for owner, param, typed, value in typed_options(command, argv):
+        if param.multiple or param.count:
+            continue
+        key = (id(owner), param.name)
+        if key in seen:
+            raise ProvisionerError(_message(typed, value, *seen[key]))
+        seen[key] = (typed, value)
+
+
+def refuse_folder_outputs(command, argv: list[str]) -> None:
+    """Raise `ProvisionerError` when an output file option's value ends in '/' and is no folder."""
+    for owner, param, typed, value in typed_options(command, argv):
+        if typed not in FILE_OUTPUTS or owner.name in FOLDER_OUTPUT_COMMANDS or not value:
+            continue
+        if value.endswith(("/", os.sep)) and not os.path.isdir(value):
+            raise ProvisionerError(f"{typed} '{value}' ends in '/' but is no folder; give a file name such as "
+                                   f"{value}out{'.html' if typed != '--out' else ''}")
+
+
+def typed_options(command, argv: list[str]):
+    """(command, option parameter, as typed, value or None) of each option `argv` gives,
+    in order, each read against the (sub)command it belongs to; stops at what it does not know."""
     options = _options_of(command)
     tokens = list(argv)
     i = 0
@@ -48,18 +81,14 @@ def refuse_repeated_options(command, argv: list[str]) -> None:
             if takes < 0 or i + takes > len(tokens):   # `--force=1`, `--rps` last: click's error
                 return
             i += takes
-            if param.multiple or param.count:
-                continue
-            if param.name in seen:
-                raise ProvisionerError(_message(typed, value, *seen[param.name]))
-            seen[param.name] = (typed, value)
+            yield command, param, typed, value
             continue
         sub = getattr(command, "commands", {}).get(token)
         if sub is None:   # a positional argument of a leaf command (options may follow it)
             if getattr(command, "commands", None):
                 return    # a group's unknown command: click's error
             continue
-        command, options, seen = sub, _options_of(sub), {}
+        command, options = sub, _options_of(sub)
 
 
 def _options_of(command) -> dict:

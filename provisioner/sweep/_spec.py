@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware_catalog import CatalogError, decode_text, load_catalog
-from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival
+from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival, shipped_name
 
 from .._validation import PRICE_USD_PER_H_RANGE, Interval, Options, Real, shown, toml_float, validate_params
 from ..designs import FAMILIES, family_spec
@@ -205,6 +205,7 @@ def _questions(path: Path, grid: dict, settings: dict, prices: dict, origin: tup
     _refuse_idle_keys(path, goals, grid, settings)
     _check_names(path, "families", families, family_spec)
     _check_names(path, "models", grid.get("models", []), load_catalog().model)
+    _refuse_same_workloads(path, grid.get("workloads", []))
     out = []
     for goal in goals:
         if goal in ("cost", "power"):
@@ -293,6 +294,18 @@ def _needed(path: Path, grid: dict, key: str, goal: str) -> list:
     if key not in grid:
         raise ProvisionerError(f"'{path}': goal {goal} needs key '{key}' (a list of request rates, requests/s)")
     return grid[key]
+
+
+def _refuse_same_workloads(path: Path, workloads: list) -> None:
+    """Two spellings of one workload (a name and its alias, two paths to one file) would
+    ask the same questions twice, as a value listed twice would (`_list`)."""
+    seen: dict = {}
+    for w in workloads:
+        key = shipped_name(w) or _workload(path, w)
+        if isinstance(key, str) and key in seen:
+            raise ProvisionerError(f"'{path}': key 'workloads' lists {shown(seen[key])} and {shown(w)}, one "
+                                   f"workload ({key}); give it once")
+        seen[key] = w
 
 
 def _workload(path: Path, workload):
