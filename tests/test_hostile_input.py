@@ -204,6 +204,11 @@ def test_odd_numbers_are_one_line_errors(args, needle):
     (["simulate", "--design", "baseline-h100", "--machines", "2", "--latency-profile", ""], "the path is empty"),
     # said "'.' is a directory", a path the user never typed
     (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "4", "--report", ""], "--report is empty or '.'"),
+    # --force with nothing to overwrite: accepted in silence
+    (["--goal", "cost", "--rps", "5", "--force"], "--force overwrites the --report file, and no --report is given"),
+    (["simulate", "--design", "baseline-h100", "--machines", "1", "--force"],
+     "--force overwrites the --timeline file, and no --timeline is given"),
+    (["cloud", "--inventory", "thunderserve-32gpu", "--rps", "4", "--force"], "give --report PATH, or drop --force"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(args, needle):
     assert_one_line_error(*cli(*args), needle)

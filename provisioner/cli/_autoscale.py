@@ -17,10 +17,9 @@ from ..schedulers import DEFAULT_SCHEDULER, scheduler_code
 from ..sim import ENGINES, refuse_closed_loop_in_fluid
 from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
-                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model, refuse_idle_flags,
-                      refuse_idle_seed,
-                      given, scheduler_option, trace_generator, preemption_option, check_preemption,
-                      swap_space_option, check_swap_space_flag, input_files)
+                      latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
+                      refuse_idle_flags, refuse_idle_seed, given, scheduler_option, trace_generator, preemption_option,
+                      check_preemption, swap_space_option, check_swap_space_flag, input_files, refuse_idle_force)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -130,6 +129,7 @@ def autoscale_command(
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only
     rate = _profile(profile, rps, duration)
     inputs = input_files(profile, workload, latency_profile)
+    refuse_idle_force(force, report, "--report")
     if report is not None:   # before any work: a bad output path is refused at once
         from ..files import check_output_path
         check_output_path(report, flag="--report", force=force, force_hint="--force", inputs=inputs,

@@ -11,7 +11,8 @@ from ..files import stdout_is_an_output
 from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, DURATION_DEFAULT_HELP, WORKLOAD_HELP, RichProgress,
                       check_latency_interp, echo_json, input_files, latency_interp_option, latency_profile_option,
-                      prefill_chunk_option, refuse_idle_flags, replay_note, scheduler_option, trace_generator)
+                      prefill_chunk_option, refuse_idle_flags, replay_note, scheduler_option, trace_generator,
+                      refuse_idle_force)
 
 CLOUD_MODEL = "llama-30b"
 # A replay with no --duration is taken whole; planning simulates that window at every rate
@@ -99,6 +100,7 @@ def cloud_command(
             raise ProvisionerError(f"{flag} must be one of {', '.join(ENGINES)} (got '{name}')")
     if not 0 < target_attainment <= 1:
         raise ProvisionerError(f"--target-attainment must be in (0, 1] (got {target_attainment:g})")
+    refuse_idle_force(force, report, "--report")
     if report is not None:   # refuse before the search, not after it
         from ..files import check_output_path
         inputs = input_files(inventory, workload, latency_profile, replan_workload)

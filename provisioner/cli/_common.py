@@ -319,6 +319,13 @@ def heartbeat_period_s() -> float:
     return value
 
 
+def refuse_idle_force(force: bool, output, flag: str) -> None:
+    """--force overwrites one output: given without it, it would change nothing."""
+    if force and output is None:
+        raise ProvisionerError(f"--force overwrites the {flag} file, and no {flag} is given; give {flag} PATH, "
+                               f"or drop --force")
+
+
 NUMBA_THREADS_ENV = "NUMBA_NUM_THREADS"   # numba's own; the sweep sets it for its workers
 MAX_NUMBA_THREADS = 1024
 

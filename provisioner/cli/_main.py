@@ -20,9 +20,8 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DURATION_DEFAULT_HELP, DEFAULT_MODE
                       RichProgress, duplicate_weights_option, echo_json, input_files, latency_interp_option,
                       latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
                       prefill_chunk_option, given, refuse_idle_flags, refuse_idle_seed, replay_note, scheduler_option,
-                      study_option,
-                      preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
-                      check_study_path, family_pools)
+                      study_option, preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
+                      check_study_path, family_pools, refuse_idle_force)
 from ._tables import reason_text, render_result
 
 MAX_VERIFY_SEEDS = 32   # each seed is a discrete-event run of every family's answer
@@ -98,6 +97,7 @@ def main_command(
                                f"discrete-event re-check draws its traces with seeds seed + 1 to seed + "
                                f"{verify_seeds}; give a smaller --seed, or --no-verify")
     check_study_path(study, (report,), "--report")   # before the search, not after it
+    refuse_idle_force(force, report, "--report")
     if report is not None:
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=input_files(workload, latency_profile), stdout_taken_by="--json" if json_out else None)

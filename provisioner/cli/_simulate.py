@@ -16,13 +16,12 @@ from ..results import design_result_json, scheduler_json
 from ..schedulers import DEFAULT_SCHEDULER, ON_DEMAND_SCHEDULERS
 from ..sim import ENGINES, simulate
 from ..slo import SLO
-from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP,
-                      duplicate_weights_option, echo_json, latency_interp_option, latency_model_json,
-                      latency_profile_option, load_latency_model, mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags,
-                      refuse_idle_seed,
+from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, duplicate_weights_option,
+                      echo_json, latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
+                      mps_share_option, prefill_chunk_option, recorded_profile, refuse_idle_flags, refuse_idle_seed,
                       given, high_priority_option, scheduler_option, preemption_option, check_preemption,
-                      swap_space_option, check_swap_space_flag,
-                      replay_note, trace_generator, input_files)
+                      swap_space_option, check_swap_space_flag, replay_note, trace_generator, input_files,
+                      refuse_idle_force)
 
 DEFAULT_RPS = 70.0
 _ON_DEMAND_CHOICES = ", ".join(ON_DEMAND_SCHEDULERS[:-1]) + " or " + ON_DEMAND_SCHEDULERS[-1]
@@ -118,6 +117,7 @@ def simulate_command(
     high_slo = _high_priority_slo(ctx, slo, high_priority_slo_scale, high_priority_fraction)
     check_preemption(preemption, d.scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
+    refuse_idle_force(force, timeline, "--timeline")
     if timeline is not None:
         if d.scheduler not in ON_DEMAND_SCHEDULERS:
             raise ProvisionerError(f"--timeline draws an on-demand scheduler's preemptions and migrations, which "

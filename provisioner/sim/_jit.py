@@ -81,12 +81,17 @@ def jit_cache_dir() -> Path:
 
 
 def _default_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg or Path.home() / ".cache"
     default = Path(base).expanduser() / "provisioner" / "numba"
     if _writable(default):
         return default
     uid = os.getuid() if hasattr(os, "getuid") else os.getpid()
-    return Path(tempfile.gettempdir()) / f"provisioner-numba-{uid}"
+    fallback = Path(tempfile.gettempdir()) / f"provisioner-numba-{uid}"
+    if xdg:   # chosen, as the variables above: said (the first run there compiles for a minute)
+        _warn(f"XDG_CACHE_HOME '{xdg}' cannot hold {default}; caching the compiled simulator in {fallback} "
+              f"instead (set XDG_CACHE_HOME to a writable directory, or unset it)")
+    return fallback
 
 
 def kernel_source_digest() -> str:
