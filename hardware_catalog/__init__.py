@@ -11,7 +11,7 @@ them into frozen dataclasses on first use (never at import) and caches the resul
 
 from ._loader import load_catalog
 from ._schema import GPU, LLM, Catalog, Machine
-from ._text import decode_text
+from ._text import MAX_INPUT_BYTES, decode_text, read_input
 from .errors import CatalogError, CatalogValidationError, UnknownNameError
 
 __all__ = [
@@ -24,4 +24,6 @@ __all__ = [
     "UnknownNameError",
     "CatalogValidationError",
     "decode_text",
+    "read_input",
+    "MAX_INPUT_BYTES",
 ]

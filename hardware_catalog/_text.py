@@ -4,9 +4,34 @@ inventory, a catalog entry. Here, in the lowest package, so every package reads 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 
-__all__ = ["decode_text"]
+__all__ = ["decode_text", "read_input", "MAX_INPUT_BYTES"]
+
+MAX_INPUT_BYTES = 2**30   # 1 GiB: past any trace, profile or result this tool reads
+_CHUNK_BYTES = 2**24
+
+
+def read_input(path) -> bytes:
+    """The whole file a user gives (a pipe too: `<(...)` cannot be reopened, so it is read
+    once), refused as an OSError the readers already word (errno EFBIG, its strerror the
+    reason) when it is a device such as /dev/zero or a terminal, or holds over
+    MAX_INPUT_BYTES: such an input was read until memory ran out."""
+    with open(path, "rb") as stream:
+        if stat.S_ISCHR(os.fstat(stream.fileno()).st_mode):
+            raise OSError(errno.EFBIG, "it is a device, not a file: give a file, or a pipe such as <(...)",
+                          os.fspath(path))
+        chunks, size = [], 0
+        while chunk := stream.read(_CHUNK_BYTES):
+            size += len(chunk)
+            if size > MAX_INPUT_BYTES:
+                raise OSError(errno.EFBIG, f"it holds over {MAX_INPUT_BYTES / 2**30:g} GiB, more than any input "
+                                           f"this tool reads", os.fspath(path))
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def decode_text(raw: bytes, *, universal_newlines: bool = False) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from hardware_catalog import decode_text
+from hardware_catalog import decode_text, read_input
 
 from .errors import PerfModelError
 
@@ -102,7 +102,7 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         where = f"perfmodels/data/{DEFAULT_CALIBRATION}"
     else:
         try:
-            raw_bytes = Path(path).read_bytes()
+            raw_bytes = read_input(path)
         except OSError as exc:
             raise PerfModelError(f"cannot read calibration '{path}': {exc.strerror}") from None
         try:   # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_catalog import UnknownNameError, decode_text
+from hardware_catalog import UnknownNameError, decode_text, read_input
 
 from ._calibrate import REQUIRED_COLUMNS
 from ._model import TP_DEGREES
@@ -114,7 +114,7 @@ def read_profile(path, catalog, where: str | None = None) -> Profile:
 
 def _read_bytes(path: Path, where: str) -> bytes:
     try:
-        return path.read_bytes()
+        return read_input(path)
     except IsADirectoryError:
         raise PerfModelError(f"{where}: is a directory; give a profile CSV with columns {','.join(REQUIRED)}") from None
     except OSError as exc:

@@ -261,10 +261,6 @@ def check_design(d: Design) -> None:
     if not 1 <= d.prompt_batch_cap_tokens <= MAX_PROMPT_BATCH_CAP_TOKENS:
         raise ProvisionerError(f"prompt_batch_cap_tokens must be in [1, {MAX_PROMPT_BATCH_CAP_TOKENS:,}] (got "
                                f"{shown(d.prompt_batch_cap_tokens)})", params=("prompt_batch_cap_tokens",))
-    from .schedulers import SCHEDULERS   # here: schedulers is imported by the engines, after designs
-    if d.scheduler not in SCHEDULERS:   # 'zzz' in a saved result ran the default
-        raise ProvisionerError(f"scheduler must be one of {', '.join(SCHEDULERS)} (got {shown(d.scheduler)})",
-                               params=("scheduler",))
     if not 0 <= d.prefill_chunk_tokens <= MAX_CHUNK_TOKENS:
         raise ProvisionerError(f"prefill_chunk_tokens must be in [0, {MAX_CHUNK_TOKENS}] (got "
                                f"{shown(d.prefill_chunk_tokens)}); 0 turns chunked prefill off",

@@ -50,9 +50,22 @@ def _file_mode(path: Path) -> int:
     try:
         return stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask: read from /proc (Linux), else set and put back (os.umask has no
+    read-only form; the moment between is not thread-safe)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def os_error_line(exc: OSError, path) -> str:

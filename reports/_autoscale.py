@@ -30,7 +30,8 @@ def build_autoscale_html(answer: dict) -> str:
     fig.add_trace(go.Scatter(x=hours, y=tl[metric], name=title), row=1, col=1)
     fig.add_trace(go.Scatter(x=hours, y=tl["machines"], name="autoscaled", line_shape="hv"), row=2, col=1)
     fig.add_trace(go.Scatter(x=[0, answer["duration_s"] / 3600.0], y=[answer["static"]["machines"]] * 2,
-                             name="static (peak)", line_dash="dash"), row=2, col=1)
+                             name="static (given)" if answer["static"].get("given") else "static (peak)",
+                             line_dash="dash"), row=2, col=1)
     fig.update_xaxes(title_text="hour", row=2, col=1)
     fig.update_layout(title=f"Autoscaling {answer['family']}: {saving_text(answer)}"
                             f"{saving_caveat(answer)}")

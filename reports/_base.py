@@ -78,6 +78,8 @@ def meets_slos(evaluated: pd.DataFrame) -> pd.Series:
     """The rows that meet every SLO on the search trace and were not rejected by the
     re-check (the fluid screen on the verification traces or the discrete-event engine):
     a design cheaper than the answer that met the search trace only is not an option."""
+    if "recheck" not in evaluated.columns:   # a table the search made without its re-check
+        return evaluated.slo_met
     return evaluated.slo_met & (evaluated.recheck != "failed")
 
 

@@ -547,3 +547,50 @@ def test_an_output_file_typed_with_a_trailing_slash_is_refused(tmp_path, args):
     flag = next(a for a in args if a.startswith("--") and a.split("=")[0] in ("--report", "--out", "--timeline"))
     assert_one_line_error(*cli(*args, cwd=tmp_path), f"{flag.split('=')[0]} '", "ends in '/' but is no folder")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1", "--workload",
+      "/dev/zero"], "cannot read trace '/dev/zero': it is a device, not a file"),
+    (["cloud", "--inventory", "/dev/zero", "--rps", "1"], "--inventory: cannot read '/dev/zero' (it is a device"),
+    (["simulate", "--from-result", "/dev/zero"], "--from-result '/dev/zero' cannot be read (it is a device"),
+    (["sweep", "/dev/zero", "--out", "zz"], "'/dev/zero': cannot read it (it is a device"),
+    (["autoscale", "--profile", "/dev/zero", "--design", "baseline-h100"], "cannot read the rate profile (it is a device"),
+    (["simulate", "--design", "splitwise-hh", "--prompt-machines", "2", "--token-machines", "1", "--model", "llama2-70b",
+      "--latency-profile", "/dev/zero"], "--latency-profile '/dev/zero': cannot read it (it is a device"),
+    (["perf", "predict", "--points", "/dev/zero", "--out", "o.csv"], "--points '/dev/zero': cannot read it (it is a device"),
+    (["report", "/dev/zero", "--out", "o.html"], "cannot be read (it is a device"),
+])
+def test_an_endless_device_as_an_input_is_one_line(tmp_path, args, needle):
+    """/dev/zero was read until memory ran out, then called 'out of memory while simulating'."""
+    assert_one_line_error(*cli(*args, cwd=tmp_path), needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_perf_predict_reads_its_points_from_a_pipe(tmp_path):
+    """--points /dev/stdin or <(...) was 'no such file', where every other input reads a pipe."""
+    read, write = os.pipe()
+    os.write(write, b"model,hardware,tensor_parallel,prompt_size,batch_size\nllama2-70b,h100-80gb,8,1000,1\n")
+    os.close(write)
+    try:
+        code, _, err = cli("perf", "predict", "--points", f"/dev/fd/{read}", "--out", "o.csv", cwd=tmp_path)
+    finally:
+        os.close(read)
+    assert code == 0, err
+    assert (tmp_path / "o.csv").read_text().splitlines()[1].startswith("llama2-70b,h100-80gb,8,1000,1,")
+
+
+def test_a_report_refused_at_the_end_still_prints_the_answer(tmp_path, monkeypatch):
+    """A file made at the --report path during the run is kept without --force; the answer
+    was lost with it (exit 2, nothing on stdout), after a search of maybe minutes."""
+    import reports
+    from provisioner import ProvisionerError
+
+    def made_meanwhile(obj, path, **kw):
+        raise ProvisionerError(f"--report '{path}' exists; pass --force to overwrite it")
+
+    monkeypatch.setattr(reports, "write_report", made_meanwhile)
+    code, out, err = cli("--goal", "cost", "--rps", "5", "--duration", "20", "--design", "splitwise-hh", "--no-verify",
+                         "--json", "--report", "r.html", cwd=tmp_path)
+    assert code == 2 and "exists; pass --force" in err
+    assert json.loads(out)["winner"]["design"]["family"] == "splitwise-hh"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware_catalog import decode_text
+from hardware_catalog import decode_text, read_input
 from workloads.errors import WorkloadError
 
 __all__ = ["RateProfile", "ProfileFormatError", "read_profile_csv", "diurnal_profile", "PROFILE_COLUMNS",
@@ -180,8 +180,8 @@ def read_profile_csv(path, duration_s: float | None = None) -> RateProfile:
     """
     name = os.fspath(path)
     try:
-        with open(name, "rb") as stream:   # read whole: a pipe (`<(...)`) cannot be reopened
-            rows = list(csv.reader(io.StringIO(decode_text(stream.read()), newline="")))
+        # read whole: a pipe (`<(...)`) cannot be reopened
+        rows = list(csv.reader(io.StringIO(decode_text(read_input(name)), newline="")))
     except OSError as exc:
         raise ProfileFormatError(f"{name}: cannot read the rate profile ({exc.strerror or exc})") from None
     except UnicodeDecodeError:

@@ -15,7 +15,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from hardware_catalog import decode_text
+from hardware_catalog import decode_text, read_input
 from workloads._trace import Trace
 from workloads.errors import TraceFormatError, UnknownWorkloadError
 
@@ -99,8 +99,7 @@ def read_trace_csv(path: str | os.PathLike[str]) -> Trace:
     """
     source = os.fspath(path)
     try:
-        with open(source, "rb") as stream:   # read whole: a pipe (`<(...)`) cannot be reopened
-            text = decode_text(stream.read())
+        text = decode_text(read_input(source))   # read whole: a pipe (`<(...)`) cannot be reopened
         return _parse(io.StringIO(text, newline=""), source, Path(source).stem)
     except FileNotFoundError:
         raise TraceFormatError(f"cannot read trace '{source}': no such file") from None

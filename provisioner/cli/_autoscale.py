@@ -19,7 +19,8 @@ from ..slo import SLO
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_MODEL, DEFAULT_WORKLOAD, WORKLOAD_HELP, echo_json,
                       latency_interp_option, latency_model_json, latency_profile_option, load_latency_model,
                       refuse_idle_flags, refuse_idle_seed, given, scheduler_option, trace_generator, preemption_option,
-                      check_preemption, swap_space_option, check_swap_space_flag, input_files, refuse_idle_force)
+                      check_preemption, swap_space_option, check_swap_space_flag, input_files, refuse_idle_force,
+                      report_then_answer)
 
 DIURNAL = "diurnal"
 DEFAULT_SIZING_S = 600.0
@@ -198,14 +199,15 @@ def autoscale_command(
         d = make_design(design, machines=1)
         pool = (perf.catalog.machine(d.prompt_machine).gpu, d.prompt_tp)
         obj["latency_model"] = latency_model_json(perf, model, [pool], day.prompt_tokens)
-    if report is not None:
-        _write_report(report, obj, inputs, force)
-    if json_out:
+    def show(written: bool) -> None:
+        if not json_out:
+            _print_summary(obj, elapsed_s)
+            return
         echo_json(obj)
         if sys.stderr.isatty():
             typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
-        return
-    _print_summary(obj, elapsed_s)
+
+    report_then_answer(lambda: report is not None and _write_report(report, obj, inputs, force), show)
 
 
 def _sizing_windows(traces, rate, day) -> list[tuple[list, object, float]]:

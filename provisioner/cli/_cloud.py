@@ -12,7 +12,7 @@ from ..sim import ENGINES
 from ._common import (ARRIVAL_HELP, CV_HELP, DEFAULT_WORKLOAD, DURATION_DEFAULT_HELP, WORKLOAD_HELP, RichProgress,
                       check_latency_interp, echo_json, input_files, latency_interp_option, latency_profile_option,
                       prefill_chunk_option, refuse_idle_flags, replay_note, scheduler_option, trace_generator,
-                      refuse_idle_force)
+                      refuse_idle_force, report_then_answer)
 
 CLOUD_MODEL = "llama-30b"
 # A replay with no --duration is taken whole; planning simulates that window at every rate
@@ -146,14 +146,15 @@ def cloud_command(
     answer["workload"] = workload
     if latency is not None:
         answer["latency_model"] = latency
-    if report is not None:
-        from reports import write_cloud_report
-        # Checked before the search; without --force a file made there meanwhile is kept.
-        write_cloud_report(answer, report, force=force, force_hint="--force")
+    def write() -> None:
+        if report is not None:
+            from reports import write_cloud_report
+            # Checked before the search; without --force a file made there meanwhile is kept.
+            write_cloud_report(answer, report, force=force, force_hint="--force")
+
+    report_then_answer(write, lambda written: echo_json(answer) if json_out else _render(answer))
     if json_out:
-        echo_json(answer)
         return
-    _render(answer)
     # what the file became at the answer's rate (a short file is repeated up to a floor of requests)
     notes = [("", traces, answer["requests"])]
     if new_mix is not None and "replan" in answer:

@@ -319,6 +319,18 @@ def heartbeat_period_s() -> float:
     return value
 
 
+def report_then_answer(write_report, show_answer) -> None:
+    """Write a command's report, then show its answer. A report refused at the end (a file
+    made at its path during the run, kept without --force) still shows the answer first:
+    the search behind it may have taken minutes. show_answer(written): whether the report was."""
+    try:
+        write_report()
+    except ProvisionerError:
+        show_answer(False)
+        raise
+    show_answer(True)
+
+
 def refuse_idle_force(force: bool, output, flag: str) -> None:
     """--force overwrites one output: given without it, it would change nothing."""
     if force and output is None:
@@ -334,7 +346,7 @@ def check_numba_threads() -> None:
     """Refuse a $NUMBA_NUM_THREADS numba cannot run with, before numba reads it: 0 was an
     internal error when the engine started, and 'abc' a traceback printed as a warning."""
     text = os.environ.get(NUMBA_THREADS_ENV)
-    if text is None:
+    if text is None or not text.strip():   # empty: numba reads it as unset
         return
     try:
         value = int(text.strip())

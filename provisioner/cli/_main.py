@@ -21,7 +21,7 @@ from ._common import (ARRIVAL_HELP, CV_HELP, DURATION_DEFAULT_HELP, DEFAULT_MODE
                       latency_model_json, latency_profile_option, load_latency_model, mps_share_option,
                       prefill_chunk_option, given, refuse_idle_flags, refuse_idle_seed, replay_note, scheduler_option,
                       study_option, preemption_option, check_preemption, swap_space_option, check_swap_space_flag,
-                      check_study_path, family_pools, refuse_idle_force)
+                      check_study_path, family_pools, refuse_idle_force, report_then_answer)
 from ._tables import reason_text, render_result
 
 MAX_VERIFY_SEEDS = 32   # each seed is a discrete-event run of every family's answer
@@ -171,22 +171,27 @@ def _answer(result, request, latency: dict | None, report, json_out: bool, perf,
         entry["reason"] = reason_text(entry["reason"])
     if latency is not None:
         obj["latency_model"] = latency
-    if report is not None:
-        from reports import write_report
-        # Checked before the search; without --force a file made there meanwhile is kept.
-        write_report(obj, report, force=force, perf=perf, inputs=inputs, flag="--report", force_hint="--force")
-    if json_out:
-        echo_json(obj)
-        return
-    from ._common import console as make_console
-    console = make_console()
-    render_result(result, console)
-    note = replay_note(request.traces(), request.rps, len(request.traces().at(request.rps))) \
-        if request.rps is not None else None
-    if note:
-        console.print(note)
-    if report is not None:
-        console.print(f"report: {report}")
+    def write() -> None:
+        if report is not None:
+            from reports import write_report
+            # Checked before the search; without --force a file made there meanwhile is kept.
+            write_report(obj, report, force=force, perf=perf, inputs=inputs, flag="--report", force_hint="--force")
+
+    def show(written: bool) -> None:
+        if json_out:
+            echo_json(obj)
+            return
+        from ._common import console as make_console
+        console = make_console()
+        render_result(result, console)
+        note = replay_note(request.traces(), request.rps, len(request.traces().at(request.rps))) \
+            if request.rps is not None else None
+        if note:
+            console.print(note)
+        if report is not None and written:
+            console.print(f"report: {report}")
+
+    report_then_answer(write, show)
 
 
 def _all_defaults(ctx: typer.Context) -> bool:

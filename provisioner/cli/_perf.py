@@ -25,7 +25,7 @@ import pandas as pd
 import typer
 
 import perfmodels
-from hardware_catalog import UnknownNameError, decode_text, load_catalog
+from hardware_catalog import UnknownNameError, decode_text, load_catalog, read_input
 from perfmodels import (MIN_POWER_CAP, POOR_FIT_MAPE_PCT, TP_DEGREES, CalibrationReport, LatencyModel, Profile,
                         calibrate, dump_calibration, kv_capacity_tokens, load_calibration, merge_calibration,
                         predict_points, read_profile, PREDICTED_COLUMNS)
@@ -89,7 +89,7 @@ def predict_command(
 def _read_points(path: Path) -> _Points:
     """Parse and validate `--points`; every error names the line (header = line 1) and column."""
     where = f"--points '{path}'"
-    if not path.is_file():
+    if path.is_dir() or not path.exists():   # a pipe is read (`<(...)`, /dev/stdin), as every input
         what = "is a directory" if path.is_dir() else "no such file"
         raise ProvisionerError(f"{where}: {what}; give a CSV with columns {','.join(POINT_INPUT_COLUMNS)}")
     header, rows = _csv_records(path, where)
@@ -168,7 +168,7 @@ def _csv_records(path: Path, where: str) -> tuple[list[str] | None, list[tuple[i
     one an editor shows where the row starts (the header is line 1 when it comes first):
     pandas skips them too, and its row index + 2 named the wrong line after one."""
     try:   # a BOM (Excel) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
-        reader = csv.reader(io.StringIO(decode_text(path.read_bytes()), newline=""))
+        reader = csv.reader(io.StringIO(decode_text(read_input(path)), newline=""))
         header, rows, start = None, [], 1
         for record in reader:
             line, start = start, reader.line_num + 1   # a quoted field may span lines
@@ -182,6 +182,8 @@ def _csv_records(path: Path, where: str) -> tuple[list[str] | None, list[tuple[i
         raise ProvisionerError(f"{where}: not UTF-8 or UTF-16 text; save it as a UTF-8 CSV file") from None
     except csv.Error as exc:
         raise ProvisionerError(f"{where}: not a valid CSV file ({exc})") from None
+    except OSError as exc:   # unreadable, a device (/dev/zero), over a GiB
+        raise ProvisionerError(f"{where}: cannot read it ({exc.strerror or exc})") from None
     return header, rows
 
 

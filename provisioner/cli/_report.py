@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from hardware_catalog import decode_text
+from hardware_catalog import decode_text, read_input
 
 from ..errors import ProvisionerError
 from ..files import check_output_path, resolved, stdout_is_an_output
@@ -57,7 +57,7 @@ def load_result(path: Path, flag: str = "result file") -> dict:
     if not path.exists():
         raise ProvisionerError(f"{flag} '{path}' does not exist; {save}")
     try:   # a pipe too: `--from-result <(provision ... --json)`, `... | provision report /dev/stdin`
-        raw = path.read_bytes()
+        raw = read_input(path)
     except OSError as exc:
         raise ProvisionerError(f"{flag} '{path}' cannot be read ({exc.strerror or exc}); check its permissions "
                                f"or {save}") from None

@@ -50,7 +50,7 @@ def render_result(result, console=None) -> None:
     caption = f"limits (p50/p90/p99): {limits}"
     if rechecked:
         v = rechecked[0].verification
-        runs = ("the same replayed trace" if req.arrival == "replay" else
+        runs = (f"the replayed trace over {v['duration_s']:g} s" if req.arrival == "replay" else
                 f"the worst of {len(v['seeds'])} traces of {v['duration_s']:g} s (seeds "
                 f"{', '.join(map(str, v['seeds']))})")
         caption += (f"\nre-check: the discrete-event engine on {runs}, which the answer passed; the row "

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hardware_catalog import Catalog, decode_text, load_catalog
+from hardware_catalog import Catalog, decode_text, load_catalog, read_input
 
 from .._validation import PRICE_USD_PER_H_RANGE, toml_float
 from ..errors import ProvisionerError
@@ -181,7 +181,7 @@ def load_inventory(spec: str | Path, catalog=None) -> Inventory:
         text, where = (_SHIPPED_DIR / f"{spec}.toml").read_text(encoding="utf-8"), f"{spec}.toml"
     else:
         try:   # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
-            text, where = decode_text(path.read_bytes(), universal_newlines=True), str(path)
+            text, where = decode_text(read_input(path), universal_newlines=True), str(path)
         except OSError as exc:
             raise ProvisionerError(f"--inventory: cannot read '{spec}' ({exc.strerror or exc}); "
                                    f"give a TOML file or a shipped example: {', '.join(SHIPPED)}") from None

@@ -96,20 +96,33 @@ def _rechecked(cand: DesignBatch, out, rps: float) -> pd.DataFrame:
 
 
 def with_rechecks(evaluated: pd.DataFrame, *choices: Choice) -> pd.DataFrame:
-    """`evaluated` with a `recheck` column: "failed" or "passed" where a design meeting
-    every SLO on the search trace was re-checked at that row's load (`choices`' walks),
-    else None. The report draws the failed ones apart: cheaper than the answer, they
-    met the search trace only."""
+    """`evaluated` with a `recheck` column where a design met every SLO on the search trace:
+    "passed" at a load it passed, else "failed" at or above the lowest load at which the
+    re-check (`choices`' walks) rejected it (a higher load is no easier: goal throughput's
+    search scored designs at loads above those the re-check tried), else None. The report draws
+    the failed ones apart: cheaper than the answer, they met the search trace only."""
     frames = [c.rechecked for c in choices if c is not None and c.rechecked is not None and len(c.rechecked)]
     out = evaluated.assign(recheck=None) if len(evaluated) else evaluated
     if not frames or not len(evaluated):
         return out
     checked = pd.concat(frames, ignore_index=True)
     keys = [k for k in DESIGN_FIELDS if k in evaluated.columns and k in checked.columns]
-    verdict = {(*row[:-2], round(float(row[-2]), 9)): row[-1]
-               for row in checked[keys + ["rps", "recheck"]].itertuples(index=False, name=None)}
+    failed_from: dict[tuple, float] = {}   # design -> the lowest load it failed at
+    passed_at: set[tuple] = set()
+    for *design, rps, verdict in checked[keys + ["rps", "recheck"]].itertuples(index=False, name=None):
+        if verdict == "failed":
+            failed_from[tuple(design)] = min(failed_from.get(tuple(design), np.inf), round(float(rps), 9))
+        else:
+            passed_at.add((*design, round(float(rps), 9)))
+
+    def verdict_of(design: tuple, rps: float) -> str | None:
+        load = round(float(rps), 9)
+        if (*design, load) in passed_at:   # the answer (the DES's verdicts need not be monotone in the load)
+            return "passed"
+        return "failed" if load >= failed_from.get(design, np.inf) else None
+
     rows = out[keys + ["rps"]].itertuples(index=False, name=None)
-    found = [verdict.get((*r[:-1], round(float(r[-1]), 9))) for r in rows]
+    found = [verdict_of(tuple(r[:-1]), r[-1]) for r in rows]
     out["recheck"] = [v if met else None for v, met in zip(found, out["slo_met"].to_numpy(bool))]
     return out
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..designs import MAX_DESIGN_MACHINES, DesignBatch
 from ..results import json_number
-from ._bayes import BayesOutcome, bayes_search
+from ._bayes import BayesOutcome, bayes_search, fixed_space
 from ._enumerate import Staircase, exhaustive_search, staircase_search
 from ._evaluate import Evaluator
 from ._finalise import infeasible, start_choice, with_rechecks
@@ -123,6 +123,23 @@ def _grid_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, boun
     return _Found(space.designs(p[order], t[order]), space, staircase=sc)
 
 
+def _largest_hardware_counts(problem: SearchProblem, space: FamilySpace, biggest: DesignBatch, ev: Evaluator,
+                             key: str, out: BayesOutcome) -> _Found:
+    """The feasible counts of the hardware of `biggest` (the family's largest design, which
+    met every SLO where no trial found a design), up to its counts: its cheapest, not the
+    largest itself."""
+    d = biggest.design(0)
+    hw = {f: getattr(d, f) for f in ("prompt_machine", "prompt_power_cap", "prompt_tp", "token_machine",
+                                     "token_power_cap", "token_tp", "prompt_batch_cap_tokens",
+                                     "prefill_chunk_tokens", "mps_prefill_share")}
+    fixed = fixed_space(space, hw, d.prompt_machines, max(d.token_machines, 1))
+    sc = staircase_search(fixed, ev, objective=problem.objective_of(fixed, key), decide_all=False)
+    p, t = sc.feasible_cells()
+    batch = fixed.designs(p, t)
+    return _Found(batch.take(np.lexsort((-batch.token_machines, problem.objective_values(batch, key)))), space,
+                  bayes=out)
+
+
 def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bound: CapacityBound,
                   key: str) -> _Found:
     """Optuna over the hardware of a wide space; the candidates are every trial's feasible cells."""
@@ -150,7 +167,7 @@ def _bayes_search(problem: SearchProblem, space: FamilySpace, ev: Evaluator, bou
         biggest = space.designs([space.prompt.max_machines],
                                 [space.token.max_machines if space.token is not None else 0])
         if ev(biggest)["slo_met"].iloc[0]:   # the family's own count bound holds one the trials' did not
-            return _Found(biggest, space, bayes=out)
+            return _largest_hardware_counts(problem, space, biggest, ev, key, out)
         return _Found(None, space, bayes=out, closest=biggest)
     allc = pd.concat(frames, ignore_index=True).drop_duplicates()
     batch = DesignBatch.from_frame(allc)

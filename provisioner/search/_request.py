@@ -10,7 +10,8 @@ from functools import cached_property
 from workloads import ARRIVAL_PROCESSES, MAX_TRACE_REQUESTS, TraceGenerator, default_arrival
 
 from ..designs import (CHUNK_TOKENS_CONSTRAINT, CUSTOM_FAMILIES, CUSTOM_SPLIT,
-                       DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, family_spec)
+                       DEFAULT_PROMPT_BATCH_CAP_TOKENS, FAMILIES, MAX_DESIGN_MACHINES, MAX_PROMPT_BATCH_CAP_TOKENS,
+                       family_spec)
 from ..errors import ProvisionerError
 from ..schedulers import DEFAULT_SCHEDULER, DEFAULT_SWAP_SPACE_GB, PREEMPTION_MODES, SCHEDULERS, check_preemption, refuse_scheduler_families
 from .._validation import Integral, Interval, Options, Real, shown, validate_params
@@ -200,8 +201,9 @@ class ProvisionRequest:
         if not (0.4 <= lo <= hi <= 1.0):
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",
                                    params=("power_cap_range",))
-        if any(int(c) < 1 for c in self.prompt_batch_caps):
-            raise ProvisionerError("prompt_batch_caps must be >= 1 token", params=("prompt_batch_caps",))
+        if any(not 1 <= int(c) <= MAX_PROMPT_BATCH_CAP_TOKENS for c in self.prompt_batch_caps):   # as check_design
+            raise ProvisionerError(f"prompt_batch_caps must be from 1 to {MAX_PROMPT_BATCH_CAP_TOKENS:,} tokens",
+                                   params=("prompt_batch_caps",))
 
     def _check_sequences(self) -> None:
         """The parameters that take several values: a sequence of the right items (a string

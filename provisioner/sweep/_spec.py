@@ -39,7 +39,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hardware_catalog import CatalogError, decode_text, load_catalog
+from hardware_catalog import CatalogError, decode_text, load_catalog, read_input
 from workloads import ARRIVAL_PROCESSES, WorkloadError, default_arrival, shipped_name
 
 from .._validation import PRICE_USD_PER_H_RANGE, Interval, Options, Real, shown, toml_float, validate_params
@@ -119,7 +119,7 @@ def load_sweep_spec(path, scheduler: str | None = None, preemption: str | None =
     path = Path(path)
     try:
         # a BOM (Notepad) or UTF-16 (PowerShell's `>`) reads as written, as every file a user gives
-        raw = tomllib.loads(decode_text(path.read_bytes(), universal_newlines=True))
+        raw = tomllib.loads(decode_text(read_input(path), universal_newlines=True))
     except FileNotFoundError:
         raise ProvisionerError(f"'{path}': no such sweep spec; give a TOML file (see provision sweep --help)") from None
     except OSError as exc:
@@ -301,6 +301,8 @@ def _refuse_same_workloads(path: Path, workloads: list) -> None:
     ask the same questions twice, as a value listed twice would (`_list`)."""
     seen: dict = {}
     for w in workloads:
+        if not isinstance(w, str):   # a mistyped value: the request's check names it
+            continue
         key = shipped_name(w) or _workload(path, w)
         if isinstance(key, str) and key in seen:
             raise ProvisionerError(f"'{path}': key 'workloads' lists {shown(seen[key])} and {shown(w)}, one "
