@@ -21,7 +21,10 @@ def read_input(path) -> bytes:
     reason) when it is a device such as /dev/zero or a terminal, or holds over
     MAX_INPUT_BYTES: such an input was read until memory ran out."""
     with open(path, "rb") as stream:
-        if stat.S_ISCHR(os.fstat(stream.fileno()).st_mode):
+        mode = os.fstat(stream.fileno())
+        if stat.S_ISCHR(mode.st_mode) and os.path.samestat(mode, os.stat(os.devnull)):
+            return b""   # /dev/null: nothing, as an empty file (each reader says what it wanted)
+        if stat.S_ISCHR(mode.st_mode):
             raise OSError(errno.EFBIG, "it is a device, not a file: give a file, or a pipe such as <(...)",
                           os.fspath(path))
         chunks, size = [], 0

@@ -39,7 +39,7 @@ from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
 from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
 from ._perf import PANELS, perf_figure, perf_plot_data, profile_curves
-from ._schema import answer_kind
+from ._schema import answer_kind, validate_command_answer
 from ._scheduler import build_scheduler_html, scheduler_timeline_figure
 from ._sweep import build_sweep_html, sweep_figures, write_sweep_report
 
@@ -89,6 +89,11 @@ def write_command_page(answer: dict, path, *, force: bool = False, flag: str = "
     if kind not in _COMMAND_PAGES:   # a provisioning result: `write_report`
         raise ProvisionerError("not an answer of `provision cloud --json` or `provision autoscale --json` (a "
                                "provisioning result is drawn by reports.write_report)")
+    try:
+        validate_command_answer(answer, kind)
+    except ProvisionerError as exc:   # its keys named as this command's answer's
+        raise ProvisionerError(str(exc).replace("result JSON", f"this answer of `provision {kind} --json`:", 1)
+                               .replace(": lacks", " lacks").replace(": key", " key")) from None
     try:
         return _COMMAND_PAGES[kind](answer, path, force=force, flag=flag, inputs=inputs)
     except ProvisionerError:

@@ -80,6 +80,107 @@ def answer_kind(answer) -> str | None:
     return next((command.split()[-1] for keys, command, _ in OTHER_OUTPUTS if all(k in answer for k in keys)), None)
 
 
+# What the cloud and autoscale pages read of their command's `--json` (each checked before
+# drawing: a hand-edited value was drawn as it stood, or failed as "lacks key None").
+CLOUD_SPEC = {"replicas": ((LIST,), True), "slo_attainment": ((DICT,), True), "cost_usd_per_h": ((NUMBER,), True),
+              "throughput_rps": ((NUMBER,), True), "inventory": ((STR,), False), "model": ((STR,), False), "rps": ((NUMBER,), False), "gap": ((NUMBER,), False),
+              "upper_bound_rps": ((NUMBER,), False), "target_attainment": ((NUMBER,), False),
+              "sustained_rps": ((NUMBER,), False), "elapsed_s": ((NUMBER,), False), "flows": ((LIST,), False),
+              "steady_state_load": ((DICT,), False), "rented": ((DICT, NULL), False),
+              "non_split": ((DICT,), False), "non_split_chunked": ((DICT,), False)}
+COMPARISON_SPEC = {"replicas": ((LIST,), True), "sustained_rps": ((NUMBER,), False),
+                   "steady_state_load": ((DICT,), False)}   # non_split, non_split_chunked
+REPLICA_SPEC = {"phase": ((STR,), True), "gpus": ((DICT,), True), "tp": ((INT,), True), "pp": ((INT,), True),
+                "share": ((NUMBER,), True), "capacity_rps": ((NUMBER, NULL), False)}
+REPLICA_PHASES = ("prefill", "decode", "both")
+AUTOSCALE_SPEC = {"family": ((STR,), True), "model": ((STR,), False), "duration_s": ((NUMBER,), True),
+                  "profile": ((DICT,), False), "static": ((DICT,), True), "autoscaled": ((DICT,), True),
+                  "timeline": ((DICT,), True), "scale_on": ((STR,), True), "policy": ((DICT,), False),
+                  "saving_pct": ((NUMBER,), True), "machine_hours_saving_pct": ((NUMBER,), False),
+                  "energy_saving_pct": ((NUMBER,), False), "capacity_rps": ((NUMBER,), False),
+                  "engine": ((STR,), False), "trace": ((DICT,), False)}
+DAY_SPEC = {"machine_hours": ((NUMBER,), False), "cost_usd": ((NUMBER,), False), "energy_kwh": ((NUMBER,), False),
+            "slo": ((DICT,), False), "requests": ((INT,), False), "ttft_ms": ((DICT,), False),
+            "tbt_ms": ((DICT,), False), "e2e_ms": ((DICT,), False), "machines_started": ((INT,), False),
+            "machines_min": ((INT,), False), "machines_max": ((INT,), False)}
+SCALE_ON_SERIES = {"rate": "observed_rps", "freeness": "freeness_steps", "queue": "requests_per_machine"}
+
+
+def validate_command_answer(answer: dict, kind: str) -> None:
+    """Raise a one-line `ProvisionerError` naming the first key of a `provision cloud` or
+    `provision autoscale` answer (`kind`) its page cannot draw: missing, mistyped, or a
+    number that is negative or not finite."""
+    if kind == "cloud":
+        _check_cloud_plan(answer, "", CLOUD_SPEC)
+        for key in ("cost_usd_per_h", "upper_bound_rps", "elapsed_s"):
+            _check_amount(answer.get(key), key)
+        for i, flow in enumerate(answer.get("flows", [])):
+            if not (isinstance(flow, list) and len(flow) == 3):
+                raise ProvisionerError(f"result JSON key 'flows[{i}]' must be a list [from, to, share] "
+                                       f"(got {_shown(flow)})")
+        for metric, share in answer["slo_attainment"].items():
+            _check_type(share, (NUMBER,), f"slo_attainment.{metric}")
+        for name in ("non_split", "non_split_chunked"):
+            if name in answer:
+                _check_cloud_plan(answer[name], name, COMPARISON_SPEC)
+        return
+    _check_spec(answer, AUTOSCALE_SPEC, "")
+    if answer["scale_on"] not in SCALE_ON_SERIES:
+        raise ProvisionerError(f"result JSON key 'scale_on' must be one of {', '.join(SCALE_ON_SERIES)} "
+                               f"(got {_shown(answer['scale_on'])})")
+    _check_amount(answer["duration_s"], "duration_s")
+    for day in ("static", "autoscaled"):
+        d = _check_spec(answer[day], DAY_SPEC, day)
+        for key in ("machine_hours", "cost_usd", "energy_kwh"):
+            _check_amount(d.get(key), f"{day}.{key}")
+        for block in ("ttft_ms", "tbt_ms", "e2e_ms"):
+            for p, v in (d.get(block) or {}).items():
+                _check_type(v, (NUMBER, NULL), f"{day}.{block}.{p}")
+    for key, v in (answer.get("policy") or {}).items():   # numbers, and a thresholds block when calibrated
+        if key != "thresholds":
+            _check_type(v, (NUMBER, NULL, STR, BOOL), f"policy.{key}")
+    machines = answer["static"].get("machines")
+    _check_type(machines, (INT,), "static.machines")
+    if machines < 1:
+        raise ProvisionerError(f"result JSON key 'static.machines' must be a count of one or more (got {machines})")
+    timeline = answer["timeline"]
+    for key in ("time_s", "machines", SCALE_ON_SERIES[answer["scale_on"]]):
+        if not isinstance(timeline.get(key), list):
+            raise ProvisionerError(f"result JSON key 'timeline.{key}' must be a list of numbers "
+                                   f"(got {_shown(timeline.get(key))})")
+        for j, v in enumerate(timeline[key]):
+            _check_type(v, (NUMBER, NULL), f"timeline.{key}[{j}]")
+    if len({len(timeline[k]) for k in ("time_s", "machines")}) != 1:
+        raise ProvisionerError("result JSON keys 'timeline.time_s' and 'timeline.machines' must be as long")
+
+
+def _check_cloud_plan(plan: dict, where: str, spec: dict) -> None:
+    """A cloud plan's replicas, rates and steady-state loads (`where`: "" the answer's own)."""
+    at = (lambda key: f"{where}.{key}" if where else key)
+    _check_spec(plan, spec, where)
+    for i, rep in enumerate(plan["replicas"]):
+        r = _check_spec(rep, REPLICA_SPEC, at(f"replicas[{i}]"))
+        if r["phase"] not in REPLICA_PHASES:
+            raise ProvisionerError(f"result JSON key '{at(f'replicas[{i}]')}.phase' must be one of "
+                                   f"{', '.join(REPLICA_PHASES)} (got {_shown(r['phase'])})")
+        _check_amount(r["share"], at(f"replicas[{i}].share"))
+        for gpu, count in r["gpus"].items():
+            _check_type(count, (INT,), at(f"replicas[{i}].gpus.{gpu}"))
+    for key in ("throughput_rps", "rps", "sustained_rps", "target_attainment", "gap"):
+        _check_amount(plan.get(key), at(key))
+    for key, load in (plan.get("steady_state_load") or {}).items():
+        _check_type(load, (NUMBER,), at(f"steady_state_load.{key}"))
+
+
+def _check_amount(value, where: str) -> None:
+    """A number the page draws as an amount: absent, null, or finite and >= 0."""
+    if value is None:
+        return
+    _check_type(value, (NUMBER,), where)
+    if not 0 <= float(value) < float("inf"):
+        raise ProvisionerError(f"result JSON key '{where}' must be a finite number >= 0 (got {_shown(value)})")
+
+
 def validate_result(result: dict) -> None:
     """Raise a one-line `ProvisionerError` naming the first missing or mistyped key (or the
     command whose answer the file is, when another command wrote it)."""
@@ -128,13 +229,15 @@ def _check_slo(slo: dict, where: str) -> None:
 
 
 def _check_spec(obj, spec: dict, where: str) -> dict:
-    obj = _require_dict(obj, where)
+    """`obj` (at `where`; "" the top level) with each key of `spec` of its type."""
+    obj = _require_dict(obj, where or "the answer")
     for key, (types, required) in spec.items():
+        at = f"{where}.{key}" if where else key
         if key not in obj:
             if required:
-                raise ProvisionerError(f"result JSON lacks key '{where}.{key}' (see {SCHEMA_DOC})")
+                raise ProvisionerError(f"result JSON lacks key '{at}' (see {SCHEMA_DOC})")
             continue
-        _check_type(obj[key], types, f"{where}.{key}")
+        _check_type(obj[key], types, at)
     return obj
 
 

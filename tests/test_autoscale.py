@@ -151,6 +151,17 @@ def test_cli_json_keeps_the_contract(tmp_path):
     saved.write_text(res.stdout)
     drawn = runner.invoke(get_app(), ["report", str(saved), "--out", str(page)])
     assert drawn.exit_code == 0 and "Autoscaling baseline-a100" in page.read_text(), drawn.output
+    # a hand-edited value is refused naming its key (was "lacks key None", or drawn as it stood)
+    from reports import write_command_page
+    for mangle, needle in ((lambda a: a.__setitem__("scale_on", None), "'scale_on' must be string"),
+                           (lambda a: a["autoscaled"].__setitem__("cost_usd", "x"), "'autoscaled.cost_usd'"),
+                           (lambda a: a.__setitem__("saving_pct", None), "'saving_pct' must be number"),
+                           (lambda a: a["timeline"].__setitem__("machines", [1]), "must be as long")):
+        bad = json.loads(res.stdout)
+        mangle(bad)
+        with pytest.raises(ProvisionerError, match=needle):
+            write_command_page(bad, tmp_path / "bad.html")
+    assert not (tmp_path / "bad.html").exists()
 
 
 def test_the_json_rebuilds_the_day_and_the_sizing_trace_it_ran_on(tmp_path):

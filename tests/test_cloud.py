@@ -759,6 +759,18 @@ def _saved_answer_is_drawn_as_its_report(answer_json: str, tmp_path) -> None:
     saved.write_text(json.dumps(poison(json.loads(answer_json))))
     code = run(["report", str(saved), "--out", str(page), "--force"])
     assert code in (0, 2) and "<script>alert(1)" not in page.read_text()
+    # a hand-edited value is refused naming its key (was "holds a value the page cannot draw
+    # (ValueError: Unknown format code...)" or "lacks key ('rep', 0)")
+    from provisioner import ProvisionerError
+    from reports import write_command_page
+    for mangle, needle in ((lambda a: a["replicas"][0].__setitem__("phase", "x"), r"'replicas\[0\]\.phase' must be one"),
+                           (lambda a: a.__setitem__("gap", "x"), "'gap' must be number"),
+                           (lambda a: a.__setitem__("cost_usd_per_h", -5), "'cost_usd_per_h' must be a finite number"),
+                           (lambda a: a["non_split"].__setitem__("replicas", None), "'non_split.replicas' must be list")):
+        bad = json.loads(answer_json)
+        mangle(bad)
+        with pytest.raises(ProvisionerError, match=needle):
+            write_command_page(bad, tmp_path / "bad.html")
 
 
 ONE_NODE = """[network]

@@ -438,22 +438,22 @@ def test_cli_report_writes_the_file_and_refuses_overwrite(tmp_path, capsys, monk
     # another command's answer: which one (was: "lacks key 'constraint'"); cloud and autoscale
     # answers are drawn as their --report draws them, so a cut or mistyped one says what is wrong
     ('{"goal": "rps", "inventory": "thunderserve-32gpu", "replicas": []}',
-     "this answer of `provision cloud --json` lacks key 'slo_attainment' the page reads"),
-    ('{"static": {}, "autoscaled": {}}', "this answer of `provision autoscale --json` lacks key 'timeline'"),
+     "this answer of `provision cloud --json` lacks key 'slo_attainment'"),
+    ('{"static": {}, "autoscaled": {}}', "this answer of `provision autoscale --json` lacks key 'family'"),
     ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": "a day", "family": "f", '
      '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
-     "holds a value the page cannot draw (ValueError: duration_s is 'a day', not a positive number"),
+     "this answer of `provision autoscale --json` key 'duration_s' must be number (got 'a day', a string"),
     ('{"design": {}, "ttft_ms": {}}', "answer of `provision simulate --json`"),
     # drawn without a word before (helper 66): values no day holds
     ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": NaN, "family": "f", '
      '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
-     "holds a value the page cannot draw (ValueError: duration_s is nan, not a positive number of seconds)"),
+     "key 'duration_s' must be a finite number >= 0 (got nan)"),
     ('{"static": {"machines": -5}, "autoscaled": {}, "scale_on": "rate", "duration_s": 60, "family": "f", '
      '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
-     "(ValueError: static machines is -5, not a count of one or more)"),
+     "key 'static.machines' must be >= 0 (got -5)"),
     ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": 60, "family": "f", '
      '"saving_pct": 1, "timeline": {"time_s": [0, 60], "machines": [1], "observed_rps": [1, 2]}}',
-     "(ValueError: the timeline's columns differ in length (time_s 2, machines 1, observed_rps 2))"),
+     "keys 'timeline.time_s' and 'timeline.machines' must be as long"),
 ])
 def test_cli_report_bad_input_is_one_line(tmp_path, capsys, content, message):
     src = tmp_path / "bad.json"
