@@ -24,6 +24,10 @@ def read_input(path) -> bytes:
         mode = os.fstat(stream.fileno())
         if stat.S_ISCHR(mode.st_mode) and os.path.samestat(mode, os.stat(os.devnull)):
             return b""   # /dev/null: nothing, as an empty file (each reader says what it wanted)
+        too_big = OSError(errno.EFBIG, f"it holds over {MAX_INPUT_BYTES / 2**30:g} GiB, more than any input this "
+                                       f"tool reads", os.fspath(path))
+        if stat.S_ISREG(mode.st_mode) and mode.st_size > MAX_INPUT_BYTES:
+            raise too_big
         if stat.S_ISCHR(mode.st_mode):
             raise OSError(errno.EFBIG, "it is a device, not a file: give a file, or a pipe such as <(...)",
                           os.fspath(path))
@@ -31,8 +35,7 @@ def read_input(path) -> bytes:
         while chunk := stream.read(_CHUNK_BYTES):
             size += len(chunk)
             if size > MAX_INPUT_BYTES:
-                raise OSError(errno.EFBIG, f"it holds over {MAX_INPUT_BYTES / 2**30:g} GiB, more than any input "
-                                           f"this tool reads", os.fspath(path))
+                raise too_big
             chunks.append(chunk)
     return b"".join(chunks)
 

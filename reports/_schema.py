@@ -269,7 +269,7 @@ def _json_type(value) -> str:
 
 
 def _shown(value) -> str:
-    text = repr(value)
+    text = "null" if value is None else repr(value)   # as the JSON wrote it
     return text if len(text) <= 40 else text[:37] + "..."
 
 

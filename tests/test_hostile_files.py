@@ -594,3 +594,21 @@ def test_a_report_refused_at_the_end_still_prints_the_answer(tmp_path, monkeypat
                          "--json", "--report", "r.html", cwd=tmp_path)
     assert code == 2 and "exists; pass --force" in err
     assert json.loads(out)["winner"]["design"]["family"] == "splitwise-hh"
+
+
+def test_a_trace_from_a_named_pipe_is_read_once_and_hashed_as_read(tmp_path):
+    """The trace was opened a second time to hash it: a named pipe never finished, and a
+    `<(...)` pipe recorded the SHA-256 of nothing."""
+    import hashlib
+    import threading
+
+    body = ("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.5},{100 + i},{5 + i % 3}\n"
+                                                               for i in range(40))).encode()
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(body), daemon=True)
+    writer.start()
+    code, out, err = cli("simulate", "--design", "baseline-h100", "--machines", "2", "--workload", fifo, "--json")
+    writer.join(timeout=5)
+    assert code == 0, err
+    assert json.loads(out)["workload_sha256"] == hashlib.sha256(body).hexdigest()

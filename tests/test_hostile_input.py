@@ -1610,6 +1610,15 @@ def test_scheduler_and_priority_errors_name_the_parameter_and_the_cli_its_flag()
                           "--scheduler must be one of")
 
 
+def test_an_empty_numba_thread_count_is_unset(monkeypatch, capsys):
+    """NUMBA_NUM_THREADS= (set, empty): numba printed a traceback reading int('')."""
+    import os
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "")
+    code, _, err = cli("--help")
+    assert code == 0 and "Traceback" not in err and "NUMBA_NUM_THREADS" not in os.environ
+
+
 @pytest.mark.parametrize("value", ["0", "abc", "-3", "100000"])
 def test_a_numba_thread_count_numba_cannot_run_with_is_one_line(monkeypatch, value):
     """NUMBA_NUM_THREADS=0 was an internal error (exit 1) when the engine started; 'abc'

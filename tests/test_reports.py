@@ -438,11 +438,11 @@ def test_cli_report_writes_the_file_and_refuses_overwrite(tmp_path, capsys, monk
     # another command's answer: which one (was: "lacks key 'constraint'"); cloud and autoscale
     # answers are drawn as their --report draws them, so a cut or mistyped one says what is wrong
     ('{"goal": "rps", "inventory": "thunderserve-32gpu", "replicas": []}',
-     "this answer of `provision cloud --json` lacks key 'slo_attainment'"),
-    ('{"static": {}, "autoscaled": {}}', "this answer of `provision autoscale --json` lacks key 'family'"),
+     "this answer of `provision cloud --json`: lacks key 'slo_attainment'; save it again"),
+    ('{"static": {}, "autoscaled": {}}', "this answer of `provision autoscale --json`: lacks key 'family'"),
     ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": "a day", "family": "f", '
      '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
-     "this answer of `provision autoscale --json` key 'duration_s' must be number (got 'a day', a string"),
+     "this answer of `provision autoscale --json`: key 'duration_s' must be number (got 'a day', a string)"),
     ('{"design": {}, "ttft_ms": {}}', "answer of `provision simulate --json`"),
     # drawn without a word before (helper 66): values no day holds
     ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": NaN, "family": "f", '

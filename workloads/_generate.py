@@ -28,7 +28,6 @@ arrivals run ``DEFAULT_DURATION_S``.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import math
 import os
 
@@ -36,7 +35,7 @@ import numpy as np
 
 from workloads._arrivals import MAX_TRACE_REQUESTS, check_cv, check_positive, request_count
 from workloads._profile import RateProfile
-from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_csv
+from workloads._readers import WORKLOAD_ALIASES, WORKLOAD_NAMES, azure_trace, read_trace_file
 from workloads._trace import Trace
 from workloads.errors import UnknownWorkloadError, WorkloadError
 
@@ -93,8 +92,7 @@ class TraceGenerator:
         if rps is not None:
             check_positive("rps", rps, "the mean request rate in requests per second, e.g. 70")
         self.workload = workload
-        self.source = _source_trace(workload)
-        self.sha256 = _file_sha256(workload)
+        self.source, self.sha256 = _source_trace(workload)
         self.seed = _int_seed(seed)
         self.cv = float(cv)
         self.native_rps = _native_rps(self.source, self.label) if self.arrival == "replay" else None
@@ -365,14 +363,15 @@ def shipped_name(workload) -> str | None:
     return None
 
 
-def _source_trace(workload) -> Trace:
-    """The trace that request sizes (and replayed arrivals) come from."""
+def _source_trace(workload) -> tuple[Trace, str | None]:
+    """The trace that request sizes (and replayed arrivals) come from, and the SHA-256 of
+    its file (None: a Trace or a shipped name), from one read of it."""
     if isinstance(workload, Trace):
-        return workload
+        return workload, None
     if shipped_name(workload) is not None:
-        return azure_trace(workload)
+        return azure_trace(workload), None
     if isinstance(workload, os.PathLike) or (isinstance(workload, str) and _looks_like_path(workload)):
-        return read_trace_csv(workload)
+        return read_trace_file(workload)
     near = difflib.get_close_matches(str(workload).strip().lower(), list(WORKLOAD_ALIASES), n=1)
     hint = f"did you mean {WORKLOAD_ALIASES[near[0]]!r}? " if near else ""
     raise UnknownWorkloadError(f"unknown workload {workload!r}; {hint}use one of {', '.join(WORKLOAD_NAMES)} "
@@ -381,16 +380,6 @@ def _source_trace(workload) -> Trace:
 
 def _looks_like_path(text: str) -> bool:
     return os.path.exists(text) or text.lower().endswith(".csv") or os.sep in text or "/" in text
-
-
-def _file_sha256(workload) -> str | None:
-    if isinstance(workload, Trace) or shipped_name(workload) is not None:
-        return None
-    digest = hashlib.sha256()
-    with open(os.fspath(workload), "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _native_rps(trace: Trace, label: str) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import io
 import os
 from dataclasses import dataclass
@@ -97,10 +98,17 @@ def read_trace_csv(path: str | os.PathLike[str]) -> Trace:
         header only, unknown header, empty or non-numeric cell, non-whole or < 1 token
         count, negative or non-finite time, unparseable timestamp.
     """
+    return read_trace_file(path)[0]
+
+
+def read_trace_file(path: str | os.PathLike[str]) -> tuple[Trace, str]:
+    """`read_trace_csv`'s trace and the SHA-256 of the bytes it was read from: the file is
+    read once (a pipe, `<(...)` or a named one, cannot be read twice)."""
     source = os.fspath(path)
     try:
-        text = decode_text(read_input(source))   # read whole: a pipe (`<(...)`) cannot be reopened
-        return _parse(io.StringIO(text, newline=""), source, Path(source).stem)
+        raw = read_input(source)
+        text = decode_text(raw)
+        return _parse(io.StringIO(text, newline=""), source, Path(source).stem), hashlib.sha256(raw).hexdigest()
     except FileNotFoundError:
         raise TraceFormatError(f"cannot read trace '{source}': no such file") from None
     except IsADirectoryError:

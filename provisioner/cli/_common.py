@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from hardware_catalog import read_input
 from workloads import DEFAULT_DURATION_S, TraceGenerator, default_arrival
 
 from .._validation import shown
@@ -246,7 +247,7 @@ def recorded_profile(result: dict, interp: str | None = None):
         return None, interp
     path = Path(str(recorded.get("profile")))
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(read_input(path)).hexdigest()
     except OSError as exc:
         raise ProvisionerError(f"the answer used the latency profile '{path}', which cannot be read "
                                f"({exc.strerror or exc}); pass --latency-profile PATH.csv") from None
@@ -346,7 +347,10 @@ def check_numba_threads() -> None:
     """Refuse a $NUMBA_NUM_THREADS numba cannot run with, before numba reads it: 0 was an
     internal error when the engine started, and 'abc' a traceback printed as a warning."""
     text = os.environ.get(NUMBA_THREADS_ENV)
-    if text is None or not text.strip():   # empty: numba reads it as unset
+    if text is not None and not text.strip():   # empty: unset, or numba prints a traceback on int('')
+        os.environ.pop(NUMBA_THREADS_ENV)
+        return
+    if text is None:
         return
     try:
         value = int(text.strip())

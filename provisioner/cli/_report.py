@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def load_result(path: Path, flag: str = "result file") -> dict:
     try:   # a pipe too: `--from-result <(provision ... --json)`, `... | provision report /dev/stdin`
         raw = read_input(path)
     except OSError as exc:
-        raise ProvisionerError(f"{flag} '{path}' cannot be read ({exc.strerror or exc}); check its permissions "
-                               f"or {save}") from None
+        fix = "check its permissions or " if exc.errno in (errno.EACCES, errno.EPERM) else ""
+        raise ProvisionerError(f"{flag} '{path}' cannot be read ({exc.strerror or exc}); {fix}{save}") from None
     if not raw.strip():
         what = "is empty" if path.is_file() else "is not a regular file and gave nothing"   # /dev/null
         raise ProvisionerError(f"{flag} '{path}' {what}; {save}")

@@ -202,8 +202,8 @@ class ProvisionRequest:
             raise ProvisionerError(f"power_cap_range must satisfy 0.4 <= low <= high <= 1 (got {lo:g}-{hi:g})",
                                    params=("power_cap_range",))
         if any(not 1 <= int(c) <= MAX_PROMPT_BATCH_CAP_TOKENS for c in self.prompt_batch_caps):   # as check_design
-            raise ProvisionerError(f"prompt_batch_caps must be from 1 to {MAX_PROMPT_BATCH_CAP_TOKENS:,} tokens",
-                                   params=("prompt_batch_caps",))
+            raise ProvisionerError(f"prompt_batch_caps must be from 1 to {MAX_PROMPT_BATCH_CAP_TOKENS:,} tokens (got "
+                                   f"{shown(self.prompt_batch_caps)})", params=("prompt_batch_caps",))
 
     def _check_sequences(self) -> None:
         """The parameters that take several values: a sequence of the right items (a string

@@ -89,8 +89,9 @@ def _default_dir() -> Path:
     uid = os.getuid() if hasattr(os, "getuid") else os.getpid()
     fallback = Path(tempfile.gettempdir()) / f"provisioner-numba-{uid}"
     if xdg:   # chosen, as the variables above: said (the first run there compiles for a minute)
-        _warn(f"XDG_CACHE_HOME '{xdg}' cannot hold {default}; caching the compiled simulator in {fallback} "
-              f"instead (set XDG_CACHE_HOME to a writable directory, or unset it)")
+        why = _unusable(Path(xdg).expanduser()) or "cannot hold the cache"
+        _warn(f"XDG_CACHE_HOME '{xdg}' {why}; caching the compiled simulator in {fallback} instead (set "
+              f"XDG_CACHE_HOME to a writable directory, or unset it)")
     return fallback
 
 
