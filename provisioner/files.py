@@ -23,7 +23,7 @@ from pathlib import Path
 from .errors import ProvisionerError
 
 __all__ = ["check_output_path", "write_output", "os_error_line", "refuse_shipped", "resolved", "stdout_is_an_output",
-           "forget_outputs", "check_path_length", "long_name_part", "NAME_MAX_BYTES"]
+           "forget_outputs", "check_path_length", "long_name_part", "NAME_MAX_BYTES", "refuse_folder_name"]
 
 _PATH_MAX = 4096   # Linux's PATH_MAX (bytes, with the final NUL)
 NAME_MAX_BYTES = 255   # the longest file name (one part of a path) a file system allows
@@ -128,6 +128,15 @@ def refuse_shipped(path, flag: str) -> None:
                                f"of every command; write to another folder")
 
 
+def refuse_folder_name(path, flag: str) -> None:
+    """Refuse an output file typed with a trailing '/' that is no folder (it means one):
+    `Path()` drops the slash, and the file would be written under the name before it. The
+    CLI calls it on the command line as typed, before click makes the value a Path."""
+    if str(path).endswith(("/", os.sep)) and not os.path.isdir(path):
+        raise ProvisionerError(f"{flag} '{path}' ends in '/' but is no folder; give a file name such as "
+                               f"{Path(path) / 'out'}")
+
+
 def long_name_part(path) -> str | None:
     """The first part of `path` (a file or folder name) longer than NAME_MAX_BYTES bytes, or None."""
     return next((part for part in Path(path).parts if len(os.fsencode(part)) > NAME_MAX_BYTES), None)
@@ -173,9 +182,7 @@ def _checked(path, *, flag, force, force_hint, inputs, parents, shipped_ok, stdo
     global _stdout_is_an_output
     if str(path) == "-":   # written as a file named '-', where the convention reads standard output
         raise ProvisionerError(f"{flag} '-': give a file name, or /dev/stdout for standard output")
-    if str(path).endswith(("/", os.sep)) and not Path(path).is_dir():   # Path() drops the slash
-        raise ProvisionerError(f"{flag} '{path}' ends in '/' but is no folder; give a file name such as "
-                               f"{Path(path) / 'out'}")
+    refuse_folder_name(path, flag)
     path = Path(path)
     resolved(path, flag)   # a loop of symbolic links: refused here, not as a crash on writing
     check_path_length(path, flag)   # every stat below would raise ENAMETOOLONG

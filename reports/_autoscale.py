@@ -9,12 +9,14 @@ import math
 from provisioner.autoscale import measures_text, saving_caveat, saving_text
 from provisioner.files import check_output_path, write_output
 
+from ._schema import SCALE_ON_SERIES
+
 __all__ = ["build_autoscale_html", "write_autoscale_report"]
 
 # The timeline column each scaling signal is drawn from, and its axis title.
-METRIC_TITLES = {"rate": ("observed_rps", "observed request rate (req/s)"),
-                 "freeness": ("freeness_steps", "cluster freeness (decode steps)"),
-                 "queue": ("requests_per_machine", "requests queued or in service per machine")}
+_TITLES = {"rate": "observed request rate (req/s)", "freeness": "cluster freeness (decode steps)",
+           "queue": "requests queued or in service per machine"}
+METRIC_TITLES = {on: (series, _TITLES[on]) for on, series in SCALE_ON_SERIES.items()}   # the schema's series
 
 
 def build_autoscale_html(answer: dict) -> str:

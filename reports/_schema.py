@@ -83,7 +83,8 @@ def answer_kind(answer) -> str | None:
 # What the cloud and autoscale pages read of their command's `--json` (each checked before
 # drawing: a hand-edited value was drawn as it stood, or failed as "lacks key None").
 CLOUD_SPEC = {"replicas": ((LIST,), True), "slo_attainment": ((DICT,), True), "cost_usd_per_h": ((NUMBER,), True),
-              "throughput_rps": ((NUMBER,), True), "inventory": ((STR,), False), "model": ((STR,), False), "rps": ((NUMBER,), False), "gap": ((NUMBER,), False),
+              "throughput_rps": ((NUMBER,), True), "inventory": ((STR,), False), "model": ((STR,), False),
+              "rps": ((NUMBER,), False), "gap": ((NUMBER,), False),
               "upper_bound_rps": ((NUMBER,), False), "target_attainment": ((NUMBER,), False),
               "sustained_rps": ((NUMBER,), False), "elapsed_s": ((NUMBER,), False), "flows": ((LIST,), False),
               "steady_state_load": ((DICT,), False), "rented": ((DICT, NULL), False),

@@ -207,7 +207,7 @@ def autoscale_command(
         if sys.stderr.isatty():
             typer.echo(f"simulated {len(day):,} requests twice in {elapsed_s:.1f} s", err=True)
 
-    report_then_answer(lambda: report is not None and _write_report(report, obj, inputs, force), show)
+    report_then_answer(report, lambda: _write_report(report, obj, inputs, force), show)
 
 
 def _sizing_windows(traces, rate, day) -> list[tuple[list, object, float]]:

@@ -147,12 +147,11 @@ def cloud_command(
     if latency is not None:
         answer["latency_model"] = latency
     def write() -> None:
-        if report is not None:
-            from reports import write_cloud_report
-            # Checked before the search; without --force a file made there meanwhile is kept.
-            write_cloud_report(answer, report, force=force, force_hint="--force")
+        from reports import write_cloud_report
+        # Checked before the search; without --force a file made there meanwhile is kept.
+        write_cloud_report(answer, report, force=force, force_hint="--force")
 
-    report_then_answer(write, lambda written: echo_json(answer) if json_out else _render(answer))
+    report_then_answer(report, write, lambda written: echo_json(answer) if json_out else _render(answer))
     if json_out:
         return
     # what the file became at the answer's rate (a short file is repeated up to a floor of requests)

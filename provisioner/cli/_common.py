@@ -320,10 +320,14 @@ def heartbeat_period_s() -> float:
     return value
 
 
-def report_then_answer(write_report, show_answer) -> None:
-    """Write a command's report, then show its answer. A report refused at the end (a file
-    made at its path during the run, kept without --force) still shows the answer first:
-    the search behind it may have taken minutes. show_answer(written): whether the report was."""
+def report_then_answer(report, write_report, show_answer) -> None:
+    """Write a command's report (`write_report()`, when `report` names one), then show its
+    answer. A report refused at the end (a file made at its path during the run, kept
+    without --force) still shows the answer first: the search behind it may have taken
+    minutes. show_answer(written): whether a report was written."""
+    if report is None:
+        show_answer(False)
+        return
     try:
         write_report()
     except ProvisionerError:
@@ -347,10 +351,10 @@ def check_numba_threads() -> None:
     """Refuse a $NUMBA_NUM_THREADS numba cannot run with, before numba reads it: 0 was an
     internal error when the engine started, and 'abc' a traceback printed as a warning."""
     text = os.environ.get(NUMBA_THREADS_ENV)
-    if text is not None and not text.strip():   # empty: unset, or numba prints a traceback on int('')
-        os.environ.pop(NUMBA_THREADS_ENV)
-        return
     if text is None:
+        return
+    if not text.strip():   # empty: unset, or numba prints a traceback on int('')
+        os.environ.pop(NUMBA_THREADS_ENV)
         return
     try:
         value = int(text.strip())

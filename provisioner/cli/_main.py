@@ -172,10 +172,9 @@ def _answer(result, request, latency: dict | None, report, json_out: bool, perf,
     if latency is not None:
         obj["latency_model"] = latency
     def write() -> None:
-        if report is not None:
-            from reports import write_report
-            # Checked before the search; without --force a file made there meanwhile is kept.
-            write_report(obj, report, force=force, perf=perf, inputs=inputs, flag="--report", force_hint="--force")
+        from reports import write_report
+        # Checked before the search; without --force a file made there meanwhile is kept.
+        write_report(obj, report, force=force, perf=perf, inputs=inputs, flag="--report", force_hint="--force")
 
     def show(written: bool) -> None:
         if json_out:
@@ -188,10 +187,10 @@ def _answer(result, request, latency: dict | None, report, json_out: bool, perf,
             if request.rps is not None else None
         if note:
             console.print(note)
-        if report is not None and written:
+        if written:
             console.print(f"report: {report}")
 
-    report_then_answer(write, show)
+    report_then_answer(report, write, show)
 
 
 def _all_defaults(ctx: typer.Context) -> bool:

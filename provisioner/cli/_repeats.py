@@ -19,9 +19,8 @@ leaving that to click's own error.
 
 from __future__ import annotations
 
-import os
-
 from ..errors import ProvisionerError
+from ..files import refuse_folder_name
 
 __all__ = ["refuse_repeated_options", "refuse_folder_outputs"]
 
@@ -50,11 +49,8 @@ def refuse_repeated_options(command, argv: list[str]) -> None:
 def refuse_folder_outputs(command, argv: list[str]) -> None:
     """Raise `ProvisionerError` when an output file option's value ends in '/' and is no folder."""
     for owner, param, typed, value in typed_options(command, argv):
-        if typed not in FILE_OUTPUTS or owner.name in FOLDER_OUTPUT_COMMANDS or not value:
-            continue
-        if value.endswith(("/", os.sep)) and not os.path.isdir(value):
-            raise ProvisionerError(f"{typed} '{value}' ends in '/' but is no folder; give a file name such as "
-                                   f"{value}out{'.html' if typed != '--out' else ''}")
+        if typed in FILE_OUTPUTS and owner.name not in FOLDER_OUTPUT_COMMANDS and value:
+            refuse_folder_name(value, typed)
 
 
 def typed_options(command, argv: list[str]):
