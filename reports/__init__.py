@@ -39,7 +39,7 @@ from ._curves import latency_model_curves, load_curves, token_cdfs
 from ._data import ReportData, report_data
 from ._design_space import Heatmap, heatmap, heatmaps, non_dominated, pareto, summary_bars
 from ._perf import PANELS, perf_figure, perf_plot_data, profile_curves
-from ._schema import SCHEMA_DOC, answer_kind, validate_command_answer
+from ._schema import answer_kind, validate_command_answer
 from ._scheduler import build_scheduler_html, scheduler_timeline_figure
 from ._sweep import build_sweep_html, sweep_figures, write_sweep_report
 
@@ -89,13 +89,7 @@ def write_command_page(answer: dict, path, *, force: bool = False, flag: str = "
     if kind not in _COMMAND_PAGES:   # a provisioning result: `write_report`
         raise ProvisionerError("not an answer of `provision cloud --json` or `provision autoscale --json` (a "
                                "provisioning result is drawn by reports.write_report)")
-    try:
-        validate_command_answer(answer, kind)
-    except ProvisionerError as exc:   # its keys named as this command's answer's, not a provisioning result's
-        what = (str(exc).replace("result JSON ", "", 1).replace(f" (see {SCHEMA_DOC})", "")
-                .replace(f"; see {SCHEMA_DOC})", ")"))
-        raise ProvisionerError(f"this answer of `provision {kind} --json`: {what}; save it again with "
-                               f"`provision {kind} ... --json`") from None
+    validate_command_answer(answer, kind)
     try:
         return _COMMAND_PAGES[kind](answer, path, force=force, flag=flag, inputs=inputs)
     except ProvisionerError:

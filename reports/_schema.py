@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from provisioner.errors import ProvisionerError
 
@@ -107,79 +108,131 @@ DAY_SPEC = {"machine_hours": ((NUMBER,), False), "cost_usd": ((NUMBER,), False),
 SCALE_ON_SERIES = {"rate": "observed_rps", "freeness": "freeness_steps", "queue": "requests_per_machine"}
 
 
+@dataclass(frozen=True)
+class _Checker:
+    """Checks one kind of answer, its errors worded for it: `subject` names the file and
+    `fix` ends each message with what to do."""
+    subject: str
+    fix: str
+
+    def error(self, what: str) -> ProvisionerError:
+        return ProvisionerError(f"{self.subject} {what}{self.fix}")
+
+    def spec(self, obj, spec: dict, where: str) -> dict:
+        """`obj` (at `where`; "" the top level) with each key of `spec` of its type."""
+        if not (where or isinstance(obj, dict)):
+            raise self.error(f"must be a JSON object (got {_json_type(obj)})")
+        obj = self.object(obj, where)
+        for key, (types, required) in spec.items():
+            at = f"{where}.{key}" if where else key
+            if key not in obj:
+                if required:
+                    raise self.error(f"lacks key '{at}'")
+                continue
+            self.type(obj[key], types, at)
+        return obj
+
+    def type(self, value, types: tuple[str, ...], where: str) -> None:
+        kind = _json_type(value)
+        if not (kind in types or (kind == INT and NUMBER in types)):
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise self.error(f"key '{where}' must be {' or '.join(types)} (got {_shown(value)}, {article} {kind})")
+        if kind == INT and INT in types and value < 0:
+            raise self.error(f"key '{where}' must be >= 0 (got {value})")
+
+    def amount(self, value, where: str) -> None:
+        """A number the page draws as an amount: absent, null, or finite and >= 0."""
+        if value is None:
+            return
+        self.type(value, (NUMBER,), where)
+        if not 0 <= float(value) < float("inf"):
+            raise self.error(f"key '{where}' must be a finite number >= 0 (got {_shown(value)})")
+
+    def object(self, value, where: str) -> dict:
+        self.type(value, (DICT,), where)
+        return value
+
+    def one_of(self, value, allowed, where: str) -> None:
+        if not (isinstance(value, str) and value in allowed):
+            raise self.error(f"key '{where}' must be one of {', '.join(allowed)} (got {_shown(value)})")
+
+    def numbers(self, values, where: str) -> None:
+        """A list of numbers (a timeline's series), each a number or null."""
+        if not isinstance(values, list):
+            raise self.error(f"key '{where}' must be a list of numbers (got {_shown(values)})")
+        for j, v in enumerate(values):
+            self.type(v, (NUMBER, NULL), f"{where}[{j}]")
+
+    def percentiles(self, blocks: dict, where: str) -> None:
+        """Metric blocks (`{"ttft": {"p50": 1.2, ...}, ...}`; a block may be null): each
+        percentile a number or null."""
+        for metric, pcts in blocks.items():
+            if pcts is not None:
+                for p, v in self.object(pcts, f"{where}.{metric}").items():
+                    self.type(v, (NUMBER, NULL), f"{where}.{metric}.{p}")
+
+
+RESULT = _Checker("result JSON", f" (see {SCHEMA_DOC})")
+
+
+def _command_checker(kind: str) -> _Checker:
+    return _Checker(f"this answer of `provision {kind} --json`:", f"; save it again with `provision {kind} ... --json`")
+
+
 def validate_command_answer(answer: dict, kind: str) -> None:
     """Raise a one-line `ProvisionerError` naming the first key of a `provision cloud` or
     `provision autoscale` answer (`kind`) its page cannot draw: missing, mistyped, or a
     number that is negative or not finite."""
+    check = _command_checker(kind)
     if kind == "cloud":
-        _check_cloud_plan(answer, "", CLOUD_SPEC)
+        _check_cloud_plan(check, answer, "", CLOUD_SPEC)
         for key in ("cost_usd_per_h", "upper_bound_rps", "elapsed_s"):
-            _check_amount(answer.get(key), key)
+            check.amount(answer.get(key), key)
         for i, flow in enumerate(answer.get("flows", [])):
             if not (isinstance(flow, list) and len(flow) == 3):
-                raise ProvisionerError(f"result JSON key 'flows[{i}]' must be a list [from, to, share] "
-                                       f"(got {_shown(flow)})")
+                raise check.error(f"key 'flows[{i}]' must be a list [from, to, share] (got {_shown(flow)})")
         for metric, share in answer["slo_attainment"].items():
-            _check_type(share, (NUMBER,), f"slo_attainment.{metric}")
+            check.type(share, (NUMBER,), f"slo_attainment.{metric}")
         for name in ("non_split", "non_split_chunked"):
             if name in answer:
-                _check_cloud_plan(answer[name], name, COMPARISON_SPEC)
+                _check_cloud_plan(check, answer[name], name, COMPARISON_SPEC)
         return
-    _check_spec(answer, AUTOSCALE_SPEC, "")
-    if answer["scale_on"] not in SCALE_ON_SERIES:
-        raise ProvisionerError(f"result JSON key 'scale_on' must be one of {', '.join(SCALE_ON_SERIES)} "
-                               f"(got {_shown(answer['scale_on'])})")
-    _check_amount(answer["duration_s"], "duration_s")
+    check.spec(answer, AUTOSCALE_SPEC, "")
+    check.one_of(answer["scale_on"], SCALE_ON_SERIES, "scale_on")
+    check.amount(answer["duration_s"], "duration_s")
     for day in ("static", "autoscaled"):
-        d = _check_spec(answer[day], DAY_SPEC, day)
+        d = check.spec(answer[day], DAY_SPEC, day)
         for key in ("machine_hours", "cost_usd", "energy_kwh"):
-            _check_amount(d.get(key), f"{day}.{key}")
-        for block in ("ttft_ms", "tbt_ms", "e2e_ms"):
-            for p, v in (d.get(block) or {}).items():
-                _check_type(v, (NUMBER, NULL), f"{day}.{block}.{p}")
+            check.amount(d.get(key), f"{day}.{key}")
+        check.percentiles({block: d.get(block) for block in ("ttft_ms", "tbt_ms", "e2e_ms")}, day)
     for key, v in (answer.get("policy") or {}).items():   # numbers, and a thresholds block when calibrated
         if key != "thresholds":
-            _check_type(v, (NUMBER, NULL, STR, BOOL), f"policy.{key}")
+            check.type(v, (NUMBER, NULL, STR, BOOL), f"policy.{key}")
     machines = answer["static"].get("machines")
-    _check_type(machines, (INT,), "static.machines")
+    check.type(machines, (INT,), "static.machines")
     if machines < 1:
-        raise ProvisionerError(f"result JSON key 'static.machines' must be a count of one or more (got {machines})")
+        raise check.error(f"key 'static.machines' must be a count of one or more (got {machines})")
     timeline = answer["timeline"]
     for key in ("time_s", "machines", SCALE_ON_SERIES[answer["scale_on"]]):
-        if not isinstance(timeline.get(key), list):
-            raise ProvisionerError(f"result JSON key 'timeline.{key}' must be a list of numbers "
-                                   f"(got {_shown(timeline.get(key))})")
-        for j, v in enumerate(timeline[key]):
-            _check_type(v, (NUMBER, NULL), f"timeline.{key}[{j}]")
+        check.numbers(timeline.get(key), f"timeline.{key}")
     if len({len(timeline[k]) for k in ("time_s", "machines")}) != 1:
-        raise ProvisionerError("result JSON keys 'timeline.time_s' and 'timeline.machines' must be as long")
+        raise check.error("keys 'timeline.time_s' and 'timeline.machines' must be as long")
 
 
-def _check_cloud_plan(plan: dict, where: str, spec: dict) -> None:
+def _check_cloud_plan(check: _Checker, plan: dict, where: str, spec: dict) -> None:
     """A cloud plan's replicas, rates and steady-state loads (`where`: "" the answer's own)."""
     at = (lambda key: f"{where}.{key}" if where else key)
-    _check_spec(plan, spec, where)
+    check.spec(plan, spec, where)
     for i, rep in enumerate(plan["replicas"]):
-        r = _check_spec(rep, REPLICA_SPEC, at(f"replicas[{i}]"))
-        if r["phase"] not in REPLICA_PHASES:
-            raise ProvisionerError(f"result JSON key '{at(f'replicas[{i}]')}.phase' must be one of "
-                                   f"{', '.join(REPLICA_PHASES)} (got {_shown(r['phase'])})")
-        _check_amount(r["share"], at(f"replicas[{i}].share"))
+        r = check.spec(rep, REPLICA_SPEC, at(f"replicas[{i}]"))
+        check.one_of(r["phase"], REPLICA_PHASES, at(f"replicas[{i}].phase"))
+        check.amount(r["share"], at(f"replicas[{i}].share"))
         for gpu, count in r["gpus"].items():
-            _check_type(count, (INT,), at(f"replicas[{i}].gpus.{gpu}"))
+            check.type(count, (INT,), at(f"replicas[{i}].gpus.{gpu}"))
     for key in ("throughput_rps", "rps", "sustained_rps", "target_attainment", "gap"):
-        _check_amount(plan.get(key), at(key))
+        check.amount(plan.get(key), at(key))
     for key, load in (plan.get("steady_state_load") or {}).items():
-        _check_type(load, (NUMBER,), at(f"steady_state_load.{key}"))
-
-
-def _check_amount(value, where: str) -> None:
-    """A number the page draws as an amount: absent, null, or finite and >= 0."""
-    if value is None:
-        return
-    _check_type(value, (NUMBER,), where)
-    if not 0 <= float(value) < float("inf"):
-        raise ProvisionerError(f"result JSON key '{where}' must be a finite number >= 0 (got {_shown(value)})")
+        check.type(load, (NUMBER,), at(f"steady_state_load.{key}"))
 
 
 def validate_result(result: dict) -> None:
@@ -192,63 +245,28 @@ def validate_result(result: dict) -> None:
                                        f"(`provision --goal ... --json`, {SCHEMA_DOC}); {fix}")
     for key in ("goal", "constraint", "question", "best", "winner", "evaluated"):
         if key not in result:
-            raise ProvisionerError(f"result JSON lacks key '{key}' (see {SCHEMA_DOC})")
-    if not isinstance(result["goal"], str) or result["goal"] not in GOALS:
-        raise ProvisionerError(f"result JSON key 'goal' must be one of {', '.join(GOALS)} "
-                               f"(got {_shown(result['goal'])})")
-    _require_dict(result["constraint"], "constraint")
-    for key, value in result["constraint"].items():
-        _check_type(value, (NUMBER, NULL), f"constraint.{key}")
-    q = _check_spec(result["question"], QUESTION_SPEC, "question")
+            raise RESULT.error(f"lacks key '{key}'")
+    RESULT.one_of(result["goal"], GOALS, "goal")
+    for key, value in RESULT.object(result["constraint"], "constraint").items():
+        RESULT.type(value, (NUMBER, NULL), f"constraint.{key}")
+    q = RESULT.spec(result["question"], QUESTION_SPEC, "question")
     for i, family in enumerate(q["families"]):
-        _check_type(family, (STR,), f"question.families[{i}]")
+        RESULT.type(family, (STR,), f"question.families[{i}]")
     for name in ("best", "evaluated"):
-        if not isinstance(result[name], list):
-            raise ProvisionerError(f"result JSON key '{name}' must be a list "
-                                   f"(got {type(result[name]).__name__})")
+        RESULT.type(result[name], (LIST,), name)
     answers = [(b, f"best[{i}]") for i, b in enumerate(result["best"])]
     if result["winner"] is not None:
         answers.append((result["winner"], "winner"))
     for b, where in answers:
-        _check_spec(b, BEST_SPEC, where)
-        _check_spec(b["design"], DESIGN_SPEC, f"{where}.design")
+        RESULT.spec(b, BEST_SPEC, where)
+        RESULT.spec(b["design"], DESIGN_SPEC, f"{where}.design")
         if isinstance(b.get("slo"), dict):
-            _check_slo(b["slo"], f"{where}.slo")
+            slo = RESULT.spec(b["slo"], SLO_SPEC, f"{where}.slo")
+            for part in ("slowdown", "margin"):
+                RESULT.percentiles(slo.get(part) or {}, f"{where}.slo.{part}")
     for i, row in enumerate(result["evaluated"]):
-        _check_spec(row, EVALUATED_SPEC, f"evaluated[{i}]")
-        for metric, pcts in (row.get("slowdown") or {}).items():
-            for p, v in _require_dict(pcts, f"evaluated[{i}].slowdown.{metric}").items():
-                _check_type(v, (NUMBER, NULL), f"evaluated[{i}].slowdown.{metric}.{p}")
-
-
-def _check_slo(slo: dict, where: str) -> None:
-    _check_spec(slo, SLO_SPEC, where)
-    for part in ("slowdown", "margin"):
-        for metric, pcts in (slo.get(part) or {}).items():
-            for p, v in _require_dict(pcts, f"{where}.{part}.{metric}").items():
-                _check_type(v, (NUMBER, NULL), f"{where}.{part}.{metric}.{p}")
-
-
-def _check_spec(obj, spec: dict, where: str) -> dict:
-    """`obj` (at `where`; "" the top level) with each key of `spec` of its type."""
-    obj = _require_dict(obj, where or "the answer")
-    for key, (types, required) in spec.items():
-        at = f"{where}.{key}" if where else key
-        if key not in obj:
-            if required:
-                raise ProvisionerError(f"result JSON lacks key '{at}' (see {SCHEMA_DOC})")
-            continue
-        _check_type(obj[key], types, at)
-    return obj
-
-
-def _check_type(value, types: tuple[str, ...], where: str) -> None:
-    kind = _json_type(value)
-    if not (kind in types or (kind == INT and NUMBER in types)):
-        raise ProvisionerError(f"result JSON key '{where}' must be {' or '.join(types)} (got {_shown(value)}, "
-                               f"a {kind}; see {SCHEMA_DOC})")
-    if kind == INT and INT in types and value < 0:
-        raise ProvisionerError(f"result JSON key '{where}' must be >= 0 (got {value})")
+        RESULT.spec(row, EVALUATED_SPEC, f"evaluated[{i}]")
+        RESULT.percentiles(row.get("slowdown") or {}, f"evaluated[{i}].slowdown")
 
 
 def _json_type(value) -> str:
@@ -272,12 +290,6 @@ def _json_type(value) -> str:
 def _shown(value) -> str:
     text = "null" if value is None else repr(value)   # as the JSON wrote it
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _require_dict(value, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise ProvisionerError(f"result JSON key '{where}' must be an object (got {type(value).__name__})")
-    return value
 
 
 def num(value) -> float:

@@ -444,6 +444,16 @@ def test_cli_report_writes_the_file_and_refuses_overwrite(tmp_path, capsys, monk
      '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
      "this answer of `provision autoscale --json`: key 'duration_s' must be number (got 'a day', a string)"),
     ('{"design": {}, "ttft_ms": {}}', "answer of `provision simulate --json`"),
+    # one checker worded for each kind of file (the command pages' wording was string-replaced)
+    ('{"goal": "cost", "constraint": [], "question": {}, "best": [], "winner": null, "evaluated": []}',
+     "result JSON key 'constraint' must be object (got [], a list) (see provisioner/RESULT_SCHEMA.md)"),
+    ('{"inventory": "i", "replicas": [], "slo_attainment": {"ttft": "x"}, "cost_usd_per_h": 1, "throughput_rps": 1}',
+     "this answer of `provision cloud --json`: key 'slo_attainment.ttft' must be number (got 'x', a string); "
+     "save it again with `provision cloud ... --json`"),
+    ('{"static": {"machines": 2, "ttft_ms": {"p99": "slow"}}, "autoscaled": {}, "scale_on": "rate", "duration_s": 60, '
+     '"family": "f", "saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
+     "this answer of `provision autoscale --json`: key 'static.ttft_ms.p99' must be number or null (got 'slow', "
+     "a string); save it again"),
     # drawn without a word before (helper 66): values no day holds
     ('{"static": {"machines": 2}, "autoscaled": {}, "scale_on": "rate", "duration_s": NaN, "family": "f", '
      '"saving_pct": 1, "timeline": {"time_s": [0], "machines": [1], "observed_rps": [1]}}',
