@@ -103,15 +103,16 @@ def check_scheduler_family(scheduler: str, family: str, colocated: bool, prefill
                                params=("scheduler", "prefill_chunk_tokens"))
 
 
-def check_preemption(preemption: str, scheduler: str) -> None:
-    """One line for an unknown preemption mode, or for swap under a scheduler that does not
-    preempt (it would change nothing). The message names the Python parameters (`params`;
+def check_preemption(preemption: str, scheduler: str, *, chosen: bool = False) -> None:
+    """One line for an unknown preemption mode, or for a mode that would change nothing: swap
+    under a scheduler that does not preempt, or any mode the caller says was `chosen` (typed,
+    not the default recompute) under one. The message names the Python parameters (`params`;
     the CLI prints its flags)."""
     check_preemption_mode(preemption)
-    if preemption == "swap" and scheduler not in ON_DEMAND_SCHEDULERS:
-        raise ProvisionerError(f"preemption swap sets how the on-demand schedulers preempt; scheduler {scheduler} "
-                               f"does not preempt: choose scheduler {', '.join(ON_DEMAND_SCHEDULERS[:-1])} or "
-                               f"{ON_DEMAND_SCHEDULERS[-1]}, or drop preemption", params=("preemption", "scheduler"))
+    if (preemption == "swap" or chosen) and scheduler not in ON_DEMAND_SCHEDULERS:
+        raise ProvisionerError(f"preemption {preemption} sets how the on-demand schedulers preempt; scheduler "
+                               f"{scheduler} does not preempt: choose scheduler {', '.join(ON_DEMAND_SCHEDULERS[:-1])} "
+                               f"or {ON_DEMAND_SCHEDULERS[-1]}, or drop preemption", params=("preemption", "scheduler"))
 
 
 def check_preemption_mode(preemption: str) -> None:

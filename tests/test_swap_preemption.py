@@ -160,6 +160,9 @@ def test_cli_swap_space_sets_the_budget():
 
 @pytest.mark.parametrize("args, message", [
     (["--design", "baseline-a100", "--machines", "4", "--preemption", "swap"], "--scheduler least-work does not preempt"),
+    # typed, the default changes nothing either (was accepted without a word)
+    (["--design", "baseline-a100", "--machines", "4", "--preemption", "recompute"],
+     "--preemption recompute sets how the on-demand schedulers preempt; --scheduler least-work does not preempt"),
     (["--design", "baseline-a100", "--machines", "4", "--scheduler", "jsq", "--preemption", "copy"],
      "--preemption must be one of recompute, swap"),
     (["--design", "splitwise-aa", "--prompt-machines", "2", "--token-machines", "2", "--scheduler", "jsq",

@@ -124,7 +124,7 @@ def autoscale_command(
     refuse_idle_flags(ctx, workload, arrival)
     refuse_idle_seed(ctx, workload, arrival)
     scheduler_code(scheduler)   # an unknown name: one line listing the policies
-    check_preemption(preemption, scheduler)
+    check_preemption(ctx, preemption, scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     if scheduler != DEFAULT_SCHEDULER and not given(ctx, "engine"):
         engine = "des"   # the on-demand schedulers run in the discrete-event engine only

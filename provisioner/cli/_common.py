@@ -181,11 +181,12 @@ def check_swap_space_flag(ctx: typer.Context, preemption: str, swap_space_gb: fl
     return check_swap_space(swap_space_gb)
 
 
-def check_preemption(preemption: str, scheduler: str) -> None:
-    """One line for an unknown mode or swap without an on-demand scheduler (it would change
-    nothing): `schedulers.check_preemption`, whose parameter names print as flags."""
+def check_preemption(ctx: typer.Context, preemption: str, scheduler: str) -> None:
+    """One line for an unknown mode, or a typed --preemption (swap, or recompute) under a
+    scheduler that does not preempt (it would change nothing): `schedulers.check_preemption`,
+    whose parameter names print as flags."""
     from ..schedulers import check_preemption as check
-    check(preemption, scheduler)
+    check(preemption, scheduler, chosen=given(ctx, "preemption"))
 
 
 def high_priority_option():

@@ -101,7 +101,7 @@ def main_command(
     if report is not None:
         check_output_path(report, flag="--report", force=force, force_hint="--force",
                           inputs=input_files(workload, latency_profile), stdout_taken_by="--json" if json_out else None)
-    check_preemption(preemption, scheduler)
+    check_preemption(ctx, preemption, scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     from ..search import ProvisionRequest, check_machine_types, provision
 

@@ -115,7 +115,7 @@ def simulate_command(
         raise ProvisionerError(f"--high-priority-fraction sets the priorities of the on-demand schedulers, not "
                                f"{d.scheduler}'s: add --scheduler {_ON_DEMAND_CHOICES}, or drop it")
     high_slo = _high_priority_slo(ctx, slo, high_priority_slo_scale, high_priority_fraction)
-    check_preemption(preemption, d.scheduler)
+    check_preemption(ctx, preemption, d.scheduler)
     swap_space_gb = check_swap_space_flag(ctx, preemption, swap_space_gb)
     refuse_idle_force(force, timeline, "--timeline")
     if timeline is not None:
