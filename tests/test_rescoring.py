@@ -230,3 +230,20 @@ def test_from_result_with_a_window_of_no_request_names_the_json_not_flags(tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("error: result JSON 'question' is invalid: too few requests: rps * duration_s") and \
         "--" not in err and err.count("\n") == 1, err
+
+
+def test_from_result_with_a_seed_past_2_63_is_refused_as_seed_is(tmp_path, capsys):
+    """A hand-edited seed of 2**70 was drawn with, where --seed and ProvisionRequest stop at 2**63."""
+    from provisioner.cli import run
+
+    design = {"family": "baseline-a100", "prompt_machines": 2, "token_machines": 0, "prompt_machine": "dgx-a100",
+              "token_machine": "dgx-a100", "prompt_power_cap": 1.0, "token_power_cap": 1.0, "prompt_tp": 8,
+              "token_tp": 8, "prompt_batch_cap_tokens": 2048}
+    best = {"design": design, "rps": 5.0}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"question": {"workload": "coding", "model": "bloom-176b", "arrival": "poisson",
+                                             "duration_s": 60, "seed": 2**70},
+                                "best": [best], "winner": best}))
+    assert run(["simulate", "--from-result", str(path)]) == 2
+    assert capsys.readouterr().err == (f"error: result JSON 'question' is invalid: seed must be an integer below "
+                                       f"2**63, got {2**70}\n")

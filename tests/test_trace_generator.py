@@ -215,6 +215,7 @@ def test_a_recorded_cv_of_zero_is_refused_not_replaced():
     (dict(arrival="uniform"), "arrival must be one of replay, poisson, gamma"),
     (dict(duration_s=0.0, arrival="poisson"), "duration_s must be"),
     (dict(seed=-1), "seed must be an integer >= 0"),
+    (dict(seed=2**70), r"seed must be an integer below 2\*\*63"),   # was drawn with (a result JSON's question)
     (dict(cv=0.0, arrival="gamma"), "cv must be"),
 ])
 def test_bad_generator_parameters_are_one_line_workload_errors(kwargs, words):

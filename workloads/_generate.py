@@ -406,6 +406,8 @@ def _int_seed(seed) -> int:
     if isinstance(seed, (int, np.integer)):
         if seed < 0:
             raise WorkloadError(f"seed must be an integer >= 0, got {seed!r}", params=("seed",))
+        if seed >= 2**63:   # the bound of every other seed (ProvisionRequest, --seed); a result JSON's too
+            raise WorkloadError(f"seed must be an integer below 2**63, got {seed!r}", params=("seed",))
         return int(seed)
     if seed is None or isinstance(seed, (np.random.Generator, np.random.SeedSequence)):
         return int(np.random.default_rng(seed).integers(2**63))
